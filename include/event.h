@@ -1,0 +1,48 @@
+/* event.h — turning one claimed outbox row into the parts of a Kafka message:
+ * topic (from the row or the template), key and headers. Pure logic, no I/O. */
+#ifndef OUTBOX_EVENT_H
+#define OUTBOX_EVENT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <librdkafka/rdkafka.h>
+
+/** One outbox row as claimed; strings point into the query result (not owned).
+ *  topic, payload and headers_json may be NULL (SQL NULL). */
+struct event_row {
+    int64_t id;
+    const char *event_id;
+    const char *aggregate_type;
+    const char *aggregate_id;
+    const char *event_type;
+    const char *topic;          /* overrides the template when not NULL and not empty */
+    const char *payload;        /* NULL = tombstone */
+    size_t payload_len;
+    const char *headers_json;   /* NULL or a JSON object whose string values become headers */
+    int64_t created_ms;         /* created_at, milliseconds since the epoch */
+    const char *created_at;     /* created_at as RFC 3339 text (UTC) */
+};
+
+/** Checks a topic template: only the placeholders ${aggregate_type} and
+ *  ${event_type} are allowed. @return 0 or -EINVAL (errbuf says why). */
+int event_topic_template_check(const char *tmpl, char *errbuf, size_t errlen);
+
+/** Renders @p tmpl for a row into @p out.
+ *  @return the length written, -ENOSPC if it does not fit, -EINVAL on an unknown placeholder. */
+int event_topic_render(const char *tmpl, const char *aggregate_type, const char *event_type,
+                       char *out, size_t outlen);
+
+/** @return true if @p topic is a legal Kafka topic name: 1..249 bytes of
+ *  [A-Za-z0-9._-], and not "." or "..". */
+bool event_topic_valid(const char *topic);
+
+/** Builds the message headers for @p row: event_id, event_type, aggregate_type,
+ *  aggregate_id, outbox_id, created_at, then each string member of the row's
+ *  headers object, in document order.
+ *  @return 0 and *out (caller owns it, or hands it to rd_kafka_producev), or
+ *  -EINVAL with errbuf when headers_json is not a JSON object of strings. */
+int event_headers_build(const struct event_row *row, rd_kafka_headers_t **out,
+                        char *errbuf, size_t errlen);
+
+#endif

@@ -1,0 +1,35 @@
+/* log.h — the one logging family of outbox-relay.
+ *
+ * Every line goes to stderr as logfmt: `ts=… level=… msg="…" key=value …`.
+ * The message is a fixed text; variable data goes into the key/value part so
+ * that log processors can index it. */
+#ifndef OUTBOX_LOG_H
+#define OUTBOX_LOG_H
+
+#include <stdarg.h>
+
+enum log_level { LOG_LVL_ERROR = 0, LOG_LVL_WARN, LOG_LVL_INFO, LOG_LVL_DEBUG };
+
+/** Sets the lowest level that is written. */
+void log_set_level(enum log_level level);
+
+/** Parses "error|warn|info|debug"; @return the level, or -1 if unknown. */
+int log_level_parse(const char *name);
+
+/** @return non-zero if a line at @p level would be written (check before costly formatting). */
+int log_enabled(enum log_level level);
+
+/** Writes one line: @p msg is quoted as is; @p kvfmt (printf format, may be "")
+ *  produces the `key=value` pairs that follow it. */
+void log_write(enum log_level level, const char *msg, const char *kvfmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+void log_vwrite(enum log_level level, const char *msg, const char *kvfmt, va_list ap);
+
+#define log_error(msg, ...) log_write(LOG_LVL_ERROR, msg, __VA_ARGS__)
+#define log_warn(msg, ...)  log_write(LOG_LVL_WARN, msg, __VA_ARGS__)
+#define log_info(msg, ...)  log_write(LOG_LVL_INFO, msg, __VA_ARGS__)
+#define log_debug(msg, ...) \
+    do { if (log_enabled(LOG_LVL_DEBUG)) log_write(LOG_LVL_DEBUG, msg, __VA_ARGS__); } while (0)
+
+#endif

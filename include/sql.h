@@ -1,0 +1,46 @@
+/* sql.h — every SQL statement the relay sends, in one place, built from
+ * validated and quoted identifiers. */
+#ifndef OUTBOX_SQL_H
+#define OUTBOX_SQL_H
+
+#include <stddef.h>
+
+/** @return true if @p name is a plain identifier we accept from config:
+ *  [A-Za-z_][A-Za-z0-9_]*, 1..48 bytes (room for the suffixes the schema adds). */
+int sql_ident_valid(const char *name);
+
+/** Writes @p name as a double-quoted SQL identifier ("a""b") into @p out.
+ *  @return the length written, or -ENOSPC if @p outlen is too small. */
+int sql_quote_ident(const char *name, char *out, size_t outlen);
+
+/** Writes @p s as a single-quoted SQL literal ('it''s') into @p out.
+ *  @return the length written, or -ENOSPC. */
+int sql_quote_literal(const char *s, char *out, size_t outlen);
+
+/** The relay's statements for one outbox table (all text, all identifiers quoted). */
+struct sql_statements {
+    char *claim;        /* $1 = limit: oldest unsent, not dead rows in id order */
+    char *mark_sent;    /* $1 = bigint[] of ids: conditional UPDATE … AND sent_at IS NULL */
+    char *leader_lock;  /* try the session advisory lock that elects the leader */
+    char *listen;       /* LISTEN on the notify channel */
+};
+
+/** Column order of the claim result. */
+enum sql_claim_col {
+    CLAIM_ID = 0, CLAIM_EVENT_ID, CLAIM_AGGREGATE_TYPE, CLAIM_AGGREGATE_ID, CLAIM_EVENT_TYPE,
+    CLAIM_TOPIC, CLAIM_PAYLOAD, CLAIM_HEADERS, CLAIM_CREATED_MS, CLAIM_CREATED_AT, CLAIM_NCOLS
+};
+
+/** Builds the statements. @return 0 or -ENOMEM / -EINVAL (identifier not valid). */
+int sql_statements_init(struct sql_statements *s, const char *schema, const char *table,
+                        const char *channel);
+void sql_statements_free(struct sql_statements *s);
+
+/** Replaces the placeholders of a schema/ migration template:
+ *  {{schema}} {{table}} → quoted identifiers; {{table:SUFFIX}} → quoted identifier
+ *  "<table>_SUFFIX"; {{channel}} → quoted literal.
+ *  @return a newly allocated string, or NULL (unknown placeholder or no memory). */
+char *sql_render_template(const char *tmpl, const char *schema, const char *table,
+                          const char *channel);
+
+#endif
