@@ -66,6 +66,13 @@ int config_set(struct relay_config *cfg, const char *section, const char *key,
  *  acks other than all/-1, enable.idempotence=false). @return 0 or -EINVAL. */
 int config_validate(const struct relay_config *cfg, char *errbuf, size_t errlen);
 
+/** For SIGHUP: checks that @p next differs from @p cur only in reloadable
+ *  parameters (log.level, relay.batch_size, relay.poll_interval_ms,
+ *  relay.shutdown_timeout_ms, relay.reconnect_interval_ms).
+ *  @return 0, or -EINVAL with errbuf naming the first parameter that needs a restart. */
+int config_reload_check(const struct relay_config *cur, const struct relay_config *next,
+                        char *errbuf, size_t errlen);
+
 /** @return true if @p key (a librdkafka property or "conninfo") holds a secret. */
 bool config_key_is_secret(const char *key);
 

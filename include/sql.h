@@ -43,4 +43,17 @@ void sql_statements_free(struct sql_statements *s);
 char *sql_render_template(const char *tmpl, const char *schema, const char *table,
                           const char *channel);
 
+/** Bookkeeping statements of `migrate` for one schema. */
+struct sql_migrate {
+    char *lock;          /* pg_advisory_xact_lock shared by every migrate of every table */
+    char *create_schema; /* CREATE SCHEMA IF NOT EXISTS */
+    char *create_table;  /* CREATE TABLE IF NOT EXISTS "<schema>"."outbox_relay_migrations" */
+    char *applied;       /* $1 = "schema.table", $2 = version: a row if applied */
+    char *record;        /* $1 = "schema.table", $2 = version, $3 = name */
+};
+
+/** @return 0, -EINVAL (schema not a valid identifier) or -ENOMEM. */
+int sql_migrate_init(struct sql_migrate *q, const char *schema);
+void sql_migrate_free(struct sql_migrate *q);
+
 #endif

@@ -1,0 +1,65 @@
+/* pg.h — one asynchronous libpq connection driven by the libuv loop.
+ *
+ * The connection runs one statement at a time; its result and any NOTIFY that
+ * arrives are handed to callbacks on the loop thread. When the connection is
+ * lost the owner is told once (on_lost) and may call pg_connect() again. */
+#ifndef OUTBOX_PG_H
+#define OUTBOX_PG_H
+
+#include <libpq-fe.h>
+#include <stdbool.h>
+#include <uv.h>
+
+struct pg_conn;
+
+/** Called with the final result of a statement (NULL if the connection was
+ *  lost before it completed). The result is freed after the callback returns. */
+typedef void (*pg_result_cb)(struct pg_conn *pg, PGresult *res, void *arg);
+
+struct pg_callbacks {
+    void (*on_connected)(struct pg_conn *pg, void *arg);
+    void (*on_lost)(struct pg_conn *pg, const char *why, void *arg);
+    void (*on_notify)(struct pg_conn *pg, const char *channel, void *arg);
+    void *arg;
+};
+
+enum pg_state { PG_DISCONNECTED = 0, PG_CONNECTING, PG_READY, PG_BUSY, PG_CLOSING };
+
+struct pg_conn {
+    uv_loop_t *loop;
+    PGconn *conn;
+    uv_poll_t *poll;          /* allocated per socket: libpq may change the fd on (re)connect */
+    int fd;
+    int poll_events;
+    enum pg_state state;
+    struct pg_callbacks cb;
+    pg_result_cb result_cb;
+    void *result_arg;
+    PGresult *last;           /* last non-NULL result of the running statement */
+    char *conninfo;
+};
+
+/** Prepares @p pg; does not connect. @return 0 or -ENOMEM. */
+int pg_init(struct pg_conn *pg, uv_loop_t *loop, const char *conninfo,
+            const struct pg_callbacks *cb);
+
+/** Starts an asynchronous connection attempt; on_connected or on_lost follows.
+ *  @return 0, or -EIO when libpq could not even start (on_lost is not called). */
+int pg_connect(struct pg_conn *pg);
+
+/** Sends one statement with text parameters. @return 0, -EBUSY if one is running,
+ *  -ENOTCONN if not connected, -EIO if libpq refused it (the connection is then
+ *  lost: on_lost has been called, the result callback will not be). */
+int pg_query(struct pg_conn *pg, const char *sql, int nparams, const char *const *params,
+             pg_result_cb cb, void *arg);
+
+/** @return true when a statement can be sent now. */
+bool pg_ready(const struct pg_conn *pg);
+
+/** Drops the connection (no on_lost callback) and releases the uv handle. */
+void pg_close(struct pg_conn *pg);
+
+/** pg_close, then frees the conninfo. */
+void pg_free(struct pg_conn *pg);
+
+#endif

@@ -1,0 +1,61 @@
+/* producer.h — the idempotent librdkafka producer, served on the libuv loop.
+ *
+ * Delivery reports arrive through librdkafka's main queue, which wakes the
+ * loop through a pipe; the report callback therefore always runs on the loop
+ * thread and may touch relay state without locks. */
+#ifndef OUTBOX_PRODUCER_H
+#define OUTBOX_PRODUCER_H
+
+#include <librdkafka/rdkafka.h>
+#include <stdbool.h>
+#include <uv.h>
+
+#include "config.h"
+#include "event.h"
+
+/** Called once per message produced with producer_send(), with its opaque. */
+typedef void (*producer_report_cb)(void *opaque, rd_kafka_resp_err_t err, void *arg);
+
+struct producer {
+    uv_poll_t poll;            /* first member: the handle's owner is the producer */
+    uv_loop_t *loop;
+    rd_kafka_t *rk;
+    rd_kafka_queue_t *mainq;
+    int pipefd[2];
+    producer_report_cb report;
+    void *arg;
+    bool fatal;                /* librdkafka raised a fatal error: the instance is unusable */
+    bool started;
+};
+
+/** Creates the producer from the [kafka] section on top of the relay's
+ *  defaults (enable.idempotence=true, acks=all, …) and starts serving it.
+ *  @return 0, or -EINVAL with errbuf (a property librdkafka rejects). */
+int producer_start(struct producer *p, uv_loop_t *loop, const struct relay_config *cfg,
+                   producer_report_cb report, void *arg, char *errbuf, size_t errlen);
+
+/** Builds the rd_kafka_conf_t the relay uses (defaults, then the [kafka]
+ *  section). @return the conf, or NULL with errbuf naming the property. */
+rd_kafka_conf_t *producer_conf_new(const struct relay_config *cfg, char *errbuf, size_t errlen);
+
+/** Produces one row to @p topic; its report comes later through the callback.
+ *  @return 0; -ENOBUFS when the local queue is full (try again after reports);
+ *  -EINVAL when this row can never be produced (errbuf says why); -EIO on a
+ *  fatal producer state. */
+int producer_send(struct producer *p, const struct event_row *row, const char *topic,
+                  void *opaque, char *errbuf, size_t errlen);
+
+/** Serves queued reports now (also done whenever the loop wakes us). */
+void producer_poll(struct producer *p);
+
+/** Messages not yet acknowledged or failed. */
+int producer_outq_len(const struct producer *p);
+
+/** Fails every message still queued or in flight (their reports follow at
+ *  the next producer_poll with an error). */
+void producer_purge(struct producer *p);
+
+/** Destroys the instance (reports of purged messages are served first). */
+void producer_stop(struct producer *p);
+
+#endif

@@ -1,0 +1,787 @@
+/* config.c — the parameter table and everything it drives: defaults, the INI
+ * file, -X overrides, validation, redaction and the dump. */
+#include "config.h"
+
+#include <errno.h>
+#include <ini.h>
+#include <librdkafka/rdkafka.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "event.h"
+#include "log.h"
+#include "sql.h"
+
+#define REDACTED "********"
+
+enum param_type {
+    PARAM_STRING,
+    PARAM_INT,
+    PARAM_ENUM,      /* a string restricted to choices */
+    PARAM_LOG_LEVEL, /* an int holding enum log_level */
+};
+
+/** Extra check of a string value; fills errbuf (without the key) on failure. */
+typedef int (*param_check_fn)(const char *value, char *errbuf, size_t errlen);
+
+struct param {
+    const char *section;
+    const char *key;
+    enum param_type type;
+    size_t offset;
+    const char *def;                    /* as it would be written in the file */
+    long min, max;                      /* PARAM_INT */
+    const char *const *choices;         /* PARAM_ENUM, NULL-terminated */
+    param_check_fn check;               /* PARAM_STRING, optional */
+    bool reloadable;                    /* takes effect on SIGHUP */
+    const char *desc;
+};
+
+static int check_ident(const char *value, char *errbuf, size_t errlen);
+
+static const char *const log_formats[] = {"logfmt", "json", NULL};
+/* Indexed by enum log_level; log_level_parse() is the parser. */
+static const char *const log_level_names[] = {"error", "warn", "info", "debug"};
+_Static_assert(LOG_LVL_DEBUG == 3, "log_level_names must follow enum log_level");
+
+#define OFF(field) offsetof(struct relay_config, field)
+#define RELOAD true   /* applied on SIGHUP */
+#define RESTART false /* needs a restart */
+
+#define STR(sec, k, field, dflt, chk, rel, d)                                                 \
+    {.section = sec, .key = k, .type = PARAM_STRING, .offset = OFF(field), .def = dflt,        \
+     .check = chk, .reloadable = rel, .desc = d}
+#define INT(sec, k, field, dflt, lo, hi, rel, d)                                              \
+    {.section = sec, .key = k, .type = PARAM_INT, .offset = OFF(field), .def = dflt, .min = lo, \
+     .max = hi, .reloadable = rel, .desc = d}
+#define ENUM(sec, k, field, dflt, ch, rel, d)                                                 \
+    {.section = sec, .key = k, .type = PARAM_ENUM, .offset = OFF(field), .def = dflt,          \
+     .choices = ch, .reloadable = rel, .desc = d}
+#define LEVEL(sec, k, field, dflt, rel, d)                                                    \
+    {.section = sec, .key = k, .type = PARAM_LOG_LEVEL, .offset = OFF(field), .def = dflt,     \
+     .reloadable = rel, .desc = d}
+
+/* Sections in dump order; [kafka] has no rows: its keys go to librdkafka. */
+static const char *const sections[] = {"postgres", "kafka", "relay", "http", "log"};
+
+/* The one table of parameters: defaults, parsing, reload rules and the dump
+ * all come from here. Sorted by section, then key. */
+static const struct param params[] = {
+    STR("postgres", "conninfo", pg_conninfo, "", NULL, RESTART,
+        "libpq connection string or URI (\"\" = PG* environment variables)"),
+
+    INT("relay", "batch_size", batch_size, "1000", 1, 100000, RELOAD,
+        "rows claimed and produced per round"),
+    STR("relay", "notify_channel", notify_channel, "outbox_relay", check_ident, RESTART,
+        "channel LISTENed on for new-row notifications"),
+    INT("relay", "poll_interval_ms", poll_interval_ms, "1000", 10, 3600000, RELOAD,
+        "poll the table this often even without notifications"),
+    INT("relay", "reconnect_interval_ms", reconnect_interval_ms, "1000", 10, 600000, RELOAD,
+        "wait before reconnecting to PostgreSQL"),
+    STR("relay", "schema", schema, "public", check_ident, RESTART, "schema of the outbox table"),
+    INT("relay", "shutdown_timeout_ms", shutdown_timeout_ms, "10000", 0, 600000, RELOAD,
+        "how long to wait for in-flight messages on shutdown"),
+    STR("relay", "table", table, "outbox", check_ident, RESTART, "name of the outbox table"),
+    STR("relay", "topic", topic, "outbox.${aggregate_type}", event_topic_template_check, RESTART,
+        "topic template for rows without a topic (${aggregate_type}, ${event_type})"),
+
+    STR("http", "listen", http_listen, "", NULL, RESTART,
+        "address:port of the status endpoint (\"\" = disabled)"),
+
+    ENUM("log", "format", log_format, "logfmt", log_formats, RESTART, "logfmt or json"),
+    LEVEL("log", "level", log_level, "info", RELOAD, "error, warn, info or debug"),
+};
+
+#define N_PARAMS (sizeof params / sizeof params[0])
+
+static int fail(char *errbuf, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int fail(char *errbuf, size_t errlen, const char *fmt, ...)
+{
+    if (errbuf && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(errbuf, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return -EINVAL;
+}
+
+static int check_ident(const char *value, char *errbuf, size_t errlen)
+{
+    if (sql_ident_valid(value))
+        return 0;
+    return fail(errbuf, errlen,
+                "\"%s\" is not a plain SQL identifier ([A-Za-z_][A-Za-z0-9_]*, at most 48 "
+                "bytes)",
+                value);
+}
+
+static char **str_slot(struct relay_config *cfg, const struct param *p)
+{
+    return (char **)((char *)cfg + p->offset);
+}
+
+static int *int_slot(struct relay_config *cfg, const struct param *p)
+{
+    return (int *)((char *)cfg + p->offset);
+}
+
+static const char *cstr_at(const struct relay_config *cfg, const struct param *p)
+{
+    return *(char *const *)((const char *)cfg + p->offset);
+}
+
+static int int_at(const struct relay_config *cfg, const struct param *p)
+{
+    return *(const int *)((const char *)cfg + p->offset);
+}
+
+static const struct param *param_find(const char *section, const char *key)
+{
+    for (size_t i = 0; i < N_PARAMS; i++) {
+        if (!strcmp(params[i].section, section) && !strcmp(params[i].key, key))
+            return &params[i];
+    }
+    return NULL;
+}
+
+static bool section_known(const char *section)
+{
+    for (size_t i = 0; i < sizeof sections / sizeof sections[0]; i++) {
+        if (!strcmp(sections[i], section))
+            return true;
+    }
+    return false;
+}
+
+static int replace_str(char **slot, const char *value)
+{
+    char *copy = strdup(value);
+    if (!copy)
+        return -ENOMEM;
+    free(*slot);
+    *slot = copy;
+    return 0;
+}
+
+static int param_set(struct relay_config *cfg, const struct param *p, const char *value,
+                     char *errbuf, size_t errlen)
+{
+    char why[256];
+
+    switch (p->type) {
+    case PARAM_STRING:
+        if (p->check && p->check(value, why, sizeof why) < 0)
+            return fail(errbuf, errlen, "%s.%s: %s", p->section, p->key, why);
+        return replace_str(str_slot(cfg, p), value);
+
+    case PARAM_ENUM: {
+        char allowed[128] = "";
+        for (const char *const *c = p->choices; *c; c++) {
+            if (!strcmp(*c, value))
+                return replace_str(str_slot(cfg, p), value);
+            size_t used = strlen(allowed);
+            snprintf(allowed + used, sizeof allowed - used, "%s%s", used ? ", " : "", *c);
+        }
+        return fail(errbuf, errlen, "%s.%s: unknown value \"%s\" (allowed: %s)", p->section,
+                    p->key, value, allowed);
+    }
+
+    case PARAM_LOG_LEVEL: {
+        int level = log_level_parse(value);
+        if (level < 0)
+            return fail(errbuf, errlen,
+                        "%s.%s: unknown value \"%s\" (allowed: error, warn, info, debug)",
+                        p->section, p->key, value);
+        *int_slot(cfg, p) = level;
+        return 0;
+    }
+
+    case PARAM_INT: {
+        char *end;
+        errno = 0;
+        long v = strtol(value, &end, 10);
+        if (end == value || *end != '\0')
+            return fail(errbuf, errlen, "%s.%s: \"%s\" is not an integer (allowed %ld..%ld)",
+                        p->section, p->key, value, p->min, p->max);
+        if (errno == ERANGE || v < p->min || v > p->max)
+            return fail(errbuf, errlen, "%s.%s: %s is out of range (allowed %ld..%ld)",
+                        p->section, p->key, value, p->min, p->max);
+        *int_slot(cfg, p) = (int)v;
+        return 0;
+    }
+    }
+    return -EINVAL;
+}
+
+void config_init(struct relay_config *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    for (size_t i = 0; i < N_PARAMS; i++) {
+        /* The defaults are checked by the tests; only memory can fail here,
+         * and without memory the daemon cannot start anyway. */
+        if (param_set(cfg, &params[i], params[i].def, NULL, 0) < 0) {
+            fprintf(stderr, "outbox-relay: cannot set default of %s.%s\n", params[i].section,
+                    params[i].key);
+            abort();
+        }
+    }
+}
+
+static void kafka_free(struct relay_config *cfg)
+{
+    for (size_t i = 0; i < cfg->n_kafka; i++) {
+        free(cfg->kafka[i].key);
+        free(cfg->kafka[i].value);
+    }
+    free(cfg->kafka);
+    cfg->kafka = NULL;
+    cfg->n_kafka = 0;
+}
+
+void config_free(struct relay_config *cfg)
+{
+    for (size_t i = 0; i < N_PARAMS; i++) {
+        if (params[i].type == PARAM_STRING || params[i].type == PARAM_ENUM) {
+            char **slot = str_slot(cfg, &params[i]);
+            free(*slot);
+            *slot = NULL;
+        }
+    }
+    kafka_free(cfg);
+}
+
+static int kafka_set(struct relay_config *cfg, const char *key, const char *value,
+                     char *errbuf, size_t errlen)
+{
+    if (!*key)
+        return fail(errbuf, errlen, "empty key in section kafka");
+
+    /* librdkafka is the authority on its own properties; a scratch conf lets
+     * it reject unknown names and bad values now, with its own words. */
+    char why[512];
+    rd_kafka_conf_t *scratch = rd_kafka_conf_new();
+    if (!scratch)
+        return -ENOMEM;
+    rd_kafka_conf_res_t res = rd_kafka_conf_set(scratch, key, value, why, sizeof why);
+    rd_kafka_conf_destroy(scratch);
+    if (res != RD_KAFKA_CONF_OK)
+        return fail(errbuf, errlen, "kafka.%s: %s", key, why);
+
+    for (size_t i = 0; i < cfg->n_kafka; i++) {
+        if (!strcmp(cfg->kafka[i].key, key))
+            return replace_str(&cfg->kafka[i].value, value);
+    }
+
+    struct config_kv *grown = realloc(cfg->kafka, (cfg->n_kafka + 1) * sizeof *grown);
+    if (!grown)
+        return -ENOMEM;
+    cfg->kafka = grown;
+    struct config_kv *kv = &cfg->kafka[cfg->n_kafka];
+    kv->key = strdup(key);
+    kv->value = strdup(value);
+    if (!kv->key || !kv->value) {
+        free(kv->key);
+        free(kv->value);
+        return -ENOMEM;
+    }
+    cfg->n_kafka++;
+    return 0;
+}
+
+int config_set(struct relay_config *cfg, const char *section, const char *key,
+               const char *value, char *errbuf, size_t errlen)
+{
+    if (!section_known(section)) {
+        if (!*section)
+            return fail(errbuf, errlen, "key \"%s\" is outside of any [section]", key);
+        return fail(errbuf, errlen, "unknown section \"%s\" (key \"%s.%s\")", section, section,
+                    key);
+    }
+    if (!strcmp(section, "kafka"))
+        return kafka_set(cfg, key, value, errbuf, errlen);
+
+    const struct param *p = param_find(section, key);
+    if (!p)
+        return fail(errbuf, errlen, "unknown key \"%s.%s\"", section, key);
+    return param_set(cfg, p, value, errbuf, errlen);
+}
+
+/* --- the INI file -------------------------------------------------------- */
+
+struct ini_ctx {
+    struct relay_config *cfg;
+    FILE *file;
+    const char *path;
+    char *line;          /* getline buffer */
+    size_t cap;
+    int lineno;
+    int err;             /* first error found by the reader or the handler */
+    int err_line;
+    char *errbuf;
+    size_t errlen;
+};
+
+/* inih reads into a fixed buffer and would split a longer line into two,
+ * silently; this reader refuses such a line instead. It also strips leading
+ * whitespace so that indented keys are keys, not continuations of the
+ * previous value. */
+static char *ini_read_line(char *str, int num, void *stream)
+{
+    struct ini_ctx *ctx = stream;
+    if (ctx->err)
+        return NULL; /* stop at the first error */
+
+    errno = 0;
+    ssize_t n = getline(&ctx->line, &ctx->cap, ctx->file);
+    if (n < 0) {
+        if (ferror(ctx->file)) {
+            ctx->err = errno ? -errno : -EIO;
+            ctx->err_line = ctx->lineno + 1;
+            snprintf(ctx->errbuf, ctx->errlen, "%s: %s", ctx->path, strerror(-ctx->err));
+        }
+        return NULL;
+    }
+    ctx->lineno++;
+
+    char *s = ctx->line;
+    while (n > 0 && (s[n - 1] == '\n' || s[n - 1] == '\r'))
+        s[--n] = '\0';
+    while (*s == ' ' || *s == '\t') {
+        s++;
+        n--;
+    }
+
+    if ((size_t)n != strlen(s)) {
+        ctx->err = -EINVAL;
+        ctx->err_line = ctx->lineno;
+        snprintf(ctx->errbuf, ctx->errlen, "%s:%d: line contains a NUL byte", ctx->path,
+                 ctx->lineno);
+        return NULL;
+    }
+    /* inih sizes its buffer for the line plus "\r\n\0"; a line filling it
+     * would look unfinished to a build of inih that grows its buffer. */
+    if (n > num - 3) {
+        ctx->err = -EINVAL;
+        ctx->err_line = ctx->lineno;
+        snprintf(ctx->errbuf, ctx->errlen, "%s:%d: line is longer than %d bytes", ctx->path,
+                 ctx->lineno, num - 3);
+        return NULL;
+    }
+    memcpy(str, s, (size_t)n + 1);
+    return str;
+}
+
+static int ini_on_value(void *user, const char *section, const char *key, const char *value)
+{
+    struct ini_ctx *ctx = user;
+    char why[768];
+
+    int rc = config_set(ctx->cfg, section, key, value, why, sizeof why);
+    if (rc < 0 && !ctx->err) {
+        ctx->err = rc;
+        ctx->err_line = ctx->lineno;
+        snprintf(ctx->errbuf, ctx->errlen, "%s:%d: %s", ctx->path, ctx->lineno,
+                 rc == -ENOMEM ? "out of memory" : why);
+    }
+    return rc == 0;
+}
+
+static int load_file(struct relay_config *cfg, const char *path, bool path_required,
+                     char *errbuf, size_t errlen)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        int err = errno;
+        if (err == ENOENT && !path_required)
+            return 0;
+        snprintf(errbuf, errlen, "%s: %s", path, strerror(err));
+        return -err;
+    }
+
+    struct ini_ctx ctx = {
+        .cfg = cfg, .file = f, .path = path, .errbuf = errbuf, .errlen = errlen,
+    };
+    int ret = ini_parse_stream(ini_read_line, &ctx, ini_on_value, &ctx);
+    free(ctx.line);
+    fclose(f);
+
+    /* inih reports the first bad line, which may be a syntax error before
+     * anything the handler or the reader rejected. */
+    if (ret > 0 && (!ctx.err || ret < ctx.err_line)) {
+        snprintf(errbuf, errlen, "%s:%d: syntax error (expected [section] or key = value)",
+                 path, ret);
+        return -EINVAL;
+    }
+    if (ctx.err)
+        return ctx.err;
+    if (ret == -2) {
+        snprintf(errbuf, errlen, "%s: out of memory", path);
+        return -ENOMEM;
+    }
+    return ret == 0 ? 0 : -EINVAL;
+}
+
+static int apply_override(struct relay_config *cfg, const char *ov, char *errbuf,
+                          size_t errlen)
+{
+    const char *eq = strchr(ov, '=');
+    size_t namelen = eq ? (size_t)(eq - ov) : strlen(ov);
+    const char *dot = memchr(ov, '.', namelen);
+
+    /* Only the name is echoed: the value may be a password. */
+    if (!eq || !dot || dot == ov || dot + 1 == eq)
+        return fail(errbuf, errlen, "malformed override \"%.*s\" (expected section.key=value)",
+                    (int)namelen, ov);
+
+    char *section = strndup(ov, (size_t)(dot - ov));
+    char *key = strndup(dot + 1, (size_t)(eq - dot - 1));
+    int rc = -ENOMEM;
+    if (section && key)
+        rc = config_set(cfg, section, key, eq + 1, errbuf, errlen);
+    if (rc == -ENOMEM)
+        snprintf(errbuf, errlen, "out of memory");
+    free(section);
+    free(key);
+    return rc;
+}
+
+int config_load(struct relay_config *cfg, const char *path, bool path_required,
+                char *const *overrides, size_t n_overrides, char *errbuf, size_t errlen)
+{
+    char scratch[1];
+    if (!errbuf || !errlen) {
+        errbuf = scratch;
+        errlen = sizeof scratch;
+    }
+    errbuf[0] = '\0';
+
+    if (path) {
+        int rc = load_file(cfg, path, path_required, errbuf, errlen);
+        if (rc < 0)
+            return rc;
+    }
+    for (size_t i = 0; i < n_overrides; i++) {
+        int rc = apply_override(cfg, overrides[i], errbuf, errlen);
+        if (rc < 0)
+            return rc;
+    }
+    return config_validate(cfg, errbuf, errlen);
+}
+
+/* --- validation ---------------------------------------------------------- */
+
+static bool is_true(const char *v)
+{
+    /* librdkafka's spelling of a true boolean */
+    return !strcasecmp(v, "true") || !strcasecmp(v, "t") || !strcmp(v, "1");
+}
+
+static int check_kafka_kv(const struct config_kv *kv, char *errbuf, size_t errlen)
+{
+    const char *k = kv->key, *v = kv->value;
+
+    if (!strcmp(k, "enable.idempotence") && !is_true(v))
+        return fail(errbuf, errlen,
+                    "kafka.%s=%s conflicts with the idempotent producer (needs "
+                    "enable.idempotence=true)",
+                    k, v);
+    if ((!strcmp(k, "acks") || !strcmp(k, "request.required.acks")) &&
+        strcasecmp(v, "all") != 0 && strcmp(v, "-1") != 0)
+        return fail(errbuf, errlen,
+                    "kafka.%s=%s conflicts with the idempotent producer (needs acks=all)", k, v);
+    if ((!strcmp(k, "max.in.flight.requests.per.connection") || !strcmp(k, "max.in.flight")) &&
+        strtol(v, NULL, 10) > 5)
+        return fail(errbuf, errlen,
+                    "kafka.%s=%s conflicts with the idempotent producer (needs at most 5)", k, v);
+    if ((!strcmp(k, "retries") || !strcmp(k, "message.send.max.retries")) &&
+        strtol(v, NULL, 10) == 0)
+        return fail(errbuf, errlen,
+                    "kafka.%s=%s conflicts with the idempotent producer (needs retries > 0)", k,
+                    v);
+    if (!strcmp(k, "transactional.id"))
+        return fail(errbuf, errlen,
+                    "kafka.%s is not supported (the relay uses the idempotent producer, not "
+                    "transactions)",
+                    k);
+    if (!strcmp(k, "queuing.strategy") && !strcasecmp(v, "lifo"))
+        return fail(errbuf, errlen,
+                    "kafka.%s=%s conflicts with the idempotent producer (needs fifo)", k, v);
+    return 0;
+}
+
+int config_validate(const struct relay_config *cfg, char *errbuf, size_t errlen)
+{
+    for (size_t i = 0; i < cfg->n_kafka; i++) {
+        int rc = check_kafka_kv(&cfg->kafka[i], errbuf, errlen);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+int config_reload_check(const struct relay_config *cur, const struct relay_config *next,
+                        char *errbuf, size_t errlen)
+{
+    for (size_t i = 0; i < N_PARAMS; i++) {
+        const struct param *p = &params[i];
+        if (p->reloadable)
+            continue;
+        bool same = (p->type == PARAM_STRING || p->type == PARAM_ENUM)
+                        ? !strcmp(cstr_at(cur, p), cstr_at(next, p))
+                        : int_at(cur, p) == int_at(next, p);
+        if (!same)
+            return fail(errbuf, errlen, "%s.%s cannot change on reload (restart needed)",
+                        p->section, p->key);
+    }
+
+    bool same = cur->n_kafka == next->n_kafka;
+    for (size_t i = 0; same && i < cur->n_kafka; i++) {
+        same = !strcmp(cur->kafka[i].key, next->kafka[i].key) &&
+               !strcmp(cur->kafka[i].value, next->kafka[i].value);
+    }
+    if (!same)
+        return fail(errbuf, errlen, "kafka settings cannot change on reload (restart needed)");
+    return 0;
+}
+
+/* --- secrets ------------------------------------------------------------- */
+
+bool config_key_is_secret(const char *key)
+{
+    static const char *const secret[] = {
+        "conninfo", /* may carry a password; see config_redact_conninfo() */
+        "sasl.password",
+        "ssl.key.password",
+        "ssl.keystore.password",
+        "sasl.oauthbearer.client.secret",
+        "sasl.oauthbearer.config",
+        "ssl.key.pem",
+    };
+    for (size_t i = 0; i < sizeof secret / sizeof secret[0]; i++) {
+        if (!strcmp(key, secret[i]))
+            return true;
+    }
+    return strcasestr(key, "password") || strcasestr(key, "secret");
+}
+
+/* Case-insensitive search of @p needle in the @p n bytes at @p s. */
+static bool span_has(const char *s, size_t n, const char *needle)
+{
+    size_t m = strlen(needle);
+    for (size_t i = 0; i + m <= n; i++) {
+        if (!strncasecmp(s + i, needle, m))
+            return true;
+    }
+    return false;
+}
+
+static int hexval(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+/* A URI query key is percent-encoded: "pass%77ord" is still a password. */
+static bool uri_key_is_secret(const char *k, size_t n)
+{
+    char key[64];
+    size_t len = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (len + 1 >= sizeof key)
+            return true; /* no libpq keyword is this long; mask rather than guess */
+        char c = k[i];
+        if (c == '%' && i + 2 < n && hexval(k[i + 1]) >= 0 && hexval(k[i + 2]) >= 0) {
+            c = (char)(hexval(k[i + 1]) * 16 + hexval(k[i + 2]));
+            i += 2;
+        }
+        key[len++] = c;
+    }
+    return span_has(key, len, "password");
+}
+
+/* libpq's URI: postgres[ql]://[user[:password]@][host][/dbname][?param=value&…].
+ * The userinfo ends at the LAST '@' before the query: a stray '@' or '/' in a
+ * password then over-redacts instead of leaking. */
+static void redact_uri(FILE *out, const char *s, size_t scheme_len)
+{
+    const char *auth = s + scheme_len;
+    const char *query = strchr(auth, '?');
+    const char *end = query ? query : auth + strlen(auth);
+    const char *at = memrchr(auth, '@', (size_t)(end - auth));
+    const char *colon = at ? memchr(auth, ':', (size_t)(at - auth)) : NULL;
+
+    if (colon) {
+        fwrite(s, 1, (size_t)(colon + 1 - s), out);
+        fputs(REDACTED, out);
+        fwrite(at, 1, (size_t)(end - at), out);
+    } else {
+        fwrite(s, 1, (size_t)(end - s), out);
+    }
+    if (!query)
+        return;
+
+    fputc('?', out);
+    for (const char *p = query + 1;;) {
+        const char *amp = strchrnul(p, '&');
+        const char *eq = memchr(p, '=', (size_t)(amp - p));
+        if (eq && uri_key_is_secret(p, (size_t)(eq - p))) {
+            fwrite(p, 1, (size_t)(eq + 1 - p), out);
+            fputs(REDACTED, out);
+        } else {
+            fwrite(p, 1, (size_t)(amp - p), out);
+        }
+        if (!*amp)
+            break;
+        fputc('&', out);
+        p = amp + 1;
+    }
+}
+
+static bool conn_space(char c)
+{
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
+
+/* Follows libpq's conninfo_parse(): keyword [ws] = [ws] value, the value
+ * either bare or in single quotes, with backslash escapes in both. Copies the
+ * text as written, masking secret values. @return false on a syntax error,
+ * having written nothing of the token that failed. */
+static bool redact_kv(FILE *out, const char *s)
+{
+    const char *p = s;
+    for (;;) {
+        const char *ws = p;
+        while (conn_space(*p))
+            p++;
+        fwrite(ws, 1, (size_t)(p - ws), out);
+        if (!*p)
+            return true;
+
+        const char *kw = p;
+        while (*p && !conn_space(*p) && *p != '=')
+            p++;
+        size_t kwlen = (size_t)(p - kw);
+        while (conn_space(*p))
+            p++;
+        if (*p != '=' || kwlen == 0)
+            return false;
+        p++;
+        while (conn_space(*p))
+            p++;
+
+        const char *val = p;
+        if (*p == '\'') {
+            for (p++; *p && *p != '\''; p++) {
+                if (*p == '\\' && p[1])
+                    p++;
+            }
+            if (*p != '\'')
+                return false;
+            p++;
+        } else {
+            for (; *p && !conn_space(*p); p++) {
+                if (*p == '\\' && p[1])
+                    p++;
+            }
+        }
+
+        /* A dbname may itself be a connection string (expand_dbname). */
+        bool secret = span_has(kw, kwlen, "password") ||
+                      (kwlen == 6 && !strncmp(kw, "dbname", 6) &&
+                       (memchr(val, '=', (size_t)(p - val)) ||
+                        span_has(val, (size_t)(p - val), "://")));
+        if (secret) {
+            fwrite(kw, 1, (size_t)(val - kw), out);
+            fputs(REDACTED, out);
+        } else {
+            fwrite(kw, 1, (size_t)(p - kw), out);
+        }
+    }
+}
+
+char *config_redact_conninfo(const char *conninfo)
+{
+    if (!conninfo)
+        conninfo = "";
+
+    char *res = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&res, &len);
+    if (!out)
+        return NULL;
+
+    if (!strncmp(conninfo, "postgresql://", 13))
+        redact_uri(out, conninfo, 13);
+    else if (!strncmp(conninfo, "postgres://", 11))
+        redact_uri(out, conninfo, 11);
+    else if (!redact_kv(out, conninfo))
+        fputs(REDACTED, out); /* unparsable: keep what was understood, mask the rest */
+
+    bool failed = ferror(out) != 0;
+    if (fclose(out) != 0 || failed) {
+        free(res);
+        return NULL;
+    }
+    return res;
+}
+
+/* --- the dump ------------------------------------------------------------ */
+
+static void dump_param(const struct relay_config *cfg, const struct param *p, FILE *out)
+{
+    fprintf(out, "# %s%s\n", p->desc, p->reloadable ? " (reloadable)" : "");
+    switch (p->type) {
+    case PARAM_STRING:
+    case PARAM_ENUM: {
+        const char *v = cstr_at(cfg, p) ? cstr_at(cfg, p) : "";
+        if (!strcmp(p->section, "postgres") && !strcmp(p->key, "conninfo")) {
+            char *redacted = config_redact_conninfo(v);
+            fprintf(out, "%s = %s\n", p->key, redacted ? redacted : REDACTED);
+            free(redacted);
+        } else {
+            fprintf(out, "%s = %s\n", p->key, config_key_is_secret(p->key) ? REDACTED : v);
+        }
+        break;
+    }
+    case PARAM_INT:
+        fprintf(out, "%s = %d\n", p->key, int_at(cfg, p));
+        break;
+    case PARAM_LOG_LEVEL: {
+        int level = int_at(cfg, p);
+        fprintf(out, "%s = %s\n", p->key,
+                level >= 0 && level <= LOG_LVL_DEBUG ? log_level_names[level] : "info");
+        break;
+    }
+    }
+}
+
+void config_dump(const struct relay_config *cfg, FILE *out)
+{
+    fputs("# outbox-relay effective configuration (secrets redacted)\n", out);
+    for (size_t s = 0; s < sizeof sections / sizeof sections[0]; s++) {
+        fprintf(out, "\n[%s]\n", sections[s]);
+        if (!strcmp(sections[s], "kafka")) {
+            fputs("# librdkafka producer properties\n", out);
+            for (size_t i = 0; i < cfg->n_kafka; i++) {
+                const struct config_kv *kv = &cfg->kafka[i];
+                fprintf(out, "%s = %s\n", kv->key,
+                        config_key_is_secret(kv->key) ? REDACTED : kv->value);
+            }
+            continue;
+        }
+        for (size_t i = 0; i < N_PARAMS; i++) {
+            if (!strcmp(params[i].section, sections[s]))
+                dump_param(cfg, &params[i], out);
+        }
+    }
+}

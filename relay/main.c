@@ -1,0 +1,142 @@
+/* main.c — the command line and the boot order of outbox-relay. */
+#include <errno.h>
+#include <getopt.h>
+#include <librdkafka/rdkafka.h>
+#include <libpq-fe.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <uv.h>
+
+#include "build_config.h"
+#include "config.h"
+#include "errors.h"
+#include "log.h"
+#include "migrate.h"
+#include "producer.h"
+#include "relay.h"
+
+#define MAX_OVERRIDES 256
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "Usage: outbox-relay COMMAND [-c FILE] [-X section.key=value]...\n"
+            "\n"
+            "Relays rows of a PostgreSQL outbox table to Kafka, at least once, in order\n"
+            "per aggregate.\n"
+            "\n"
+            "Commands:\n"
+            "  run            relay until SIGTERM/SIGINT\n"
+            "  migrate        create or upgrade the outbox table (safe to run again)\n"
+            "  check-config   validate the configuration and print it, secrets redacted\n"
+            "  version        print the version\n"
+            "\n"
+            "Options:\n"
+            "  -c, --config FILE   configuration file (default " CONFIG_DEFAULT_PATH
+            ";\n"
+            "                      used only if it exists when -c is not given)\n"
+            "  -X section.key=value  set one key, overriding the file (repeatable)\n"
+            "  -h, --help          show this help\n"
+            "      --version       print the version\n"
+            "\n"
+            "Exit status: 0 ok, 64 usage, 69 PostgreSQL unreachable, 70 internal error,\n"
+            "78 configuration rejected.\n");
+}
+
+static void print_version(void)
+{
+    printf("outbox-relay %s (librdkafka %s, libpq %d, libuv %s)\n", OUTBOX_RELAY_VERSION,
+           rd_kafka_version_str(), PQlibVersion(), uv_version_string());
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        { "config", required_argument, NULL, 'c' },
+        { "help", no_argument, NULL, 'h' },
+        { "version", no_argument, NULL, 'V' },
+        { NULL, 0, NULL, 0 },
+    };
+    const char *config_path = NULL;
+    char *overrides[MAX_OVERRIDES];
+    size_t n_overrides = 0;
+
+    int c;
+    while ((c = getopt_long(argc, argv, "c:X:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'c':
+            config_path = optarg;
+            break;
+        case 'X':
+            if (n_overrides == MAX_OVERRIDES) {
+                fprintf(stderr, "outbox-relay: too many -X options (at most %d)\n", MAX_OVERRIDES);
+                return EXIT_USAGE;
+            }
+            overrides[n_overrides++] = optarg;
+            break;
+        case 'h':
+            usage(stdout);
+            return EXIT_OK;
+        case 'V':
+            print_version();
+            return EXIT_OK;
+        default:
+            usage(stderr);
+            return EXIT_USAGE;
+        }
+    }
+    if (optind != argc - 1) {
+        fprintf(stderr, "outbox-relay: %s\n", optind >= argc ? "no command given" : "one command at a time");
+        usage(stderr);
+        return EXIT_USAGE;
+    }
+    const char *cmd = argv[optind];
+    if (strcmp(cmd, "version") == 0) {
+        print_version();
+        return EXIT_OK;
+    }
+    if (strcmp(cmd, "run") != 0 && strcmp(cmd, "migrate") != 0 && strcmp(cmd, "check-config") != 0) {
+        fprintf(stderr, "outbox-relay: unknown command \"%s\"\n", cmd);
+        usage(stderr);
+        return EXIT_USAGE;
+    }
+
+    /* Configuration: table defaults ← file ← -X, then the cross-key rules and
+     * librdkafka's own verdict on the [kafka] section. */
+    struct relay_config cfg;
+    char err[1024];
+    config_init(&cfg);
+    int rc = config_load(&cfg, config_path ? config_path : CONFIG_DEFAULT_PATH,
+                         config_path != NULL, overrides, n_overrides, err, sizeof(err));
+    if (rc == 0)
+        rc = config_validate(&cfg, err, sizeof(err));
+    if (rc == 0) {
+        rd_kafka_conf_t *kconf = producer_conf_new(&cfg, err, sizeof(err));
+        if (kconf)
+            rd_kafka_conf_destroy(kconf);
+        else
+            rc = -1;
+    }
+    if (rc != 0) {
+        fprintf(stderr, "outbox-relay: configuration rejected: %s\n", err);
+        config_free(&cfg);
+        return EXIT_CONFIG;
+    }
+    log_set_level((enum log_level)cfg.log_level);
+
+    int status;
+    if (strcmp(cmd, "check-config") == 0) {
+        config_dump(&cfg, stdout);
+        status = EXIT_OK;
+    } else if (strcmp(cmd, "migrate") == 0) {
+        rc = migrate_run(&cfg);
+        status = rc == 0 ? EXIT_OK : rc == -EHOSTUNREACH ? EXIT_UNAVAILABLE : EXIT_SOFTWARE;
+    } else {
+        log_info("outbox-relay starting", "version=%s pid=%ld", OUTBOX_RELAY_VERSION, (long)getpid());
+        status = relay_run(&cfg);
+    }
+    config_free(&cfg);
+    return status;
+}

@@ -1,0 +1,277 @@
+/* pg.c — libpq in non-blocking mode on a uv_poll_t.
+ *
+ * libpq tells us which direction it waits for (PQconnectPoll while
+ * connecting, PQflush while sending); we translate that into poll events and
+ * never block the loop. */
+#include "pg.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+
+static void on_poll(uv_poll_t *h, int status, int events);
+
+static void close_poll_cb(uv_handle_t *h)
+{
+    free(h);
+}
+
+static void drop_poll(struct pg_conn *pg)
+{
+    if (pg->poll) {
+        uv_poll_stop(pg->poll);
+        uv_close((uv_handle_t *)pg->poll, close_poll_cb);
+        pg->poll = NULL;
+    }
+    pg->fd = -1;
+    pg->poll_events = 0;
+}
+
+/* Watches libpq's current socket for @p events; libpq may have replaced the
+ * socket (another host of a multi-host conninfo, or a reconnect), and uv
+ * refuses to watch a new fd with an old handle, so a changed fd gets a new handle. */
+static int watch(struct pg_conn *pg, int events)
+{
+    int fd = PQsocket(pg->conn);
+    if (fd < 0)
+        return -EBADF;
+    if (pg->poll && fd != pg->fd)
+        drop_poll(pg);
+    if (!pg->poll) {
+        pg->poll = malloc(sizeof(*pg->poll));
+        if (!pg->poll)
+            return -ENOMEM;
+        int rc = uv_poll_init(pg->loop, pg->poll, fd);
+        if (rc < 0) {
+            free(pg->poll);
+            pg->poll = NULL;
+            return rc;
+        }
+        pg->poll->data = pg;
+        pg->fd = fd;
+        pg->poll_events = 0;
+    }
+    if (events != pg->poll_events) {
+        int rc = uv_poll_start(pg->poll, events, on_poll);
+        if (rc < 0)
+            return rc;
+        pg->poll_events = events;
+    }
+    return 0;
+}
+
+static void teardown(struct pg_conn *pg)
+{
+    drop_poll(pg);
+    if (pg->last) {
+        PQclear(pg->last);
+        pg->last = NULL;
+    }
+    if (pg->conn) {
+        PQfinish(pg->conn);
+        pg->conn = NULL;
+    }
+    pg->state = PG_DISCONNECTED;
+}
+
+/* The connection is gone: the running statement (if any) completes with NULL,
+ * then the owner hears about it once. */
+static void lost(struct pg_conn *pg, const char *why)
+{
+    char msg[512];
+    snprintf(msg, sizeof(msg), "%s", why && *why ? why : "connection lost");
+    size_t n = strlen(msg);
+    while (n > 0 && (msg[n - 1] == '\n' || msg[n - 1] == ' '))
+        msg[--n] = '\0';
+
+    pg_result_cb cb = pg->result_cb;
+    void *arg = pg->result_arg;
+    pg->result_cb = NULL;
+    teardown(pg);
+    if (cb)
+        cb(pg, NULL, arg);
+    if (pg->cb.on_lost)
+        pg->cb.on_lost(pg, msg, pg->cb.arg);
+}
+
+int pg_init(struct pg_conn *pg, uv_loop_t *loop, const char *conninfo,
+            const struct pg_callbacks *cb)
+{
+    memset(pg, 0, sizeof(*pg));
+    pg->loop = loop;
+    pg->fd = -1;
+    pg->cb = *cb;
+    pg->conninfo = strdup(conninfo ? conninfo : "");
+    return pg->conninfo ? 0 : -ENOMEM;
+}
+
+int pg_connect(struct pg_conn *pg)
+{
+    if (pg->state != PG_DISCONNECTED)
+        return -EALREADY;
+    pg->conn = PQconnectStart(pg->conninfo);
+    if (!pg->conn)
+        return -ENOMEM;
+    if (PQstatus(pg->conn) == CONNECTION_BAD) {
+        log_warn("postgres connection failed", "error=\"%s\"", PQerrorMessage(pg->conn));
+        teardown(pg);
+        return -EIO;
+    }
+    pg->state = PG_CONNECTING;
+    /* PQconnectStart leaves us in the "writing" phase of the handshake. */
+    int rc = watch(pg, UV_WRITABLE);
+    if (rc < 0) {
+        teardown(pg);
+        return -EIO;
+    }
+    return 0;
+}
+
+static void connect_step(struct pg_conn *pg)
+{
+    switch (PQconnectPoll(pg->conn)) {
+    case PGRES_POLLING_READING:
+        if (watch(pg, UV_READABLE) < 0)
+            lost(pg, "cannot watch socket");
+        return;
+    case PGRES_POLLING_WRITING:
+        if (watch(pg, UV_WRITABLE) < 0)
+            lost(pg, "cannot watch socket");
+        return;
+    case PGRES_POLLING_OK:
+        if (PQsetnonblocking(pg->conn, 1) != 0 || watch(pg, UV_READABLE) < 0) {
+            lost(pg, PQerrorMessage(pg->conn));
+            return;
+        }
+        pg->state = PG_READY;
+        if (pg->cb.on_connected)
+            pg->cb.on_connected(pg, pg->cb.arg);
+        return;
+    default:
+        lost(pg, PQerrorMessage(pg->conn));
+        return;
+    }
+}
+
+static void drain_notifies(struct pg_conn *pg)
+{
+    PGnotify *n;
+    while (pg->conn && (n = PQnotifies(pg->conn)) != NULL) {
+        if (pg->cb.on_notify)
+            pg->cb.on_notify(pg, n->relname, pg->cb.arg);
+        PQfreemem(n);
+    }
+}
+
+/* Collects results while libpq can hand them out without blocking; the
+ * statement is complete when PQgetResult returns NULL. */
+static void collect_results(struct pg_conn *pg)
+{
+    while (pg->state == PG_BUSY && !PQisBusy(pg->conn)) {
+        PGresult *res = PQgetResult(pg->conn);
+        if (res) {
+            if (pg->last)
+                PQclear(pg->last);
+            pg->last = res;
+            continue;
+        }
+        pg_result_cb cb = pg->result_cb;
+        void *arg = pg->result_arg;
+        PGresult *final = pg->last;
+        pg->last = NULL;
+        pg->result_cb = NULL;
+        pg->state = PG_READY;
+        /* The callback may send the next statement or even close us. */
+        if (cb)
+            cb(pg, final, arg);
+        PQclear(final);
+    }
+}
+
+static void on_poll(uv_poll_t *h, int status, int events)
+{
+    struct pg_conn *pg = h->data;
+    if (!pg || pg->poll != h)
+        return;
+    if (status < 0 && pg->state != PG_CONNECTING) {
+        lost(pg, uv_strerror(status));
+        return;
+    }
+    if (pg->state == PG_CONNECTING) {
+        connect_step(pg);
+        return;
+    }
+
+    if (events & UV_WRITABLE) {
+        int f = PQflush(pg->conn);
+        if (f < 0) {
+            lost(pg, PQerrorMessage(pg->conn));
+            return;
+        }
+        if (f == 0 && watch(pg, UV_READABLE) < 0) {
+            lost(pg, "cannot watch socket");
+            return;
+        }
+    }
+    if (events & UV_READABLE) {
+        if (!PQconsumeInput(pg->conn)) {
+            lost(pg, PQerrorMessage(pg->conn));
+            return;
+        }
+        drain_notifies(pg);
+        if (!pg->conn)
+            return;
+        collect_results(pg);
+        if (!pg->conn)
+            return;
+        drain_notifies(pg);
+    }
+    if (pg->conn && PQstatus(pg->conn) == CONNECTION_BAD)
+        lost(pg, PQerrorMessage(pg->conn));
+}
+
+bool pg_ready(const struct pg_conn *pg)
+{
+    return pg->state == PG_READY;
+}
+
+int pg_query(struct pg_conn *pg, const char *sql, int nparams, const char *const *params,
+             pg_result_cb cb, void *arg)
+{
+    if (pg->state == PG_BUSY)
+        return -EBUSY;
+    if (pg->state != PG_READY)
+        return -ENOTCONN;
+    if (!PQsendQueryParams(pg->conn, sql, nparams, NULL, params, NULL, NULL, 0)) {
+        lost(pg, PQerrorMessage(pg->conn));
+        return -EIO;
+    }
+    pg->state = PG_BUSY;
+    pg->result_cb = cb;
+    pg->result_arg = arg;
+    /* A large statement may not fit the socket buffer: then wait for writable too. */
+    int f = PQflush(pg->conn);
+    int rc = f < 0 ? -EIO : watch(pg, f == 1 ? (UV_READABLE | UV_WRITABLE) : UV_READABLE);
+    if (rc < 0) {
+        /* Failing here is reported by the return value, not by the result callback. */
+        pg->result_cb = NULL;
+        lost(pg, f < 0 ? PQerrorMessage(pg->conn) : "cannot watch socket");
+        return -EIO;
+    }
+    return 0;
+}
+
+void pg_close(struct pg_conn *pg)
+{
+    pg->result_cb = NULL;
+    teardown(pg);
+}
+
+void pg_free(struct pg_conn *pg)
+{
+    pg_close(pg);
+    free(pg->conninfo);
+    pg->conninfo = NULL;
+}

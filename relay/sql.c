@@ -1,0 +1,298 @@
+/* sql.c — the relay's SQL text: identifier checks, quoting, the migration
+ * template renderer and the statements the relay runs. No SQL is built
+ * anywhere else, and nothing here accepts an identifier it has not checked. */
+#include "sql.h"
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* PostgreSQL truncates identifiers to NAMEDATALEN-1 bytes; a derived name
+ * ("<table>_<suffix>") longer than that would silently collide. */
+#define PG_IDENT_MAX 63
+#define CONFIG_IDENT_MAX 48
+
+static bool ident_start(char c)
+{
+    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '_';
+}
+
+static bool ident_char(char c)
+{
+    return ident_start(c) || (c >= '0' && c <= '9');
+}
+
+int sql_ident_valid(const char *name)
+{
+    if (!name || !ident_start(name[0]))
+        return 0;
+    size_t n = 1;
+    for (; name[n]; n++) {
+        if (!ident_char(name[n]) || n >= CONFIG_IDENT_MAX)
+            return 0;
+    }
+    return 1;
+}
+
+static int quote_with(char q, const char *s, char *out, size_t outlen)
+{
+    size_t need = 2;
+    for (const char *p = s; *p; p++)
+        need += (*p == q) ? 2 : 1;
+    if (need + 1 > outlen)
+        return -ENOSPC;
+
+    char *o = out;
+    *o++ = q;
+    for (const char *p = s; *p; p++) {
+        if (*p == q)
+            *o++ = q;
+        *o++ = *p;
+    }
+    *o++ = q;
+    *o = '\0';
+    return (int)(o - out);
+}
+
+int sql_quote_ident(const char *name, char *out, size_t outlen)
+{
+    if (!name)
+        return -EINVAL;
+    return quote_with('"', name, out, outlen);
+}
+
+/* Like PQescapeLiteral: a string with a backslash is written in the E'' form
+ * with backslashes doubled, which means the same thing whether the server has
+ * standard_conforming_strings on (the default since 9.1) or off. Without a
+ * backslash the plain form is unambiguous under both settings. */
+int sql_quote_literal(const char *s, char *out, size_t outlen)
+{
+    if (!s)
+        return -EINVAL;
+    if (!strchr(s, '\\'))
+        return quote_with('\'', s, out, outlen);
+
+    size_t need = 3;
+    for (const char *p = s; *p; p++)
+        need += (*p == '\'' || *p == '\\') ? 2 : 1;
+    if (need + 1 > outlen)
+        return -ENOSPC;
+
+    char *o = out;
+    *o++ = 'E';
+    *o++ = '\'';
+    for (const char *p = s; *p; p++) {
+        if (*p == '\'' || *p == '\\')
+            *o++ = *p;
+        *o++ = *p;
+    }
+    *o++ = '\'';
+    *o = '\0';
+    return (int)(o - out);
+}
+
+static bool suffix_valid(const char *s, size_t n)
+{
+    if (n == 0)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_'))
+            return false;
+    }
+    return true;
+}
+
+/* Writes the replacement of one {{name}} to @p out; false if the name is unknown. */
+static bool render_placeholder(FILE *out, const char *name, size_t n, const char *schema,
+                               const char *table, const char *channel)
+{
+    char buf[2 * PG_IDENT_MAX + 4];
+
+    if (n == 6 && !memcmp(name, "schema", 6))
+        return sql_quote_ident(schema, buf, sizeof buf) >= 0 && fputs(buf, out) >= 0;
+    if (n == 5 && !memcmp(name, "table", 5))
+        return sql_quote_ident(table, buf, sizeof buf) >= 0 && fputs(buf, out) >= 0;
+    if (n == 7 && !memcmp(name, "channel", 7))
+        return sql_quote_literal(channel, buf, sizeof buf) >= 0 && fputs(buf, out) >= 0;
+    if (n > 6 && !memcmp(name, "table:", 6)) {
+        const char *suffix = name + 6;
+        size_t slen = n - 6;
+        char ident[PG_IDENT_MAX + 1];
+        if (!suffix_valid(suffix, slen) || strlen(table) + 1 + slen > PG_IDENT_MAX)
+            return false;
+        snprintf(ident, sizeof ident, "%s_%.*s", table, (int)slen, suffix);
+        return sql_quote_ident(ident, buf, sizeof buf) >= 0 && fputs(buf, out) >= 0;
+    }
+    return false;
+}
+
+char *sql_render_template(const char *tmpl, const char *schema, const char *table,
+                          const char *channel)
+{
+    if (!tmpl || !sql_ident_valid(schema) || !sql_ident_valid(table) ||
+        !sql_ident_valid(channel))
+        return NULL;
+
+    char *res = NULL;
+    size_t reslen = 0;
+    FILE *out = open_memstream(&res, &reslen);
+    if (!out)
+        return NULL;
+
+    bool ok = true;
+    const char *p = tmpl;
+    while (ok) {
+        const char *open = strstr(p, "{{");
+        if (!open) {
+            ok = fputs(p, out) >= 0;
+            break;
+        }
+        const char *close = strstr(open + 2, "}}");
+        if (!close) {
+            ok = false;
+            break;
+        }
+        ok = fwrite(p, 1, (size_t)(open - p), out) == (size_t)(open - p) &&
+             render_placeholder(out, open + 2, (size_t)(close - open - 2), schema, table,
+                                channel);
+        p = close + 2;
+    }
+
+    if (fclose(out) != 0)
+        ok = false;
+    if (!ok) {
+        free(res);
+        return NULL;
+    }
+    return res;
+}
+
+int sql_statements_init(struct sql_statements *s, const char *schema, const char *table,
+                        const char *channel)
+{
+    memset(s, 0, sizeof *s);
+    if (!sql_ident_valid(schema) || !sql_ident_valid(table) || !sql_ident_valid(channel))
+        return -EINVAL;
+
+    char qschema[2 * CONFIG_IDENT_MAX + 4], qtable[2 * CONFIG_IDENT_MAX + 4];
+    char qchannel[2 * CONFIG_IDENT_MAX + 4], plain[2 * CONFIG_IDENT_MAX + 2];
+    char lock_key[2 * sizeof plain + 4];
+
+    /* Valid identifiers contain no quotes, so these cannot overflow. */
+    sql_quote_ident(schema, qschema, sizeof qschema);
+    sql_quote_ident(table, qtable, sizeof qtable);
+    sql_quote_ident(channel, qchannel, sizeof qchannel);
+    snprintf(plain, sizeof plain, "%s.%s", schema, table);
+    sql_quote_literal(plain, lock_key, sizeof lock_key);
+
+    /* asprintf leaves the pointer undefined on failure, hence the resets. */
+    if (asprintf(&s->claim,
+                 "SELECT \"id\", \"event_id\"::text, \"aggregate_type\", \"aggregate_id\", "
+                 "\"event_type\", \"topic\", \"payload\"::text, \"headers\"::text, "
+                 "(extract(epoch FROM \"created_at\") * 1000)::bigint, "
+                 "to_char(\"created_at\" AT TIME ZONE 'UTC', "
+                 "'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') "
+                 "FROM %s.%s WHERE \"sent_at\" IS NULL AND \"dead_at\" IS NULL "
+                 "ORDER BY \"id\" LIMIT $1",
+                 qschema, qtable) < 0) {
+        s->claim = NULL;
+        goto nomem;
+    }
+    if (asprintf(&s->mark_sent,
+                 "UPDATE %s.%s SET \"sent_at\" = clock_timestamp() "
+                 "WHERE \"id\" = ANY($1::bigint[]) AND \"sent_at\" IS NULL",
+                 qschema, qtable) < 0) {
+        s->mark_sent = NULL;
+        goto nomem;
+    }
+    /* The lock key is derived from the table, so relays for different outbox
+     * tables in one database elect their leaders independently. */
+    if (asprintf(&s->leader_lock,
+                 "SELECT pg_try_advisory_lock(hashtextextended("
+                 "'outbox-relay:leader:' || %s, 0))",
+                 lock_key) < 0) {
+        s->leader_lock = NULL;
+        goto nomem;
+    }
+    if (asprintf(&s->listen, "LISTEN %s", qchannel) < 0) {
+        s->listen = NULL;
+        goto nomem;
+    }
+    return 0;
+
+nomem:
+    sql_statements_free(s);
+    return -ENOMEM;
+}
+
+void sql_statements_free(struct sql_statements *s)
+{
+    free(s->claim);
+    free(s->mark_sent);
+    free(s->leader_lock);
+    free(s->listen);
+    memset(s, 0, sizeof *s);
+}
+
+int sql_migrate_init(struct sql_migrate *q, const char *schema)
+{
+    memset(q, 0, sizeof *q);
+    if (!sql_ident_valid(schema))
+        return -EINVAL;
+
+    char qschema[2 * CONFIG_IDENT_MAX + 4];
+    sql_quote_ident(schema, qschema, sizeof qschema);
+
+    /* One key for all tables: migrations of different tables may share the
+     * schema and its bookkeeping table, so they serialise too. */
+    q->lock = strdup("SELECT pg_advisory_xact_lock(hashtextextended('outbox-relay:migrate', 0))");
+    if (!q->lock)
+        goto nomem;
+    if (asprintf(&q->create_schema, "CREATE SCHEMA IF NOT EXISTS %s", qschema) < 0) {
+        q->create_schema = NULL;
+        goto nomem;
+    }
+    if (asprintf(&q->create_table,
+                 "CREATE TABLE IF NOT EXISTS %s.\"outbox_relay_migrations\" ("
+                 "\"table_name\" text NOT NULL, "
+                 "\"version\" int NOT NULL, "
+                 "\"name\" text NOT NULL, "
+                 "\"applied_at\" timestamptz NOT NULL DEFAULT clock_timestamp(), "
+                 "PRIMARY KEY (\"table_name\", \"version\"))",
+                 qschema) < 0) {
+        q->create_table = NULL;
+        goto nomem;
+    }
+    if (asprintf(&q->applied,
+                 "SELECT 1 FROM %s.\"outbox_relay_migrations\" "
+                 "WHERE \"table_name\" = $1 AND \"version\" = $2::int",
+                 qschema) < 0) {
+        q->applied = NULL;
+        goto nomem;
+    }
+    if (asprintf(&q->record,
+                 "INSERT INTO %s.\"outbox_relay_migrations\" (\"table_name\", \"version\", "
+                 "\"name\") VALUES ($1, $2::int, $3)",
+                 qschema) < 0) {
+        q->record = NULL;
+        goto nomem;
+    }
+    return 0;
+
+nomem:
+    sql_migrate_free(q);
+    return -ENOMEM;
+}
+
+void sql_migrate_free(struct sql_migrate *q)
+{
+    free(q->lock);
+    free(q->create_schema);
+    free(q->create_table);
+    free(q->applied);
+    free(q->record);
+    memset(q, 0, sizeof *q);
+}
