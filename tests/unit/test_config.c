@@ -1,0 +1,558 @@
+/* Unit tests of relay/config.c: defaults, the INI file, overrides, every
+ * rejection a user can run into, redaction and the dump. */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "log.h"
+
+static struct relay_config cfg;
+static char err[1024];
+static char path[64];
+
+static void setup(void)
+{
+    config_init(&cfg);
+    err[0] = '\0';
+    path[0] = '\0';
+}
+
+static void teardown(void)
+{
+    config_free(&cfg);
+    if (path[0])
+        unlink(path);
+}
+
+TestSuite(config, .init = setup, .fini = teardown);
+
+/* Writes @p text to a fresh temporary file whose name is left in path. */
+static void write_file(const char *text)
+{
+    strcpy(path, "/tmp/outbox-relay-test-XXXXXX");
+    int fd = mkstemp(path);
+    cr_assert(fd >= 0);
+    FILE *f = fdopen(fd, "w");
+    cr_assert_not_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+static int load_text(const char *text, char *const *ov, size_t n_ov)
+{
+    write_file(text);
+    return config_load(&cfg, path, true, ov, n_ov, err, sizeof err);
+}
+
+static int load_override(const char *ov)
+{
+    char *const ovs[] = {(char *)ov};
+    return config_load(&cfg, NULL, false, ovs, 1, err, sizeof err);
+}
+
+static const char *kafka_get(const char *key)
+{
+    for (size_t i = 0; i < cfg.n_kafka; i++) {
+        if (!strcmp(cfg.kafka[i].key, key))
+            return cfg.kafka[i].value;
+    }
+    return NULL;
+}
+
+#define assert_err_has(s) cr_assert_not_null(strstr(err, s), "error \"%s\" lacks \"%s\"", err, s)
+
+/* Captures config_dump() output; the caller frees it. */
+static char *dump(const struct relay_config *c)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    cr_assert_not_null(f);
+    config_dump(c, f);
+    fclose(f);
+    return buf;
+}
+
+/* --- defaults and parsing ------------------------------------------------ */
+
+Test(config, defaults)
+{
+    cr_assert_str_eq(cfg.pg_conninfo, "");
+    cr_assert_eq(cfg.n_kafka, 0);
+    cr_assert_str_eq(cfg.schema, "public");
+    cr_assert_str_eq(cfg.table, "outbox");
+    cr_assert_str_eq(cfg.topic, "outbox.${aggregate_type}");
+    cr_assert_str_eq(cfg.notify_channel, "outbox_relay");
+    cr_assert_eq(cfg.batch_size, 1000);
+    cr_assert_eq(cfg.poll_interval_ms, 1000);
+    cr_assert_eq(cfg.shutdown_timeout_ms, 10000);
+    cr_assert_eq(cfg.reconnect_interval_ms, 1000);
+    cr_assert_str_eq(cfg.http_listen, "");
+    cr_assert_eq(cfg.log_level, LOG_LVL_INFO);
+    cr_assert_str_eq(cfg.log_format, "logfmt");
+    cr_assert_eq(config_validate(&cfg, err, sizeof err), 0);
+}
+
+Test(config, free_is_safe_on_zeroed_and_twice)
+{
+    struct relay_config z;
+    memset(&z, 0, sizeof z);
+    config_free(&z);
+    config_free(&cfg);
+    config_free(&cfg);
+}
+
+Test(config, file_sets_every_section)
+{
+    int rc = load_text("; a comment\n"
+                       "# another comment\n"
+                       "[postgres]\n"
+                       "conninfo = host=db dbname=app\n"
+                       "\n"
+                       "[kafka]\n"
+                       "bootstrap.servers = k1:9092,k2:9092\n"
+                       "linger.ms = 5\n"
+                       "\n"
+                       "[relay]\n"
+                       "  schema = app\n" /* indented keys are keys, not continuations */
+                       "  table = events\n"
+                       "topic = ${aggregate_type}.${event_type}\n"
+                       "notify_channel = app_events\n"
+                       "batch_size = 250\n"
+                       "poll_interval_ms = 500\n"
+                       "shutdown_timeout_ms = 0\n"
+                       "reconnect_interval_ms = 2000\n"
+                       "[http]\n"
+                       "listen = 127.0.0.1:9100\n"
+                       "[log]\n"
+                       "level = debug\n"
+                       "format = json\n",
+                       NULL, 0);
+    cr_assert_eq(rc, 0, "%s", err);
+    cr_assert_str_eq(cfg.pg_conninfo, "host=db dbname=app");
+    cr_assert_eq(cfg.n_kafka, 2);
+    cr_assert_str_eq(cfg.kafka[0].key, "bootstrap.servers");
+    cr_assert_str_eq(cfg.kafka[0].value, "k1:9092,k2:9092");
+    cr_assert_str_eq(cfg.kafka[1].key, "linger.ms");
+    cr_assert_str_eq(cfg.kafka[1].value, "5");
+    cr_assert_str_eq(cfg.schema, "app");
+    cr_assert_str_eq(cfg.table, "events");
+    cr_assert_str_eq(cfg.topic, "${aggregate_type}.${event_type}");
+    cr_assert_str_eq(cfg.notify_channel, "app_events");
+    cr_assert_eq(cfg.batch_size, 250);
+    cr_assert_eq(cfg.poll_interval_ms, 500);
+    cr_assert_eq(cfg.shutdown_timeout_ms, 0);
+    cr_assert_eq(cfg.reconnect_interval_ms, 2000);
+    cr_assert_str_eq(cfg.http_listen, "127.0.0.1:9100");
+    cr_assert_eq(cfg.log_level, LOG_LVL_DEBUG);
+    cr_assert_str_eq(cfg.log_format, "json");
+}
+
+Test(config, overrides_win_over_file_in_order)
+{
+    char *const ov[] = {"relay.batch_size=10", "relay.batch_size=20", "log.level=warn"};
+    int rc = load_text("[relay]\nbatch_size = 5\ntable = events\n[log]\nlevel = debug\n", ov, 3);
+    cr_assert_eq(rc, 0, "%s", err);
+    cr_assert_eq(cfg.batch_size, 20);
+    cr_assert_str_eq(cfg.table, "events");
+    cr_assert_eq(cfg.log_level, LOG_LVL_WARN);
+}
+
+Test(config, override_kafka_key_with_dots)
+{
+    cr_assert_eq(load_override("kafka.bootstrap.servers=host:9092"), 0, "%s", err);
+    cr_assert_eq(cfg.n_kafka, 1);
+    cr_assert_str_eq(cfg.kafka[0].key, "bootstrap.servers");
+    cr_assert_str_eq(cfg.kafka[0].value, "host:9092");
+}
+
+Test(config, override_value_may_contain_equals_and_dots)
+{
+    cr_assert_eq(load_override("postgres.conninfo=host=a.example dbname=x"), 0, "%s", err);
+    cr_assert_str_eq(cfg.pg_conninfo, "host=a.example dbname=x");
+}
+
+Test(config, later_kafka_key_replaces_earlier_in_place)
+{
+    char *const ov[] = {"kafka.linger.ms=50"};
+    int rc = load_text("[kafka]\nlinger.ms = 5\nclient.id = relay\n", ov, 1);
+    cr_assert_eq(rc, 0, "%s", err);
+    cr_assert_eq(cfg.n_kafka, 2);
+    cr_assert_str_eq(cfg.kafka[0].key, "linger.ms");
+    cr_assert_str_eq(cfg.kafka[0].value, "50");
+    cr_assert_str_eq(kafka_get("client.id"), "relay");
+}
+
+Test(config, missing_optional_file_keeps_defaults_and_applies_overrides)
+{
+    char *const ov[] = {"relay.table=events"};
+    int rc = config_load(&cfg, "/nonexistent/outbox-relay.conf", false, ov, 1, err, sizeof err);
+    cr_assert_eq(rc, 0, "%s", err);
+    cr_assert_str_eq(cfg.table, "events");
+    cr_assert_str_eq(cfg.schema, "public");
+}
+
+Test(config, missing_required_file_is_enoent_naming_path)
+{
+    int rc = config_load(&cfg, "/nonexistent/outbox-relay.conf", true, NULL, 0, err,
+                         sizeof err);
+    cr_assert_eq(rc, -ENOENT);
+    assert_err_has("/nonexistent/outbox-relay.conf");
+}
+
+Test(config, set_reports_key)
+{
+    cr_assert_eq(config_set(&cfg, "relay", "batch_size", "7", err, sizeof err), 0);
+    cr_assert_eq(cfg.batch_size, 7);
+    cr_assert_eq(config_set(&cfg, "relay", "batch_size", "x", err, sizeof err), -EINVAL);
+    assert_err_has("relay.batch_size");
+}
+
+/* --- rejections ---------------------------------------------------------- */
+
+Test(config, unknown_section)
+{
+    cr_assert_eq(load_text("[relay]\ntable = t\n[replay]\nbatch_size = 5\n", NULL, 0), -EINVAL);
+    assert_err_has("replay.batch_size");
+    assert_err_has(":4:");
+}
+
+Test(config, key_outside_section)
+{
+    cr_assert_eq(load_text("batch_size = 5\n", NULL, 0), -EINVAL);
+    assert_err_has("batch_size");
+    assert_err_has(":1:");
+}
+
+Test(config, unknown_key_in_file_names_section_key_and_line)
+{
+    cr_assert_eq(load_text("[relay]\n\nbacth_size = 5\n", NULL, 0), -EINVAL);
+    assert_err_has("unknown key \"relay.bacth_size\"");
+    assert_err_has(path);
+    assert_err_has(":3:");
+}
+
+Test(config, unknown_key_in_override)
+{
+    cr_assert_eq(load_override("relay.bacth_size=5"), -EINVAL);
+    assert_err_has("unknown key \"relay.bacth_size\"");
+}
+
+Test(config, syntax_error_reports_line)
+{
+    cr_assert_eq(load_text("[relay]\ntable = t\nthis line has no equals sign\n", NULL, 0),
+                 -EINVAL);
+    assert_err_has(":3:");
+    assert_err_has("syntax error");
+
+    cr_assert_eq(load_text("[relay\ntable = t\n", NULL, 0), -EINVAL);
+    assert_err_has(":1:");
+}
+
+Test(config, syntax_error_before_bad_value_is_reported_first)
+{
+    cr_assert_eq(load_text("[relay]\ngarbage\nbatch_size = 0\n", NULL, 0), -EINVAL);
+    assert_err_has(":2:");
+    assert_err_has("syntax error");
+}
+
+Test(config, overlong_line_is_refused_not_split)
+{
+    char text[8192];
+    snprintf(text, sizeof text, "[postgres]\nconninfo = host=db application_name=%04000d\n", 0);
+    cr_assert_eq(load_text(text, NULL, 0), -EINVAL);
+    assert_err_has(":2:");
+    assert_err_has("longer than");
+}
+
+Test(config, line_at_the_length_limit_is_accepted)
+{
+    char text[512];
+    /* 197 bytes: inih's default 200-byte buffer less "\r\n\0" */
+    snprintf(text, sizeof text, "[http]\nlisten = %0188d\n", 0);
+    cr_assert_eq(load_text(text, NULL, 0), 0, "%s", err);
+    cr_assert_eq(strlen(cfg.http_listen), 188);
+}
+
+Test(config, int_with_trailing_junk)
+{
+    cr_assert_eq(load_override("relay.batch_size=12abc"), -EINVAL);
+    assert_err_has("relay.batch_size");
+    assert_err_has("1..100000");
+    cr_assert_eq(load_override("relay.batch_size="), -EINVAL);
+    assert_err_has("relay.batch_size");
+    cr_assert_eq(cfg.batch_size, 1000);
+}
+
+Test(config, int_out_of_range)
+{
+    cr_assert_eq(load_override("relay.batch_size=0"), -EINVAL);
+    assert_err_has("relay.batch_size");
+    assert_err_has("1..100000");
+    cr_assert_eq(load_override("relay.poll_interval_ms=9"), -EINVAL);
+    assert_err_has("relay.poll_interval_ms");
+    assert_err_has("10..3600000");
+    cr_assert_eq(load_override("relay.shutdown_timeout_ms=99999999999999999999"), -EINVAL);
+    assert_err_has("relay.shutdown_timeout_ms");
+    cr_assert_eq(load_override("relay.reconnect_interval_ms=-1"), -EINVAL);
+    assert_err_has("relay.reconnect_interval_ms");
+}
+
+Test(config, int_range_bounds_accepted)
+{
+    cr_assert_eq(load_override("relay.batch_size=100000"), 0, "%s", err);
+    cr_assert_eq(load_override("relay.shutdown_timeout_ms=0"), 0, "%s", err);
+    cr_assert_eq(load_override("relay.poll_interval_ms=3600000"), 0, "%s", err);
+}
+
+Test(config, injection_in_identifier_is_rejected)
+{
+    cr_assert_eq(load_text("[relay]\ntable = outbox\"; DROP TABLE x; --\n", NULL, 0), -EINVAL);
+    assert_err_has("relay.table");
+    cr_assert_str_eq(cfg.table, "outbox");
+
+    cr_assert_eq(load_override("relay.schema=public; DROP"), -EINVAL);
+    assert_err_has("relay.schema");
+    cr_assert_eq(load_override("relay.notify_channel=chan-1"), -EINVAL);
+    assert_err_has("relay.notify_channel");
+    cr_assert_eq(load_override("relay.table="), -EINVAL);
+    assert_err_has("relay.table");
+}
+
+Test(config, bad_topic_template)
+{
+    cr_assert_eq(load_override("relay.topic=outbox.${aggregate}"), -EINVAL);
+    assert_err_has("relay.topic");
+    assert_err_has("${aggregate}");
+    cr_assert_eq(load_override("relay.topic=outbox.${event_type"), -EINVAL);
+    assert_err_has("relay.topic");
+}
+
+Test(config, log_level_and_format)
+{
+    cr_assert_eq(load_override("log.level=verbose"), -EINVAL);
+    assert_err_has("log.level");
+    cr_assert_eq(load_override("log.format=xml"), -EINVAL);
+    assert_err_has("log.format");
+    cr_assert_eq(load_override("log.level=error"), 0, "%s", err);
+    cr_assert_eq(cfg.log_level, LOG_LVL_ERROR);
+}
+
+Test(config, malformed_override)
+{
+    cr_assert_eq(load_override("relaybatch_size=5"), -EINVAL);
+    assert_err_has("relaybatch_size");
+    cr_assert_eq(load_override("relay.batch_size"), -EINVAL);
+    assert_err_has("relay.batch_size");
+    cr_assert_eq(load_override(".batch_size=5"), -EINVAL);
+    assert_err_has(".batch_size");
+    cr_assert_eq(load_override("relay.=5"), -EINVAL);
+    assert_err_has("relay.");
+}
+
+Test(config, malformed_override_does_not_echo_value)
+{
+    cr_assert_eq(load_override("sasl_password=hunter2"), -EINVAL);
+    cr_assert_null(strstr(err, "hunter2"), "%s", err);
+    cr_assert_eq(load_override("kafka.sasl.pasword=hunter2"), -EINVAL);
+    assert_err_has("kafka.sasl.pasword");
+    cr_assert_null(strstr(err, "hunter2"), "%s", err);
+}
+
+Test(config, unknown_librdkafka_property)
+{
+    cr_assert_eq(load_text("[kafka]\nno.such.property = 1\n", NULL, 0), -EINVAL);
+    assert_err_has("kafka.no.such.property");
+    assert_err_has(":2:");
+    cr_assert_eq(cfg.n_kafka, 0);
+}
+
+Test(config, malformed_librdkafka_value)
+{
+    cr_assert_eq(load_override("kafka.linger.ms=soon"), -EINVAL);
+    assert_err_has("kafka.linger.ms");
+    cr_assert_eq(load_override("kafka.compression.codec=rar"), -EINVAL);
+    assert_err_has("kafka.compression.codec");
+}
+
+Test(config, acks_other_than_all_conflicts)
+{
+    cr_assert_eq(load_override("kafka.acks=1"), -EINVAL);
+    cr_assert_str_eq(err, "kafka.acks=1 conflicts with the idempotent producer (needs acks=all)");
+    config_free(&cfg);
+    config_init(&cfg);
+    cr_assert_eq(load_override("kafka.request.required.acks=0"), -EINVAL);
+    assert_err_has("kafka.request.required.acks=0");
+}
+
+Test(config, acks_all_is_fine)
+{
+    char *const ov[] = {"kafka.acks=all", "kafka.request.required.acks=-1",
+                        "kafka.enable.idempotence=true", "kafka.max.in.flight=5",
+                        "kafka.retries=3", "kafka.queuing.strategy=fifo"};
+    cr_assert_eq(config_load(&cfg, NULL, false, ov, 6, err, sizeof err), 0, "%s", err);
+}
+
+Test(config, idempotence_disabled_conflicts)
+{
+    cr_assert_eq(load_override("kafka.enable.idempotence=false"), -EINVAL);
+    assert_err_has("kafka.enable.idempotence=false");
+    assert_err_has("idempotent");
+}
+
+Test(config, other_idempotence_conflicts)
+{
+    const char *bad[][2] = {
+        {"kafka.max.in.flight.requests.per.connection=6", "kafka.max.in.flight.requests"},
+        {"kafka.max.in.flight=100", "kafka.max.in.flight=100"},
+        {"kafka.retries=0", "kafka.retries=0"},
+        {"kafka.message.send.max.retries=0", "kafka.message.send.max.retries=0"},
+        {"kafka.transactional.id=relay-1", "kafka.transactional.id"},
+        {"kafka.queuing.strategy=lifo", "kafka.queuing.strategy=lifo"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        config_free(&cfg);
+        config_init(&cfg);
+        cr_assert_eq(load_override(bad[i][0]), -EINVAL, "%s accepted", bad[i][0]);
+        assert_err_has(bad[i][1]);
+    }
+}
+
+Test(config, reload_check)
+{
+    struct relay_config next;
+    config_init(&next);
+    config_set(&next, "relay", "batch_size", "5", err, sizeof err);
+    config_set(&next, "log", "level", "debug", err, sizeof err);
+    cr_assert_eq(config_reload_check(&cfg, &next, err, sizeof err), 0, "%s", err);
+
+    config_set(&next, "relay", "table", "events", err, sizeof err);
+    cr_assert_eq(config_reload_check(&cfg, &next, err, sizeof err), -EINVAL);
+    assert_err_has("relay.table");
+    config_set(&next, "relay", "table", "outbox", err, sizeof err);
+
+    config_set(&next, "kafka", "linger.ms", "1", err, sizeof err);
+    cr_assert_eq(config_reload_check(&cfg, &next, err, sizeof err), -EINVAL);
+    assert_err_has("kafka");
+    config_free(&next);
+}
+
+/* --- secrets ------------------------------------------------------------- */
+
+Test(config, secret_keys)
+{
+    cr_assert(config_key_is_secret("sasl.password"));
+    cr_assert(config_key_is_secret("ssl.key.password"));
+    cr_assert(config_key_is_secret("ssl.keystore.password"));
+    cr_assert(config_key_is_secret("sasl.oauthbearer.client.secret"));
+    cr_assert(config_key_is_secret("ssl.key.pem"));
+    cr_assert(config_key_is_secret("some.future.Password"));
+    cr_assert(config_key_is_secret("conninfo"));
+    cr_assert_not(config_key_is_secret("bootstrap.servers"));
+    cr_assert_not(config_key_is_secret("sasl.username"));
+    cr_assert_not(config_key_is_secret("ssl.certificate.pem"));
+}
+
+static void assert_redacted(const char *in, const char *want, const char *secret)
+{
+    char *out = config_redact_conninfo(in);
+    cr_assert_not_null(out);
+    cr_assert_str_eq(out, want);
+    cr_assert_null(strstr(out, secret), "%s leaks %s", out, secret);
+    free(out);
+}
+
+Test(config, redact_keyword_value_form)
+{
+    assert_redacted("host=x password='a b' user=u", "host=x password=******** user=u", "a b");
+    assert_redacted("password=hunter2", "password=********", "hunter2");
+    assert_redacted("host = x  password = hunter2\tdbname=d",
+                    "host = x  password = ********\tdbname=d", "hunter2");
+    assert_redacted("password='it\\'s s3cret' host=h", "password=******** host=h", "s3cret");
+    assert_redacted("sslpassword=k3y host=h", "sslpassword=******** host=h", "k3y");
+    assert_redacted("dbname='host=h password=hunter2'", "dbname=********", "hunter2");
+    assert_redacted("host=db dbname=app", "host=db dbname=app", "********");
+    assert_redacted("", "", "********");
+}
+
+Test(config, redact_keyword_value_form_never_leaks_on_parse_error)
+{
+    assert_redacted("host=x password='hunter2", "host=x ********", "hunter2");
+    assert_redacted("host='x password=hunter2", "********", "hunter2");
+    assert_redacted("host=x password", "host=x ********", "password");
+}
+
+Test(config, redact_uri_form)
+{
+    assert_redacted("postgresql://user:pass@host/db?password=x&sslmode=require",
+                    "postgresql://user:********@host/db?password=********&sslmode=require",
+                    "pass@");
+    assert_redacted("postgres://relay:s3cret@db1:5432,db2:5432/app",
+                    "postgres://relay:********@db1:5432,db2:5432/app", "s3cret");
+    assert_redacted("postgresql://relay@db/app?pass%77ord=s3cret",
+                    "postgresql://relay@db/app?pass%77ord=********", "s3cret");
+    assert_redacted("postgresql://u:p@ss/w@host/db", "postgresql://u:********@host/db", "ss/w");
+    assert_redacted("postgresql://db:5432/app?sslmode=require",
+                    "postgresql://db:5432/app?sslmode=require", "********");
+}
+
+Test(config, dump_redacts_secrets)
+{
+    char *const ov[] = {
+        "postgres.conninfo=host=db user=relay password=pg-s3cret",
+        "kafka.bootstrap.servers=k1:9092",
+        "kafka.sasl.username=relay",
+        "kafka.sasl.password=kafka-s3cret",
+    };
+    cr_assert_eq(config_load(&cfg, NULL, false, ov, 4, err, sizeof err), 0, "%s", err);
+    char *out = dump(&cfg);
+    cr_assert_null(strstr(out, "pg-s3cret"), "%s", out);
+    cr_assert_null(strstr(out, "kafka-s3cret"), "%s", out);
+    cr_assert_not_null(strstr(out, "conninfo = host=db user=relay password=********\n"), "%s",
+                       out);
+    cr_assert_not_null(strstr(out, "sasl.password = ********\n"), "%s", out);
+    cr_assert_not_null(strstr(out, "sasl.username = relay\n"), "%s", out);
+    cr_assert_not_null(strstr(out, "bootstrap.servers = k1:9092\n"), "%s", out);
+    free(out);
+}
+
+Test(config, dump_lists_every_parameter)
+{
+    char *out = dump(&cfg);
+    const char *want[] = {
+        "[postgres]\n", "[kafka]\n", "[relay]\n", "[http]\n", "[log]\n",
+        "conninfo = \n", "schema = public\n", "table = outbox\n",
+        "topic = outbox.${aggregate_type}\n", "notify_channel = outbox_relay\n",
+        "batch_size = 1000\n", "poll_interval_ms = 1000\n", "shutdown_timeout_ms = 10000\n",
+        "reconnect_interval_ms = 1000\n", "listen = \n", "level = info\n", "format = logfmt\n",
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        cr_assert_not_null(strstr(out, want[i]), "dump lacks \"%s\":\n%s", want[i], out);
+    free(out);
+}
+
+Test(config, dump_reads_back_to_the_same_configuration)
+{
+    char *const ov[] = {"relay.table=events", "relay.batch_size=42", "log.level=debug",
+                        "log.format=json", "kafka.bootstrap.servers=k1:9092",
+                        "kafka.linger.ms=7", "http.listen=:9100"};
+    cr_assert_eq(config_load(&cfg, NULL, false, ov, 7, err, sizeof err), 0, "%s", err);
+    char *out = dump(&cfg);
+
+    struct relay_config back;
+    config_init(&back);
+    write_file(out);
+    cr_assert_eq(config_load(&back, path, true, NULL, 0, err, sizeof err), 0, "%s", err);
+    cr_assert_str_eq(back.table, "events");
+    cr_assert_eq(back.batch_size, 42);
+    cr_assert_eq(back.log_level, LOG_LVL_DEBUG);
+    cr_assert_str_eq(back.log_format, "json");
+    cr_assert_str_eq(back.http_listen, ":9100");
+    cr_assert_eq(config_reload_check(&cfg, &back, err, sizeof err), 0, "%s", err);
+    config_free(&back);
+    free(out);
+}

@@ -1,0 +1,211 @@
+/* Unit tests of relay/event.c: topic templates, topic names and headers. */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <string.h>
+
+#include "event.h"
+
+static char err[256];
+
+Test(event, template_check_accepts_known_placeholders)
+{
+    cr_assert_eq(event_topic_template_check("outbox.${aggregate_type}", err, sizeof err), 0);
+    cr_assert_eq(event_topic_template_check("${aggregate_type}.${event_type}.v1", err,
+                                            sizeof err),
+                 0);
+    cr_assert_eq(event_topic_template_check("orders", err, sizeof err), 0);
+}
+
+Test(event, template_check_rejects_unknown_placeholder)
+{
+    cr_assert_eq(event_topic_template_check("outbox.${aggregate}", err, sizeof err), -EINVAL);
+    cr_assert_not_null(strstr(err, "${aggregate}"), "%s", err);
+    cr_assert_eq(event_topic_template_check("${}", err, sizeof err), -EINVAL);
+    cr_assert_eq(event_topic_template_check("${AGGREGATE_TYPE}", err, sizeof err), -EINVAL);
+}
+
+Test(event, template_check_rejects_unterminated_placeholder)
+{
+    cr_assert_eq(event_topic_template_check("outbox.${aggregate_type", err, sizeof err),
+                 -EINVAL);
+    cr_assert_not_null(strstr(err, "unterminated"), "%s", err);
+}
+
+Test(event, template_check_rejects_text_no_topic_can_hold)
+{
+    cr_assert_eq(event_topic_template_check("", err, sizeof err), -EINVAL);
+    cr_assert_eq(event_topic_template_check("out box.${event_type}", err, sizeof err), -EINVAL);
+    cr_assert_eq(event_topic_template_check("a/${event_type}", err, sizeof err), -EINVAL);
+    cr_assert_eq(event_topic_template_check("cost$", err, sizeof err), -EINVAL);
+}
+
+Test(event, render_substitutes_row_values)
+{
+    char out[64];
+    cr_assert_eq(event_topic_render("outbox.${aggregate_type}", "order", "created", out,
+                                    sizeof out),
+                 12);
+    cr_assert_str_eq(out, "outbox.order");
+    cr_assert_eq(event_topic_render("${aggregate_type}-${event_type}.${event_type}", "a", "b",
+                                    out, sizeof out),
+                 5);
+    cr_assert_str_eq(out, "a-b.b");
+    cr_assert_eq(event_topic_render("fixed", "a", "b", out, sizeof out), 5);
+    cr_assert_str_eq(out, "fixed");
+}
+
+Test(event, render_reports_short_buffer)
+{
+    char out[13];
+    cr_assert_eq(event_topic_render("outbox.${aggregate_type}", "order", "x", out, sizeof out),
+                 12); /* exactly fits with its NUL */
+    cr_assert_eq(event_topic_render("outbox.${aggregate_type}", "orders", "x", out, sizeof out),
+                 -ENOSPC);
+    cr_assert_eq(event_topic_render("", "a", "b", out, 0), -ENOSPC);
+}
+
+Test(event, render_rejects_unknown_placeholder)
+{
+    char out[64];
+    cr_assert_eq(event_topic_render("outbox.${nope}", "a", "b", out, sizeof out), -EINVAL);
+    cr_assert_eq(event_topic_render("outbox.${event_type", "a", "b", out, sizeof out), -EINVAL);
+}
+
+Test(event, topic_valid_follows_kafka_rules)
+{
+    char longest[251];
+    memset(longest, 'a', 249);
+    longest[249] = '\0';
+
+    cr_assert(event_topic_valid("a"));
+    cr_assert(event_topic_valid("orders.v1_x-Y9"));
+    cr_assert(event_topic_valid("..."));
+    cr_assert(event_topic_valid(longest));
+
+    longest[249] = 'a';
+    longest[250] = '\0';
+    cr_assert_not(event_topic_valid(longest));
+    cr_assert_not(event_topic_valid(NULL));
+    cr_assert_not(event_topic_valid(""));
+    cr_assert_not(event_topic_valid("."));
+    cr_assert_not(event_topic_valid(".."));
+    cr_assert_not(event_topic_valid("a/b"));
+    cr_assert_not(event_topic_valid("a b"));
+    cr_assert_not(event_topic_valid("caf\xc3\xa9"));
+}
+
+static struct event_row sample_row(const char *headers_json)
+{
+    return (struct event_row){
+        .id = 9007199254740993LL,
+        .event_id = "0b8f7a1e-2c1d-4e8f-9a6b-3c2d1e0f9a8b",
+        .aggregate_type = "order",
+        .aggregate_id = "42",
+        .event_type = "order.created",
+        .payload = "{}",
+        .payload_len = 2,
+        .headers_json = headers_json,
+        .created_ms = 1700000000123,
+        .created_at = "2023-11-14T22:13:20.123000Z",
+    };
+}
+
+static void assert_header(const rd_kafka_headers_t *h, size_t idx, const char *name,
+                          const char *value)
+{
+    const char *n;
+    const void *v;
+    size_t len;
+    cr_assert_eq(rd_kafka_header_get_all(h, idx, &n, &v, &len), RD_KAFKA_RESP_ERR_NO_ERROR,
+                 "no header #%zu", idx);
+    cr_assert_str_eq(n, name, "header #%zu", idx);
+    cr_assert_eq(len, strlen(value), "header %s", name);
+    cr_assert_eq(memcmp(v, value, len), 0, "header %s", name);
+}
+
+static void assert_fixed_headers(const rd_kafka_headers_t *h)
+{
+    assert_header(h, 0, "event_id", "0b8f7a1e-2c1d-4e8f-9a6b-3c2d1e0f9a8b");
+    assert_header(h, 1, "event_type", "order.created");
+    assert_header(h, 2, "aggregate_type", "order");
+    assert_header(h, 3, "aggregate_id", "42");
+    assert_header(h, 4, "outbox_id", "9007199254740993");
+    assert_header(h, 5, "created_at", "2023-11-14T22:13:20.123000Z");
+}
+
+Test(event, headers_fixed_then_row_headers_in_document_order)
+{
+    struct event_row row = sample_row("{\"trace_id\": \"abc\", \"tenant\": \"t1\", \"a\": \"\"}");
+    rd_kafka_headers_t *h = NULL;
+    cr_assert_eq(event_headers_build(&row, &h, err, sizeof err), 0, "%s", err);
+    cr_assert_not_null(h);
+    cr_assert_eq(rd_kafka_header_cnt(h), 9);
+    assert_fixed_headers(h);
+    assert_header(h, 6, "trace_id", "abc");
+    assert_header(h, 7, "tenant", "t1");
+    assert_header(h, 8, "a", "");
+    rd_kafka_headers_destroy(h);
+}
+
+Test(event, headers_without_row_headers)
+{
+    struct event_row row = sample_row(NULL);
+    rd_kafka_headers_t *h = NULL;
+    cr_assert_eq(event_headers_build(&row, &h, err, sizeof err), 0);
+    cr_assert_eq(rd_kafka_header_cnt(h), 6);
+    assert_fixed_headers(h);
+    rd_kafka_headers_destroy(h);
+
+    row = sample_row("{}");
+    cr_assert_eq(event_headers_build(&row, &h, err, sizeof err), 0);
+    cr_assert_eq(rd_kafka_header_cnt(h), 6);
+    rd_kafka_headers_destroy(h);
+}
+
+Test(event, headers_negative_outbox_id_is_decimal)
+{
+    struct event_row row = sample_row(NULL);
+    row.id = -5;
+    rd_kafka_headers_t *h = NULL;
+    cr_assert_eq(event_headers_build(&row, &h, err, sizeof err), 0);
+    assert_header(h, 4, "outbox_id", "-5");
+    rd_kafka_headers_destroy(h);
+}
+
+Test(event, headers_member_must_be_a_string)
+{
+    struct event_row row = sample_row("{\"ok\": \"x\", \"n\": 5}");
+    rd_kafka_headers_t *h = (rd_kafka_headers_t *)&row; /* must be reset */
+    cr_assert_eq(event_headers_build(&row, &h, err, sizeof err), -EINVAL);
+    cr_assert_null(h);
+    cr_assert_str_eq(err, "headers member \"n\" is not a string");
+
+    row = sample_row("{\"nested\": {\"a\": \"b\"}}");
+    cr_assert_eq(event_headers_build(&row, &h, err, sizeof err), -EINVAL);
+    cr_assert_str_eq(err, "headers member \"nested\" is not a string");
+
+    row = sample_row("{\"nul\": null}");
+    cr_assert_eq(event_headers_build(&row, &h, err, sizeof err), -EINVAL);
+    cr_assert_str_eq(err, "headers member \"nul\" is not a string");
+}
+
+Test(event, headers_must_be_an_object)
+{
+    const char *bad[] = {"[\"a\"]", "\"text\"", "42", "null"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        struct event_row row = sample_row(bad[i]);
+        rd_kafka_headers_t *h = NULL;
+        cr_assert_eq(event_headers_build(&row, &h, err, sizeof err), -EINVAL, "%s", bad[i]);
+        cr_assert_null(h);
+        cr_assert_str_eq(err, "headers is not a JSON object", "%s", bad[i]);
+    }
+}
+
+Test(event, headers_invalid_json)
+{
+    struct event_row row = sample_row("{\"a\": ");
+    rd_kafka_headers_t *h = NULL;
+    cr_assert_eq(event_headers_build(&row, &h, err, sizeof err), -EINVAL);
+    cr_assert_null(h);
+    cr_assert_not_null(strstr(err, "headers"), "%s", err);
+}

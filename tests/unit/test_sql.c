@@ -1,0 +1,237 @@
+/* Unit tests of relay/sql.c: identifier checks, quoting, migration templates
+ * and the relay's statements. */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "migrate.h"
+#include "sql.h"
+
+Test(sql, ident_valid_accepts_plain_identifiers)
+{
+    cr_assert(sql_ident_valid("outbox"));
+    cr_assert(sql_ident_valid("_x1"));
+    cr_assert(sql_ident_valid("Outbox_Events_2"));
+    cr_assert(sql_ident_valid("abcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuv")); /* 48 */
+}
+
+Test(sql, ident_valid_rejects_everything_else)
+{
+    cr_assert_not(sql_ident_valid(NULL));
+    cr_assert_not(sql_ident_valid(""));
+    cr_assert_not(sql_ident_valid("1outbox"));
+    cr_assert_not(sql_ident_valid("out-box"));
+    cr_assert_not(sql_ident_valid("out box"));
+    cr_assert_not(sql_ident_valid("a.b"));
+    cr_assert_not(sql_ident_valid("a\"b"));
+    cr_assert_not(sql_ident_valid("outbox\"; DROP TABLE x; --"));
+    cr_assert_not(sql_ident_valid("tabl\xc3\xa9"));
+    cr_assert_not(sql_ident_valid("abcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuvw")); /* 49 */
+}
+
+Test(sql, quote_ident_doubles_embedded_quotes)
+{
+    char buf[64];
+    cr_assert_eq(sql_quote_ident("outbox", buf, sizeof buf), 8);
+    cr_assert_str_eq(buf, "\"outbox\"");
+    cr_assert_eq(sql_quote_ident("a\"b", buf, sizeof buf), 6);
+    cr_assert_str_eq(buf, "\"a\"\"b\"");
+    cr_assert_eq(sql_quote_ident("x\"; DROP TABLE t; --", buf, sizeof buf), 23);
+    cr_assert_str_eq(buf, "\"x\"\"; DROP TABLE t; --\"");
+}
+
+Test(sql, quote_ident_reports_short_buffer)
+{
+    char buf[8];
+    cr_assert_eq(sql_quote_ident("abcde", buf, sizeof buf), 7); /* exactly fits */
+    cr_assert_str_eq(buf, "\"abcde\"");
+    cr_assert_eq(sql_quote_ident("abcdef", buf, sizeof buf), -ENOSPC);
+    cr_assert_eq(sql_quote_ident("a\"bcd", buf, sizeof buf), -ENOSPC);
+}
+
+Test(sql, quote_literal_doubles_single_quotes)
+{
+    char buf[64];
+    cr_assert_eq(sql_quote_literal("it's", buf, sizeof buf), 7);
+    cr_assert_str_eq(buf, "'it''s'");
+    sql_quote_literal("", buf, sizeof buf);
+    cr_assert_str_eq(buf, "''");
+    sql_quote_literal("x'); DROP TABLE t; --", buf, sizeof buf);
+    cr_assert_str_eq(buf, "'x''); DROP TABLE t; --'");
+}
+
+Test(sql, quote_literal_with_backslash_uses_escape_form)
+{
+    char buf[64];
+    sql_quote_literal("a\\b'c", buf, sizeof buf);
+    cr_assert_str_eq(buf, "E'a\\\\b''c'");
+    /* A trailing backslash must not be able to eat the closing quote. */
+    sql_quote_literal("x\\", buf, sizeof buf);
+    cr_assert_str_eq(buf, "E'x\\\\'");
+}
+
+Test(sql, quote_literal_reports_short_buffer)
+{
+    char buf[4];
+    cr_assert_eq(sql_quote_literal("ab", buf, sizeof buf), -ENOSPC);
+    cr_assert_eq(sql_quote_literal("a", buf, sizeof buf), 3);
+    cr_assert_str_eq(buf, "'a'");
+}
+
+Test(sql, render_template_replaces_placeholders)
+{
+    char *sql = sql_render_template(
+        "CREATE TABLE {{schema}}.{{table}} (id bigint);\n"
+        "CREATE INDEX {{table:pending_idx}} ON {{schema}}.{{table}} (id);\n"
+        "SELECT pg_notify({{channel}}, '');",
+        "app", "events", "ev_chan");
+    cr_assert_not_null(sql);
+    cr_assert_str_eq(sql,
+                     "CREATE TABLE \"app\".\"events\" (id bigint);\n"
+                     "CREATE INDEX \"events_pending_idx\" ON \"app\".\"events\" (id);\n"
+                     "SELECT pg_notify('ev_chan', '');");
+    free(sql);
+}
+
+Test(sql, render_template_without_placeholders_is_copied)
+{
+    char *sql = sql_render_template("SELECT 1 WHERE '{' <> '}'", "public", "outbox", "c");
+    cr_assert_str_eq(sql, "SELECT 1 WHERE '{' <> '}'");
+    free(sql);
+}
+
+Test(sql, render_template_rejects_unknown_placeholders)
+{
+    cr_assert_null(sql_render_template("SELECT {{tabel}}", "public", "outbox", "c"));
+    cr_assert_null(sql_render_template("SELECT {{}}", "public", "outbox", "c"));
+    cr_assert_null(sql_render_template("SELECT {{table:}}", "public", "outbox", "c"));
+    cr_assert_null(sql_render_template("SELECT {{table:Idx}}", "public", "outbox", "c"));
+    cr_assert_null(sql_render_template("SELECT {{table:a\"b}}", "public", "outbox", "c"));
+    cr_assert_null(sql_render_template("SELECT {{schema", "public", "outbox", "c"));
+}
+
+Test(sql, render_template_rejects_unvalidated_identifiers)
+{
+    cr_assert_null(sql_render_template("{{table}}", "public", "x\"; DROP TABLE t; --", "c"));
+    cr_assert_null(sql_render_template("{{schema}}", "pub lic", "outbox", "c"));
+    cr_assert_null(sql_render_template("{{channel}}", "public", "outbox", "c'h"));
+}
+
+Test(sql, render_template_rejects_derived_name_longer_than_postgres_allows)
+{
+    const char *table = "abcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuv"; /* 48 */
+    char *ok = sql_render_template("{{table:fourteen_chars}}", "public", table, "c"); /* 63 */
+    cr_assert_not_null(ok);
+    free(ok);
+    cr_assert_null(sql_render_template("{{table:fifteen_chars_x}}", "public", table, "c"));
+}
+
+Test(sql, statements_for_default_table)
+{
+    struct sql_statements s;
+    cr_assert_eq(sql_statements_init(&s, "public", "outbox", "outbox_relay"), 0);
+    cr_assert_str_eq(s.claim,
+                     "SELECT \"id\", \"event_id\"::text, \"aggregate_type\", \"aggregate_id\", "
+                     "\"event_type\", \"topic\", \"payload\"::text, \"headers\"::text, "
+                     "(extract(epoch FROM \"created_at\") * 1000)::bigint, "
+                     "to_char(\"created_at\" AT TIME ZONE 'UTC', "
+                     "'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') "
+                     "FROM \"public\".\"outbox\" WHERE \"sent_at\" IS NULL AND \"dead_at\" IS "
+                     "NULL ORDER BY \"id\" LIMIT $1");
+    cr_assert_str_eq(s.mark_sent,
+                     "UPDATE \"public\".\"outbox\" SET \"sent_at\" = clock_timestamp() "
+                     "WHERE \"id\" = ANY($1::bigint[]) AND \"sent_at\" IS NULL");
+    cr_assert_str_eq(s.leader_lock,
+                     "SELECT pg_try_advisory_lock(hashtextextended("
+                     "'outbox-relay:leader:' || 'public.outbox', 0))");
+    cr_assert_str_eq(s.listen, "LISTEN \"outbox_relay\"");
+    sql_statements_free(&s);
+    cr_assert_null(s.claim);
+    sql_statements_free(&s); /* twice is harmless */
+}
+
+Test(sql, statements_quote_configured_identifiers)
+{
+    struct sql_statements s;
+    cr_assert_eq(sql_statements_init(&s, "App", "Events", "EvChan"), 0);
+    cr_assert_not_null(strstr(s.claim, "FROM \"App\".\"Events\" WHERE"));
+    cr_assert_not_null(strstr(s.mark_sent, "UPDATE \"App\".\"Events\" SET"));
+    cr_assert_not_null(strstr(s.leader_lock, "'App.Events'"));
+    cr_assert_str_eq(s.listen, "LISTEN \"EvChan\"");
+    sql_statements_free(&s);
+}
+
+Test(sql, statements_refuse_invalid_identifiers)
+{
+    struct sql_statements s;
+    cr_assert_eq(sql_statements_init(&s, "public", "outbox\"; DROP TABLE x; --", "c"), -EINVAL);
+    cr_assert_null(s.claim);
+    cr_assert_null(s.listen);
+    cr_assert_eq(sql_statements_init(&s, "", "outbox", "c"), -EINVAL);
+    cr_assert_eq(sql_statements_init(&s, "public", "outbox", "chan-1"), -EINVAL);
+    cr_assert_eq(sql_statements_init(&s, "public", "outbox", NULL), -EINVAL);
+}
+
+Test(sql, claim_columns_are_in_enum_order)
+{
+    struct sql_statements s;
+    cr_assert_eq(sql_statements_init(&s, "public", "outbox", "c"), 0);
+    const char *cols[CLAIM_NCOLS] = {
+        [CLAIM_ID] = "\"id\"",
+        [CLAIM_EVENT_ID] = "\"event_id\"::text",
+        [CLAIM_AGGREGATE_TYPE] = "\"aggregate_type\"",
+        [CLAIM_AGGREGATE_ID] = "\"aggregate_id\"",
+        [CLAIM_EVENT_TYPE] = "\"event_type\"",
+        [CLAIM_TOPIC] = "\"topic\"",
+        [CLAIM_PAYLOAD] = "\"payload\"::text",
+        [CLAIM_HEADERS] = "\"headers\"::text",
+        [CLAIM_CREATED_MS] = "(extract(epoch",
+        [CLAIM_CREATED_AT] = "to_char(",
+    };
+    const char *prev = s.claim;
+    for (int i = 0; i < CLAIM_NCOLS; i++) {
+        const char *at = strstr(prev, cols[i]);
+        cr_assert_not_null(at, "column %d (%s) out of order", i, cols[i]);
+        prev = at + strlen(cols[i]);
+    }
+    sql_statements_free(&s);
+}
+
+Test(sql, migrate_statements_quote_the_schema)
+{
+    struct sql_migrate q;
+    cr_assert_eq(sql_migrate_init(&q, "App"), 0);
+    cr_assert_str_eq(q.lock,
+                     "SELECT pg_advisory_xact_lock(hashtextextended('outbox-relay:migrate', 0))");
+    cr_assert_str_eq(q.create_schema, "CREATE SCHEMA IF NOT EXISTS \"App\"");
+    cr_assert_not_null(
+        strstr(q.create_table, "CREATE TABLE IF NOT EXISTS \"App\".\"outbox_relay_migrations\""));
+    cr_assert_not_null(strstr(q.applied, "FROM \"App\".\"outbox_relay_migrations\""));
+    cr_assert_not_null(strstr(q.applied, "$2"));
+    cr_assert_null(strstr(q.applied, "$3"), "applied takes two parameters");
+    cr_assert_not_null(strstr(q.record, "INSERT INTO \"App\".\"outbox_relay_migrations\""));
+    cr_assert_not_null(strstr(q.record, "$3"));
+    sql_migrate_free(&q);
+    cr_assert_null(q.lock);
+}
+
+Test(sql, migrate_statements_refuse_invalid_schema)
+{
+    struct sql_migrate q;
+    cr_assert_eq(sql_migrate_init(&q, "app\"; DROP SCHEMA public; --"), -EINVAL);
+    cr_assert_null(q.create_schema);
+}
+
+Test(sql, every_shipped_migration_renders)
+{
+    cr_assert_gt(n_migrations, 0);
+    for (unsigned i = 0; i < n_migrations; i++) {
+        char *sql = sql_render_template(migrations[i].sql, "app", "events", "ev_chan");
+        cr_assert_not_null(sql, "migration %d (%s) does not render", migrations[i].version,
+                           migrations[i].name);
+        cr_assert_null(strstr(sql, "{{"), "migration %s keeps a placeholder", migrations[i].name);
+        cr_assert_not_null(strstr(sql, "\"app\".\"events\""), "%s", migrations[i].name);
+        free(sql);
+    }
+}
