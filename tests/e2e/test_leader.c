@@ -1,0 +1,84 @@
+/* test_leader.c — two relays on one table: one leads, one stands by; nothing is
+ * published twice; when the leader is SIGKILLed the standby takes over and
+ * relays what comes next. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <criterion/criterion.h>
+
+#include "testlib.h"
+
+#define ROWS_EACH 2000
+
+static struct e2e_ctx T;
+
+static void fini(void)
+{
+    e2e_teardown(&T);
+}
+
+static void enqueue_range(int lo, int hi)
+{
+    e2e_exec(T.conn,
+        "SELECT count(%s('customer', 'c' || (i %% 50), 'updated', jsonb_build_object('i', i)))"
+        "  FROM generate_series(%d, %d) AS i",
+        T.qenqueue, lo, hi);
+}
+
+Test(e2e, standby_takes_over, .fini = fini, .timeout = 280)
+{
+    e2e_setup(&T, "leader");
+    e2e_migrate(&T);
+
+    const char *extra[] = {"relay.poll_interval_ms=100", "relay.reconnect_interval_ms=200", NULL};
+    struct e2e_relay *a = e2e_relay_start(&T, extra);
+    cr_assert(e2e_relay_wait_log(a, "msg=\"became leader\"", 30000),
+              "first relay did not log became leader (log %s)", a->log_path);
+    struct e2e_relay *b = e2e_relay_start(&T, extra);
+    cr_assert(e2e_relay_wait_log(b, "msg=\"standing by\"", 30000),
+              "second relay did not log standing by (log %s)", b->log_path);
+    cr_assert(!e2e_relay_log_contains(b, "msg=\"became leader\""),
+              "both relays claim to lead (log %s)", b->log_path);
+
+    /* Steady state with both running. */
+    enqueue_range(1, ROWS_EACH);
+    e2e_wait_all_sent(&T, 120000);
+    e2e_sleep_ms(500);
+    cr_assert(!e2e_relay_log_contains(b, "msg=\"became leader\""),
+              "the standby became leader while the leader was alive (log %s)", b->log_path);
+
+    /* The leader dies; the standby must take over. */
+    e2e_relay_kill(a);
+    enqueue_range(ROWS_EACH + 1, 2 * ROWS_EACH);
+    cr_assert(e2e_relay_wait_log(b, "msg=\"became leader\"", 60000),
+              "the standby did not become leader within 60 s of the leader's death (log %s)", b->log_path);
+    e2e_wait_all_sent(&T, 120000);
+
+    struct e2e_rows rows;
+    e2e_rows_load(&T, &rows);
+    cr_assert_eq(rows.n, (size_t)(2 * ROWS_EACH));
+    size_t n_topics;
+    char **topics = e2e_topics_of(&T, &rows, &n_topics);
+    struct e2e_msgs msgs;
+    e2e_consume((const char *const *)topics, n_topics, 120000, &msgs);
+
+    /* The leader was idle (everything marked) when it died, so even across the
+     * takeover each row must be published exactly once. */
+    struct e2e_report rep = {0};
+    e2e_check(&rep, msgs.n_missing_topics == 0, "%zu topic(s) missing", msgs.n_missing_topics);
+    e2e_verify(&T, &rows, &msgs, &rep);
+    for (size_t i = 0; i < rows.n; i++) {
+        const struct e2e_row *r = &rows.v[i];
+        e2e_check(&rep, r->deliveries == 1, "row %lld (%s) delivered %d times, expected once (%s)",
+                  (long long)r->id, r->event_id, r->deliveries,
+                  i < ROWS_EACH ? "before the takeover" : "after the takeover");
+        e2e_check(&rep, r->sent, "row %lld has sent_at NULL", (long long)r->id);
+    }
+    e2e_report_assert(&rep, "two relays, leader killed");
+
+    cr_assert_eq(e2e_relay_stop(b, 30000), 0, "the new leader did not exit 0 on SIGTERM");
+    e2e_msgs_free(&msgs);
+    e2e_topics_free(topics);
+    e2e_rows_free(&rows);
+}

@@ -1,0 +1,281 @@
+#!/usr/bin/env bash
+# stack.sh — the throwaway services the end-to-end tests talk to.
+#
+#   stack.sh start DIR      PostgreSQL 15 (database outbox_test) + the mock Kafka broker;
+#                           writes DIR/env (shell `export` lines) for the tests
+#   stack.sh stop DIR       stops both; safe to run twice, or on a half-started DIR
+#   stack.sh status DIR     exit 0 if everything DIR/env describes is up
+#   stack.sh pg_ctl DIR ARG...
+#                           runs pg_ctl -D DIR/pg ARG... as the right user
+#                           (fault tests: `stack.sh pg_ctl DIR restart -m fast`)
+#
+# Environment:
+#   OUTBOX_RELAY_TEST_KAFKA    if set, that broker is used and no mock is started
+#   OUTBOX_RELAY_MOCK_BROKER   path of outbox-relay-mock-broker
+#                              (default: build/tests/outbox-relay-mock-broker of this repo)
+#   PG_BINDIR                  PostgreSQL programs (default /usr/lib/postgresql/15/bin)
+#
+# DIR/env exports OUTBOX_RELAY_TEST_PG, OUTBOX_RELAY_TEST_KAFKA,
+# OUTBOX_RELAY_TEST_MOCK_CONTROL (with the mock only), OUTBOX_RELAY_TEST_STACK_DIR
+# and OUTBOX_RELAY_TEST_STACK_SH (this script).
+set -euo pipefail
+
+PG_BINDIR=${PG_BINDIR:-/usr/lib/postgresql/15/bin}
+SELF=$(readlink -f "${BASH_SOURCE[0]}")
+REPO_ROOT=$(cd "$(dirname "$SELF")/../.." && pwd)
+PG_START_TIMEOUT=60
+PG_STOP_TIMEOUT=30
+MOCK_START_TIMEOUT=15
+
+die() { echo "stack.sh: error: $*" >&2; exit 1; }
+note() { echo "stack.sh: $*" >&2; }
+
+usage() {
+    sed -n '2,22p' "$SELF" | sed 's/^# \{0,1\}//' >&2
+    exit 64
+}
+
+# Runs a command as the owner of the cluster: `postgres` when we are root
+# (PostgreSQL refuses to run as root), ourselves otherwise.
+as_pg() {
+    if [ "$(id -u)" = 0 ]; then
+        runuser -u postgres -- "$@"
+    else
+        "$@"
+    fi
+}
+
+pid_alive() { [ -n "${1:-}" ] && kill -0 "$1" 2>/dev/null; }
+
+# A TCP port on 127.0.0.1 that nothing listens on right now.
+free_port() {
+    local port
+    if command -v python3 >/dev/null 2>&1; then
+        if port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()' 2>/dev/null); then
+            echo "$port"; return 0
+        fi
+    fi
+    for _ in $(seq 1 200); do
+        port=$((20000 + RANDOM % 40000))
+        if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+            echo "$port"; return 0
+        fi
+    done
+    return 1
+}
+
+# Every directory above DIR must be searchable by `postgres`.
+make_reachable_for_postgres() {
+    local d=$1
+    chown postgres: "$d/pg" "$d/s" 2>/dev/null || true
+    chmod 0755 "$d"
+    while [ "$d" != / ]; do
+        d=$(dirname "$d")
+        if ! runuser -u postgres -- test -x "$d"; then
+            die "user postgres cannot enter $d (needed to reach the stack directory); use a DIR under /tmp"
+        fi
+    done
+}
+
+find_mock() {
+    local c
+    for c in "${OUTBOX_RELAY_MOCK_BROKER:-}" "$REPO_ROOT/build/tests/outbox-relay-mock-broker"; do
+        if [ -n "$c" ] && [ -x "$c" ]; then echo "$c"; return 0; fi
+    done
+    return 1
+}
+
+write_env() {
+    local dir=$1 conninfo=$2 kafka=$3 control=$4
+    {
+        echo "# written by tests/support/stack.sh start $dir"
+        printf 'export OUTBOX_RELAY_TEST_PG=%q\n' "$conninfo"
+        printf 'export OUTBOX_RELAY_TEST_KAFKA=%q\n' "$kafka"
+        if [ -n "$control" ]; then
+            printf 'export OUTBOX_RELAY_TEST_MOCK_CONTROL=%q\n' "$control"
+        fi
+        printf 'export OUTBOX_RELAY_TEST_STACK_DIR=%q\n' "$dir"
+        printf 'export OUTBOX_RELAY_TEST_STACK_SH=%q\n' "$SELF"
+    } > "$dir/env.tmp"
+    mv "$dir/env.tmp" "$dir/env"
+}
+
+pg_running() {
+    local dir=$1
+    [ -f "$dir/pg/postmaster.pid" ] && as_pg "$PG_BINDIR/pg_ctl" -D "$dir/pg" status >/dev/null 2>&1
+}
+
+start_pg() {
+    local dir=$1 port
+    [ -x "$PG_BINDIR/initdb" ] || die "$PG_BINDIR/initdb not found: install postgresql-15 (or set PG_BINDIR)"
+    mkdir -p "$dir/pg" "$dir/s"
+    if [ "$(id -u)" = 0 ]; then
+        getent passwd postgres >/dev/null || die "running as root but there is no 'postgres' user to run PostgreSQL as"
+        make_reachable_for_postgres "$dir"
+    fi
+    if [ ${#dir} -gt 80 ]; then
+        die "stack directory path too long for a unix socket (${#dir} > 80 chars): $dir"
+    fi
+
+    if pg_running "$dir"; then
+        note "PostgreSQL already running in $dir/pg"
+        cat "$dir/pg.port"
+        return 0
+    fi
+
+    if [ ! -f "$dir/pg/PG_VERSION" ]; then
+        note "initdb $dir/pg"
+        if ! as_pg "$PG_BINDIR/initdb" -D "$dir/pg" -U postgres --auth=trust -E UTF8 --locale=C \
+                --no-sync --no-instructions >"$dir/initdb.log" 2>&1; then
+            cat "$dir/initdb.log" >&2
+            die "initdb failed (log: $dir/initdb.log)"
+        fi
+    fi
+
+    for _ in 1 2 3 4 5; do
+        port=$(free_port) || die "no free TCP port found"
+        cat > "$dir/pg/postgresql.auto.conf" <<EOF
+# written by stack.sh: a throwaway test cluster, durability off for speed
+listen_addresses = '127.0.0.1'
+port = $port
+unix_socket_directories = '$dir/s'
+fsync = off
+synchronous_commit = off
+full_page_writes = off
+max_connections = 200
+max_locks_per_transaction = 256
+log_min_messages = warning
+log_line_prefix = '%m [%p] %a '
+EOF
+        if [ "$(id -u)" = 0 ]; then chown postgres: "$dir/pg/postgresql.auto.conf"; fi
+        : > "$dir/pg.log"
+        if [ "$(id -u)" = 0 ]; then chown postgres: "$dir/pg.log"; fi
+        note "starting PostgreSQL on 127.0.0.1:$port"
+        if as_pg "$PG_BINDIR/pg_ctl" -D "$dir/pg" -l "$dir/pg.log" -w -t "$PG_START_TIMEOUT" start >/dev/null; then
+            echo "$port" > "$dir/pg.port"
+            echo "$port"
+            return 0
+        fi
+        if grep -q "Address already in use" "$dir/pg.log"; then
+            note "port $port taken meanwhile, retrying"
+            continue
+        fi
+        tail -n 30 "$dir/pg.log" >&2 || true
+        die "PostgreSQL did not start (log: $dir/pg.log)"
+    done
+    die "PostgreSQL did not start after 5 attempts (log: $dir/pg.log)"
+}
+
+start_mock() {
+    local dir=$1 mock pid
+    if [ -f "$dir/mock.pid" ] && pid_alive "$(cat "$dir/mock.pid")" && [ -s "$dir/mock.bootstrap" ]; then
+        note "mock broker already running (pid $(cat "$dir/mock.pid"))"
+        return 0
+    fi
+    mock=$(find_mock) || die "outbox-relay-mock-broker not found: build it (ninja -C build) or set OUTBOX_RELAY_MOCK_BROKER"
+    rm -f "$dir/mock.bootstrap"
+    # setsid: the broker must outlive this script and not get the terminal's signals.
+    setsid "$mock" --brokers 3 --control "$dir/mock.ctl" --bootstrap-file "$dir/mock.bootstrap" \
+        </dev/null >"$dir/mock.out" 2>"$dir/mock.log" &
+    pid=$!
+    echo "$pid" > "$dir/mock.pid"
+    for _ in $(seq 1 $((MOCK_START_TIMEOUT * 10))); do
+        if [ -s "$dir/mock.bootstrap" ]; then
+            note "mock broker pid $pid at $(cat "$dir/mock.bootstrap")"
+            return 0
+        fi
+        pid_alive "$pid" || { cat "$dir/mock.log" >&2; die "mock broker exited at start (log: $dir/mock.log)"; }
+        sleep 0.1
+    done
+    die "mock broker did not report its address within ${MOCK_START_TIMEOUT}s (log: $dir/mock.log)"
+}
+
+cmd_start() {
+    local dir=$1 port conninfo kafka control=""
+    mkdir -p "$dir"
+    dir=$(cd "$dir" && pwd -P)
+    rm -f "$dir/env"
+
+    port=$(start_pg "$dir" | tail -n 1)
+    conninfo="host=127.0.0.1 port=$port dbname=outbox_test user=postgres"
+
+    for _ in $(seq 1 50); do
+        if "$PG_BINDIR/pg_isready" -q -h 127.0.0.1 -p "$port" -t 2; then break; fi
+        sleep 0.2
+    done
+    if [ "$("$PG_BINDIR/psql" -X -A -t -h 127.0.0.1 -p "$port" -U postgres -d postgres \
+            -c "SELECT count(*) FROM pg_database WHERE datname = 'outbox_test'")" != 1 ]; then
+        "$PG_BINDIR/psql" -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$port" -U postgres -d postgres \
+            -c "CREATE DATABASE outbox_test" || die "cannot create database outbox_test"
+    fi
+
+    # A value that is our own mock's address came from sourcing DIR/env: not a real broker.
+    if [ -n "${OUTBOX_RELAY_TEST_KAFKA:-}" ] && [ -s "$dir/mock.bootstrap" ] &&
+            [ "$OUTBOX_RELAY_TEST_KAFKA" = "$(cat "$dir/mock.bootstrap")" ]; then
+        unset OUTBOX_RELAY_TEST_KAFKA
+    fi
+    if [ -n "${OUTBOX_RELAY_TEST_KAFKA:-}" ]; then
+        note "using the Kafka broker at $OUTBOX_RELAY_TEST_KAFKA (OUTBOX_RELAY_TEST_KAFKA set; no mock)"
+        kafka=$OUTBOX_RELAY_TEST_KAFKA
+    else
+        start_mock "$dir"
+        kafka=$(cat "$dir/mock.bootstrap")
+        control="$dir/mock.ctl"
+    fi
+
+    write_env "$dir" "$conninfo" "$kafka" "$control"
+    note "stack up; environment in $dir/env"
+    cat "$dir/env"
+}
+
+cmd_stop() {
+    local dir=$1 pid
+    [ -d "$dir" ] || { note "nothing to stop in $dir"; return 0; }
+    dir=$(cd "$dir" && pwd -P)
+    local rc=0
+
+    if [ -f "$dir/mock.pid" ]; then
+        pid=$(cat "$dir/mock.pid")
+        if pid_alive "$pid" && grep -q mock-broker "/proc/$pid/cmdline" 2>/dev/null; then
+            kill -TERM "$pid" 2>/dev/null || true
+            for _ in $(seq 1 50); do pid_alive "$pid" || break; sleep 0.1; done
+            if pid_alive "$pid"; then
+                note "mock broker $pid ignored SIGTERM, killing"
+                kill -KILL "$pid" 2>/dev/null || true
+            fi
+        fi
+        rm -f "$dir/mock.pid"
+    fi
+
+    if [ -f "$dir/pg/postmaster.pid" ]; then
+        if ! as_pg "$PG_BINDIR/pg_ctl" -D "$dir/pg" -m fast -w -t "$PG_STOP_TIMEOUT" stop >/dev/null 2>&1; then
+            if pg_running "$dir"; then
+                note "PostgreSQL did not stop in ${PG_STOP_TIMEOUT}s, stopping immediately"
+                as_pg "$PG_BINDIR/pg_ctl" -D "$dir/pg" -m immediate -w -t "$PG_STOP_TIMEOUT" stop >/dev/null 2>&1 || rc=1
+            fi
+        fi
+    fi
+    rm -f "$dir/env"
+    if [ $rc = 0 ]; then note "stack in $dir stopped"; else note "could not stop PostgreSQL in $dir/pg"; fi
+    return $rc
+}
+
+cmd_status() {
+    local dir=$1
+    [ -f "$dir/env" ] || { echo "no stack in $dir"; return 1; }
+    pg_running "$dir" || { echo "PostgreSQL down"; return 1; }
+    if [ -f "$dir/mock.pid" ] && ! pid_alive "$(cat "$dir/mock.pid")"; then
+        echo "mock broker down"; return 1
+    fi
+    echo "up"
+}
+
+[ $# -ge 2 ] || usage
+cmd=$1; dir=$2; shift 2
+case $cmd in
+    start)  [ $# = 0 ] || usage; cmd_start "$dir" ;;
+    stop)   [ $# = 0 ] || usage; cmd_stop "$dir" ;;
+    status) [ $# = 0 ] || usage; cmd_status "$dir" ;;
+    pg_ctl) as_pg "$PG_BINDIR/pg_ctl" -D "$dir/pg" -l "$dir/pg.log" "$@" ;;
+    *) usage ;;
+esac

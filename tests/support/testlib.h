@@ -1,0 +1,262 @@
+/* testlib.h — what the end-to-end tests share: the stack's environment,
+ * PostgreSQL helpers, running the outbox-relay binary, and reading every
+ * message of a set of topics back with a real Kafka consumer.
+ *
+ * Every helper asserts (Criterion) on the errors it cannot recover from, so a
+ * test reads as a script. Each wait is bounded by a timeout in milliseconds.
+ *
+ * Environment (written by tests/support/stack.sh into DIR/env, set by meson):
+ *   OUTBOX_RELAY_TEST_PG            libpq conninfo of the test database (required:
+ *                                   the test is skipped without it)
+ *   OUTBOX_RELAY_TEST_KAFKA         bootstrap servers (required)
+ *   OUTBOX_RELAY_TEST_MOCK_CONTROL  control FIFO of the mock broker (optional)
+ *   OUTBOX_RELAY_TEST_STACK_DIR     stack directory (logs go to DIR/logs)
+ *   OUTBOX_RELAY_TEST_STACK_SH      tests/support/stack.sh
+ *   OUTBOX_RELAY_BIN                the outbox-relay binary under test
+ *   OUTBOX_RELAY_TEST_REQUIRED      if set, a missing stack fails the test instead of skipping it */
+#ifndef OUTBOX_TESTLIB_H
+#define OUTBOX_TESTLIB_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include <libpq-fe.h>
+#include <librdkafka/rdkafka.h>
+
+#define E2E_MAX_RELAYS 8
+#define E2E_MAX_ARGS 64
+
+struct e2e_env {
+    const char *pg;
+    const char *kafka;
+    const char *mock_control;   /* NULL without the mock */
+    const char *stack_dir;      /* may be NULL */
+    const char *stack_sh;       /* may be NULL */
+    const char *relay_bin;
+};
+
+/** One `outbox-relay run` child; its stderr goes to log_path. */
+struct e2e_relay {
+    pid_t pid;                  /* 0 once reaped */
+    int status;                 /* wait status once reaped */
+    char log_path[600];
+};
+
+/** Per-test names and handles. table == topic prefix: unique per process and run. */
+struct e2e_ctx {
+    const struct e2e_env *env;
+    char name[64];              /* e2e_<name>_<pid>_<time> */
+    char table[64];             /* unquoted, in schema public */
+    char qtable[80];            /* "public"."<table>" */
+    char qenqueue[96];          /* "public"."<table>_enqueue" */
+    char topic_template[128];   /* <table>.${aggregate_type} */
+    char channel[64];           /* notify channel = table */
+    char logdir[512];
+    char empty_conf[600];       /* an empty config file, passed as -c */
+    PGconn *conn;
+    struct e2e_relay relays[E2E_MAX_RELAYS];
+    int n_relays;
+};
+
+/** Reads the environment; skips the test (cr_skip_test) if OUTBOX_RELAY_TEST_PG is unset. */
+const struct e2e_env *e2e_env(void);
+
+/** Fills @p t for test @p name (a short [a-z0-9] word): unique names, a log
+ *  directory, a PostgreSQL connection; drops leftovers of a table of the same name. */
+void e2e_setup(struct e2e_ctx *t, const char *name);
+
+/** Kills the relays still running (printing the tail of their logs) and closes the connection. */
+void e2e_teardown(struct e2e_ctx *t);
+
+/* ---- PostgreSQL ---------------------------------------------------------- */
+
+/** @return a new connection to OUTBOX_RELAY_TEST_PG (asserts it works). */
+PGconn *e2e_pg_connect(void);
+
+/** Runs one statement (printf format); asserts it succeeded; @return its result (PQclear it). */
+PGresult *e2e_query(PGconn *conn, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/** Runs statements (printf format) and asserts success, discarding results. */
+void e2e_exec(PGconn *conn, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/** @return the first column of the first row as an integer (asserts one non-NULL value). */
+long long e2e_query_int(PGconn *conn, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/** Repeats a query returning one boolean until it is true or @p timeout_ms pass.
+ *  Also fails the test early if one of @p t's relays exited. @return true if it became true. */
+bool e2e_wait_sql(struct e2e_ctx *t, int timeout_ms, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/** Waits until every row of the test table has sent_at set; asserts it within @p timeout_ms,
+ *  reporting the remaining count otherwise. */
+void e2e_wait_all_sent(struct e2e_ctx *t, int timeout_ms);
+
+/* ---- the relay binary ---------------------------------------------------- */
+
+/** Runs @p argv (argv[0] a path) to completion, killed after @p timeout_ms.
+ *  @p out and @p err (each may be NULL) receive its stdout and stderr (caller frees).
+ *  @return the exit status, 128+signal if killed by a signal, or -1 on timeout. */
+int e2e_run_cmd(const char *const argv[], int timeout_ms, char **out, char **err);
+
+/** Runs `outbox-relay ARGS...` (NULL-terminated) the same way. */
+int e2e_run_relay(const char *const args[], int timeout_ms, char **out, char **err);
+
+/** Appends the -c/-X options pointing a relay at the stack and the test table
+ *  (conninfo, bootstrap servers, table, topic template, channel) to @p argv at *@p argc. */
+void e2e_base_args(struct e2e_ctx *t, const char **argv, int *argc);
+
+/** Runs `outbox-relay migrate` for the test table and asserts exit status 0. */
+void e2e_migrate(struct e2e_ctx *t);
+
+/** Starts `outbox-relay run` with the base args plus @p extra ("section.key=value"
+ *  strings, each passed after -X; NULL-terminated, may be NULL). @return the relay. */
+struct e2e_relay *e2e_relay_start(struct e2e_ctx *t, const char *const *extra);
+
+/** @return true once @p needle appears in the relay's log, false after @p timeout_ms
+ *  (or if the relay exited without logging it). */
+bool e2e_relay_wait_log(struct e2e_relay *r, const char *needle, int timeout_ms);
+
+/** @return true if the relay's log contains @p needle. */
+bool e2e_relay_log_contains(const struct e2e_relay *r, const char *needle);
+
+/** @return true if the relay process is still running (reaps it otherwise). */
+bool e2e_relay_alive(struct e2e_relay *r);
+
+/** SIGTERM, then waits up to @p timeout_ms (SIGKILL after that).
+ *  @return the exit code, 128+signal if it died of a signal, or -1 if it had to be killed. */
+int e2e_relay_stop(struct e2e_relay *r, int timeout_ms);
+
+/** SIGKILL and reap. */
+void e2e_relay_kill(struct e2e_relay *r);
+
+/** Prints the last @p lines lines of the relay's log to stderr. */
+void e2e_relay_dump_log(const struct e2e_relay *r, int lines);
+
+/** Starts `outbox-relay ARGS...` (exactly these arguments, NULL-terminated) in the
+ *  background, output to a log file in the test's log directory. */
+struct e2e_relay *e2e_spawn(struct e2e_ctx *t, const char *const *args);
+
+/** Waits up to @p timeout_ms for a spawned process to exit (SIGKILL after that).
+ *  @return its exit code, 128+signal, or -1 on timeout. */
+int e2e_wait_exit(struct e2e_relay *r, int timeout_ms);
+
+/** @return the relay's whole log (caller frees; "" if missing). */
+char *e2e_relay_log(const struct e2e_relay *r);
+
+/* ---- mock broker --------------------------------------------------------- */
+
+/** Sends one control command to the mock broker. @return false without a mock. */
+bool e2e_mock_command(const struct e2e_ctx *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---- Kafka consumer ------------------------------------------------------ */
+
+struct e2e_header {
+    char *name;
+    char *value;                /* NUL-terminated copy; NULL for a NULL header value */
+    size_t value_len;
+};
+
+struct e2e_msg {
+    char *topic;
+    int32_t partition;
+    int64_t offset;
+    char *key;                  /* NUL-terminated copy; NULL for a NULL key */
+    size_t key_len;
+    char *value;                /* NUL-terminated copy; NULL for a tombstone */
+    size_t value_len;
+    int64_t timestamp;
+    rd_kafka_timestamp_type_t tstype;
+    struct e2e_header *headers;
+    size_t n_headers;
+};
+
+struct e2e_msgs {
+    struct e2e_msg *v;
+    size_t n, cap;
+    size_t n_missing_topics;    /* topics that did not exist when the timeout ran out */
+};
+
+/** Reads every message of @p topics from the beginning (all partitions, from
+ *  metadata, at OFFSET_BEGINNING) until end-of-partition on all of them.
+ *  Topics that do not exist yet are waited for up to @p timeout_ms, then
+ *  counted in n_missing_topics. Asserts no partition's log was truncated
+ *  (low watermark 0) and that the end was reached within @p timeout_ms.
+ *  Messages come in (topic order, partition, offset) order. */
+void e2e_consume(const char *const *topics, size_t n_topics, int timeout_ms, struct e2e_msgs *out);
+
+void e2e_msgs_free(struct e2e_msgs *m);
+
+/** @return the value of the first header named @p name, or NULL. */
+const char *e2e_msg_header(const struct e2e_msg *m, const char *name);
+
+/** @return how many headers are named @p name. */
+size_t e2e_msg_header_count(const struct e2e_msg *m, const char *name);
+
+/* ---- checking what arrived --------------------------------------------- */
+
+/** Accumulates failed checks so that a test reports many problems at once. */
+struct e2e_report {
+    size_t n_fail;
+    size_t len;
+    char text[6000];
+};
+
+/** Records a failure (the first few are kept in the text) unless @p ok. @return ok. */
+bool e2e_check(struct e2e_report *r, bool ok, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/** Fails the test if any check failed, quoting the first failures. */
+void e2e_report_assert(const struct e2e_report *r, const char *what);
+
+/** One outbox row as PostgreSQL has it, with what the tests expect of its message. */
+struct e2e_row {
+    int64_t id;
+    char *event_id;
+    char *aggregate_type;
+    char *aggregate_id;
+    char *event_type;
+    char *topic;                /* NULL: the template applies */
+    char *payload;              /* jsonb text; NULL = tombstone */
+    int64_t created_us;         /* created_at, microseconds since the epoch */
+    char *created_at;           /* RFC 3339 UTC with microseconds */
+    char *custom_headers;       /* "k=v\n…" sorted by key, from the headers object; NULL if none */
+    bool sent;                  /* sent_at IS NOT NULL */
+    int deliveries;             /* filled by e2e_verify: messages seen for this row */
+};
+
+struct e2e_rows {
+    struct e2e_row *v;          /* ordered by id */
+    size_t n;
+};
+
+/** Loads every row of the test table. */
+void e2e_rows_load(struct e2e_ctx *t, struct e2e_rows *rows);
+
+void e2e_rows_free(struct e2e_rows *rows);
+
+/** @return the row with @p id, or NULL. */
+struct e2e_row *e2e_rows_find(const struct e2e_rows *rows, int64_t id);
+
+/** Checks every message against its row — topic (row's own, else the template
+ *  rendered), key, value, CreateTime timestamp, headers — and that the first
+ *  delivery of each row keeps per-key order (one partition per topic+key,
+ *  outbox_id increasing with the offset). Counts deliveries into the rows.
+ *  Messages without a matching outbox_id are failures. */
+void e2e_verify(const struct e2e_ctx *t, struct e2e_rows *rows, const struct e2e_msgs *msgs,
+                struct e2e_report *rep);
+
+/** The topics the test's rows go to (template rendered per aggregate type, plus
+ *  every explicit topic), as a NULL-terminated array (caller frees with e2e_topics_free). */
+char **e2e_topics_of(const struct e2e_ctx *t, const struct e2e_rows *rows, size_t *n);
+
+void e2e_topics_free(char **topics);
+
+/* ---- small things -------------------------------------------------------- */
+
+/** Monotonic milliseconds. */
+int64_t e2e_now_ms(void);
+
+void e2e_sleep_ms(int ms);
+
+#endif
