@@ -24,6 +24,11 @@ int log_enabled(enum log_level level);
 void log_write(enum log_level level, const char *msg, const char *kvfmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/** Quotes @p s as a logfmt value ("…" with \" \\ \n \t escaped) for a "%s" in kvfmt.
+ *  Returns one of a few thread-local buffers: use it within the same statement,
+ *  at most four times per call. Long values are cut. */
+const char *log_quote(const char *s);
+
 void log_vwrite(enum log_level level, const char *msg, const char *kvfmt, va_list ap);
 
 #define log_error(msg, ...) log_write(LOG_LVL_ERROR, msg, __VA_ARGS__)

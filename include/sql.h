@@ -19,11 +19,21 @@ int sql_quote_literal(const char *s, char *out, size_t outlen);
 
 /** The relay's statements for one outbox table (all text, all identifiers quoted). */
 struct sql_statements {
-    char *claim;        /* $1 = limit: oldest unsent, not dead rows in id order */
-    char *mark_sent;    /* $1 = bigint[] of ids: conditional UPDATE … AND sent_at IS NULL */
+    char *claim;        /* $1 = limit: oldest unsent, not dead rows in id order (with
+                           SQL_HOLD_AGGREGATE: none behind a dead row of their aggregate) */
+    char *mark_sent;    /* $1 = bigint[] of ids: conditional UPDATE … AND sent_at IS NULL
+                           (with SQL_DELETE_SENT: conditional DELETE) */
+    char *record_failures; /* $1 = bigint[] ids, $2 = text[] errors, $3 = int[] max attempts,
+                           $4 = bool may dead-letter: attempts+1, last_error; dead_at once a
+                           row reaches its max. Returns id, attempts, dead. */
     char *leader_lock;  /* try the session advisory lock that elects the leader */
     char *listen;       /* LISTEN on the notify channel */
+    char *retention;    /* $1 = seconds, $2 = limit: delete that many sent rows older than it */
 };
+
+/** Options of sql_statements_init(). */
+#define SQL_HOLD_AGGREGATE 0x1u  /* claim skips rows behind a dead row of their aggregate */
+#define SQL_DELETE_SENT    0x2u  /* acknowledged rows are deleted, not marked */
 
 /** Column order of the claim result. */
 enum sql_claim_col {
@@ -33,7 +43,7 @@ enum sql_claim_col {
 
 /** Builds the statements. @return 0 or -ENOMEM / -EINVAL (identifier not valid). */
 int sql_statements_init(struct sql_statements *s, const char *schema, const char *table,
-                        const char *channel);
+                        const char *channel, unsigned flags);
 void sql_statements_free(struct sql_statements *s);
 
 /** Replaces the placeholders of a schema/ migration template:

@@ -38,23 +38,36 @@ static size_t put_quoted(char *buf, size_t pos, size_t cap, const char *s)
 {
     if (pos < cap)
         buf[pos++] = '"';
-    for (; *s && pos + 2 < cap; s++) {
+    for (; s && *s && pos + 3 < cap; s++) {
         unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\') {
+        char esc = c == '"' ? '"' : c == '\\' ? '\\' : c == '\n' ? 'n' : c == '\t' ? 't'
+                 : c == '\r' ? 'r' : 0;
+        if (esc) {
             buf[pos++] = '\\';
-            buf[pos++] = (char)c;
-        } else if (c == '\n') {
-            buf[pos++] = '\\';
-            buf[pos++] = 'n';
-        } else if (c < 0x20) {
-            buf[pos++] = ' ';
+            buf[pos++] = esc;
         } else {
-            buf[pos++] = (char)c;
+            buf[pos++] = c < 0x20 ? ' ' : (char)c;
         }
     }
     if (pos < cap)
         buf[pos++] = '"';
     return pos;
+}
+
+const char *log_quote(const char *s)
+{
+    static _Thread_local char ring[4][1024];
+    static _Thread_local unsigned next;
+    char *buf = ring[next++ % 4];
+    /* libpq's messages end in a newline that says nothing. */
+    char tmp[1024];
+    snprintf(tmp, sizeof(tmp), "%s", s ? s : "");
+    size_t n = strlen(tmp);
+    while (n > 0 && (tmp[n - 1] == '\n' || tmp[n - 1] == ' '))
+        tmp[--n] = '\0';
+    size_t pos = put_quoted(buf, 0, sizeof(ring[0]) - 1, tmp);
+    buf[pos] = '\0';
+    return buf;
 }
 
 void log_vwrite(enum log_level level, const char *msg, const char *kvfmt, va_list ap)

@@ -20,8 +20,8 @@ static int exec_ok(PGconn *conn, const char *what, PGresult *res)
     ExecStatusType st = PQresultStatus(res);
     int ok = st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK;
     if (!ok)
-        log_error("migration statement failed", "step=%s error=\"%s\"", what,
-                  PQresultErrorMessage(res));
+        log_error("migration statement failed", "step=%s error=%s", what,
+                  log_quote(PQresultErrorMessage(res)));
     (void)conn;
     return ok;
 }
@@ -93,7 +93,7 @@ int migrate_run(const struct relay_config *cfg)
 {
     PGconn *conn = PQconnectdb(cfg->pg_conninfo);
     if (PQstatus(conn) != CONNECTION_OK) {
-        log_error("cannot connect to postgres", "error=\"%s\"", PQerrorMessage(conn));
+        log_error("cannot connect to postgres", "error=%s", log_quote(PQerrorMessage(conn)));
         PQfinish(conn);
         return -EHOSTUNREACH;
     }

@@ -96,6 +96,14 @@ static void lost(struct pg_conn *pg, const char *why)
         pg->cb.on_lost(pg, msg, pg->cb.arg);
 }
 
+/* Server notices and libpq's own warnings go through the relay's logger, not
+ * straight to stderr. */
+static void on_notice(void *arg, const char *message)
+{
+    (void)arg;
+    log_warn("postgres notice", "detail=%s", log_quote(message));
+}
+
 int pg_init(struct pg_conn *pg, uv_loop_t *loop, const char *conninfo,
             const struct pg_callbacks *cb)
 {
@@ -114,8 +122,9 @@ int pg_connect(struct pg_conn *pg)
     pg->conn = PQconnectStart(pg->conninfo);
     if (!pg->conn)
         return -ENOMEM;
+    PQsetNoticeProcessor(pg->conn, on_notice, pg);
     if (PQstatus(pg->conn) == CONNECTION_BAD) {
-        log_warn("postgres connection failed", "error=\"%s\"", PQerrorMessage(pg->conn));
+        log_warn("postgres connection failed", "error=%s", log_quote(PQerrorMessage(pg->conn)));
         teardown(pg);
         return -EIO;
     }

@@ -36,13 +36,13 @@ static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
         char buf[512];
         rd_kafka_resp_err_t orig = rd_kafka_fatal_error(rk, buf, sizeof(buf));
         p->fatal = true;
-        log_error("kafka producer fatal error", "error=%s reason=\"%s\"",
-                  rd_kafka_err2name(orig), buf);
+        log_error("kafka producer fatal error", "error=%s reason=%s",
+                  rd_kafka_err2name(orig), log_quote(buf));
         return;
     }
     /* Transport errors and "all brokers down" are retried by librdkafka itself. */
-    log_warn("kafka error", "error=%s reason=\"%s\"",
-             rd_kafka_err2name((rd_kafka_resp_err_t)err), reason);
+    log_warn("kafka error", "error=%s reason=%s",
+             rd_kafka_err2name((rd_kafka_resp_err_t)err), log_quote(reason));
 }
 
 static void on_log(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
@@ -50,7 +50,7 @@ static void on_log(const rd_kafka_t *rk, int level, const char *fac, const char 
     (void)rk;
     enum log_level l = level <= 3 ? LOG_LVL_ERROR : level <= 5 ? LOG_LVL_WARN
                      : level == 6 ? LOG_LVL_INFO : LOG_LVL_DEBUG;
-    log_write(l, "librdkafka", "facility=%s detail=\"%s\"", fac, buf);
+    log_write(l, "librdkafka", "facility=%s detail=%s", fac, log_quote(buf));
 }
 
 rd_kafka_conf_t *producer_conf_new(const struct relay_config *cfg, char *errbuf, size_t errlen)

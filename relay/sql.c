@@ -4,6 +4,7 @@
 #include "sql.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -170,8 +171,24 @@ char *sql_render_template(const char *tmpl, const char *schema, const char *tabl
     return res;
 }
 
+/* asprintf into *dst; leaves *dst NULL on failure (asprintf leaves it undefined). */
+static int build(char **dst, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static int build(char **dst, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = vasprintf(dst, fmt, ap);
+    va_end(ap);
+    if (rc < 0) {
+        *dst = NULL;
+        return -ENOMEM;
+    }
+    return 0;
+}
+
 int sql_statements_init(struct sql_statements *s, const char *schema, const char *table,
-                        const char *channel)
+                        const char *channel, unsigned flags)
 {
     memset(s, 0, sizeof *s);
     if (!sql_ident_valid(schema) || !sql_ident_valid(table) || !sql_ident_valid(channel))
@@ -179,61 +196,84 @@ int sql_statements_init(struct sql_statements *s, const char *schema, const char
 
     char qschema[2 * CONFIG_IDENT_MAX + 4], qtable[2 * CONFIG_IDENT_MAX + 4];
     char qchannel[2 * CONFIG_IDENT_MAX + 4], plain[2 * CONFIG_IDENT_MAX + 2];
-    char lock_key[2 * sizeof plain + 4];
+    char lock_key[2 * sizeof plain + 4], q[sizeof qschema + sizeof qtable];
 
     /* Valid identifiers contain no quotes, so these cannot overflow. */
     sql_quote_ident(schema, qschema, sizeof qschema);
     sql_quote_ident(table, qtable, sizeof qtable);
     sql_quote_ident(channel, qchannel, sizeof qchannel);
+    snprintf(q, sizeof q, "%s.%s", qschema, qtable);
     snprintf(plain, sizeof plain, "%s.%s", schema, table);
     sql_quote_literal(plain, lock_key, sizeof lock_key);
 
-    /* asprintf leaves the pointer undefined on failure, hence the resets. */
-    if (asprintf(&s->claim,
-                 "SELECT \"id\", \"event_id\"::text, \"aggregate_type\", \"aggregate_id\", "
-                 "\"event_type\", \"topic\", \"payload\"::text, \"headers\"::text, "
-                 "(extract(epoch FROM \"created_at\") * 1000)::bigint, "
-                 "to_char(\"created_at\" AT TIME ZONE 'UTC', "
-                 "'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') "
-                 "FROM %s.%s WHERE \"sent_at\" IS NULL AND \"dead_at\" IS NULL "
-                 "ORDER BY \"id\" LIMIT $1",
-                 qschema, qtable) < 0) {
-        s->claim = NULL;
-        goto nomem;
-    }
-    if (asprintf(&s->mark_sent,
-                 "UPDATE %s.%s SET \"sent_at\" = clock_timestamp() "
-                 "WHERE \"id\" = ANY($1::bigint[]) AND \"sent_at\" IS NULL",
-                 qschema, qtable) < 0) {
-        s->mark_sent = NULL;
-        goto nomem;
-    }
+    /* Under hold_aggregate a dead row blocks the later rows of its aggregate
+     * until an operator requeues or drops it; the dead-row index keeps the
+     * anti-join cheap (dead rows are few). */
+    char holdbuf[512] = "";
+    if (flags & SQL_HOLD_AGGREGATE)
+        snprintf(holdbuf, sizeof holdbuf,
+                 " AND NOT EXISTS (SELECT 1 FROM %s AS d WHERE d.\"dead_at\" IS NOT NULL"
+                 " AND d.\"sent_at\" IS NULL AND d.\"aggregate_type\" = o.\"aggregate_type\""
+                 " AND d.\"aggregate_id\" = o.\"aggregate_id\" AND d.\"id\" < o.\"id\")",
+                 q);
+
+    int rc = 0;
+    /* floor(), not a cast: a cast rounds, and a timestamp 1 ms after created_at
+     * would be wrong. */
+    rc |= build(&s->claim,
+                "SELECT o.\"id\", o.\"event_id\"::text, o.\"aggregate_type\", o.\"aggregate_id\", "
+                "o.\"event_type\", o.\"topic\", o.\"payload\"::text, o.\"headers\"::text, "
+                "floor(extract(epoch FROM o.\"created_at\") * 1000)::bigint, "
+                "to_char(o.\"created_at\" AT TIME ZONE 'UTC', "
+                "'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') "
+                "FROM %s AS o WHERE o.\"sent_at\" IS NULL AND o.\"dead_at\" IS NULL%s "
+                "ORDER BY o.\"id\" LIMIT $1",
+                q, holdbuf);
+    if (flags & SQL_DELETE_SENT)
+        rc |= build(&s->mark_sent,
+                    "DELETE FROM %s WHERE \"id\" = ANY($1::bigint[]) AND \"sent_at\" IS NULL", q);
+    else
+        rc |= build(&s->mark_sent,
+                    "UPDATE %s SET \"sent_at\" = clock_timestamp() "
+                    "WHERE \"id\" = ANY($1::bigint[]) AND \"sent_at\" IS NULL",
+                    q);
+    rc |= build(&s->record_failures,
+                "UPDATE %s AS t SET \"attempts\" = t.\"attempts\" + 1, \"last_error\" = f.err, "
+                "\"dead_at\" = CASE WHEN $4::bool AND t.\"attempts\" + 1 >= f.max "
+                "THEN clock_timestamp() END "
+                "FROM unnest($1::bigint[], $2::text[], $3::int[]) AS f(id, err, max) "
+                "WHERE t.\"id\" = f.id AND t.\"sent_at\" IS NULL AND t.\"dead_at\" IS NULL "
+                "RETURNING t.\"id\", t.\"attempts\", t.\"dead_at\" IS NOT NULL, "
+                "t.\"attempts\" >= f.max",
+                q);
     /* The lock key is derived from the table, so relays for different outbox
      * tables in one database elect their leaders independently. */
-    if (asprintf(&s->leader_lock,
-                 "SELECT pg_try_advisory_lock(hashtextextended("
-                 "'outbox-relay:leader:' || %s, 0))",
-                 lock_key) < 0) {
-        s->leader_lock = NULL;
-        goto nomem;
-    }
-    if (asprintf(&s->listen, "LISTEN %s", qchannel) < 0) {
-        s->listen = NULL;
-        goto nomem;
+    rc |= build(&s->leader_lock,
+                "SELECT pg_try_advisory_lock(hashtextextended('outbox-relay:leader:' || %s, 0))",
+                lock_key);
+    rc |= build(&s->listen, "LISTEN %s", qchannel);
+    /* Small batches through the sent-row index: each DELETE holds its row
+     * locks briefly and never scans the table. */
+    rc |= build(&s->retention,
+                "DELETE FROM %s WHERE \"id\" IN (SELECT \"id\" FROM %s "
+                "WHERE \"sent_at\" < clock_timestamp() - make_interval(secs => $1::bigint) "
+                "ORDER BY \"sent_at\" LIMIT $2::int)",
+                q, q);
+    if (rc != 0) {
+        sql_statements_free(s);
+        return -ENOMEM;
     }
     return 0;
-
-nomem:
-    sql_statements_free(s);
-    return -ENOMEM;
 }
 
 void sql_statements_free(struct sql_statements *s)
 {
     free(s->claim);
     free(s->mark_sent);
+    free(s->record_failures);
     free(s->leader_lock);
     free(s->listen);
+    free(s->retention);
     memset(s, 0, sizeof *s);
 }
 

@@ -130,15 +130,16 @@ Test(sql, render_template_rejects_derived_name_longer_than_postgres_allows)
 Test(sql, statements_for_default_table)
 {
     struct sql_statements s;
-    cr_assert_eq(sql_statements_init(&s, "public", "outbox", "outbox_relay"), 0);
+    cr_assert_eq(sql_statements_init(&s, "public", "outbox", "outbox_relay", 0), 0);
     cr_assert_str_eq(s.claim,
-                     "SELECT \"id\", \"event_id\"::text, \"aggregate_type\", \"aggregate_id\", "
-                     "\"event_type\", \"topic\", \"payload\"::text, \"headers\"::text, "
-                     "(extract(epoch FROM \"created_at\") * 1000)::bigint, "
-                     "to_char(\"created_at\" AT TIME ZONE 'UTC', "
+                     "SELECT o.\"id\", o.\"event_id\"::text, o.\"aggregate_type\", "
+                     "o.\"aggregate_id\", o.\"event_type\", o.\"topic\", o.\"payload\"::text, "
+                     "o.\"headers\"::text, "
+                     "floor(extract(epoch FROM o.\"created_at\") * 1000)::bigint, "
+                     "to_char(o.\"created_at\" AT TIME ZONE 'UTC', "
                      "'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') "
-                     "FROM \"public\".\"outbox\" WHERE \"sent_at\" IS NULL AND \"dead_at\" IS "
-                     "NULL ORDER BY \"id\" LIMIT $1");
+                     "FROM \"public\".\"outbox\" AS o WHERE o.\"sent_at\" IS NULL AND "
+                     "o.\"dead_at\" IS NULL ORDER BY o.\"id\" LIMIT $1");
     cr_assert_str_eq(s.mark_sent,
                      "UPDATE \"public\".\"outbox\" SET \"sent_at\" = clock_timestamp() "
                      "WHERE \"id\" = ANY($1::bigint[]) AND \"sent_at\" IS NULL");
@@ -154,8 +155,8 @@ Test(sql, statements_for_default_table)
 Test(sql, statements_quote_configured_identifiers)
 {
     struct sql_statements s;
-    cr_assert_eq(sql_statements_init(&s, "App", "Events", "EvChan"), 0);
-    cr_assert_not_null(strstr(s.claim, "FROM \"App\".\"Events\" WHERE"));
+    cr_assert_eq(sql_statements_init(&s, "App", "Events", "EvChan", 0), 0);
+    cr_assert_not_null(strstr(s.claim, "FROM \"App\".\"Events\" AS o WHERE"));
     cr_assert_not_null(strstr(s.mark_sent, "UPDATE \"App\".\"Events\" SET"));
     cr_assert_not_null(strstr(s.leader_lock, "'App.Events'"));
     cr_assert_str_eq(s.listen, "LISTEN \"EvChan\"");
@@ -165,28 +166,28 @@ Test(sql, statements_quote_configured_identifiers)
 Test(sql, statements_refuse_invalid_identifiers)
 {
     struct sql_statements s;
-    cr_assert_eq(sql_statements_init(&s, "public", "outbox\"; DROP TABLE x; --", "c"), -EINVAL);
+    cr_assert_eq(sql_statements_init(&s, "public", "outbox\"; DROP TABLE x; --", "c", 0), -EINVAL);
     cr_assert_null(s.claim);
     cr_assert_null(s.listen);
-    cr_assert_eq(sql_statements_init(&s, "", "outbox", "c"), -EINVAL);
-    cr_assert_eq(sql_statements_init(&s, "public", "outbox", "chan-1"), -EINVAL);
-    cr_assert_eq(sql_statements_init(&s, "public", "outbox", NULL), -EINVAL);
+    cr_assert_eq(sql_statements_init(&s, "", "outbox", "c", 0), -EINVAL);
+    cr_assert_eq(sql_statements_init(&s, "public", "outbox", "chan-1", 0), -EINVAL);
+    cr_assert_eq(sql_statements_init(&s, "public", "outbox", NULL, 0), -EINVAL);
 }
 
 Test(sql, claim_columns_are_in_enum_order)
 {
     struct sql_statements s;
-    cr_assert_eq(sql_statements_init(&s, "public", "outbox", "c"), 0);
+    cr_assert_eq(sql_statements_init(&s, "public", "outbox", "c", 0), 0);
     const char *cols[CLAIM_NCOLS] = {
-        [CLAIM_ID] = "\"id\"",
-        [CLAIM_EVENT_ID] = "\"event_id\"::text",
-        [CLAIM_AGGREGATE_TYPE] = "\"aggregate_type\"",
-        [CLAIM_AGGREGATE_ID] = "\"aggregate_id\"",
-        [CLAIM_EVENT_TYPE] = "\"event_type\"",
-        [CLAIM_TOPIC] = "\"topic\"",
-        [CLAIM_PAYLOAD] = "\"payload\"::text",
-        [CLAIM_HEADERS] = "\"headers\"::text",
-        [CLAIM_CREATED_MS] = "(extract(epoch",
+        [CLAIM_ID] = "o.\"id\"",
+        [CLAIM_EVENT_ID] = "o.\"event_id\"::text",
+        [CLAIM_AGGREGATE_TYPE] = "o.\"aggregate_type\"",
+        [CLAIM_AGGREGATE_ID] = "o.\"aggregate_id\"",
+        [CLAIM_EVENT_TYPE] = "o.\"event_type\"",
+        [CLAIM_TOPIC] = "o.\"topic\"",
+        [CLAIM_PAYLOAD] = "o.\"payload\"::text",
+        [CLAIM_HEADERS] = "o.\"headers\"::text",
+        [CLAIM_CREATED_MS] = "floor(extract(epoch",
         [CLAIM_CREATED_AT] = "to_char(",
     };
     const char *prev = s.claim;
@@ -234,4 +235,30 @@ Test(sql, every_shipped_migration_renders)
         cr_assert_not_null(strstr(sql, "\"app\".\"events\""), "%s", migrations[i].name);
         free(sql);
     }
+}
+
+Test(sql, hold_aggregate_claim_skips_rows_behind_dead_ones)
+{
+    struct sql_statements s;
+    cr_assert_eq(sql_statements_init(&s, "public", "outbox", "c", SQL_HOLD_AGGREGATE), 0);
+    cr_assert_not_null(strstr(s.claim, "NOT EXISTS (SELECT 1 FROM \"public\".\"outbox\" AS d "
+                                       "WHERE d.\"dead_at\" IS NOT NULL"));
+    cr_assert_not_null(strstr(s.claim, "d.\"aggregate_id\" = o.\"aggregate_id\" AND "
+                                       "d.\"id\" < o.\"id\")"));
+    sql_statements_free(&s);
+
+    cr_assert_eq(sql_statements_init(&s, "public", "outbox", "c", 0), 0);
+    cr_assert_null(strstr(s.claim, "NOT EXISTS"));
+    sql_statements_free(&s);
+}
+
+Test(sql, delete_sent_is_still_conditional)
+{
+    struct sql_statements s;
+    cr_assert_eq(sql_statements_init(&s, "public", "outbox", "c", SQL_DELETE_SENT), 0);
+    cr_assert_str_eq(s.mark_sent, "DELETE FROM \"public\".\"outbox\" WHERE \"id\" = "
+                                  "ANY($1::bigint[]) AND \"sent_at\" IS NULL");
+    cr_assert_not_null(strstr(s.record_failures, "AND t.\"sent_at\" IS NULL AND "
+                                                 "t.\"dead_at\" IS NULL"));
+    sql_statements_free(&s);
 }
