@@ -1,5 +1,6 @@
 /* config.h — the relay's configuration: one table of parameters, an INI file,
- * `-X section.key=value` overrides, validation and redaction.
+ * OUTBOX_RELAY_* environment variables, `-X section.key=value` overrides,
+ * validation and redaction.
  *
  * Errors follow the project convention: 0 on success, a negative errno value on
  * failure, with a human message (naming the offending key) written to errbuf. */
@@ -34,7 +35,12 @@ struct relay_config {
     int batch_size;             /* default 1000, 1..100000 */
     int poll_interval_ms;       /* default 1000, 10..3600000 */
     int shutdown_timeout_ms;    /* default 10000, 0..600000 */
-    int reconnect_interval_ms;  /* default 1000, 10..600000: wait before reconnecting */
+    int reconnect_interval_ms;  /* default 1000, 10..600000: first wait before reconnecting */
+    int reconnect_max_ms;       /* default 30000: the exponential back-off stops growing here */
+    char *on_poison;            /* "hold_aggregate" (default), "dead_letter" or "halt" */
+    int max_attempts;           /* default 10: retriable failures before on_poison applies */
+    char *on_sent;              /* "mark" (default) or "delete" */
+    char *retention;            /* duration ("7d", "12h", "0" = keep): sent rows deleted after it */
 
     /* [http] (reserved for the status endpoint) */
     char *http_listen;          /* default "" (disabled) */
@@ -57,6 +63,27 @@ void config_free(struct relay_config *cfg);
 int config_load(struct relay_config *cfg, const char *path, bool path_required,
                 char *const *overrides, size_t n_overrides, char *errbuf, size_t errlen);
 
+/** config_load() with the environment as a layer of its own. Precedence, lowest
+ *  first: defaults (config_init) < the file at @p path < the OUTBOX_RELAY_*
+ *  variables of @p envp (see config_load_env; NULL = none) < @p overrides;
+ *  validation runs once, after the last layer.
+ *  @return as config_load(). */
+int config_load_layered(struct relay_config *cfg, const char *path, bool path_required,
+                        char *const *envp, char *const *overrides, size_t n_overrides,
+                        char *errbuf, size_t errlen);
+
+/** Applies the configuration variables of @p envp (NULL-terminated "NAME=value"
+ *  strings, as environ), in order, without validating the result:
+ *  OUTBOX_RELAY_<SECTION>_<KEY> sets section.key, SECTION being POSTGRES, KAFKA,
+ *  RELAY, HTTP or LOG and KEY the key in upper case. In KAFKA every '_' of KEY
+ *  becomes '.' (OUTBOX_RELAY_KAFKA_BOOTSTRAP_SERVERS -> kafka.bootstrap.servers);
+ *  elsewhere '_' stays (OUTBOX_RELAY_RELAY_BATCH_SIZE -> relay.batch_size).
+ *  OUTBOX_RELAY_TEST_*, OUTBOX_RELAY_BIN and OUTBOX_RELAY_MOCK_BROKER belong to
+ *  the project's test tools and are ignored; other variables are not touched.
+ *  @return 0, or -EINVAL with errbuf naming the variable (an unknown
+ *  OUTBOX_RELAY_* name is rejected like an unknown key), or -ENOMEM. */
+int config_load_env(struct relay_config *cfg, char *const *envp, char *errbuf, size_t errlen);
+
 /** Sets one key: @p section "postgres"|"kafka"|"relay"|"http"|"log".
  *  @return 0 or -EINVAL with errbuf naming "section.key". */
 int config_set(struct relay_config *cfg, const char *section, const char *key,
@@ -72,6 +99,10 @@ int config_validate(const struct relay_config *cfg, char *errbuf, size_t errlen)
  *  @return 0, or -EINVAL with errbuf naming the first parameter that needs a restart. */
 int config_reload_check(const struct relay_config *cur, const struct relay_config *next,
                         char *errbuf, size_t errlen);
+
+/** Parses a duration "N", "Ns", "Nm", "Nh" or "Nd" (N a whole number; bare = seconds).
+ *  @return the seconds (0 = disabled), or -EINVAL. */
+long config_parse_duration(const char *text);
 
 /** @return true if @p key (a librdkafka property or "conninfo") holds a secret. */
 bool config_key_is_secret(const char *key);

@@ -42,6 +42,9 @@ struct param {
 static int check_ident(const char *value, char *errbuf, size_t errlen);
 
 static const char *const log_formats[] = {"logfmt", "json", NULL};
+static const char *const poison_policies[] = {"hold_aggregate", "dead_letter", "halt", NULL};
+static const char *const sent_actions[] = {"mark", "delete", NULL};
+static int check_duration(const char *value, char *errbuf, size_t errlen);
 /* Indexed by enum log_level; log_level_parse() is the parser. */
 static const char *const log_level_names[] = {"error", "warn", "info", "debug"};
 _Static_assert(LOG_LVL_DEBUG == 3, "log_level_names must follow enum log_level");
@@ -74,12 +77,22 @@ static const struct param params[] = {
 
     INT("relay", "batch_size", batch_size, "1000", 1, 100000, RELOAD,
         "rows claimed and produced per round"),
+    INT("relay", "max_attempts", max_attempts, "10", 1, 1000000, RELOAD,
+        "retriable failures of a row before on_poison applies (permanent errors: 1)"),
+    ENUM("relay", "on_poison", on_poison, "hold_aggregate", poison_policies, RESTART,
+         "a row Kafka will not take: hold_aggregate, dead_letter or halt"),
+    ENUM("relay", "on_sent", on_sent, "mark", sent_actions, RESTART,
+         "after Kafka acknowledged a row: mark it sent, or delete it"),
     STR("relay", "notify_channel", notify_channel, "outbox_relay", check_ident, RESTART,
         "channel LISTENed on for new-row notifications"),
     INT("relay", "poll_interval_ms", poll_interval_ms, "1000", 10, 3600000, RELOAD,
         "poll the table this often even without notifications"),
     INT("relay", "reconnect_interval_ms", reconnect_interval_ms, "1000", 10, 600000, RELOAD,
-        "wait before reconnecting to PostgreSQL"),
+        "first wait before reconnecting to PostgreSQL (doubles up to reconnect_max_ms)"),
+    INT("relay", "reconnect_max_ms", reconnect_max_ms, "30000", 10, 3600000, RELOAD,
+        "longest wait between reconnection attempts"),
+    STR("relay", "retention", retention, "7d", check_duration, RESTART,
+        "delete sent rows older than this (N, Ns, Nm, Nh, Nd; 0 = keep)"),
     STR("relay", "schema", schema, "public", check_ident, RESTART, "schema of the outbox table"),
     INT("relay", "shutdown_timeout_ms", shutdown_timeout_ms, "10000", 0, 600000, RELOAD,
         "how long to wait for in-flight messages on shutdown"),
@@ -108,6 +121,36 @@ static int fail(char *errbuf, size_t errlen, const char *fmt, ...)
         va_end(ap);
     }
     return -EINVAL;
+}
+
+long config_parse_duration(const char *text)
+{
+    char *end;
+    errno = 0;
+    long n = strtol(text, &end, 10);
+    if (end == text || errno || n < 0)
+        return -EINVAL;
+    long unit = 1;
+    switch (*end) {
+    case '\0': case 's': unit = 1; break;
+    case 'm': unit = 60; break;
+    case 'h': unit = 3600; break;
+    case 'd': unit = 86400; break;
+    default: return -EINVAL;
+    }
+    if (*end && end[1])
+        return -EINVAL;
+    if (n > 100L * 365 * 86400 / unit)
+        return -EINVAL;
+    return n * unit;
+}
+
+static int check_duration(const char *value, char *errbuf, size_t errlen)
+{
+    if (config_parse_duration(value) >= 0)
+        return 0;
+    return fail(errbuf, errlen, "\"%s\" is not a duration (N, Ns, Nm, Nh or Nd, up to 100 years)",
+                value);
 }
 
 static int check_ident(const char *value, char *errbuf, size_t errlen)
@@ -450,8 +493,115 @@ static int apply_override(struct relay_config *cfg, const char *ov, char *errbuf
     return rc;
 }
 
+/* --- the environment ------------------------------------------------------ */
+
+#define ENV_PREFIX "OUTBOX_RELAY_"
+#define ENV_PREFIX_LEN (sizeof ENV_PREFIX - 1)
+
+/* Names under the prefix that belong to the project's own tools, not to the
+ * configuration: the test harness exports them and the relays it starts
+ * inherit them. @p name is the part after the prefix, up to '='. */
+static bool env_reserved(const char *name, size_t len)
+{
+    static const char *const exact[] = {"BIN", "MOCK_BROKER"};
+    if (len >= 5 && !strncmp(name, "TEST_", 5))
+        return true;
+    for (size_t i = 0; i < sizeof exact / sizeof exact[0]; i++) {
+        if (strlen(exact[i]) == len && !strncmp(name, exact[i], len))
+            return true;
+    }
+    return false;
+}
+
+/* Applies one OUTBOX_RELAY_<SECTION>_<KEY>=value entry of the environment.
+ * Messages name the variable, as a file error names the line: that is what
+ * the operator has to find and fix. */
+static int apply_env(struct relay_config *cfg, const char *entry, char *errbuf, size_t errlen)
+{
+    const char *eq = strchr(entry, '=');
+    const char *name = entry + ENV_PREFIX_LEN;
+    size_t len = (size_t)(eq - name);
+    int vlen = (int)(eq - entry); /* the variable's name, for messages */
+
+    if (env_reserved(name, len))
+        return 0;
+
+    /* Upper case only: variable names are case-sensitive, and a lower-case
+     * spelling is far more likely a mistake than a deliberate second name. */
+    for (size_t i = 0; i < len; i++) {
+        char c = name[i];
+        if (!((c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_'))
+            return fail(errbuf, errlen,
+                        "environment variable %.*s: not a configuration variable (expected "
+                        "OUTBOX_RELAY_<SECTION>_<KEY> in upper case)",
+                        vlen, entry);
+    }
+
+    const char *section = NULL;
+    size_t seclen = 0;
+    for (size_t s = 0; s < sizeof sections / sizeof sections[0] && !section; s++) {
+        size_t n = strlen(sections[s]);
+        if (n + 1 < len && !strncasecmp(name, sections[s], n) && name[n] == '_') {
+            section = sections[s];
+            seclen = n;
+        }
+    }
+    if (!section)
+        return fail(errbuf, errlen,
+                    "unknown environment variable %.*s (expected OUTBOX_RELAY_<SECTION>_<KEY>, "
+                    "SECTION one of POSTGRES, KAFKA, RELAY, HTTP, LOG)",
+                    vlen, entry);
+
+    /* The key is the rest in lower case. librdkafka's property names use
+     * dots where a variable name cannot, and none contains '_' (those that
+     * do are callbacks, which cannot be set from text), so '_' maps to '.'
+     * in [kafka]; the relay's own keys keep their '_'. */
+    char key[256];
+    size_t klen = len - seclen - 1;
+    if (klen >= sizeof key)
+        return fail(errbuf, errlen, "environment variable %.*s: name too long", vlen, entry);
+    bool kafka = !strcmp(section, "kafka");
+    for (size_t i = 0; i < klen; i++) {
+        char c = name[seclen + 1 + i];
+        key[i] = c == '_' && kafka ? '.' : (char)(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
+    }
+    key[klen] = '\0';
+
+    char why[768];
+    int rc = config_set(cfg, section, key, eq + 1, why, sizeof why);
+    if (rc == -ENOMEM) {
+        fail(errbuf, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    if (rc < 0)
+        return fail(errbuf, errlen, "environment variable %.*s: %s", vlen, entry, why);
+    return 0;
+}
+
+int config_load_env(struct relay_config *cfg, char *const *envp, char *errbuf, size_t errlen)
+{
+    if (!envp)
+        return 0;
+    for (char *const *e = envp; *e; e++) {
+        if (strncmp(*e, ENV_PREFIX, ENV_PREFIX_LEN) != 0 || !strchr(*e, '='))
+            continue;
+        int rc = apply_env(cfg, *e, errbuf, errlen);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
 int config_load(struct relay_config *cfg, const char *path, bool path_required,
                 char *const *overrides, size_t n_overrides, char *errbuf, size_t errlen)
+{
+    return config_load_layered(cfg, path, path_required, NULL, overrides, n_overrides, errbuf,
+                               errlen);
+}
+
+int config_load_layered(struct relay_config *cfg, const char *path, bool path_required,
+                        char *const *envp, char *const *overrides, size_t n_overrides,
+                        char *errbuf, size_t errlen)
 {
     char scratch[1];
     if (!errbuf || !errlen) {
@@ -460,8 +610,16 @@ int config_load(struct relay_config *cfg, const char *path, bool path_required,
     }
     errbuf[0] = '\0';
 
+    /* Each layer overrides the one before; validation runs once at the end so
+     * that a later layer may repair what an earlier one set (e.g. -X
+     * kafka.acks=all over a file's acks=1). */
     if (path) {
         int rc = load_file(cfg, path, path_required, errbuf, errlen);
+        if (rc < 0)
+            return rc;
+    }
+    if (envp) {
+        int rc = config_load_env(cfg, envp, errbuf, errlen);
         if (rc < 0)
             return rc;
     }

@@ -37,9 +37,14 @@ static void usage(FILE *out)
             "  -c, --config FILE   configuration file (default " CONFIG_DEFAULT_PATH
             ";\n"
             "                      used only if it exists when -c is not given)\n"
-            "  -X section.key=value  set one key, overriding the file (repeatable)\n"
+            "  -X section.key=value  set one key, overriding the file and the\n"
+            "                      environment (repeatable)\n"
             "  -h, --help          show this help\n"
             "      --version       print the version\n"
+            "\n"
+            "Environment: OUTBOX_RELAY_<SECTION>_<KEY>=value sets section.key, over the\n"
+            "file and under -X (e.g. OUTBOX_RELAY_POSTGRES_CONNINFO,\n"
+            "OUTBOX_RELAY_KAFKA_BOOTSTRAP_SERVERS); libpq's PG* variables apply as usual.\n"
             "\n"
             "Exit status: 0 ok, 64 usage, 69 PostgreSQL unreachable, 70 internal error,\n"
             "78 configuration rejected.\n");
@@ -103,13 +108,16 @@ int main(int argc, char **argv)
         return EXIT_USAGE;
     }
 
-    /* Configuration: table defaults ← file ← -X, then the cross-key rules and
-     * librdkafka's own verdict on the [kafka] section. */
+    /* Configuration: table defaults ← file ← OUTBOX_RELAY_* environment ← -X,
+     * then the cross-key rules and librdkafka's own verdict on the [kafka]
+     * section. The file is optional unless -c names it: a sidecar container
+     * is configured by its environment alone. */
     struct relay_config cfg;
     char err[1024];
     config_init(&cfg);
-    int rc = config_load(&cfg, config_path ? config_path : CONFIG_DEFAULT_PATH,
-                         config_path != NULL, overrides, n_overrides, err, sizeof(err));
+    int rc = config_load_layered(&cfg, config_path ? config_path : CONFIG_DEFAULT_PATH,
+                                 config_path != NULL, environ, overrides, n_overrides, err,
+                                 sizeof(err));
     if (rc == 0)
         rc = config_validate(&cfg, err, sizeof(err));
     if (rc == 0) {
