@@ -100,6 +100,11 @@ int config_validate(const struct relay_config *cfg, char *errbuf, size_t errlen)
 int config_reload_check(const struct relay_config *cur, const struct relay_config *next,
                         char *errbuf, size_t errlen);
 
+/** Copies into @p cur every reloadable value that differs in @p next and
+ *  logs it; logs (and keeps) every other key that differs. @return how many
+ *  keys changed. */
+int config_reload_apply(struct relay_config *cur, const struct relay_config *next);
+
 /** Parses a duration "N", "Ns", "Nm", "Nh" or "Nd" (N a whole number; bare = seconds).
  *  @return the seconds (0 = disabled), or -EINVAL. */
 long config_parse_duration(const char *text);

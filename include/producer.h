@@ -12,6 +12,7 @@
 
 #include "config.h"
 #include "event.h"
+#include "stats.h"
 
 /** Called once per message produced with producer_send(), with its opaque. */
 typedef void (*producer_report_cb)(void *opaque, rd_kafka_resp_err_t err, void *arg);
@@ -25,6 +26,7 @@ struct producer {
     producer_report_cb report;
     void *arg;
     bool fatal;                /* librdkafka raised a fatal error: the instance is unusable */
+    struct relay_stats *stats; /* brokers up, queue depth, fatal: from librdkafka statistics */
     bool started;
 };
 
@@ -32,7 +34,8 @@ struct producer {
  *  defaults (enable.idempotence=true, acks=all, …) and starts serving it.
  *  @return 0, or -EINVAL with errbuf (a property librdkafka rejects). */
 int producer_start(struct producer *p, uv_loop_t *loop, const struct relay_config *cfg,
-                   producer_report_cb report, void *arg, char *errbuf, size_t errlen);
+                   producer_report_cb report, void *arg, struct relay_stats *stats,
+                   char *errbuf, size_t errlen);
 
 /** Builds the rd_kafka_conf_t the relay uses (defaults, then the [kafka]
  *  section). @return the conf, or NULL with errbuf naming the property. */

@@ -29,6 +29,7 @@ struct sql_statements {
     char *leader_lock;  /* try the session advisory lock that elects the leader */
     char *listen;       /* LISTEN on the notify channel */
     char *retention;    /* $1 = seconds, $2 = limit: delete that many sent rows older than it */
+    char *backlog;      /* unsent rows, age of the oldest in seconds, dead rows */
 };
 
 /** Options of sql_statements_init(). */

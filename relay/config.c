@@ -707,6 +707,37 @@ int config_reload_check(const struct relay_config *cur, const struct relay_confi
     return 0;
 }
 
+int config_reload_apply(struct relay_config *cur, const struct relay_config *next)
+{
+    int applied = 0;
+    for (size_t i = 0; i < N_PARAMS; i++) {
+        const struct param *p = &params[i];
+        bool is_str = p->type == PARAM_STRING || p->type == PARAM_ENUM;
+        if (is_str ? !strcmp(cstr_at(cur, p), cstr_at(next, p)) : int_at(cur, p) == int_at(next, p))
+            continue;
+        if (!p->reloadable) {
+            log_warn("config key needs a restart; keeping the running value", "key=%s.%s",
+                     p->section, p->key);
+            continue;
+        }
+        if (is_str) {
+            if (replace_str(str_slot(cur, p), cstr_at(next, p)) < 0)
+                continue;
+        } else {
+            *int_slot(cur, p) = int_at(next, p);
+        }
+        log_info("config key reloaded", "key=%s.%s", p->section, p->key);
+        applied++;
+    }
+    bool same = cur->n_kafka == next->n_kafka;
+    for (size_t i = 0; same && i < cur->n_kafka; i++)
+        same = !strcmp(cur->kafka[i].key, next->kafka[i].key) &&
+               !strcmp(cur->kafka[i].value, next->kafka[i].value);
+    if (!same)
+        log_warn("kafka settings need a restart; keeping the running producer", "");
+    return applied;
+}
+
 /* --- secrets ------------------------------------------------------------- */
 
 bool config_key_is_secret(const char *key)

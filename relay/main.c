@@ -3,6 +3,7 @@
 #include <getopt.h>
 #include <librdkafka/rdkafka.h>
 #include <libpq-fe.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,6 +55,34 @@ static void print_version(void)
 {
     printf("outbox-relay %s (librdkafka %s, libpq %d, libuv %s)\n", OUTBOX_RELAY_VERSION,
            rd_kafka_version_str(), PQlibVersion(), uv_version_string());
+}
+
+/* Where the configuration comes from: read at start and again on SIGHUP. */
+struct config_source {
+    const char *path;
+    bool required;
+    char *const *overrides;
+    size_t n_overrides;
+};
+
+/* Table defaults ← file ← OUTBOX_RELAY_* environment ← -X, then the
+ * cross-key rules and librdkafka's own verdict on the [kafka] section. The
+ * file is optional unless -c names it: a sidecar container is configured by
+ * its environment alone. */
+static int load_config(struct relay_config *cfg, char *err, size_t errlen, void *arg)
+{
+    const struct config_source *src = arg;
+    int rc = config_load_layered(cfg, src->path, src->required, environ, src->overrides,
+                                 src->n_overrides, err, errlen);
+    if (rc == 0)
+        rc = config_validate(cfg, err, errlen);
+    if (rc == 0) {
+        rd_kafka_conf_t *kconf = producer_conf_new(cfg, err, errlen);
+        if (!kconf)
+            return -EINVAL;
+        rd_kafka_conf_destroy(kconf);
+    }
+    return rc;
 }
 
 int main(int argc, char **argv)
@@ -108,26 +137,16 @@ int main(int argc, char **argv)
         return EXIT_USAGE;
     }
 
-    /* Configuration: table defaults ← file ← OUTBOX_RELAY_* environment ← -X,
-     * then the cross-key rules and librdkafka's own verdict on the [kafka]
-     * section. The file is optional unless -c names it: a sidecar container
-     * is configured by its environment alone. */
+    struct config_source src = {
+        .path = config_path ? config_path : CONFIG_DEFAULT_PATH,
+        .required = config_path != NULL,
+        .overrides = overrides,
+        .n_overrides = n_overrides,
+    };
     struct relay_config cfg;
     char err[1024];
     config_init(&cfg);
-    int rc = config_load_layered(&cfg, config_path ? config_path : CONFIG_DEFAULT_PATH,
-                                 config_path != NULL, environ, overrides, n_overrides, err,
-                                 sizeof(err));
-    if (rc == 0)
-        rc = config_validate(&cfg, err, sizeof(err));
-    if (rc == 0) {
-        rd_kafka_conf_t *kconf = producer_conf_new(&cfg, err, sizeof(err));
-        if (kconf)
-            rd_kafka_conf_destroy(kconf);
-        else
-            rc = -1;
-    }
-    if (rc != 0) {
+    if (load_config(&cfg, err, sizeof(err), &src) != 0) {
         fprintf(stderr, "outbox-relay: configuration rejected: %s\n", err);
         config_free(&cfg);
         return EXIT_CONFIG;
@@ -139,11 +158,11 @@ int main(int argc, char **argv)
         config_dump(&cfg, stdout);
         status = EXIT_OK;
     } else if (strcmp(cmd, "migrate") == 0) {
-        rc = migrate_run(&cfg);
+        int rc = migrate_run(&cfg);
         status = rc == 0 ? EXIT_OK : rc == -EHOSTUNREACH ? EXIT_UNAVAILABLE : EXIT_SOFTWARE;
     } else {
         log_info("outbox-relay starting", "version=%s pid=%ld", OUTBOX_RELAY_VERSION, (long)getpid());
-        status = relay_run(&cfg);
+        status = relay_run(&cfg, load_config, &src);
     }
     config_free(&cfg);
     return status;

@@ -9,6 +9,8 @@
 
 #include "log.h"
 
+#include <cjson/cJSON.h>
+
 /* Defaults the relay needs for its guarantees, or that suit a relay better
  * than librdkafka's own; the [kafka] section may override all but the
  * guarantees (config_validate rejects those). */
@@ -19,6 +21,8 @@ static const char *const producer_defaults[][2] = {
     { "partitioner", "murmur2_random" },
     { "linger.ms", "5" },
     { "client.id", "outbox-relay" },
+    /* Broker states and queue depth for readiness and metrics. */
+    { "statistics.interval.ms", "1000" },
 };
 
 static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
@@ -36,6 +40,8 @@ static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
         char buf[512];
         rd_kafka_resp_err_t orig = rd_kafka_fatal_error(rk, buf, sizeof(buf));
         p->fatal = true;
+        if (p->stats)
+            p->stats->producer_fatal = true;
         log_error("kafka producer fatal error", "error=%s reason=%s",
                   rd_kafka_err2name(orig), log_quote(buf));
         return;
@@ -43,6 +49,38 @@ static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
     /* Transport errors and "all brokers down" are retried by librdkafka itself. */
     log_warn("kafka error", "error=%s reason=%s",
              rd_kafka_err2name((rd_kafka_resp_err_t)err), log_quote(reason));
+}
+
+/* librdkafka's statistics JSON, served on the loop thread by rd_kafka_poll. */
+static int on_stats(rd_kafka_t *rk, char *json, size_t len, void *opaque)
+{
+    (void)rk;
+    struct producer *p = opaque;
+    if (!p->stats)
+        return 0;
+    cJSON *root = cJSON_ParseWithLength(json, len);
+    if (!root)
+        return 0;
+    const cJSON *msg_cnt = cJSON_GetObjectItemCaseSensitive(root, "msg_cnt");
+    if (cJSON_IsNumber(msg_cnt))
+        p->stats->producer_queue_msgs = (int64_t)msg_cnt->valuedouble;
+    int up = 0, total = 0;
+    const cJSON *brokers = cJSON_GetObjectItemCaseSensitive(root, "brokers");
+    const cJSON *b;
+    cJSON_ArrayForEach(b, brokers) {
+        const cJSON *nodeid = cJSON_GetObjectItemCaseSensitive(b, "nodeid");
+        const cJSON *state = cJSON_GetObjectItemCaseSensitive(b, "state");
+        /* Bootstrap entries (nodeid -1) are addresses, not brokers. */
+        if (!cJSON_IsNumber(nodeid) || nodeid->valuedouble < 0)
+            continue;
+        total++;
+        if (cJSON_IsString(state) && strcmp(state->valuestring, "UP") == 0)
+            up++;
+    }
+    p->stats->brokers_up = up;
+    p->stats->brokers_total = total;
+    cJSON_Delete(root);
+    return 0; /* we did not keep json: librdkafka frees it */
 }
 
 static void on_log(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
@@ -88,9 +126,15 @@ static void on_pipe(uv_poll_t *h, int status, int events)
 }
 
 int producer_start(struct producer *p, uv_loop_t *loop, const struct relay_config *cfg,
-                   producer_report_cb report, void *arg, char *errbuf, size_t errlen)
+                   producer_report_cb report, void *arg, struct relay_stats *stats,
+                   char *errbuf, size_t errlen)
 {
     memset(p, 0, sizeof(*p));
+    p->stats = stats;
+    if (stats) {
+        stats->producer_fatal = false;
+        stats->brokers_up = -1;
+    }
     p->loop = loop;
     p->report = report;
     p->arg = arg;
@@ -103,6 +147,7 @@ int producer_start(struct producer *p, uv_loop_t *loop, const struct relay_confi
     rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
     rd_kafka_conf_set_error_cb(conf, on_error);
     rd_kafka_conf_set_log_cb(conf, on_log);
+    rd_kafka_conf_set_stats_cb(conf, on_stats);
 
     char err[512];
     p->rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));

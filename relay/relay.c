@@ -19,12 +19,12 @@
 #include "errors.h"
 #include "event.h"
 #include "log.h"
+#include "notify.h"
 #include "pg.h"
 #include "producer.h"
 #include "sql.h"
+#include "stats.h"
 #include "strbuf.h"
-
-enum role { ROLE_UNKNOWN = 0, ROLE_STANDBY, ROLE_LEADER };
 
 enum phase {
     PHASE_EMPTY = 0,   /* nothing claimed */
@@ -57,7 +57,6 @@ struct relay {
     uv_signal_t sigterm;
     uv_signal_t sigint;
 
-    enum role role;
     bool listening;
     bool wake;                  /* rows may be waiting: claim when possible */
     bool lock_due;              /* standby: time to try the leader lock again */
@@ -77,6 +76,7 @@ struct relay {
     int n_rows;
     int n_outstanding;
     int n_delivered;
+    int cap;                    /* rows the per-row arrays hold (batch_size may grow on SIGHUP) */
     bool marked;                /* the delivered rows of this batch are marked */
     int64_t *ids;
     unsigned char *state;
@@ -84,9 +84,17 @@ struct relay {
     char **reason;              /* ROW_FAILED: why (allocated; failures are rare) */
     struct strbuf params[3];    /* array literals for the mark and failure statements */
 
-    uint64_t published_total;
-    uint64_t failed_total;
-    uint64_t dead_total;
+    int64_t *created_ms;        /* per row: for the delivery latency histogram */
+    uint64_t batch_start_ms;
+
+    struct relay_stats st;
+    struct relay_config *live;  /* the configuration SIGHUP updates in place */
+    relay_reload_fn reload;
+    void *reload_arg;
+    uv_signal_t sighup;
+    uv_timer_t watchdog;
+    bool ready_sent;            /* READY=1 went to systemd */
+    uint64_t backlog_due_ms;    /* next backlog query */
 };
 
 static void step(struct relay *r);
@@ -110,6 +118,19 @@ static void batch_reset(struct relay *r)
     r->n_outstanding = 0;
     r->n_delivered = 0;
     r->marked = false;
+}
+
+/* The batch is complete (marks and failure records written): account for it. */
+static void batch_done(struct relay *r)
+{
+    double now = stats_now();
+    double took = (double)(now_ms(r) - r->batch_start_ms) / 1000.0;
+    r->st.batches_total++;
+    stats_observe(&r->st.batch_duration, took);
+    r->st.last_batch_rows = r->n_rows;
+    r->st.last_batch_duration = took;
+    r->st.last_batch_time = now;
+    batch_reset(r);
 }
 
 /* Errors that retrying the same message cannot cure: one attempt is enough. */
@@ -140,14 +161,14 @@ static bool err_is_ours(rd_kafka_resp_err_t err)
            err == RD_KAFKA_RESP_ERR__FATAL;
 }
 
-static void row_failed(struct relay *r, int i, bool permanent, const char *why)
+static void row_failed(struct relay *r, int i, enum stats_fail_reason kind, const char *why)
 {
     r->state[i] = ROW_FAILED;
-    r->permanent[i] = permanent;
+    r->permanent[i] = kind != STATS_FAIL_RETRIABLE;
     free(r->reason[i]);
     r->reason[i] = why ? strdup(why) : NULL;
     if (why)
-        r->failed_total++;
+        r->st.failed_total[kind]++;
 }
 
 static void on_report(void *opaque, rd_kafka_resp_err_t err, void *arg)
@@ -161,10 +182,13 @@ static void on_report(void *opaque, rd_kafka_resp_err_t err, void *arg)
     if (err == RD_KAFKA_RESP_ERR_NO_ERROR) {
         r->state[i] = ROW_DELIVERED;
         r->n_delivered++;
-        r->published_total++;
+        r->st.published_total++;
+        stats_observe(&r->st.delivery_latency,
+                      stats_now() - (double)r->created_ms[i] / 1000.0);
     } else {
         bool ours = err_is_ours(err);
-        row_failed(r, i, err_is_permanent(err), ours ? NULL : rd_kafka_err2name(err));
+        row_failed(r, i, err_is_permanent(err) ? STATS_FAIL_PERMANENT : STATS_FAIL_RETRIABLE,
+                   ours ? NULL : rd_kafka_err2name(err));
         if (!ours)
             log_warn("delivery failed", "outbox_id=%" PRId64 " error=%s permanent=%s", r->ids[i],
                      rd_kafka_err2name(err), r->permanent[i] ? "true" : "false");
@@ -204,10 +228,11 @@ static void produce_rows(struct relay *r, PGresult *res)
     r->n_rows = n;
     for (int i = 0; i < n; i++) {
         r->ids[i] = strtoll(PQgetvalue(res, i, CLAIM_ID), NULL, 10);
+        r->created_ms[i] = strtoll(PQgetvalue(res, i, CLAIM_CREATED_MS), NULL, 10);
         r->state[i] = ROW_SKIPPED;
     }
     for (int i = 0; i < n; i++) {
-        if (r->halted || (n_failed > 0 && r->policy != POISON_DEAD_LETTER &&
+        if (r->st.halted || (n_failed > 0 && r->policy != POISON_DEAD_LETTER &&
                           held_in_batch(r, res, i)))
             continue; /* stays ROW_SKIPPED: claimed again later, in order */
 
@@ -222,7 +247,7 @@ static void produce_rows(struct relay *r, PGresult *res)
             .payload_len = (size_t)PQgetlength(res, i, CLAIM_PAYLOAD),
             .headers_json = PQgetisnull(res, i, CLAIM_HEADERS) ? NULL
                                                                 : PQgetvalue(res, i, CLAIM_HEADERS),
-            .created_ms = strtoll(PQgetvalue(res, i, CLAIM_CREATED_MS), NULL, 10),
+            .created_ms = r->created_ms[i],
             .created_at = PQgetvalue(res, i, CLAIM_CREATED_AT),
         };
 
@@ -248,7 +273,7 @@ static void produce_rows(struct relay *r, PGresult *res)
             break;
         }
         if (rc < 0) {
-            row_failed(r, i, true, err);
+            row_failed(r, i, STATS_FAIL_INVALID, err);
             n_failed++;
             log_warn("row cannot be produced", "outbox_id=%" PRId64 " event_id=%s reason=%s",
                      row.id, row.event_id, log_quote(err));
@@ -294,13 +319,46 @@ static void on_claimed(struct pg_conn *pg, PGresult *res, void *arg)
         step(r);
 }
 
+static int grow(void **p, size_t n, size_t size)
+{
+    void *q = realloc(*p, n * size);
+    if (!q)
+        return -ENOMEM;
+    *p = q;
+    return 0;
+}
+
+/* Sizes the per-row arrays for batch_size; only called between batches. */
+static int batch_reserve(struct relay *r)
+{
+    int n = r->cfg->batch_size;
+    if (n <= r->cap)
+        return 0;
+    if (grow((void **)&r->ids, (size_t)n, sizeof(*r->ids)) < 0 ||
+        grow((void **)&r->created_ms, (size_t)n, sizeof(*r->created_ms)) < 0 ||
+        grow((void **)&r->state, (size_t)n, sizeof(*r->state)) < 0 ||
+        grow((void **)&r->permanent, (size_t)n, sizeof(*r->permanent)) < 0 ||
+        grow((void **)&r->reason, (size_t)n, sizeof(*r->reason)) < 0)
+        return -ENOMEM;
+    for (int i = r->cap; i < n; i++)
+        r->reason[i] = NULL;
+    r->cap = n;
+    return 0;
+}
+
 static void claim(struct relay *r)
 {
+    if (batch_reserve(r) < 0) {
+        log_error("out of memory sizing the batch", "batch_size=%d", r->cfg->batch_size);
+        r->backoff = true;
+        return;
+    }
     char limit[16];
     snprintf(limit, sizeof(limit), "%d", r->cfg->batch_size);
     const char *params[] = { limit };
     r->wake = false;
     r->phase = PHASE_CLAIMING;
+    r->batch_start_ms = now_ms(r);
     if (pg_query(&r->pg, r->sql.claim, 1, params, on_claimed, r) < 0)
         batch_reset(r);
 }
@@ -330,19 +388,21 @@ static void on_recorded(struct pg_conn *pg, PGresult *res, void *arg)
             if (r->reason[i] && r->ids[i] == strtoll(id, NULL, 10))
                 why = r->reason[i];
         if (dead) {
-            r->dead_total++;
+            r->st.dead_total++;
             log_error(r->policy == POISON_HOLD_AGGREGATE
                           ? "row dead-lettered; later rows of its aggregate are held"
                           : "row dead-lettered; later rows of its aggregate continue",
                       "outbox_id=%s attempts=%s error=%s", id, attempts, log_quote(why));
-        } else if (exhausted && r->policy == POISON_HALT && !r->halted) {
-            r->halted = true;
+        } else if (exhausted && r->policy == POISON_HALT && !r->st.halted) {
+            r->st.halted = true;
+            snprintf(r->st.halt_reason, sizeof(r->st.halt_reason),
+                     "outbox row %s cannot be delivered after %s attempts: %s", id, attempts, why);
             log_error("relaying halted: a row cannot be delivered (on_poison=halt); fix or "
                       "requeue it and restart",
                       "outbox_id=%s attempts=%s error=%s", id, attempts, log_quote(why));
         }
     }
-    batch_reset(r);
+    batch_done(r);
     step(r);
 }
 
@@ -367,11 +427,14 @@ static void record_failures(struct relay *r)
         n++;
     }
     if (n == 0 || (r->n_delivered == 0 && permanent == 0)) {
-        if (n > 0)
+        if (n > 0) {
             log_warn("no row of the batch reached Kafka; retrying without counting attempts",
                      "failed=%d", n);
-        batch_reset(r);
-        r->backoff = n > 0;
+            batch_reset(r);
+            r->backoff = true;
+        } else {
+            batch_done(r);
+        }
         step(r);
         return;
     }
@@ -473,6 +536,43 @@ static void retention(struct relay *r)
     pg_query(&r->pg, r->sql.retention, 2, params, on_retention, r);
 }
 
+/* ---- backlog and systemd ---------------------------------------------- */
+
+#define BACKLOG_EVERY_MS 5000
+
+static void notify_status(struct relay *r)
+{
+    char buf[256];
+    const char *role = r->st.role == STATS_ROLE_LEADER    ? "leader"
+                       : r->st.role == STATS_ROLE_STANDBY ? "standby"
+                                                          : "starting";
+    if (r->st.halted)
+        role = "halted";
+    snprintf(buf, sizeof(buf), "STATUS=%s; postgres %s; backlog %" PRId64 "; published %" PRIu64,
+             role, r->st.pg_up ? "up" : "down", r->st.backlog_known ? r->st.backlog_rows : -1,
+             r->st.published_total);
+    notify_send(buf);
+}
+
+static void on_backlog(struct pg_conn *pg, PGresult *res, void *arg)
+{
+    (void)pg;
+    struct relay *r = arg;
+    if (!res)
+        return;
+    if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1) {
+        r->st.backlog_known = true;
+        r->st.backlog_rows = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
+        r->st.oldest_unsent_age = strtod(PQgetvalue(res, 0, 1), NULL);
+        r->st.dead_rows = strtoll(PQgetvalue(res, 0, 2), NULL, 10);
+        r->st.backlog_time = stats_now();
+    } else {
+        log_warn("backlog query failed", "error=%s", log_quote(PQresultErrorMessage(res)));
+    }
+    notify_status(r);
+    step(r);
+}
+
 /* ---- leadership -------------------------------------------------------- */
 
 static void on_lock(struct pg_conn *pg, PGresult *res, void *arg)
@@ -488,14 +588,14 @@ static void on_lock(struct pg_conn *pg, PGresult *res, void *arg)
     }
     bool got = PQgetvalue(res, 0, 0)[0] == 't';
     if (got) {
-        r->role = ROLE_LEADER;
+        r->st.role = STATS_ROLE_LEADER;
         r->wake = true; /* catch up: notifications were not heard before */
         log_info("became leader", "schema=%s table=%s", r->cfg->schema, r->cfg->table);
     } else {
-        if (r->role != ROLE_STANDBY)
+        if (r->st.role != STATS_ROLE_STANDBY)
             log_info("standing by", "schema=%s table=%s reason=\"another relay holds the leader lock\"",
                      r->cfg->schema, r->cfg->table);
-        r->role = ROLE_STANDBY;
+        r->st.role = STATS_ROLE_STANDBY;
     }
     step(r);
 }
@@ -526,7 +626,7 @@ static bool replace_producer(struct relay *r)
     char err[512];
     log_warn("replacing the kafka producer after a fatal error", "");
     producer_stop(&r->prod);
-    if (producer_start(&r->prod, r->loop, r->cfg, on_report, r, err, sizeof(err)) < 0) {
+    if (producer_start(&r->prod, r->loop, r->cfg, on_report, r, &r->st, err, sizeof(err)) < 0) {
         log_error("cannot recreate the kafka producer", "error=%s", log_quote(err));
         r->backoff = true;
         return false;
@@ -557,18 +657,28 @@ static void step(struct relay *r)
     if (r->prod.fatal && !replace_producer(r))
         return;
 
-    if (r->role == ROLE_UNKNOWN || (r->role == ROLE_STANDBY && r->lock_due)) {
+    if (r->st.role == STATS_ROLE_UNKNOWN || (r->st.role == STATS_ROLE_STANDBY && r->lock_due)) {
         r->lock_due = false;
         pg_query(&r->pg, r->sql.leader_lock, 0, NULL, on_lock, r);
         return;
     }
-    if (r->role != ROLE_LEADER)
+    if (!r->ready_sent) {
+        /* Connected and the role is known: what systemd's Type=notify waits for. */
+        r->ready_sent = true;
+        notify_send("READY=1");
+    }
+    if (now_ms(r) >= r->backlog_due_ms) {
+        r->backlog_due_ms = now_ms(r) + BACKLOG_EVERY_MS;
+        pg_query(&r->pg, r->sql.backlog, 0, NULL, on_backlog, r);
+        return;
+    }
+    if (r->st.role != STATS_ROLE_LEADER)
         return;
     if (!r->listening) {
         pg_query(&r->pg, r->sql.listen, 0, NULL, on_listen, r);
         return;
     }
-    if (r->wake && !r->halted)
+    if (r->wake && !r->st.halted)
         claim(r);
     else if (r->retention_due)
         retention(r);
@@ -615,10 +725,11 @@ static void on_pg_connected(struct pg_conn *pg, void *arg)
 {
     struct relay *r = arg;
     log_info("postgres connected", "server_version=%d", PQserverVersion(pg->conn));
-    r->role = ROLE_UNKNOWN;
+    r->st.role = STATS_ROLE_UNKNOWN;
     r->listening = false;
     r->backoff = false;
     r->reconnect_attempt = 0;
+    r->st.pg_up = true;
     step(r);
 }
 
@@ -626,12 +737,14 @@ static void on_pg_lost(struct pg_conn *pg, const char *why, void *arg)
 {
     (void)pg;
     struct relay *r = arg;
-    if (r->role == ROLE_LEADER)
+    if (r->st.role == STATS_ROLE_LEADER)
         log_warn("postgres connection lost; leadership released", "error=%s", log_quote(why));
     else
         log_warn("postgres connection failed", "error=%s", log_quote(why));
-    r->role = ROLE_UNKNOWN;
+    r->st.role = STATS_ROLE_UNKNOWN;
+    r->st.pg_up = false;
     r->listening = false;
+    notify_status(r);
     schedule_reconnect(r);
 }
 
@@ -685,6 +798,7 @@ static void on_signal(uv_signal_t *s, int signum)
         return;
     }
     log_info("shutting down", "signal=%d in_flight=%d", signum, r->n_outstanding);
+    notify_send("STOPPING=1");
     r->stopping = true;
     uv_timer_stop(&r->tick);
     uv_timer_stop(&r->reconnect);
@@ -695,6 +809,41 @@ static void on_signal(uv_signal_t *s, int signum)
         step(r);
 }
 
+/* SIGHUP: read the file again; apply what is safe to change live, name what
+ * is not; a file that does not validate changes nothing. */
+static void on_sighup(uv_signal_t *s, int signum)
+{
+    (void)signum;
+    struct relay *r = s->data;
+    if (!r->reload) {
+        log_warn("SIGHUP ignored: no configuration to reload", "");
+        return;
+    }
+    struct relay_config next;
+    char err[1024];
+    config_init(&next);
+    int rc = r->reload(&next, err, sizeof(err), r->reload_arg);
+    if (rc < 0) {
+        log_error("configuration reload rejected; keeping the running configuration",
+                  "error=%s", log_quote(err));
+    } else {
+        int changed = config_reload_apply(r->live, &next);
+        log_set_level((enum log_level)r->live->log_level);
+        log_info("configuration reloaded", "changed=%d batch_size=%d poll_interval_ms=%d", changed,
+                 r->cfg->batch_size, r->cfg->poll_interval_ms);
+        uv_timer_set_repeat(&r->tick, (uint64_t)r->cfg->poll_interval_ms);
+        uv_timer_again(&r->tick);
+    }
+    config_free(&next);
+}
+
+static void on_watchdog(uv_timer_t *t)
+{
+    /* The loop turned: that is what the watchdog asks. */
+    (void)t;
+    notify_send("WATCHDOG=1");
+}
+
 static void finish(struct relay *r)
 {
     if (r->finished)
@@ -703,15 +852,22 @@ static void finish(struct relay *r)
     uv_timer_stop(&r->tick);
     uv_timer_stop(&r->reconnect);
     uv_timer_stop(&r->shutdown);
+    uv_timer_stop(&r->watchdog);
     uv_close((uv_handle_t *)&r->tick, NULL);
     uv_close((uv_handle_t *)&r->reconnect, NULL);
     uv_close((uv_handle_t *)&r->shutdown, NULL);
+    uv_close((uv_handle_t *)&r->watchdog, NULL);
     uv_close((uv_handle_t *)&r->sigterm, NULL);
     uv_close((uv_handle_t *)&r->sigint, NULL);
+    uv_close((uv_handle_t *)&r->sighup, NULL);
     pg_close(&r->pg);
     producer_stop(&r->prod);
-    log_info("stopped", "published_total=%" PRIu64 " failed_total=%" PRIu64,
-             r->published_total, r->failed_total);
+    uint64_t failed = 0;
+    for (int i = 0; i < STATS_FAIL_NREASONS; i++)
+        failed += r->st.failed_total[i];
+    log_info("stopped", "published_total=%" PRIu64 " failed_total=%" PRIu64
+             " dead_lettered_total=%" PRIu64,
+             r->st.published_total, failed, r->st.dead_total);
 }
 
 static enum poison_policy parse_policy(const char *name)
@@ -728,22 +884,26 @@ static void relay_free(struct relay *r)
     pg_free(&r->pg);
     sql_statements_free(&r->sql);
     if (r->reason)
-        for (int i = 0; i < r->cfg->batch_size; i++)
+        for (int i = 0; i < r->cap; i++)
             free(r->reason[i]);
     free(r->reason);
     free(r->ids);
+    free(r->created_ms);
     free(r->state);
     free(r->permanent);
     for (size_t i = 0; i < sizeof(r->params) / sizeof(r->params[0]); i++)
         strbuf_free(&r->params[i]);
 }
 
-int relay_run(const struct relay_config *cfg)
+int relay_run(struct relay_config *cfg, relay_reload_fn reload, void *reload_arg)
 {
     struct relay r;
     memset(&r, 0, sizeof(r));
-    r.cfg = cfg;
+    r.cfg = r.live = cfg;
+    r.reload = reload;
+    r.reload_arg = reload_arg;
     r.loop = uv_default_loop();
+    stats_init(&r.st);
     r.policy = parse_policy(cfg->on_poison);
     r.retention_s = strcmp(cfg->on_sent, "delete") == 0 ? 0 : config_parse_duration(cfg->retention);
     srand((unsigned)uv_hrtime() ^ (unsigned)getpid());
@@ -754,19 +914,14 @@ int relay_run(const struct relay_config *cfg)
         log_error("cannot build SQL statements", "schema=%s table=%s", cfg->schema, cfg->table);
         return EXIT_CONFIG;
     }
-    size_t n = (size_t)cfg->batch_size;
-    r.ids = calloc(n, sizeof(*r.ids));
-    r.state = calloc(n, sizeof(*r.state));
-    r.permanent = calloc(n, sizeof(*r.permanent));
-    r.reason = calloc(n, sizeof(*r.reason));
-    if (!r.ids || !r.state || !r.permanent || !r.reason) {
+    if (batch_reserve(&r) < 0) {
         log_error("out of memory", "batch_size=%d", cfg->batch_size);
         relay_free(&r);
         return EXIT_SOFTWARE;
     }
 
     char err[512];
-    if (producer_start(&r.prod, r.loop, cfg, on_report, &r, err, sizeof(err)) < 0) {
+    if (producer_start(&r.prod, r.loop, cfg, on_report, &r, &r.st, err, sizeof(err)) < 0) {
         log_error("kafka producer rejected the configuration", "error=%s", log_quote(err));
         relay_free(&r);
         return EXIT_CONFIG;
@@ -789,6 +944,13 @@ int relay_run(const struct relay_config *cfg)
     r.sigterm.data = r.sigint.data = &r;
     uv_signal_start(&r.sigterm, on_signal, SIGTERM);
     uv_signal_start(&r.sigint, on_signal, SIGINT);
+    uv_signal_init(r.loop, &r.sighup);
+    r.sighup.data = &r;
+    uv_signal_start(&r.sighup, on_sighup, SIGHUP);
+    uv_timer_init(r.loop, &r.watchdog);
+    uint64_t wd_usec = notify_watchdog_usec();
+    if (wd_usec > 0) /* twice per interval, as sd_watchdog_enabled(3) advises */
+        uv_timer_start(&r.watchdog, on_watchdog, wd_usec / 2000, wd_usec / 2000);
     uv_timer_start(&r.tick, on_tick, (uint64_t)cfg->poll_interval_ms,
                    (uint64_t)cfg->poll_interval_ms);
     /* First retention pass a minute after start, not during the catch-up. */

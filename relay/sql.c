@@ -259,6 +259,15 @@ int sql_statements_init(struct sql_statements *s, const char *schema, const char
                 "WHERE \"sent_at\" < clock_timestamp() - make_interval(secs => $1::bigint) "
                 "ORDER BY \"sent_at\" LIMIT $2::int)",
                 q, q);
+    /* Both counts ride on the partial indexes; the oldest row is the first
+     * pending id. */
+    rc |= build(&s->backlog,
+                "SELECT (SELECT count(*) FROM %s WHERE \"sent_at\" IS NULL AND \"dead_at\" IS NULL), "
+                "COALESCE((SELECT extract(epoch FROM clock_timestamp() - \"created_at\")::float8 "
+                "FROM %s WHERE \"sent_at\" IS NULL AND \"dead_at\" IS NULL ORDER BY \"id\" "
+                "LIMIT 1), 0), "
+                "(SELECT count(*) FROM %s WHERE \"dead_at\" IS NOT NULL AND \"sent_at\" IS NULL)",
+                q, q, q);
     if (rc != 0) {
         sql_statements_free(s);
         return -ENOMEM;
@@ -274,6 +283,7 @@ void sql_statements_free(struct sql_statements *s)
     free(s->leader_lock);
     free(s->listen);
     free(s->retention);
+    free(s->backlog);
     memset(s, 0, sizeof *s);
 }
 

@@ -1,0 +1,72 @@
+/* stats.h — what the relay knows about itself, for the status endpoint,
+ * /metrics, sd_notify STATUS= and `outbox-relay status`.
+ *
+ * Written only on the loop thread (relay.c, producer.c); readers run on the
+ * same thread, so no locking. Units are base units (seconds, rows). */
+#ifndef OUTBOX_STATS_H
+#define OUTBOX_STATS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#define STATS_HIST_BUCKETS 14
+
+/** A Prometheus-style cumulative histogram with fixed upper bounds. */
+struct stats_histogram {
+    const double *bounds;                  /* STATS_HIST_BUCKETS upper bounds, ascending */
+    uint64_t counts[STATS_HIST_BUCKETS];   /* non-cumulative counts per bucket */
+    uint64_t inf;                          /* observations above the last bound */
+    uint64_t count;
+    double sum;
+};
+
+enum stats_role { STATS_ROLE_UNKNOWN = 0, STATS_ROLE_STANDBY, STATS_ROLE_LEADER };
+
+/** Reasons a row failed, the label of outbox_relay_events_failed_total. */
+enum stats_fail_reason {
+    STATS_FAIL_INVALID = 0,  /* detected before producing: topic, headers, size */
+    STATS_FAIL_PERMANENT,    /* Kafka refused it for good */
+    STATS_FAIL_RETRIABLE,    /* Kafka failed it, a retry may succeed */
+    STATS_FAIL_NREASONS
+};
+
+struct relay_stats {
+    double start_time;             /* unix seconds */
+    enum stats_role role;
+    bool pg_up;
+    bool halted;                   /* on_poison=halt tripped */
+    char halt_reason[256];
+
+    uint64_t published_total;      /* acknowledged by Kafka */
+    uint64_t failed_total[STATS_FAIL_NREASONS];
+    uint64_t dead_total;           /* rows this process dead-lettered */
+    uint64_t batches_total;
+    struct stats_histogram batch_duration;    /* claim → marks written, seconds */
+    struct stats_histogram delivery_latency;  /* created_at → Kafka ack, seconds */
+
+    int last_batch_rows;
+    double last_batch_duration;    /* seconds */
+    double last_batch_time;        /* unix seconds, 0 = none yet */
+
+    bool backlog_known;            /* the figures below come from a recent query */
+    int64_t backlog_rows;          /* unsent, not dead */
+    double oldest_unsent_age;      /* seconds, 0 when the backlog is empty */
+    int64_t dead_rows;             /* dead and not sent, in the table */
+    double backlog_time;           /* unix seconds of that query */
+
+    int brokers_up;                /* from librdkafka statistics; -1 = not known yet */
+    int brokers_total;
+    int64_t producer_queue_msgs;   /* messages in librdkafka's queues */
+    bool producer_fatal;
+};
+
+/** Sets the bounds and zeroes everything; role unknown, brokers not known. */
+void stats_init(struct relay_stats *s);
+
+/** Adds one observation. */
+void stats_observe(struct stats_histogram *h, double value);
+
+/** @return the current time as unix seconds with sub-second precision. */
+double stats_now(void);
+
+#endif

@@ -1,0 +1,43 @@
+/* stats.c — see stats.h. */
+#include "stats.h"
+
+#include <string.h>
+#include <sys/time.h>
+
+/* A batch takes milliseconds to seconds; an event's end-to-end latency from
+ * commit to acknowledgement ranges from a millisecond to minutes of backlog. */
+static const double batch_bounds[STATS_HIST_BUCKETS] = {
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30,
+};
+static const double latency_bounds[STATS_HIST_BUCKETS] = {
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5, 30, 120, 600,
+};
+
+void stats_init(struct relay_stats *s)
+{
+    memset(s, 0, sizeof(*s));
+    s->batch_duration.bounds = batch_bounds;
+    s->delivery_latency.bounds = latency_bounds;
+    s->brokers_up = -1;
+    s->start_time = stats_now();
+}
+
+void stats_observe(struct stats_histogram *h, double value)
+{
+    h->count++;
+    h->sum += value;
+    for (int i = 0; i < STATS_HIST_BUCKETS; i++) {
+        if (value <= h->bounds[i]) {
+            h->counts[i]++;
+            return;
+        }
+    }
+    h->inf++;
+}
+
+double stats_now(void)
+{
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    return (double)tv.tv_sec + (double)tv.tv_usec / 1e6;
+}
