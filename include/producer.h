@@ -18,7 +18,8 @@
 typedef void (*producer_report_cb)(void *opaque, rd_kafka_resp_err_t err, void *arg);
 
 struct producer {
-    uv_poll_t poll;            /* first member: the handle's owner is the producer */
+    uv_poll_t *poll;           /* the pipe's watcher; allocated, freed in its close callback,
+                                  so a replaced producer never reuses a closing handle */
     uv_loop_t *loop;
     rd_kafka_t *rk;
     rd_kafka_queue_t *mainq;
@@ -47,6 +48,10 @@ rd_kafka_conf_t *producer_conf_new(const struct relay_config *cfg, char *errbuf,
  *  fatal producer state. */
 int producer_send(struct producer *p, const struct event_row *row, const char *topic,
                   void *opaque, char *errbuf, size_t errlen);
+
+/** @return true once the instance has raised a fatal error (asks librdkafka,
+ *  so it is right even before the error callback has been served). */
+bool producer_fatal(const struct producer *p);
 
 /** Serves queued reports now (also done whenever the loop wakes us). */
 void producer_poll(struct producer *p);

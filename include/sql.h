@@ -19,7 +19,8 @@ int sql_quote_literal(const char *s, char *out, size_t outlen);
 
 /** The relay's statements for one outbox table (all text, all identifiers quoted). */
 struct sql_statements {
-    char *claim;        /* $1 = limit: oldest unsent, not dead rows in id order (with
+    char *claim;        /* $1 = limit, $2..$3 = an id range to skip (the batch in flight;
+                           empty when $2 > $3): oldest unsent, not dead rows in id order (with
                            SQL_HOLD_AGGREGATE: none behind a dead row of their aggregate) */
     char *mark_sent;    /* $1 = bigint[] of ids: conditional UPDATE … AND sent_at IS NULL
                            (with SQL_DELETE_SENT: conditional DELETE) */
@@ -66,5 +67,31 @@ struct sql_migrate {
 /** @return 0, -EINVAL (schema not a valid identifier) or -ENOMEM. */
 int sql_migrate_init(struct sql_migrate *q, const char *schema);
 void sql_migrate_free(struct sql_migrate *q);
+
+/** Statements of the `dead` operator command for one outbox table. They act on
+ *  the rows that need an operator: not sent, and dead (dead_at set) or failing
+ *  (attempts > 0: what on_poison=halt stops at). */
+struct sql_dead {
+    char *list;    /* those rows in id order, columns in enum sql_dead_col order */
+    char *requeue; /* $1 = bigint[] ids, NULL = all of them: dead_at NULL, attempts 0
+                      (last_error stays as history). Returns the ids changed. */
+    char *drop;    /* $1 = bigint[] ids: deletes those of them that need an operator.
+                      Returns the ids deleted. */
+};
+
+/** Column order of the `dead list` result. */
+enum sql_dead_col {
+    DEAD_ID = 0, DEAD_EVENT_ID, DEAD_AGGREGATE_TYPE, DEAD_AGGREGATE_ID, DEAD_EVENT_TYPE,
+    DEAD_STATUS,      /* 'dead' or 'failing' */
+    DEAD_ATTEMPTS,
+    DEAD_DEAD_AT,     /* RFC 3339 UTC; NULL when failing */
+    DEAD_LAST_ERROR,  /* may be NULL */
+    DEAD_WAITING,     /* later rows of the same aggregate, neither sent nor dead */
+    DEAD_NCOLS
+};
+
+/** @return 0, -EINVAL (schema or table not a valid identifier) or -ENOMEM. */
+int sql_dead_init(struct sql_dead *q, const char *schema, const char *table);
+void sql_dead_free(struct sql_dead *q);
 
 #endif

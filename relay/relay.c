@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +19,7 @@
 
 #include "errors.h"
 #include "event.h"
+#include "http.h" /* issue 3: status endpoint */
 #include "log.h"
 #include "notify.h"
 #include "pg.h"
@@ -44,9 +46,39 @@ enum row_state {
 
 enum poison_policy { POISON_HOLD_AGGREGATE = 0, POISON_DEAD_LETTER, POISON_HALT };
 
+/* Several batches may be in flight: while Kafka acknowledges some,
+ * PostgreSQL claims or marks another, so neither side waits for the other. */
+#define N_BATCHES 2
+
+/* A delivery report's opaque: the batch slot in the top bits, the row below. */
+#define OPAQUE_ROW_BITS 20
+_Static_assert(100000 < (1 << OPAQUE_ROW_BITS), "batch_size must fit the opaque's row bits");
+
+struct batch {
+    enum phase phase;
+    int slot;
+    int n_rows;
+    int n_outstanding;
+    int n_delivered;
+    bool marked;                /* the delivered rows of this batch are marked */
+    bool rescan_after_mark;     /* a claim skipped this batch's id range: claim again after */
+    int64_t min_id, max_id;     /* the id range the other batch's claim must skip */
+    uint64_t start_ms;
+    int cap;                    /* rows the per-row arrays hold (batch_size may grow on SIGHUP) */
+    int64_t *ids;
+    int64_t *created_ms;        /* for the delivery latency histogram */
+    unsigned char *state;
+    unsigned char *limit;       /* ROW_FAILED: enum attempt_limit of its error */
+    char **reason;              /* ROW_FAILED: why (allocated; failures are rare) */
+    char **agg;                 /* ROW_FAILED/held: "type\x1fid" of the aggregate (allocated) */
+};
+
 struct relay {
     uv_loop_t *loop;
     const struct relay_config *cfg;
+    struct relay_config *live;  /* the same configuration, which SIGHUP updates in place */
+    relay_reload_fn reload;
+    void *reload_arg;
     struct sql_statements sql;
     struct pg_conn pg;
     struct producer prod;
@@ -54,8 +86,10 @@ struct relay {
     uv_timer_t tick;            /* poll_interval_ms: poll, retry the lock, leave back-off */
     uv_timer_t reconnect;
     uv_timer_t shutdown;
+    uv_timer_t watchdog;
     uv_signal_t sigterm;
     uv_signal_t sigint;
+    uv_signal_t sighup;
 
     bool listening;
     bool wake;                  /* rows may be waiting: claim when possible */
@@ -64,37 +98,21 @@ struct relay {
     bool stopping;
     bool purged;
     bool finished;
-    bool halted;                /* on_poison=halt tripped: no more claims until restart */
+    bool ready_sent;            /* READY=1 went to systemd */
+    bool halt_pending;          /* on_poison=halt: a row of a batch in flight will halt us;
+                                   claim and produce nothing more meanwhile */
     bool retention_due;
     unsigned reconnect_attempt; /* consecutive failed connects: drives the back-off */
     enum poison_policy policy;
     long retention_s;
     uint64_t last_retention_ms;
+    uint64_t backlog_due_ms;    /* next backlog query */
 
-    /* The batch in flight. */
-    enum phase phase;
-    int n_rows;
-    int n_outstanding;
-    int n_delivered;
-    int cap;                    /* rows the per-row arrays hold (batch_size may grow on SIGHUP) */
-    bool marked;                /* the delivered rows of this batch are marked */
-    int64_t *ids;
-    unsigned char *state;
-    unsigned char *permanent;   /* ROW_FAILED: the error will not go away by retrying */
-    char **reason;              /* ROW_FAILED: why (allocated; failures are rare) */
+    struct batch b[N_BATCHES];
     struct strbuf params[3];    /* array literals for the mark and failure statements */
 
-    int64_t *created_ms;        /* per row: for the delivery latency histogram */
-    uint64_t batch_start_ms;
-
     struct relay_stats st;
-    struct relay_config *live;  /* the configuration SIGHUP updates in place */
-    relay_reload_fn reload;
-    void *reload_arg;
-    uv_signal_t sighup;
-    uv_timer_t watchdog;
-    bool ready_sent;            /* READY=1 went to systemd */
-    uint64_t backlog_due_ms;    /* next backlog query */
+    struct http_server *http;   /* the status endpoint; NULL when disabled */
 };
 
 static void step(struct relay *r);
@@ -107,33 +125,137 @@ static uint64_t now_ms(struct relay *r)
     return uv_now(r->loop);
 }
 
-static void batch_reset(struct relay *r)
+/* A batch's owner: the batches are an array inside struct relay. */
+static struct relay *relay_of(struct batch *b)
 {
-    for (int i = 0; i < r->n_rows; i++) {
-        free(r->reason[i]);
-        r->reason[i] = NULL;
+    return (struct relay *)((char *)(b - b->slot) - offsetof(struct relay, b));
+}
+
+static int in_flight(const struct relay *r)
+{
+    int n = 0;
+    for (int k = 0; k < N_BATCHES; k++)
+        n += r->b[k].n_outstanding;
+    return n;
+}
+
+static bool any_phase(const struct relay *r, enum phase ph)
+{
+    for (int k = 0; k < N_BATCHES; k++)
+        if (r->b[k].phase == ph)
+            return true;
+    return false;
+}
+
+static bool all_empty(const struct relay *r)
+{
+    for (int k = 0; k < N_BATCHES; k++)
+        if (r->b[k].phase != PHASE_EMPTY)
+            return false;
+    return true;
+}
+
+static void batch_reset(struct batch *b)
+{
+    for (int i = 0; i < b->n_rows; i++) {
+        free(b->reason[i]);
+        free(b->agg[i]);
+        b->reason[i] = b->agg[i] = NULL;
     }
-    r->phase = PHASE_EMPTY;
-    r->n_rows = 0;
-    r->n_outstanding = 0;
-    r->n_delivered = 0;
-    r->marked = false;
+    b->phase = PHASE_EMPTY;
+    b->n_rows = 0;
+    b->n_outstanding = 0;
+    b->n_delivered = 0;
+    b->marked = false;
+    b->rescan_after_mark = false;
+}
+
+static void batch_free(struct batch *b)
+{
+    batch_reset(b);
+    free(b->ids);
+    free(b->created_ms);
+    free(b->state);
+    free(b->limit);
+    free(b->reason);
+    free(b->agg);
+    memset(b, 0, sizeof(*b));
+}
+
+static int grow(void **p, size_t n, size_t size)
+{
+    void *q = realloc(*p, n * size);
+    if (!q)
+        return -ENOMEM;
+    *p = q;
+    return 0;
+}
+
+/* Sizes the per-row arrays for @p n rows; only called on an empty batch. */
+static int batch_reserve(struct batch *b, int n)
+{
+    if (n <= b->cap)
+        return 0;
+    if (grow((void **)&b->ids, (size_t)n, sizeof(*b->ids)) < 0 ||
+        grow((void **)&b->created_ms, (size_t)n, sizeof(*b->created_ms)) < 0 ||
+        grow((void **)&b->state, (size_t)n, sizeof(*b->state)) < 0 ||
+        grow((void **)&b->limit, (size_t)n, sizeof(*b->limit)) < 0 ||
+        grow((void **)&b->reason, (size_t)n, sizeof(*b->reason)) < 0 ||
+        grow((void **)&b->agg, (size_t)n, sizeof(*b->agg)) < 0)
+        return -ENOMEM;
+    for (int i = b->cap; i < n; i++)
+        b->reason[i] = b->agg[i] = NULL;
+    b->cap = n;
+    return 0;
 }
 
 /* The batch is complete (marks and failure records written): account for it. */
-static void batch_done(struct relay *r)
+static void batch_done(struct relay *r, struct batch *b)
 {
     double now = stats_now();
-    double took = (double)(now_ms(r) - r->batch_start_ms) / 1000.0;
+    double took = (double)(now_ms(r) - b->start_ms) / 1000.0;
     r->st.batches_total++;
     stats_observe(&r->st.batch_duration, took);
-    r->st.last_batch_rows = r->n_rows;
+    r->st.last_batch_rows = b->n_rows;
     r->st.last_batch_duration = took;
     r->st.last_batch_time = now;
-    batch_reset(r);
+    if (b->rescan_after_mark)
+        r->wake = true; /* rows inside this batch's id range were skipped by the other claim */
+    batch_reset(b);
 }
 
-/* Errors that retrying the same message cannot cure: one attempt is enough. */
+/* How many attempts a failure may cost before on_poison applies. */
+enum attempt_limit {
+    LIMIT_ONE = 0,    /* permanent: retrying the same message cannot cure it */
+    LIMIT_MAX,        /* retriable and maybe the row's own (e.g. its topic does not exist) */
+    LIMIT_NONE,       /* Kafka itself is (partly) unavailable: no attempt is counted */
+};
+
+/* Brokers down or moving, replicas short, time-outs: an outage, even when it
+ * hits only the partitions of one broker while the others deliver. */
+static bool err_is_outage(rd_kafka_resp_err_t err)
+{
+    switch (err) {
+    case RD_KAFKA_RESP_ERR__MSG_TIMED_OUT:
+    case RD_KAFKA_RESP_ERR__TIMED_OUT:
+    case RD_KAFKA_RESP_ERR__TIMED_OUT_QUEUE:
+    case RD_KAFKA_RESP_ERR__TRANSPORT:
+    case RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN:
+    case RD_KAFKA_RESP_ERR__NODE_UPDATE:
+    case RD_KAFKA_RESP_ERR_REQUEST_TIMED_OUT:
+    case RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS:
+    case RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS_AFTER_APPEND:
+    case RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION:
+    case RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE:
+    case RD_KAFKA_RESP_ERR_NETWORK_EXCEPTION:
+    case RD_KAFKA_RESP_ERR_KAFKA_STORAGE_ERROR:
+    case RD_KAFKA_RESP_ERR_BROKER_NOT_AVAILABLE:
+        return true;
+    default:
+        return false;
+    }
+}
+
 static bool err_is_permanent(rd_kafka_resp_err_t err)
 {
     switch (err) {
@@ -161,12 +283,13 @@ static bool err_is_ours(rd_kafka_resp_err_t err)
            err == RD_KAFKA_RESP_ERR__FATAL;
 }
 
-static void row_failed(struct relay *r, int i, enum stats_fail_reason kind, const char *why)
+static void row_failed(struct relay *r, struct batch *b, int i, enum stats_fail_reason kind,
+                       enum attempt_limit limit, const char *why)
 {
-    r->state[i] = ROW_FAILED;
-    r->permanent[i] = kind != STATS_FAIL_RETRIABLE;
-    free(r->reason[i]);
-    r->reason[i] = why ? strdup(why) : NULL;
+    b->state[i] = ROW_FAILED;
+    b->limit[i] = (unsigned char)limit;
+    free(b->reason[i]);
+    b->reason[i] = why ? strdup(why) : NULL;
     if (why)
         r->st.failed_total[kind]++;
 }
@@ -174,70 +297,115 @@ static void row_failed(struct relay *r, int i, enum stats_fail_reason kind, cons
 static void on_report(void *opaque, rd_kafka_resp_err_t err, void *arg)
 {
     struct relay *r = arg;
-    int i = (int)(intptr_t)opaque;
-    if (r->phase != PHASE_PRODUCING || i < 0 || i >= r->n_rows) {
-        log_error("delivery report for no row in flight", "index=%d", i);
+    intptr_t v = (intptr_t)opaque;
+    int k = (int)(v >> OPAQUE_ROW_BITS), i = (int)(v & ((1 << OPAQUE_ROW_BITS) - 1));
+    struct batch *b = k >= 0 && k < N_BATCHES ? &r->b[k] : NULL;
+    if (!b || b->phase != PHASE_PRODUCING || i >= b->n_rows) {
+        log_error("delivery report for no row in flight", "batch=%d index=%d", k, i);
         return;
     }
     if (err == RD_KAFKA_RESP_ERR_NO_ERROR) {
-        r->state[i] = ROW_DELIVERED;
-        r->n_delivered++;
+        b->state[i] = ROW_DELIVERED;
+        b->n_delivered++;
         r->st.published_total++;
-        stats_observe(&r->st.delivery_latency,
-                      stats_now() - (double)r->created_ms[i] / 1000.0);
+        stats_observe(&r->st.delivery_latency, stats_now() - (double)b->created_ms[i] / 1000.0);
     } else {
-        bool ours = err_is_ours(err);
-        row_failed(r, i, err_is_permanent(err) ? STATS_FAIL_PERMANENT : STATS_FAIL_RETRIABLE,
-                   ours ? NULL : rd_kafka_err2name(err));
+        /* A fatal error fails its batch with the broker's error (e.g.
+         * OUT_OF_ORDER_SEQUENCE_NUMBER), possibly before error_cb has run. */
+        bool ours = err_is_ours(err) || producer_fatal(&r->prod);
+        bool permanent = err_is_permanent(err), outage = !permanent && err_is_outage(err);
+        /* An outage is nobody's attempt: the row is simply produced again. */
+        row_failed(r, b, i, permanent ? STATS_FAIL_PERMANENT : STATS_FAIL_RETRIABLE,
+                   permanent ? LIMIT_ONE : outage ? LIMIT_NONE : LIMIT_MAX,
+                   ours || outage ? NULL : rd_kafka_err2name(err));
+        if (outage && !ours)
+            r->st.failed_total[STATS_FAIL_RETRIABLE]++;
         if (!ours)
-            log_warn("delivery failed", "outbox_id=%" PRId64 " error=%s permanent=%s", r->ids[i],
-                     rd_kafka_err2name(err), r->permanent[i] ? "true" : "false");
+            log_warn("delivery failed", "outbox_id=%" PRId64 " error=%s permanent=%s", b->ids[i],
+                     rd_kafka_err2name(err), permanent ? "true" : "false");
     }
-    if (--r->n_outstanding == 0) {
-        r->phase = PHASE_DELIVERED;
+    if (--b->n_outstanding == 0) {
+        log_debug("batch acknowledged", "batch=%d delivered=%d ms=%" PRIu64, b->slot,
+                  b->n_delivered, now_ms(r) - b->start_ms);
+        b->phase = PHASE_DELIVERED;
         step(r);
     }
 }
 
-/* True when row @p i belongs to the aggregate of an earlier failed row of this
- * batch: under hold_aggregate it must wait behind that row. */
-static bool held_in_batch(struct relay *r, PGresult *res, int i)
+/* "type\x1fid": an aggregate's identity as one string (\x1f cannot be typed by
+ * accident and PostgreSQL text allows it, so in theory two aggregates could
+ * collide; they would only be held together, never reordered). */
+static char *agg_key(PGresult *res, int i)
 {
-    const char *type = PQgetvalue(res, i, CLAIM_AGGREGATE_TYPE);
-    const char *id = PQgetvalue(res, i, CLAIM_AGGREGATE_ID);
-    for (int j = 0; j < i; j++) {
-        if ((r->state[j] == ROW_FAILED || r->state[j] == ROW_SKIPPED) &&
-            strcmp(PQgetvalue(res, j, CLAIM_AGGREGATE_ID), id) == 0 &&
-            strcmp(PQgetvalue(res, j, CLAIM_AGGREGATE_TYPE), type) == 0)
-            return true;
+    char *k = NULL;
+    if (asprintf(&k, "%s\x1f%s", PQgetvalue(res, i, CLAIM_AGGREGATE_TYPE),
+                 PQgetvalue(res, i, CLAIM_AGGREGATE_ID)) < 0)
+        return NULL;
+    return k;
+}
+
+/* True when row @p i of @p res belongs to an aggregate that has a failed or
+ * held row earlier in this batch or in the other batch in flight: under
+ * hold_aggregate (and halt) it must wait behind that row. */
+static bool held(struct relay *r, const char *key)
+{
+    for (int k = 0; k < N_BATCHES; k++) {
+        const struct batch *b = &r->b[k];
+        for (int j = 0; j < b->n_rows; j++)
+            if (b->agg[j] && strcmp(b->agg[j], key) == 0)
+                return true;
     }
     return false;
+}
+
+/* Takes the ids of a claim result: what the next claim must skip is known
+ * before a single row is produced. */
+static void batch_load(struct batch *b, PGresult *res)
+{
+    int n = PQntuples(res);
+    b->n_rows = n;
+    b->min_id = INT64_MAX;
+    b->max_id = INT64_MIN;
+    for (int i = 0; i < n; i++) {
+        b->ids[i] = strtoll(PQgetvalue(res, i, CLAIM_ID), NULL, 10);
+        b->created_ms[i] = strtoll(PQgetvalue(res, i, CLAIM_CREATED_MS), NULL, 10);
+        b->state[i] = ROW_SKIPPED;
+        if (b->ids[i] < b->min_id)
+            b->min_id = b->ids[i];
+        if (b->ids[i] > b->max_id)
+            b->max_id = b->ids[i];
+    }
 }
 
 /* Hands every claimed row to the producer. What can be seen to be poison
  * before producing (invalid topic, headers that are not an object of strings,
  * a message larger than message.max.bytes) fails here, without a round trip
  * to Kafka; a full local queue ends the batch early. */
-static void produce_rows(struct relay *r, PGresult *res)
+static void produce_rows(struct relay *r, struct batch *b, PGresult *res)
 {
     int n = PQntuples(res);
-    int n_failed = 0;
     char topic[256];
     char err[512];
+    bool holding = r->policy != POISON_DEAD_LETTER;
+    bool any_held = false;
+    for (int k = 0; k < N_BATCHES && holding; k++)
+        for (int j = 0; j < r->b[k].n_rows && !any_held; j++)
+            any_held = r->b[k].agg[j] != NULL;
 
-    r->n_rows = n;
     for (int i = 0; i < n; i++) {
-        r->ids[i] = strtoll(PQgetvalue(res, i, CLAIM_ID), NULL, 10);
-        r->created_ms[i] = strtoll(PQgetvalue(res, i, CLAIM_CREATED_MS), NULL, 10);
-        r->state[i] = ROW_SKIPPED;
-    }
-    for (int i = 0; i < n; i++) {
-        if (r->st.halted || (n_failed > 0 && r->policy != POISON_DEAD_LETTER &&
-                          held_in_batch(r, res, i)))
-            continue; /* stays ROW_SKIPPED: claimed again later, in order */
+        if (r->st.halted)
+            break; /* the rest stays ROW_SKIPPED: claimed again after a restart */
+        if (any_held) {
+            char *key = agg_key(res, i);
+            if (key && held(r, key)) {
+                b->agg[i] = key; /* held too: later rows of it wait as well */
+                continue;
+            }
+            free(key);
+        }
 
         struct event_row row = {
-            .id = r->ids[i],
+            .id = b->ids[i],
             .event_id = PQgetvalue(res, i, CLAIM_EVENT_ID),
             .aggregate_type = PQgetvalue(res, i, CLAIM_AGGREGATE_TYPE),
             .aggregate_id = PQgetvalue(res, i, CLAIM_AGGREGATE_ID),
@@ -247,7 +415,7 @@ static void produce_rows(struct relay *r, PGresult *res)
             .payload_len = (size_t)PQgetlength(res, i, CLAIM_PAYLOAD),
             .headers_json = PQgetisnull(res, i, CLAIM_HEADERS) ? NULL
                                                                 : PQgetvalue(res, i, CLAIM_HEADERS),
-            .created_ms = r->created_ms[i],
+            .created_ms = b->created_ms[i],
             .created_at = PQgetvalue(res, i, CLAIM_CREATED_AT),
         };
 
@@ -261,27 +429,33 @@ static void produce_rows(struct relay *r, PGresult *res)
             snprintf(err, sizeof(err), "invalid topic name %s", log_quote(topic));
             rc = -EINVAL;
         } else {
-            r->state[i] = ROW_PENDING;
-            rc = producer_send(&r->prod, &row, topic, (void *)(intptr_t)i, err, sizeof(err));
+            b->state[i] = ROW_PENDING;
+            void *opaque = (void *)(((intptr_t)b->slot << OPAQUE_ROW_BITS) | i);
+            rc = producer_send(&r->prod, &row, topic, opaque, err, sizeof(err));
         }
 
         if (rc == -ENOBUFS || rc == -EIO) {
             /* Not this row's fault: the rest of the batch is claimed again. */
-            r->state[i] = ROW_SKIPPED;
+            b->state[i] = ROW_SKIPPED;
             log_warn("producer cannot take more now", "rows_queued=%d reason=%s", i,
                      log_quote(err));
             break;
         }
         if (rc < 0) {
-            row_failed(r, i, STATS_FAIL_INVALID, err);
-            n_failed++;
+            row_failed(r, b, i, STATS_FAIL_INVALID, LIMIT_ONE, err);
+            if (r->policy == POISON_HALT)
+                r->halt_pending = true; /* permanent: one attempt exhausts it */
+            if (holding) {
+                b->agg[i] = agg_key(res, i);
+                any_held = true;
+            }
             log_warn("row cannot be produced", "outbox_id=%" PRId64 " event_id=%s reason=%s",
                      row.id, row.event_id, log_quote(err));
             continue;
         }
-        r->n_outstanding++;
+        b->n_outstanding++;
     }
-    r->phase = r->n_outstanding > 0 ? PHASE_PRODUCING : PHASE_DELIVERED;
+    b->phase = b->n_outstanding > 0 ? PHASE_PRODUCING : PHASE_DELIVERED;
     /* Reports of messages produced just now may already be waiting. */
     producer_poll(&r->prod);
 }
@@ -289,92 +463,87 @@ static void produce_rows(struct relay *r, PGresult *res)
 static void on_claimed(struct pg_conn *pg, PGresult *res, void *arg)
 {
     (void)pg;
-    struct relay *r = arg;
+    struct batch *b = arg;
+    struct relay *r = relay_of(b);
     if (!res) {
-        batch_reset(r); /* connection lost: nothing was produced */
+        batch_reset(b); /* connection lost: nothing was produced */
         return;
     }
     if (PQresultStatus(res) != PGRES_TUPLES_OK) {
         log_error("claim failed", "error=%s", log_quote(PQresultErrorMessage(res)));
-        batch_reset(r);
+        batch_reset(b);
         r->backoff = true;
         return;
     }
-    if (r->stopping) {
-        batch_reset(r); /* shutting down: claimed rows stay unsent */
-        step(r);
-        return;
-    }
     int n = PQntuples(res);
-    if (n == 0) {
-        batch_reset(r);
+    log_debug("claimed", "batch=%d rows=%d ms=%" PRIu64, b->slot, n, now_ms(r) - b->start_ms);
+    if (r->stopping || n == 0 || r->st.halted || r->halt_pending) {
+        batch_reset(b); /* shutting down or halting: claimed rows stay unsent */
         step(r);
         return;
     }
     /* A full batch means more rows are probably waiting. */
     if (n >= r->cfg->batch_size)
         r->wake = true;
-    produce_rows(r, res);
-    if (r->phase == PHASE_DELIVERED)
-        step(r);
+    /* Send PostgreSQL its next statement (the next claim, or a mark) before
+     * producing this batch, so the database works while we do. */
+    batch_load(b, res);
+    b->phase = PHASE_PRODUCING;
+    step(r);
+    produce_rows(r, b, res);
+    step(r);
 }
 
-static int grow(void **p, size_t n, size_t size)
+/* Claims into @p b. While other batches are in flight the id range they
+ * span is skipped (their rows are not marked yet); rows inside that range
+ * that were not part of them are found by the claim after their marks. No id
+ * cursor survives a batch, so no late-committing row is skipped for ever. */
+static void claim(struct relay *r, struct batch *b)
 {
-    void *q = realloc(*p, n * size);
-    if (!q)
-        return -ENOMEM;
-    *p = q;
-    return 0;
-}
-
-/* Sizes the per-row arrays for batch_size; only called between batches. */
-static int batch_reserve(struct relay *r)
-{
-    int n = r->cfg->batch_size;
-    if (n <= r->cap)
-        return 0;
-    if (grow((void **)&r->ids, (size_t)n, sizeof(*r->ids)) < 0 ||
-        grow((void **)&r->created_ms, (size_t)n, sizeof(*r->created_ms)) < 0 ||
-        grow((void **)&r->state, (size_t)n, sizeof(*r->state)) < 0 ||
-        grow((void **)&r->permanent, (size_t)n, sizeof(*r->permanent)) < 0 ||
-        grow((void **)&r->reason, (size_t)n, sizeof(*r->reason)) < 0)
-        return -ENOMEM;
-    for (int i = r->cap; i < n; i++)
-        r->reason[i] = NULL;
-    r->cap = n;
-    return 0;
-}
-
-static void claim(struct relay *r)
-{
-    if (batch_reserve(r) < 0) {
+    if (batch_reserve(b, r->cfg->batch_size) < 0) {
         log_error("out of memory sizing the batch", "batch_size=%d", r->cfg->batch_size);
         r->backoff = true;
         return;
     }
-    char limit[16];
+    int64_t lo = 1, hi = 0; /* an empty range: nothing to skip */
+    for (int k = 0; k < N_BATCHES; k++) {
+        struct batch *other = &r->b[k];
+        if (other == b || other->phase == PHASE_EMPTY || other->n_rows == 0)
+            continue;
+        if (lo > hi) {
+            lo = other->min_id;
+            hi = other->max_id;
+        } else {
+            lo = other->min_id < lo ? other->min_id : lo;
+            hi = other->max_id > hi ? other->max_id : hi;
+        }
+        other->rescan_after_mark = true;
+    }
+    char limit[16], los[24], his[24];
     snprintf(limit, sizeof(limit), "%d", r->cfg->batch_size);
-    const char *params[] = { limit };
+    snprintf(los, sizeof(los), "%" PRId64, lo);
+    snprintf(his, sizeof(his), "%" PRId64, hi);
+    const char *params[] = { limit, los, his };
     r->wake = false;
-    r->phase = PHASE_CLAIMING;
-    r->batch_start_ms = now_ms(r);
-    if (pg_query(&r->pg, r->sql.claim, 1, params, on_claimed, r) < 0)
-        batch_reset(r);
+    b->phase = PHASE_CLAIMING;
+    b->start_ms = now_ms(r);
+    if (pg_query(&r->pg, r->sql.claim, 3, params, on_claimed, b) < 0)
+        batch_reset(b);
 }
 
 static void on_recorded(struct pg_conn *pg, PGresult *res, void *arg)
 {
     (void)pg;
-    struct relay *r = arg;
+    struct batch *b = arg;
+    struct relay *r = relay_of(b);
     if (!res) {
-        batch_reset(r); /* the rows are claimed and tried again: an attempt is not lost data */
+        batch_reset(b); /* the rows are claimed and tried again: an attempt is not lost data */
         return;
     }
     if (PQresultStatus(res) != PGRES_TUPLES_OK) {
         log_error("recording failed rows failed", "error=%s",
                   log_quote(PQresultErrorMessage(res)));
-        batch_reset(r);
+        batch_reset(b);
         r->backoff = true;
         return;
     }
@@ -384,9 +553,9 @@ static void on_recorded(struct pg_conn *pg, PGresult *res, void *arg)
         bool dead = PQgetvalue(res, k, 2)[0] == 't';
         bool exhausted = PQgetvalue(res, k, 3)[0] == 't';
         const char *why = "";
-        for (int i = 0; i < r->n_rows; i++)
-            if (r->reason[i] && r->ids[i] == strtoll(id, NULL, 10))
-                why = r->reason[i];
+        for (int i = 0; i < b->n_rows; i++)
+            if (b->reason[i] && b->ids[i] == strtoll(id, NULL, 10))
+                why = b->reason[i];
         if (dead) {
             r->st.dead_total++;
             log_error(r->policy == POISON_HOLD_AGGREGATE
@@ -402,38 +571,44 @@ static void on_recorded(struct pg_conn *pg, PGresult *res, void *arg)
                       "outbox_id=%s attempts=%s error=%s", id, attempts, log_quote(why));
         }
     }
-    batch_done(r);
+    batch_done(r, b);
     step(r);
 }
 
-/* Counts the attempts of the rows that failed for reasons of their own. When
- * nothing in the batch got through and every failure was retriable, Kafka as
- * a whole is unavailable: that is an outage, not poison, and costs no attempt. */
-static void record_failures(struct relay *r)
+/* Records the failures that may be the row's own (attempts + 1, last_error;
+ * dead_at once exhausted). An outage (a broker down, replicas short, a
+ * time-out) or a fatal producer costs no attempt, even when other partitions
+ * delivered: those rows are simply produced again. */
+static void record_failures(struct relay *r, struct batch *b)
 {
     struct strbuf *ids = &r->params[0], *errs = &r->params[1], *max = &r->params[2];
-    int n = 0, permanent = 0;
+    int n = 0, uncounted = 0;
     strbuf_reset(ids);
     strbuf_reset(errs);
     strbuf_reset(max);
-    for (int i = 0; i < r->n_rows; i++) {
-        if (r->state[i] != ROW_FAILED || !r->reason[i])
+    for (int i = 0; i < b->n_rows; i++) {
+        if (b->state[i] != ROW_FAILED)
             continue;
-        strbuf_printf(ids, "%s%" PRId64, n ? "," : "{", r->ids[i]);
+        if (!b->reason[i]) {
+            uncounted++;
+            continue;
+        }
+        strbuf_printf(ids, "%s%" PRId64, n ? "," : "{", b->ids[i]);
         strbuf_printf(errs, "%s", n ? "," : "{");
-        strbuf_array_elem(errs, r->reason[i]);
-        strbuf_printf(max, "%s%d", n ? "," : "{", r->permanent[i] ? 1 : r->cfg->max_attempts);
-        permanent += r->permanent[i];
+        strbuf_array_elem(errs, b->reason[i]);
+        strbuf_printf(max, "%s%d", n ? "," : "{",
+                      b->limit[i] == LIMIT_ONE ? 1 : r->cfg->max_attempts);
         n++;
     }
-    if (n == 0 || (r->n_delivered == 0 && permanent == 0)) {
-        if (n > 0) {
+    if (n == 0) {
+        if (uncounted > 0 && b->n_delivered == 0) {
+            /* Nothing got through: give Kafka a poll interval before retrying. */
             log_warn("no row of the batch reached Kafka; retrying without counting attempts",
-                     "failed=%d", n);
-            batch_reset(r);
+                     "failed=%d", uncounted);
+            batch_reset(b);
             r->backoff = true;
         } else {
-            batch_done(r);
+            batch_done(r, b);
         }
         step(r);
         return;
@@ -443,49 +618,51 @@ static void record_failures(struct relay *r)
     strbuf_printf(max, "}");
     if (ids->oom || errs->oom || max->oom) {
         log_error("out of memory recording failures", "rows=%d", n);
-        batch_reset(r);
+        batch_reset(b);
         r->backoff = true;
         return;
     }
     const char *params[] = { strbuf_str(ids), strbuf_str(errs), strbuf_str(max),
                              r->policy == POISON_HALT ? "f" : "t" };
-    r->phase = PHASE_RECORDING;
-    if (pg_query(&r->pg, r->sql.record_failures, 4, params, on_recorded, r) < 0)
-        batch_reset(r);
+    b->phase = PHASE_RECORDING;
+    if (pg_query(&r->pg, r->sql.record_failures, 4, params, on_recorded, b) < 0)
+        batch_reset(b);
 }
 
 static void on_marked(struct pg_conn *pg, PGresult *res, void *arg)
 {
     (void)pg;
-    struct relay *r = arg;
+    struct batch *b = arg;
+    struct relay *r = relay_of(b);
     if (!res) {
-        r->phase = PHASE_DELIVERED; /* marks are conditional: write them again after reconnect */
+        b->phase = PHASE_DELIVERED; /* marks are conditional: write them again after reconnect */
         return;
     }
     if (PQresultStatus(res) != PGRES_COMMAND_OK) {
         log_error("marking rows sent failed", "error=%s", log_quote(PQresultErrorMessage(res)));
-        r->phase = PHASE_DELIVERED;
+        b->phase = PHASE_DELIVERED;
         r->backoff = true;
         return;
     }
-    log_debug("batch marked sent", "rows=%d marked=%s", r->n_rows, PQcmdTuples(res));
-    r->marked = true;
-    record_failures(r);
+    log_debug("batch marked sent", "batch=%d rows=%d marked=%s ms=%" PRIu64, b->slot,
+              b->n_delivered, PQcmdTuples(res), now_ms(r) - b->start_ms);
+    b->marked = true;
+    record_failures(r, b);
 }
 
-static void mark(struct relay *r)
+static void mark(struct relay *r, struct batch *b)
 {
-    if (r->marked || r->n_delivered == 0) {
-        record_failures(r);
+    if (b->marked || b->n_delivered == 0) {
+        record_failures(r, b);
         return;
     }
     struct strbuf *ids = &r->params[0];
     int k = 0;
     strbuf_reset(ids);
     strbuf_printf(ids, "{");
-    for (int i = 0; i < r->n_rows; i++)
-        if (r->state[i] == ROW_DELIVERED)
-            strbuf_printf(ids, "%s%" PRId64, k++ ? "," : "", r->ids[i]);
+    for (int i = 0; i < b->n_rows; i++)
+        if (b->state[i] == ROW_DELIVERED)
+            strbuf_printf(ids, "%s%" PRId64, k++ ? "," : "", b->ids[i]);
     strbuf_printf(ids, "}");
     if (ids->oom) {
         log_error("out of memory building marks", "rows=%d", k);
@@ -493,10 +670,10 @@ static void mark(struct relay *r)
         return;
     }
     const char *params[] = { strbuf_str(ids) };
-    r->phase = PHASE_MARKING;
-    if (pg_query(&r->pg, r->sql.mark_sent, 1, params, on_marked, r) < 0 &&
-        r->phase == PHASE_MARKING)
-        r->phase = PHASE_DELIVERED;
+    b->phase = PHASE_MARKING;
+    if (pg_query(&r->pg, r->sql.mark_sent, 1, params, on_marked, b) < 0 &&
+        b->phase == PHASE_MARKING)
+        b->phase = PHASE_DELIVERED;
 }
 
 /* ---- retention --------------------------------------------------------- */
@@ -641,21 +818,25 @@ static void step(struct relay *r)
     if (r->finished || !pg_ready(&r->pg))
         return;
 
-    /* Delivered rows are marked whatever our role: a mark records a fact. */
-    if (r->phase == PHASE_DELIVERED) {
-        if (!r->backoff)
-            mark(r);
-        return;
+    /* Delivered rows are marked whatever our role: a mark records a fact.
+     * The older batch first, so marks follow the order rows were claimed. */
+    for (int k = 0; k < N_BATCHES; k++) {
+        if (r->b[k].phase == PHASE_DELIVERED && !r->backoff) {
+            mark(r, &r->b[k]);
+            return;
+        }
     }
     if (r->stopping) {
-        if (r->phase == PHASE_EMPTY)
+        if (all_empty(r))
             finish(r);
         return;
     }
-    if (r->backoff || r->phase != PHASE_EMPTY)
+    if (r->backoff || any_phase(r, PHASE_DELIVERED))
         return;
-    if (r->prod.fatal && !replace_producer(r))
-        return;
+    if (producer_fatal(&r->prod)) {
+        if (!all_empty(r) || !replace_producer(r))
+            return; /* the batches in flight fail with __FATAL first */
+    }
 
     if (r->st.role == STATS_ROLE_UNKNOWN || (r->st.role == STATS_ROLE_STANDBY && r->lock_due)) {
         r->lock_due = false;
@@ -678,9 +859,20 @@ static void step(struct relay *r)
         pg_query(&r->pg, r->sql.listen, 0, NULL, on_listen, r);
         return;
     }
-    if (r->wake && !r->st.halted)
-        claim(r);
-    else if (r->retention_due)
+    /* Another batch is claimed only while the others are with Kafka. */
+    struct batch *free_slot = NULL;
+    bool busy = false;
+    for (int k = 0; k < N_BATCHES; k++) {
+        if (r->b[k].phase == PHASE_EMPTY)
+            free_slot = free_slot ? free_slot : &r->b[k];
+        else if (r->b[k].phase != PHASE_PRODUCING)
+            busy = true;
+    }
+    if (r->wake && !r->st.halted && !r->halt_pending && free_slot && !busy) {
+        claim(r, free_slot);
+        return;
+    }
+    if (r->retention_due && all_empty(r))
         retention(r);
 }
 
@@ -699,7 +891,7 @@ static void schedule_reconnect(struct relay *r)
 {
     if (r->stopping) {
         /* Nothing more can be marked; what was delivered is republished next run. */
-        if (r->phase != PHASE_PRODUCING)
+        if (!any_phase(r, PHASE_PRODUCING))
             finish(r);
         return;
     }
@@ -729,6 +921,7 @@ static void on_pg_connected(struct pg_conn *pg, void *arg)
     r->listening = false;
     r->backoff = false;
     r->reconnect_attempt = 0;
+    r->halt_pending = false; /* its record may be lost: the row is claimed and fails again */
     r->st.pg_up = true;
     step(r);
 }
@@ -774,11 +967,11 @@ static void on_tick(uv_timer_t *t)
 static void on_shutdown_timer(uv_timer_t *t)
 {
     struct relay *r = t->data;
-    if (!r->purged && r->phase == PHASE_PRODUCING) {
+    if (!r->purged && any_phase(r, PHASE_PRODUCING)) {
         /* Deadline reached: fail what is still in flight so the delivered part
          * can be marked; the failed rows stay unsent for the next run. */
         log_warn("shutdown timeout; abandoning undelivered messages",
-                 "in_flight=%d", r->n_outstanding);
+                 "in_flight=%d", in_flight(r));
         r->purged = true;
         producer_purge(&r->prod);
         producer_poll(&r->prod);
@@ -797,13 +990,13 @@ static void on_signal(uv_signal_t *s, int signum)
         finish(r);
         return;
     }
-    log_info("shutting down", "signal=%d in_flight=%d", signum, r->n_outstanding);
+    log_info("shutting down", "signal=%d in_flight=%d", signum, in_flight(r));
     notify_send("STOPPING=1");
     r->stopping = true;
     uv_timer_stop(&r->tick);
     uv_timer_stop(&r->reconnect);
     uv_timer_start(&r->shutdown, on_shutdown_timer, (uint64_t)r->cfg->shutdown_timeout_ms, 0);
-    if (!pg_ready(&r->pg) && r->pg.state != PG_BUSY && r->phase != PHASE_PRODUCING)
+    if (!pg_ready(&r->pg) && r->pg.state != PG_BUSY && !any_phase(r, PHASE_PRODUCING))
         finish(r);
     else
         step(r);
@@ -862,6 +1055,9 @@ static void finish(struct relay *r)
     uv_close((uv_handle_t *)&r->sighup, NULL);
     pg_close(&r->pg);
     producer_stop(&r->prod);
+    /* issue 3: the status endpoint answers until here */
+    http_stop(r->http);
+    r->http = NULL;
     uint64_t failed = 0;
     for (int i = 0; i < STATS_FAIL_NREASONS; i++)
         failed += r->st.failed_total[i];
@@ -883,14 +1079,8 @@ static void relay_free(struct relay *r)
 {
     pg_free(&r->pg);
     sql_statements_free(&r->sql);
-    if (r->reason)
-        for (int i = 0; i < r->cap; i++)
-            free(r->reason[i]);
-    free(r->reason);
-    free(r->ids);
-    free(r->created_ms);
-    free(r->state);
-    free(r->permanent);
+    for (int k = 0; k < N_BATCHES; k++)
+        batch_free(&r->b[k]);
     for (size_t i = 0; i < sizeof(r->params) / sizeof(r->params[0]); i++)
         strbuf_free(&r->params[i]);
 }
@@ -914,10 +1104,13 @@ int relay_run(struct relay_config *cfg, relay_reload_fn reload, void *reload_arg
         log_error("cannot build SQL statements", "schema=%s table=%s", cfg->schema, cfg->table);
         return EXIT_CONFIG;
     }
-    if (batch_reserve(&r) < 0) {
-        log_error("out of memory", "batch_size=%d", cfg->batch_size);
-        relay_free(&r);
-        return EXIT_SOFTWARE;
+    for (int k = 0; k < N_BATCHES; k++) {
+        r.b[k].slot = k;
+        if (batch_reserve(&r.b[k], cfg->batch_size) < 0) {
+            log_error("out of memory", "batch_size=%d", cfg->batch_size);
+            relay_free(&r);
+            return EXIT_SOFTWARE;
+        }
     }
 
     char err[512];
@@ -926,6 +1119,17 @@ int relay_run(struct relay_config *cfg, relay_reload_fn reload, void *reload_arg
         relay_free(&r);
         return EXIT_CONFIG;
     }
+
+    /* ---- issue 3: the status endpoint; an address we cannot listen on is a
+     * configuration error, like any other rejected key. */
+    if (http_start(&r.http, r.loop, cfg, &r.st, err, sizeof(err)) < 0) {
+        log_error("cannot start the status endpoint", "error=%s", log_quote(err));
+        producer_stop(&r.prod);
+        uv_run(r.loop, UV_RUN_DEFAULT); /* lets the closed handles finish */
+        relay_free(&r);
+        return EXIT_CONFIG;
+    }
+    /* ---- end issue 3 */
 
     struct pg_callbacks cb = {
         .on_connected = on_pg_connected,

@@ -226,7 +226,8 @@ int sql_statements_init(struct sql_statements *s, const char *schema, const char
                 "floor(extract(epoch FROM o.\"created_at\") * 1000)::bigint, "
                 "to_char(o.\"created_at\" AT TIME ZONE 'UTC', "
                 "'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') "
-                "FROM %s AS o WHERE o.\"sent_at\" IS NULL AND o.\"dead_at\" IS NULL%s "
+                "FROM %s AS o WHERE o.\"sent_at\" IS NULL AND o.\"dead_at\" IS NULL "
+                "AND o.\"id\" NOT BETWEEN $2::bigint AND $3::bigint%s "
                 "ORDER BY o.\"id\" LIMIT $1",
                 q, holdbuf);
     if (flags & SQL_DELETE_SENT)
@@ -344,5 +345,67 @@ void sql_migrate_free(struct sql_migrate *q)
     free(q->create_table);
     free(q->applied);
     free(q->record);
+    memset(q, 0, sizeof *q);
+}
+
+/* The rows an operator acts on, for table alias @p a: dead (dead_at set) or
+ * failing (not dead but attempts > 0), never sent ones. Each arm repeats the
+ * predicate of a partial index (dead_idx, pending_idx), so the planner can
+ * answer it from the indexes instead of scanning every sent row. */
+#define NEEDS_OPERATOR(a)                                                                   \
+    "((" a ".\"dead_at\" IS NOT NULL AND " a ".\"sent_at\" IS NULL) OR (" a                \
+    ".\"sent_at\" IS NULL AND " a ".\"dead_at\" IS NULL AND " a ".\"attempts\" > 0))"
+
+int sql_dead_init(struct sql_dead *q, const char *schema, const char *table)
+{
+    memset(q, 0, sizeof *q);
+    if (!sql_ident_valid(schema) || !sql_ident_valid(table))
+        return -EINVAL;
+
+    char qschema[2 * CONFIG_IDENT_MAX + 4], qtable[2 * CONFIG_IDENT_MAX + 4];
+    char t[sizeof qschema + sizeof qtable];
+    sql_quote_ident(schema, qschema, sizeof qschema);
+    sql_quote_ident(table, qtable, sizeof qtable);
+    snprintf(t, sizeof t, "%s.%s", qschema, qtable);
+
+    int rc = 0;
+    /* "waiting" counts the later rows of the aggregate that are neither sent
+     * nor dead: under hold_aggregate they wait for this row. One join over
+     * the pending rows, not one scan per listed row. */
+    rc |= build(&q->list,
+                "SELECT o.\"id\", o.\"event_id\"::text, o.\"aggregate_type\", o.\"aggregate_id\", "
+                "o.\"event_type\", "
+                "CASE WHEN o.\"dead_at\" IS NOT NULL THEN 'dead' ELSE 'failing' END, "
+                "o.\"attempts\", "
+                "to_char(o.\"dead_at\" AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'), "
+                "o.\"last_error\", count(l.\"id\") "
+                "FROM %s AS o LEFT JOIN %s AS l ON l.\"sent_at\" IS NULL AND l.\"dead_at\" IS NULL "
+                "AND l.\"aggregate_type\" = o.\"aggregate_type\" "
+                "AND l.\"aggregate_id\" = o.\"aggregate_id\" AND l.\"id\" > o.\"id\" "
+                "WHERE " NEEDS_OPERATOR("o") " GROUP BY o.\"id\" ORDER BY o.\"id\"",
+                t, t);
+    /* attempts back to 0 gives the row its full max_attempts again;
+     * last_error stays, so the history of why it failed is not lost. */
+    rc |= build(&q->requeue,
+                "UPDATE %s AS o SET \"dead_at\" = NULL, \"attempts\" = 0 "
+                "WHERE ($1::bigint[] IS NULL OR o.\"id\" = ANY($1::bigint[])) "
+                "AND " NEEDS_OPERATOR("o") " RETURNING o.\"id\"",
+                t);
+    rc |= build(&q->drop,
+                "DELETE FROM %s AS o WHERE o.\"id\" = ANY($1::bigint[]) "
+                "AND " NEEDS_OPERATOR("o") " RETURNING o.\"id\"",
+                t);
+    if (rc != 0) {
+        sql_dead_free(q);
+        return -ENOMEM;
+    }
+    return 0;
+}
+
+void sql_dead_free(struct sql_dead *q)
+{
+    free(q->list);
+    free(q->requeue);
+    free(q->drop);
     memset(q, 0, sizeof *q);
 }

@@ -8,6 +8,7 @@
  *
  *   outbox-relay-bench --relay PATH [--rows N] [--aggregates N]
  *                      [--latency-seconds S] [--rates R1,R2] [--smoke]
+ *                      [--relay-opt section.key=value]...   (extra -X for the relay)
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -31,6 +32,8 @@ static const char *pg_conninfo;
 static const char *kafka_servers;
 static const char *relay_bin;
 static char workdir[256];
+static const char *relay_opts[16]; /* --relay-opt: extra -X for every relay run */
+static int n_relay_opts;
 
 static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 
@@ -173,6 +176,10 @@ static struct relay_proc relay_start(const char *table, const char *const *extra
         argv[n++] = "-X";
         argv[n++] = *extra;
     }
+    for (int i = 0; i < n_relay_opts; i++) {
+        argv[n++] = "-X";
+        argv[n++] = relay_opts[i];
+    }
     argv[n] = NULL;
     char log[512];
     snprintf(log, sizeof(log), "%s/relay-%s.log", workdir, table);
@@ -238,8 +245,10 @@ static void seed(PGconn *c, const char *table, long rows, int aggregates)
 static void drop(PGconn *c, const char *table)
 {
     pg_exec(c, "DROP TABLE IF EXISTS \"public\".\"%s\" CASCADE", table);
-    pg_exec(c, "DELETE FROM \"public\".\"outbox_relay_migrations\" WHERE \"table_name\" = "
-               "'public.%s'", table);
+    /* A fresh database has no bookkeeping table yet. */
+    pg_exec(c, "DO $$ BEGIN IF to_regclass('public.outbox_relay_migrations') IS NOT NULL THEN "
+               "DELETE FROM \"public\".\"outbox_relay_migrations\" WHERE \"table_name\" = "
+               "'public.%s'; END IF; END $$", table);
 }
 
 /* ---- scenario 1: drain, and the SQL floor -------------------------------- */
@@ -366,7 +375,7 @@ static rd_kafka_t *consumer_at_end(const char *topic)
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
     rd_kafka_conf_set(conf, "bootstrap.servers", kafka_servers, err, sizeof(err));
     rd_kafka_conf_set(conf, "group.id", "outbox-relay-bench", err, sizeof(err));
-    rd_kafka_conf_set(conf, "fetch.wait.max.ms", "5", err, sizeof(err));
+    rd_kafka_conf_set(conf, "fetch.wait.max.ms", "1", err, sizeof(err));
     rd_kafka_conf_set(conf, "fetch.error.backoff.ms", "5", err, sizeof(err));
     rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, sizeof(err));
     if (!rk)
@@ -541,6 +550,7 @@ int main(int argc, char **argv)
         { "latency-seconds", required_argument, NULL, 's' },
         { "rates", required_argument, NULL, 'R' },
         { "smoke", no_argument, NULL, 'S' },
+        { "relay-opt", required_argument, NULL, 'X' },
         { NULL, 0, NULL, 0 },
     };
     int ch;
@@ -550,6 +560,10 @@ int main(int argc, char **argv)
         case 'n': rows = strtol(optarg, NULL, 10); break;
         case 'a': aggregates = atoi(optarg); break;
         case 's': lat_seconds = strtod(optarg, NULL); break;
+        case 'X':
+            if (n_relay_opts < 16)
+                relay_opts[n_relay_opts++] = optarg;
+            break;
         case 'R': snprintf(rates_arg, sizeof(rates_arg), "%s", optarg); break;
         case 'S':
             rows = 5000;
@@ -559,7 +573,7 @@ int main(int argc, char **argv)
             snprintf(rates_arg, sizeof(rates_arg), "200");
             break;
         default: die("usage: outbox-relay-bench --relay PATH [--rows N] [--aggregates N] "
-                     "[--latency-seconds S] [--rates R1,R2] [--smoke]");
+                     "[--latency-seconds S] [--rates R1,R2] [--smoke] [--relay-opt section.key=value]...");
         }
     }
     pg_conninfo = getenv("OUTBOX_RELAY_TEST_PG");

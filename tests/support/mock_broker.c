@@ -15,6 +15,9 @@
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -338,6 +341,30 @@ static void control_read(struct control *ctl, struct ctx *c)
 
 /* ---- main -------------------------------------------------------------- */
 
+/* Real Kafka brokers set TCP_NODELAY (socket.nodelay); librdkafka's mock
+ * does not, and Nagle's algorithm on its responses meets the client's delayed
+ * ACK in ~40 ms stalls that no real deployment has. Linux hands the option of
+ * a listening socket down to the connections it accepts, so setting it on the
+ * mock's listeners is enough. */
+static void disable_nagle_on_listeners(void)
+{
+    int n = 0;
+    for (int fd = 3; fd < 4096; fd++) {
+        int listening = 0, domain = 0;
+        socklen_t len = sizeof(listening);
+        if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) < 0 || !listening)
+            continue;
+        len = sizeof(domain);
+        if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) < 0 ||
+            (domain != AF_INET && domain != AF_INET6))
+            continue;
+        int one = 1;
+        if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) == 0)
+            n++;
+    }
+    logf_("TCP_NODELAY set on %d listening sockets", n);
+}
+
 int main(int argc, char **argv)
 {
     long brokers = 3, partitions = 4;
@@ -392,6 +419,7 @@ int main(int argc, char **argv)
         rd_kafka_destroy(rk);
         return 1;
     }
+    disable_nagle_on_listeners();
     const char *bootstraps = rd_kafka_mock_cluster_bootstraps(mc);
 
     if (bootstrap_file) {

@@ -139,7 +139,8 @@ Test(sql, statements_for_default_table)
                      "to_char(o.\"created_at\" AT TIME ZONE 'UTC', "
                      "'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') "
                      "FROM \"public\".\"outbox\" AS o WHERE o.\"sent_at\" IS NULL AND "
-                     "o.\"dead_at\" IS NULL ORDER BY o.\"id\" LIMIT $1");
+                     "o.\"dead_at\" IS NULL AND o.\"id\" NOT BETWEEN $2::bigint AND $3::bigint "
+                     "ORDER BY o.\"id\" LIMIT $1");
     cr_assert_str_eq(s.mark_sent,
                      "UPDATE \"public\".\"outbox\" SET \"sent_at\" = clock_timestamp() "
                      "WHERE \"id\" = ANY($1::bigint[]) AND \"sent_at\" IS NULL");
@@ -261,4 +262,44 @@ Test(sql, delete_sent_is_still_conditional)
     cr_assert_not_null(strstr(s.record_failures, "AND t.\"sent_at\" IS NULL AND "
                                                  "t.\"dead_at\" IS NULL"));
     sql_statements_free(&s);
+}
+
+Test(sql, dead_statements_quote_identifiers)
+{
+    struct sql_dead q;
+    cr_assert_eq(sql_dead_init(&q, "App", "Events"), 0);
+    cr_assert_not_null(strstr(q.list, "FROM \"App\".\"Events\" AS o LEFT JOIN \"App\".\"Events\" AS l"));
+    cr_assert_not_null(strstr(q.requeue, "UPDATE \"App\".\"Events\" AS o SET \"dead_at\" = NULL, "
+                                         "\"attempts\" = 0 "));
+    cr_assert_not_null(strstr(q.drop, "DELETE FROM \"App\".\"Events\" AS o WHERE"));
+    /* last_error is history: requeue must not clear it. */
+    cr_assert_null(strstr(q.requeue, "last_error"));
+    sql_dead_free(&q);
+    cr_assert_null(q.list);
+    sql_dead_free(&q); /* twice is harmless */
+}
+
+Test(sql, dead_statements_touch_only_unsent_rows_needing_an_operator)
+{
+    struct sql_dead q;
+    cr_assert_eq(sql_dead_init(&q, "public", "outbox"), 0);
+    const char *pred = "((o.\"dead_at\" IS NOT NULL AND o.\"sent_at\" IS NULL) OR "
+                       "(o.\"sent_at\" IS NULL AND o.\"dead_at\" IS NULL AND o.\"attempts\" > 0))";
+    cr_assert_not_null(strstr(q.list, pred));
+    cr_assert_not_null(strstr(q.requeue, pred));
+    cr_assert_not_null(strstr(q.drop, pred));
+    /* requeue: ids or, with NULL, all; drop: ids only. */
+    cr_assert_not_null(strstr(q.requeue, "($1::bigint[] IS NULL OR o.\"id\" = ANY($1::bigint[]))"));
+    cr_assert_not_null(strstr(q.drop, "o.\"id\" = ANY($1::bigint[])"));
+    cr_assert_null(strstr(q.drop, "IS NULL OR o.\"id\""));
+    sql_dead_free(&q);
+}
+
+Test(sql, dead_statements_refuse_invalid_identifiers)
+{
+    struct sql_dead q;
+    cr_assert_eq(sql_dead_init(&q, "public", "outbox\"; DROP TABLE x; --"), -EINVAL);
+    cr_assert_null(q.list);
+    cr_assert_eq(sql_dead_init(&q, "pub lic", "outbox"), -EINVAL);
+    cr_assert_eq(sql_dead_init(&q, NULL, "outbox"), -EINVAL);
 }
