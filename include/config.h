@@ -42,8 +42,8 @@ struct relay_config {
     char *on_sent;              /* "mark" (default) or "delete" */
     char *retention;            /* duration ("7d", "12h", "0" = keep): sent rows deleted after it */
 
-    /* [http] (reserved for the status endpoint) */
-    char *http_listen;          /* default "" (disabled) */
+    /* [http] */
+    char *http_listen;          /* status endpoint, default "127.0.0.1:8423"; "" = disabled */
 
     /* [log] */
     int log_level;              /* enum log_level, default info */
@@ -118,5 +118,18 @@ char *config_redact_conninfo(const char *conninfo);
 
 /** Writes the effective configuration as INI, secrets redacted. */
 void config_dump(const struct relay_config *cfg, FILE *out);
+
+struct cJSON;
+
+/** The effective configuration as a JSON object {"postgres": {…}, "kafka":
+ *  {…}, "relay": {…}, "http": {…}, "log": {…}}, secrets redacted as in
+ *  config_dump(); integers are numbers. @return a new object (cJSON_Delete
+ *  it), or NULL without memory. */
+struct cJSON *config_to_json(const struct relay_config *cfg);
+
+/** The effective configuration as one logfmt fragment
+ *  (`postgres.conninfo="…" relay.batch_size=1000 …`), secrets redacted, for
+ *  the start-up log line. @return an allocated string, or NULL without memory. */
+char *config_to_logfmt(const struct relay_config *cfg);
 
 #endif

@@ -22,6 +22,17 @@ struct stats_histogram {
 
 enum stats_role { STATS_ROLE_UNKNOWN = 0, STATS_ROLE_STANDBY, STATS_ROLE_LEADER };
 
+/* Brokers listed one by one in /status; a larger cluster is counted in
+ * brokers_up/brokers_total but only the first ones are named. */
+#define STATS_MAX_BROKERS 16
+
+/** One broker as librdkafka's statistics last described it. */
+struct stats_broker {
+    int32_t id;                    /* Kafka node id */
+    char name[128];                /* "host:port" */
+    char state[16];                /* librdkafka's state: UP, DOWN, CONNECT, AUTH, … */
+};
+
 /** Reasons a row failed, the label of outbox_relay_events_failed_total. */
 enum stats_fail_reason {
     STATS_FAIL_INVALID = 0,  /* detected before producing: topic, headers, size */
@@ -57,6 +68,8 @@ struct relay_stats {
     int brokers_up;                /* from librdkafka statistics; -1 = not known yet */
     int brokers_total;
     int64_t producer_queue_msgs;   /* messages in librdkafka's queues */
+    int n_brokers;                 /* entries of brokers[] in use */
+    struct stats_broker brokers[STATS_MAX_BROKERS];
     bool producer_fatal;
 };
 

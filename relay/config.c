@@ -2,6 +2,7 @@
  * file, -X overrides, validation, redaction and the dump. */
 #include "config.h"
 
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <ini.h>
 #include <librdkafka/rdkafka.h>
@@ -11,6 +12,7 @@
 #include <strings.h>
 
 #include "event.h"
+#include "http.h"
 #include "log.h"
 #include "sql.h"
 
@@ -100,8 +102,8 @@ static const struct param params[] = {
     STR("relay", "topic", topic, "outbox.${aggregate_type}", event_topic_template_check, RESTART,
         "topic template for rows without a topic (${aggregate_type}, ${event_type})"),
 
-    STR("http", "listen", http_listen, "", NULL, RESTART,
-        "address:port of the status endpoint (\"\" = disabled)"),
+    STR("http", "listen", http_listen, "127.0.0.1:8423", http_listen_check, RESTART,
+        "IPv4:port or [IPv6]:port of the status endpoint (\"\" = disabled)"),
 
     ENUM("log", "format", log_format, "logfmt", log_formats, RESTART, "logfmt or json"),
     LEVEL("log", "level", log_level, "info", RELOAD, "error, warn, info or debug"),
@@ -973,4 +975,110 @@ void config_dump(const struct relay_config *cfg, FILE *out)
                 dump_param(cfg, &params[i], out);
         }
     }
+}
+
+/* --- the effective configuration as data --------------------------------- */
+
+/* The value of @p p as text, secrets masked the way config_dump() masks them.
+ * @return an allocated string, or NULL without memory. */
+static char *param_text(const struct relay_config *cfg, const struct param *p)
+{
+    char num[16];
+    switch (p->type) {
+    case PARAM_STRING:
+    case PARAM_ENUM: {
+        const char *v = cstr_at(cfg, p) ? cstr_at(cfg, p) : "";
+        if (!strcmp(p->section, "postgres") && !strcmp(p->key, "conninfo"))
+            return config_redact_conninfo(v);
+        return strdup(config_key_is_secret(p->key) ? REDACTED : v);
+    }
+    case PARAM_INT:
+        snprintf(num, sizeof num, "%d", int_at(cfg, p));
+        return strdup(num);
+    case PARAM_LOG_LEVEL: {
+        int level = int_at(cfg, p);
+        return strdup(level >= 0 && level <= LOG_LVL_DEBUG ? log_level_names[level] : "info");
+    }
+    }
+    return NULL;
+}
+
+struct cJSON *config_to_json(const struct relay_config *cfg)
+{
+    cJSON *root = cJSON_CreateObject();
+    if (!root)
+        return NULL;
+    for (size_t s = 0; s < sizeof sections / sizeof sections[0]; s++) {
+        cJSON *sec = cJSON_AddObjectToObject(root, sections[s]);
+        if (!sec)
+            goto oom;
+        if (!strcmp(sections[s], "kafka")) {
+            for (size_t i = 0; i < cfg->n_kafka; i++) {
+                const struct config_kv *kv = &cfg->kafka[i];
+                if (!cJSON_AddStringToObject(sec, kv->key,
+                                             config_key_is_secret(kv->key) ? REDACTED : kv->value))
+                    goto oom;
+            }
+            continue;
+        }
+        for (size_t i = 0; i < N_PARAMS; i++) {
+            const struct param *p = &params[i];
+            if (strcmp(p->section, sections[s]) != 0)
+                continue;
+            /* Numbers stay numbers, so that a consumer can compare them. */
+            if (p->type == PARAM_INT) {
+                if (!cJSON_AddNumberToObject(sec, p->key, int_at(cfg, p)))
+                    goto oom;
+                continue;
+            }
+            char *text = param_text(cfg, p);
+            cJSON *item = text ? cJSON_AddStringToObject(sec, p->key, text) : NULL;
+            free(text);
+            if (!item)
+                goto oom;
+        }
+    }
+    return root;
+oom:
+    cJSON_Delete(root);
+    return NULL;
+}
+
+char *config_to_logfmt(const struct relay_config *cfg)
+{
+    char *res = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&res, &len);
+    if (!out)
+        return NULL;
+    const char *sep = "";
+    for (size_t s = 0; s < sizeof sections / sizeof sections[0]; s++) {
+        if (!strcmp(sections[s], "kafka")) {
+            for (size_t i = 0; i < cfg->n_kafka; i++) {
+                const struct config_kv *kv = &cfg->kafka[i];
+                fprintf(out, "%skafka.%s=%s", sep, kv->key,
+                        log_quote(config_key_is_secret(kv->key) ? REDACTED : kv->value));
+                sep = " ";
+            }
+            continue;
+        }
+        for (size_t i = 0; i < N_PARAMS; i++) {
+            const struct param *p = &params[i];
+            if (strcmp(p->section, sections[s]) != 0)
+                continue;
+            char *text = param_text(cfg, p);
+            if (p->type == PARAM_INT)
+                fprintf(out, "%s%s.%s=%s", sep, p->section, p->key, text ? text : "");
+            else
+                fprintf(out, "%s%s.%s=%s", sep, p->section, p->key, log_quote(text ? text : REDACTED));
+            free(text);
+            sep = " ";
+        }
+    }
+    bool failed = ferror(out) != 0;
+    if (fclose(out) != 0 || failed) {
+        free(res);
+        return NULL;
+    }
+    return res;
 }

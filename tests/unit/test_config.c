@@ -91,7 +91,7 @@ Test(config, defaults)
     cr_assert_eq(cfg.poll_interval_ms, 1000);
     cr_assert_eq(cfg.shutdown_timeout_ms, 10000);
     cr_assert_eq(cfg.reconnect_interval_ms, 1000);
-    cr_assert_str_eq(cfg.http_listen, "");
+    cr_assert_str_eq(cfg.http_listen, "127.0.0.1:8423");
     cr_assert_eq(cfg.log_level, LOG_LVL_INFO);
     cr_assert_str_eq(cfg.log_format, "logfmt");
     cr_assert_eq(config_validate(&cfg, err, sizeof err), 0);
@@ -273,9 +273,9 @@ Test(config, line_at_the_length_limit_is_accepted)
 {
     char text[512];
     /* 197 bytes: inih's default 200-byte buffer less "\r\n\0" */
-    snprintf(text, sizeof text, "[http]\nlisten = %0188d\n", 0);
+    snprintf(text, sizeof text, "[postgres]\nconninfo = %0186d\n", 0);
     cr_assert_eq(load_text(text, NULL, 0), 0, "%s", err);
-    cr_assert_eq(strlen(cfg.http_listen), 188);
+    cr_assert_eq(strlen(cfg.pg_conninfo), 186);
 }
 
 Test(config, int_with_trailing_junk)
@@ -528,7 +528,7 @@ Test(config, dump_lists_every_parameter)
         "conninfo = \n", "schema = public\n", "table = outbox\n",
         "topic = outbox.${aggregate_type}\n", "notify_channel = outbox_relay\n",
         "batch_size = 1000\n", "poll_interval_ms = 1000\n", "shutdown_timeout_ms = 10000\n",
-        "reconnect_interval_ms = 1000\n", "listen = \n", "level = info\n", "format = logfmt\n",
+        "reconnect_interval_ms = 1000\n", "listen = 127.0.0.1:8423\n", "level = info\n", "format = logfmt\n",
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
         cr_assert_not_null(strstr(out, want[i]), "dump lacks \"%s\":\n%s", want[i], out);
@@ -539,7 +539,7 @@ Test(config, dump_reads_back_to_the_same_configuration)
 {
     char *const ov[] = {"relay.table=events", "relay.batch_size=42", "log.level=debug",
                         "log.format=json", "kafka.bootstrap.servers=k1:9092",
-                        "kafka.linger.ms=7", "http.listen=:9100"};
+                        "kafka.linger.ms=7", "http.listen=[::1]:9100"};
     cr_assert_eq(config_load(&cfg, NULL, false, ov, 7, err, sizeof err), 0, "%s", err);
     char *out = dump(&cfg);
 
@@ -551,7 +551,7 @@ Test(config, dump_reads_back_to_the_same_configuration)
     cr_assert_eq(back.batch_size, 42);
     cr_assert_eq(back.log_level, LOG_LVL_DEBUG);
     cr_assert_str_eq(back.log_format, "json");
-    cr_assert_str_eq(back.http_listen, ":9100");
+    cr_assert_str_eq(back.http_listen, "[::1]:9100");
     cr_assert_eq(config_reload_check(&cfg, &back, err, sizeof err), 0, "%s", err);
     config_free(&back);
     free(out);

@@ -1,0 +1,200 @@
+/* http_metrics.c — /metrics: relay_stats in the Prometheus text exposition
+ * format 0.0.4.
+ *
+ * Names follow the Prometheus conventions: outbox_relay_ prefix, base units
+ * (seconds, bytes), _total for counters. The process_* metrics keep the
+ * names every Prometheus client library uses (no prefix), so dashboards and
+ * alerts written for them work unchanged. */
+#include "http.h"
+
+#include <dirent.h>
+#include <inttypes.h>
+#include <librdkafka/rdkafka.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "build_config.h"
+
+static void head(struct strbuf *out, const char *name, const char *type, const char *help)
+{
+    strbuf_printf(out, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* %.17g round-trips a double; Prometheus parses any Go float syntax. */
+static void gauge(struct strbuf *out, const char *name, const char *help, double v)
+{
+    head(out, name, "gauge", help);
+    strbuf_printf(out, "%s %.17g\n", name, v);
+}
+
+static void counter(struct strbuf *out, const char *name, const char *help, uint64_t v)
+{
+    head(out, name, "counter", help);
+    strbuf_printf(out, "%s %" PRIu64 "\n", name, v);
+}
+
+static void histogram(struct strbuf *out, const char *name, const char *help,
+                      const struct stats_histogram *h)
+{
+    head(out, name, "histogram", help);
+    uint64_t cum = 0;
+    for (int i = 0; i < STATS_HIST_BUCKETS; i++) {
+        cum += h->counts[i];
+        /* %g keeps the bounds as written (0.0025, not 0.0025000000000000001). */
+        strbuf_printf(out, "%s_bucket{le=\"%g\"} %" PRIu64 "\n", name, h->bounds[i], cum);
+    }
+    strbuf_printf(out, "%s_bucket{le=\"+Inf\"} %" PRIu64 "\n", name, h->count);
+    strbuf_printf(out, "%s_sum %.17g\n", name, h->sum);
+    strbuf_printf(out, "%s_count %" PRIu64 "\n", name, h->count);
+}
+
+/* A label value: backslash, double quote and newline escaped. */
+static void label_value(struct strbuf *out, const char *s)
+{
+    for (; *s; s++) {
+        if (*s == '\\' || *s == '"')
+            strbuf_printf(out, "\\%c", *s);
+        else if (*s == '\n')
+            strbuf_printf(out, "\\n");
+        else
+            strbuf_printf(out, "%c", *s);
+    }
+}
+
+/* ---- the process, from the kernel: cheap enough for every scrape -------- */
+
+static void process_metrics(const struct relay_stats *s, struct strbuf *out)
+{
+    gauge(out, "process_start_time_seconds", "Start time of the process since the unix epoch.",
+          s->start_time);
+
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) == 0) {
+        double cpu = (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
+                     (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
+        head(out, "process_cpu_seconds_total", "counter", "User and system CPU time spent.");
+        strbuf_printf(out, "process_cpu_seconds_total %.6f\n", cpu);
+    }
+
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (f) {
+        unsigned long size = 0, resident = 0;
+        long page = sysconf(_SC_PAGESIZE);
+        if (fscanf(f, "%lu %lu", &size, &resident) == 2 && page > 0) {
+            gauge(out, "process_virtual_memory_bytes", "Virtual memory size in bytes.",
+                  (double)size * (double)page);
+            gauge(out, "process_resident_memory_bytes", "Resident memory size in bytes.",
+                  (double)resident * (double)page);
+        }
+        fclose(f);
+    }
+
+    DIR *d = opendir("/proc/self/fd");
+    if (d) {
+        long n = 0;
+        while (readdir(d))
+            n++;
+        closedir(d);
+        /* ".", ".." and the directory's own descriptor are not the process's. */
+        gauge(out, "process_open_fds", "Number of open file descriptors.", (double)(n - 3));
+    }
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+        gauge(out, "process_max_fds", "Maximum number of open file descriptors.",
+              (double)rl.rlim_cur);
+}
+
+void http_metrics(const struct http_context *ctx, struct strbuf *out)
+{
+    const struct relay_stats *s = ctx->stats;
+
+    head(out, "outbox_relay_build_info", "gauge",
+         "Always 1; the labels say which build runs.");
+    strbuf_printf(out, "outbox_relay_build_info{version=\"");
+    label_value(out, OUTBOX_RELAY_VERSION);
+    strbuf_printf(out, "\",librdkafka=\"");
+    label_value(out, rd_kafka_version_str());
+    strbuf_printf(out, "\"} 1\n");
+    process_metrics(s, out);
+
+    gauge(out, "outbox_relay_ready", "1 when every readiness check of /readyz passes.",
+          http_ready(s, NULL) ? 1 : 0);
+    gauge(out, "outbox_relay_leader", "1 while this relay holds the leader lock.",
+          s->role == STATS_ROLE_LEADER ? 1 : 0);
+    gauge(out, "outbox_relay_postgres_up", "1 while the PostgreSQL connection is up.",
+          s->pg_up ? 1 : 0);
+    gauge(out, "outbox_relay_halted",
+          "1 after on_poison=halt stopped relaying (a restart is needed).", s->halted ? 1 : 0);
+    gauge(out, "outbox_relay_kafka_brokers_up", "Kafka brokers in state UP.",
+          s->brokers_up > 0 ? s->brokers_up : 0);
+    gauge(out, "outbox_relay_kafka_brokers", "Kafka brokers known from the cluster metadata.",
+          s->brokers_total);
+    gauge(out, "outbox_relay_producer_queue_messages",
+          "Messages in the producer's queues, not yet acknowledged.",
+          (double)s->producer_queue_msgs);
+    gauge(out, "outbox_relay_producer_fatal",
+          "1 while the producer is in a fatal state (it is then replaced).",
+          s->producer_fatal ? 1 : 0);
+
+    counter(out, "outbox_relay_events_published_total",
+            "Outbox rows acknowledged by Kafka.", s->published_total);
+    head(out, "outbox_relay_events_failed_total", "counter",
+         "Outbox rows that failed, by reason: invalid (before producing), permanent or "
+         "retriable (Kafka's verdict).");
+    static const char *const reasons[STATS_FAIL_NREASONS] = {"invalid", "permanent", "retriable"};
+    for (int i = 0; i < STATS_FAIL_NREASONS; i++)
+        strbuf_printf(out, "outbox_relay_events_failed_total{reason=\"%s\"} %" PRIu64 "\n",
+                      reasons[i], s->failed_total[i]);
+    counter(out, "outbox_relay_events_dead_lettered_total",
+            "Outbox rows this process moved to the dead letter state.", s->dead_total);
+    counter(out, "outbox_relay_batches_total", "Batches claimed, produced and marked.",
+            s->batches_total);
+    histogram(out, "outbox_relay_batch_duration_seconds",
+              "Time from claiming a batch to its marks being written.", &s->batch_duration);
+    histogram(out, "outbox_relay_delivery_latency_seconds",
+              "Time from a row's created_at to Kafka's acknowledgement.", &s->delivery_latency);
+    gauge(out, "outbox_relay_last_batch_rows", "Rows in the last completed batch.",
+          s->last_batch_rows);
+    gauge(out, "outbox_relay_last_batch_timestamp_seconds",
+          "When the last batch completed, since the unix epoch (0 = none yet).",
+          s->last_batch_time);
+
+    /* The backlog comes from a query every few seconds; before the first one
+     * there is no number to give, and 0 would claim an empty table. */
+    head(out, "outbox_relay_backlog_rows", "gauge", "Outbox rows not yet sent (dead rows excluded).");
+    if (s->backlog_known)
+        strbuf_printf(out, "outbox_relay_backlog_rows %" PRId64 "\n", s->backlog_rows);
+    head(out, "outbox_relay_oldest_unsent_age_seconds", "gauge",
+         "Age of the oldest unsent row (0 when there is none).");
+    if (s->backlog_known) {
+        double age = s->oldest_unsent_age;
+        if (s->backlog_rows > 0 && ctx->now > s->backlog_time)
+            age += ctx->now - s->backlog_time;
+        strbuf_printf(out, "outbox_relay_oldest_unsent_age_seconds %.17g\n", age);
+    }
+    head(out, "outbox_relay_dead_rows", "gauge",
+         "Dead-lettered rows in the table that were never sent.");
+    if (s->backlog_known)
+        strbuf_printf(out, "outbox_relay_dead_rows %" PRId64 "\n", s->dead_rows);
+    head(out, "outbox_relay_backlog_timestamp_seconds", "gauge",
+         "When the backlog figures were measured, since the unix epoch.");
+    if (s->backlog_known)
+        strbuf_printf(out, "outbox_relay_backlog_timestamp_seconds %.17g\n", s->backlog_time);
+
+    if (ctx->server) {
+        const struct http_server_stats *h = ctx->server;
+        gauge(out, "outbox_relay_http_connections", "Open connections to the status endpoint.",
+              h->connections);
+        counter(out, "outbox_relay_http_connections_total",
+                "Connections accepted by the status endpoint.", h->connections_total);
+        counter(out, "outbox_relay_http_connections_rejected_total",
+                "Connections closed at once because the connection cap was reached.",
+                h->rejected_total);
+        counter(out, "outbox_relay_http_timeouts_total",
+                "Connections closed because the client was idle or too slow.", h->timeouts_total);
+        counter(out, "outbox_relay_http_requests_total", "Responses sent by the status endpoint.",
+                h->requests_total);
+    }
+}

@@ -1,0 +1,1121 @@
+/* test_http.c — the operator surface against a running relay: the status
+ * endpoint with a real HTTP client (curl), `promtool check metrics` on the
+ * live /metrics, readiness through Kafka and PostgreSQL outages, hostile
+ * clients while events keep flowing, SIGHUP reload, `outbox-relay status`,
+ * JSON logs and the journal prefix, sd_notify, and listen failures. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stddef.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+#include <criterion/criterion.h>
+
+#include "testlib.h"
+
+#define CURL "/usr/bin/curl"
+#define PROMTOOL "/usr/bin/promtool"
+
+static struct e2e_ctx T;
+static bool pg_stopped;
+
+static void pg_ctl(const char *const *args);
+
+static void fini(void)
+{
+    if (T.env) {
+        e2e_mock_command(&T, "up -1");
+        if (pg_stopped) {
+            /* Other tests share this PostgreSQL: never leave it stopped. */
+            const char *start[] = {"start", "-w", "-t", "60", NULL};
+            pg_ctl(start);
+        }
+    }
+    e2e_teardown(&T);
+}
+
+/* ---- helpers ------------------------------------------------------------ */
+
+static void enqueue_range(int lo, int hi)
+{
+    e2e_exec(T.conn,
+             "SELECT count(%s('order', 'k' || (i %% 10), 'created', jsonb_build_object('i', i)))"
+             "  FROM generate_series(%d, %d) AS i",
+             T.qenqueue, lo, hi);
+}
+
+struct reply {
+    int code;        /* -1: no HTTP answer (curl failed) */
+    char *body;
+    char *headers;
+};
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return strdup("");
+    struct strbuf_like {
+        char *p;
+        size_t n, cap;
+    } b = {malloc(4096), 0, 4096};
+    cr_assert_not_null(b.p);
+    size_t r;
+    while ((r = fread(b.p + b.n, 1, b.cap - b.n - 1, f)) > 0) {
+        b.n += r;
+        if (b.cap - b.n - 1 == 0) {
+            b.cap *= 2;
+            b.p = realloc(b.p, b.cap);
+            cr_assert_not_null(b.p);
+        }
+    }
+    fclose(f);
+    b.p[b.n] = '\0';
+    return b.p;
+}
+
+static void reply_free(struct reply *r)
+{
+    free(r->body);
+    free(r->headers);
+    memset(r, 0, sizeof(*r));
+}
+
+/* One request with curl: METHOD (GET, HEAD, or anything for -X) to http://HOST:PORT/PATH. */
+static struct reply http_host(const char *host, int port, const char *method, const char *path)
+{
+    cr_assert(access(CURL, X_OK) == 0, CURL " is missing (Debian package curl)");
+    char url[300], hdr[] = "/tmp/e2e-hdr-XXXXXX", body[] = "/tmp/e2e-body-XXXXXX";
+    snprintf(url, sizeof(url), "http://%s:%d%s", host, port, path);
+    int fd1 = mkstemp(hdr), fd2 = mkstemp(body);
+    cr_assert(fd1 >= 0 && fd2 >= 0);
+    close(fd1);
+    close(fd2);
+    const char *argv[16];
+    int n = 0;
+    argv[n++] = CURL;
+    argv[n++] = "-sS";
+    argv[n++] = "-g"; /* [::1] is an address, not a glob */
+    argv[n++] = "--max-time";
+    argv[n++] = "10";
+    argv[n++] = "-D";
+    argv[n++] = hdr;
+    argv[n++] = "-o";
+    argv[n++] = body;
+    argv[n++] = "-w";
+    argv[n++] = "%{http_code}";
+    if (!strcmp(method, "HEAD")) {
+        argv[n++] = "--head";
+    } else if (strcmp(method, "GET") != 0) {
+        argv[n++] = "-X";
+        argv[n++] = method;
+    }
+    argv[n++] = url;
+    argv[n] = NULL;
+    char *out = NULL;
+    int rc = e2e_run_cmd(argv, 20000, &out, NULL);
+    struct reply r = {.code = -1};
+    if (rc == 0 && out)
+        r.code = atoi(out);
+    r.body = slurp(body);
+    r.headers = slurp(hdr);
+    free(out);
+    unlink(hdr);
+    unlink(body);
+    return r;
+}
+
+static struct reply http(int port, const char *method, const char *path)
+{
+    return http_host("127.0.0.1", port, method, path);
+}
+
+/* Polls GET path until it answers @p want; @return true if it did within @p timeout_ms. */
+static bool wait_code(int port, const char *path, int want, int timeout_ms)
+{
+    int64_t deadline = e2e_now_ms() + timeout_ms;
+    for (;;) {
+        struct reply r = http(port, "GET", path);
+        int code = r.code;
+        reply_free(&r);
+        if (code == want)
+            return true;
+        if (e2e_now_ms() >= deadline)
+            return false;
+        e2e_sleep_ms(200);
+    }
+}
+
+static cJSON *status_doc(int port)
+{
+    struct reply r = http(port, "GET", "/status");
+    cr_assert_eq(r.code, 200, "/status answered %d: %s", r.code, r.body);
+    cJSON *doc = cJSON_Parse(r.body);
+    cr_assert_not_null(doc, "/status is not JSON: %.500s", r.body);
+    reply_free(&r);
+    return doc;
+}
+
+static const cJSON *jget(const cJSON *obj, const char *path)
+{
+    char buf[128];
+    snprintf(buf, sizeof(buf), "%s", path);
+    const cJSON *cur = obj;
+    for (char *save = NULL, *tok = strtok_r(buf, ".", &save); tok; tok = strtok_r(NULL, ".", &save))
+        cur = cJSON_GetObjectItemCaseSensitive(cur, tok);
+    return cur;
+}
+
+static double jnum(const cJSON *obj, const char *path)
+{
+    const cJSON *v = jget(obj, path);
+    cr_assert(cJSON_IsNumber(v), "/status: %s is not a number", path);
+    return v->valuedouble;
+}
+
+/* The value of sample @p name (with labels, as written) in a /metrics text; NAN if absent. */
+static double metric(const char *text, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *p = text; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL) {
+        if (!strncmp(p, name, n) && p[n] == ' ')
+            return strtod(p + n + 1, NULL);
+    }
+    return -1e300;
+}
+
+static double scrape(int port, const char *name)
+{
+    struct reply r = http(port, "GET", "/metrics");
+    cr_assert_eq(r.code, 200, "/metrics answered %d", r.code);
+    double v = metric(r.body, name);
+    reply_free(&r);
+    return v;
+}
+
+/* Starts a relay with @p extra and waits for its status endpoint and leadership. */
+static struct e2e_relay *start_relay(const char *const *extra, int *port)
+{
+    struct e2e_relay *relay = e2e_relay_start(&T, extra);
+    *port = e2e_relay_http_port(relay, 30000);
+    cr_assert(*port > 0, "no \"status endpoint listening\" line (log %s)", relay->log_path);
+    return relay;
+}
+
+static void wait_ready(int port)
+{
+    if (!wait_code(port, "/readyz", 200, 40000)) {
+        struct reply r = http(port, "GET", "/readyz?verbose");
+        cr_assert_fail("/readyz did not turn 200 within 40 s: %d %s", r.code, r.body);
+    }
+}
+
+static void verify_delivered(const char *what)
+{
+    struct e2e_rows rows;
+    e2e_rows_load(&T, &rows);
+    size_t n_topics;
+    char **topics = e2e_topics_of(&T, &rows, &n_topics);
+    struct e2e_msgs msgs;
+    e2e_consume((const char *const *)topics, n_topics, 60000, &msgs);
+    struct e2e_report rep = {0};
+    e2e_check(&rep, msgs.n_missing_topics == 0, "%zu topic(s) missing", msgs.n_missing_topics);
+    e2e_verify(&T, &rows, &msgs, &rep);
+    for (size_t i = 0; i < rows.n; i++) {
+        e2e_check(&rep, rows.v[i].deliveries >= 1, "row %lld not in Kafka", (long long)rows.v[i].id);
+        e2e_check(&rep, rows.v[i].sent, "row %lld has sent_at NULL", (long long)rows.v[i].id);
+    }
+    e2e_report_assert(&rep, what);
+    e2e_msgs_free(&msgs);
+    e2e_topics_free(topics);
+    e2e_rows_free(&rows);
+}
+
+static void pg_ctl(const char *const *args)
+{
+    const char *argv[16] = {"/bin/bash", T.env->stack_sh, "pg_ctl", T.env->stack_dir};
+    int n = 4;
+    for (int i = 0; args[i] && n < 15; i++)
+        argv[n++] = args[i];
+    argv[n] = NULL;
+    char *out = NULL, *err = NULL;
+    int rc = e2e_run_cmd(argv, 90000, &out, &err);
+    cr_assert_eq(rc, 0, "stack.sh pg_ctl %s failed (%d): %s %s", args[0], rc, out ? out : "",
+                 err ? err : "");
+    free(out);
+    free(err);
+    pg_stopped = !strcmp(args[0], "stop");
+}
+
+/* A TCP port on 127.0.0.1 that nothing listens on (bound, then released). */
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(a);
+    cr_assert(bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0);
+    cr_assert(getsockname(fd, (struct sockaddr *)&a, &len) == 0);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+static int tcp_connect(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    cr_assert(fd >= 0, "socket: %s", strerror(errno));
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    cr_assert(connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0, "connect: %s", strerror(errno));
+    struct timeval tv = {.tv_sec = 20};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    return fd;
+}
+
+/* Sends @p len bytes as they are and reads the answer until the server
+ * closes (into @p buf, NUL-terminated). @return its length. */
+static size_t raw_send(int port, const char *data, size_t len, char *buf, size_t cap)
+{
+    int fd = tcp_connect(port);
+    for (size_t off = 0; off < len;) {
+        ssize_t w = send(fd, data + off, len - off, MSG_NOSIGNAL);
+        if (w <= 0)
+            break; /* the server may answer and close before reading it all */
+        off += (size_t)w;
+    }
+    size_t got = 0;
+    for (;;) {
+        ssize_t r = recv(fd, buf + got, cap - 1 - got, 0);
+        if (r <= 0 || (got += (size_t)r) >= cap - 1)
+            break;
+    }
+    buf[got] = '\0';
+    close(fd);
+    return got;
+}
+
+static size_t raw_response(int port, const char *request, char *buf, size_t cap)
+{
+    return raw_send(port, request, strlen(request), buf, cap);
+}
+
+/* @return the status code of the answer to @p len raw bytes, 0 if none. */
+static int raw_exchange(int port, const char *data, size_t len)
+{
+    char buf[4096];
+    raw_send(port, data, len, buf, sizeof(buf));
+    int code = 0;
+    if (sscanf(buf, "HTTP/1.1 %d ", &code) != 1)
+        code = 0;
+    return code;
+}
+
+static int raw_str(int port, const char *s)
+{
+    return raw_exchange(port, s, strlen(s));
+}
+
+static long rss_kib(pid_t pid)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f, "%s: %s", path, strerror(errno));
+    long kib = -1;
+    while (fgets(line, sizeof(line), f))
+        if (sscanf(line, "VmRSS: %ld kB", &kib) == 1)
+            break;
+    fclose(f);
+    return kib;
+}
+
+static const char *pool(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static const char *pool(const char *fmt, ...)
+{
+    static char bufs[8][1024];
+    static int next;
+    char *s = bufs[next++ % 8];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(s, sizeof(bufs[0]), fmt, ap);
+    va_end(ap);
+    return s;
+}
+
+/* ---- the endpoints -------------------------------------------------------- */
+
+Test(e2e, endpoints_with_curl_and_promtool, .fini = fini, .timeout = 180)
+{
+    e2e_setup(&T, "httpep");
+    e2e_migrate(&T);
+    const char *extra[] = {"relay.poll_interval_ms=100",
+                           pool("postgres.conninfo=%s password=hunter2secret", T.env->pg), NULL};
+    int port;
+    struct e2e_relay *relay = start_relay(extra, &port);
+    wait_ready(port);
+
+    struct reply r = http(port, "GET", "/livez");
+    cr_assert_eq(r.code, 200);
+    cr_assert_str_eq(r.body, "ok\n");
+    reply_free(&r);
+    r = http(port, "GET", "/healthz");
+    cr_assert_eq(r.code, 200);
+    reply_free(&r);
+    r = http(port, "GET", "/readyz?verbose");
+    cr_assert_eq(r.code, 200);
+    cr_assert_str_eq(r.body, "[+]postgres ok\n[+]role ok\n[+]kafka ok\n[+]producer ok\n"
+                             "[+]relaying ok\nreadyz check passed\n");
+    reply_free(&r);
+
+    enqueue_range(1, 20);
+    e2e_wait_all_sent(&T, 30000);
+
+    cJSON *doc = status_doc(port);
+    cr_assert_str_eq(jget(doc, "role")->valuestring, "leader");
+    cr_assert(cJSON_IsTrue(jget(doc, "ready")));
+    cr_assert_str_eq(jget(doc, "postgres.state")->valuestring, "up");
+    cr_assert(cJSON_IsString(jget(doc, "version")));
+    cr_assert(jnum(doc, "kafka.brokers_up") >= 1);
+    const cJSON *b;
+    int n_brokers = 0;
+    cJSON_ArrayForEach(b, jget(doc, "kafka.brokers"))
+    {
+        cr_assert(cJSON_IsString(jget(b, "name")) && cJSON_IsString(jget(b, "state")));
+        n_brokers++;
+    }
+    cr_assert(n_brokers >= 1, "no broker listed");
+    cr_assert(jnum(doc, "events.published_total") >= 20);
+    cr_assert(jnum(doc, "events.batches_total") >= 1);
+    cr_assert(jnum(doc, "last_batch.rows") >= 1);
+    cr_assert(cJSON_IsString(jget(doc, "last_batch.time")));
+    cr_assert(jnum(doc, "uptime_seconds") > 0);
+    cr_assert(jget(doc, "backlog.rows") && jget(doc, "backlog.oldest_unsent_age_seconds"));
+    cr_assert(jget(doc, "dead_letter_count"));
+    cr_assert_str_eq(jget(doc, "config.relay.table")->valuestring, T.table);
+    cr_assert(strstr(jget(doc, "config.postgres.conninfo")->valuestring, "password=********"));
+    cJSON_Delete(doc);
+
+    r = http(port, "GET", "/status");
+    cr_assert_null(strstr(r.body, "hunter2secret"), "/status shows the password");
+    reply_free(&r);
+    cr_assert(!e2e_relay_log_contains(relay, "hunter2secret"), "the log shows the password");
+    cr_assert(e2e_relay_log_contains(relay, "msg=\"effective configuration\""));
+
+    /* /metrics: valid for promtool, with the numbers of what just happened. */
+    r = http(port, "GET", "/metrics");
+    cr_assert_eq(r.code, 200);
+    cr_assert(strstr(r.headers, "text/plain; version=0.0.4"), "%s", r.headers);
+    char mpath[700];
+    snprintf(mpath, sizeof(mpath), "%s/metrics.txt", T.logdir);
+    FILE *f = fopen(mpath, "w");
+    cr_assert_not_null(f);
+    fputs(r.body, f);
+    fclose(f);
+    cr_assert(access(PROMTOOL, X_OK) == 0, PROMTOOL " is missing (Debian package prometheus)");
+    const char *check[] = {"/bin/sh", "-c", pool("%s check metrics < '%s'", PROMTOOL, mpath), NULL};
+    char *out = NULL, *err = NULL;
+    int rc = e2e_run_cmd(check, 30000, &out, &err);
+    cr_assert_eq(rc, 0, "promtool check metrics failed (%d): %s %s", rc, out, err);
+    free(out);
+    free(err);
+    cr_assert(metric(r.body, "outbox_relay_events_published_total") >= 20);
+    cr_assert(metric(r.body, "outbox_relay_delivery_latency_seconds_count") >= 20);
+    cr_assert(metric(r.body, "outbox_relay_batches_total") >= 1);
+    cr_assert_eq(metric(r.body, "outbox_relay_leader"), 1);
+    cr_assert_eq(metric(r.body, "outbox_relay_postgres_up"), 1);
+    cr_assert_eq(metric(r.body, "outbox_relay_ready"), 1);
+    cr_assert(metric(r.body, "outbox_relay_kafka_brokers_up") >= 1);
+    cr_assert_eq(metric(r.body, "outbox_relay_events_failed_total{reason=\"invalid\"}"), 0);
+    cr_assert(metric(r.body, "process_resident_memory_bytes") > 0);
+    reply_free(&r);
+
+    /* HEAD, wrong methods, unknown paths. */
+    r = http(port, "HEAD", "/status");
+    cr_assert_eq(r.code, 200);
+    cr_assert(strstr(r.headers, "Content-Length: "), "%s", r.headers);
+    cr_assert(strstr(r.headers, "Content-Type: application/json"), "%s", r.headers);
+    reply_free(&r);
+    /* curl --head would not notice a body: read the raw answer. */
+    char raw[8192];
+    size_t raw_len = raw_response(port, "HEAD /status HTTP/1.1\r\nHost: x\r\n\r\n", raw, sizeof(raw));
+    cr_assert(raw_len > 4 && !strcmp(raw + raw_len - 4, "\r\n\r\n"), "HEAD sent a body: %s", raw);
+    r = http(port, "DELETE", "/status");
+    cr_assert_eq(r.code, 405);
+    cr_assert(strstr(r.headers, "Allow: GET, HEAD"), "%s", r.headers);
+    reply_free(&r);
+    r = http(port, "POST", "/metrics");
+    cr_assert_eq(r.code, 405);
+    reply_free(&r);
+    r = http(port, "GET", "/nope");
+    cr_assert_eq(r.code, 404);
+    reply_free(&r);
+
+    cr_assert_eq(e2e_relay_stop(relay, 30000), 0, "relay did not exit 0 on SIGTERM");
+}
+
+/* ---- readiness through outages ------------------------------------------- */
+
+Test(e2e, readyz_follows_kafka, .fini = fini, .timeout = 240)
+{
+    e2e_setup(&T, "httpkafka");
+    if (!T.env->mock_control)
+        cr_skip_test("needs the mock broker to take brokers down (OUTBOX_RELAY_TEST_KAFKA is a real one)");
+    e2e_migrate(&T);
+    const char *extra[] = {"relay.poll_interval_ms=100", NULL};
+    int port;
+    struct e2e_relay *relay = start_relay(extra, &port);
+    wait_ready(port);
+
+    cr_assert(e2e_mock_command(&T, "down -1"));
+    cr_assert(wait_code(port, "/readyz", 503, 30000), "/readyz stayed 200 with every broker down");
+    struct reply r = http(port, "GET", "/readyz");
+    cr_assert(strstr(r.body, "[-]kafka no broker up"), "%s", r.body);
+    cr_assert(strstr(r.body, "[+]postgres ok"), "%s", r.body);
+    reply_free(&r);
+    cr_assert_eq(scrape(port, "outbox_relay_kafka_brokers_up"), 0);
+    cr_assert_eq(scrape(port, "outbox_relay_ready"), 0);
+
+    cr_assert(e2e_mock_command(&T, "up -1"));
+    cr_assert(wait_code(port, "/readyz", 200, 60000), "/readyz did not recover after the brokers came back");
+    enqueue_range(1, 50);
+    e2e_wait_all_sent(&T, 60000);
+    cr_assert_eq(e2e_relay_stop(relay, 30000), 0, "relay did not exit 0 on SIGTERM");
+}
+
+Test(e2e, readyz_follows_postgres, .fini = fini, .timeout = 240)
+{
+    e2e_setup(&T, "httppg");
+    if (!T.env->stack_sh || !T.env->stack_dir)
+        cr_skip_test("needs OUTBOX_RELAY_TEST_STACK_SH and _DIR to stop PostgreSQL");
+    e2e_migrate(&T);
+    const char *extra[] = {"relay.poll_interval_ms=100", "relay.reconnect_interval_ms=200",
+                           "relay.reconnect_max_ms=1000", NULL};
+    int port;
+    struct e2e_relay *relay = start_relay(extra, &port);
+    wait_ready(port);
+
+    const char *stop[] = {"stop", "-m", "fast", "-w", "-t", "60", NULL};
+    pg_ctl(stop);
+    cr_assert(wait_code(port, "/readyz", 503, 30000), "/readyz stayed 200 with PostgreSQL stopped");
+    struct reply r = http(port, "GET", "/readyz");
+    cr_assert(strstr(r.body, "[-]postgres not connected"), "%s", r.body);
+    reply_free(&r);
+    cr_assert_eq(scrape(port, "outbox_relay_postgres_up"), 0);
+    /* The endpoint keeps answering while the relay retries. */
+    r = http(port, "GET", "/livez");
+    cr_assert_eq(r.code, 200);
+    reply_free(&r);
+
+    const char *start[] = {"start", "-w", "-t", "60", NULL};
+    pg_ctl(start);
+    int64_t deadline = e2e_now_ms() + 30000;
+    for (PQreset(T.conn); PQstatus(T.conn) != CONNECTION_OK && e2e_now_ms() < deadline;) {
+        e2e_sleep_ms(200);
+        PQreset(T.conn);
+    }
+    cr_assert_eq(PQstatus(T.conn), CONNECTION_OK, "PostgreSQL does not accept connections again: %s",
+                 PQerrorMessage(T.conn));
+    cr_assert(wait_code(port, "/readyz", 200, 60000), "/readyz did not recover after PostgreSQL came back");
+    enqueue_range(1, 50);
+    e2e_wait_all_sent(&T, 60000);
+    cr_assert_eq(e2e_relay_stop(relay, 30000), 0, "relay did not exit 0 on SIGTERM");
+}
+
+/* ---- hostile clients -------------------------------------------------------- */
+
+Test(e2e, hostile_requests_while_relaying, .fini = fini, .timeout = 180)
+{
+    e2e_setup(&T, "httphostile");
+    e2e_migrate(&T);
+    const char *extra[] = {"relay.poll_interval_ms=100", "relay.batch_size=50", NULL};
+    int port;
+    struct e2e_relay *relay = start_relay(extra, &port);
+    wait_ready(port);
+    enqueue_range(1, 500);
+
+    cr_assert_eq(raw_str(port, "GARBAGE\r\n\r\n"), 400);
+    cr_assert_eq(raw_str(port, "GET /livez HTTP/1.1\r\nNo colon here\r\n\r\n"), 400);
+    cr_assert_eq(raw_str(port, "\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03"), 400); /* TLS hello */
+    static char big[20000];
+    int n = snprintf(big, sizeof(big), "GET /status HTTP/1.1\r\nHost: x\r\nX-Big: ");
+    memset(big + n, 'a', 16000);
+    memcpy(big + n + 16000, "\r\n\r\n", 4);
+    cr_assert_eq(raw_exchange(port, big, (size_t)n + 16004), 431, "16 KiB header");
+    n = snprintf(big, sizeof(big), "GET /");
+    memset(big + n, 'a', 10000);
+    n += 10000;
+    n += snprintf(big + n, sizeof(big) - (size_t)n, " HTTP/1.1\r\n\r\n");
+    cr_assert_eq(raw_exchange(port, big, (size_t)n), 431, "10 KiB request line");
+    cr_assert_eq(raw_str(port, "GET /livez HTTP/2.0\r\n\r\n"), 505);
+    struct reply r = http(port, "PUT", "/livez");
+    cr_assert_eq(r.code, 405);
+    reply_free(&r);
+    r = http(port, "GET", "/../etc/passwd");
+    cr_assert_eq(r.code, 404);
+    reply_free(&r);
+
+    /* A client that never finishes its request is cut off at the timeout (10 s). */
+    int fd = tcp_connect(port);
+    const char partial[] = "GET /livez HTTP/1.1\r\nHost: x\r\n";
+    cr_assert_eq(send(fd, partial, sizeof(partial) - 1, MSG_NOSIGNAL), (ssize_t)sizeof(partial) - 1);
+    int64_t t0 = e2e_now_ms();
+    char buf[256];
+    ssize_t got = recv(fd, buf, sizeof(buf), 0);
+    int64_t waited = e2e_now_ms() - t0;
+    close(fd);
+    cr_assert(got <= 0, "the slow client got an answer: %.*s", (int)got, buf);
+    cr_assert(waited >= 8000 && waited <= 15000, "slow client closed after %lld ms, expected ~10 s",
+              (long long)waited);
+    cr_assert(scrape(port, "outbox_relay_http_timeouts_total") >= 1);
+
+    e2e_wait_all_sent(&T, 60000);
+    verify_delivered("events relayed during hostile requests");
+    cr_assert(e2e_relay_alive(relay), "relay exited (log %s)", relay->log_path);
+    cr_assert_eq(e2e_relay_stop(relay, 30000), 0, "relay did not exit 0 on SIGTERM");
+}
+
+#define N_IDLE 1000
+
+Test(e2e, thousand_idle_connections_while_relaying, .fini = fini, .timeout = 240)
+{
+    e2e_setup(&T, "httpidle");
+    struct rlimit rl;
+    cr_assert(getrlimit(RLIMIT_NOFILE, &rl) == 0);
+    if (rl.rlim_cur < N_IDLE + 100) {
+        rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > 4096 ? 4096 : rl.rlim_max;
+        cr_assert(setrlimit(RLIMIT_NOFILE, &rl) == 0, "setrlimit: %s", strerror(errno));
+    }
+    if (rl.rlim_cur < N_IDLE + 100)
+        cr_skip_test("RLIMIT_NOFILE hard limit %lu is too low for %d connections",
+                     (unsigned long)rl.rlim_max, N_IDLE);
+    e2e_migrate(&T);
+    const char *extra[] = {"relay.poll_interval_ms=100", "relay.batch_size=100", NULL};
+    int port;
+    struct e2e_relay *relay = start_relay(extra, &port);
+    wait_ready(port);
+
+    /* Warm up: librdkafka's buffers and the batch arrays are allocated now,
+     * so that what grows later is the connections' doing. */
+    enqueue_range(1, 500);
+    e2e_wait_all_sent(&T, 60000);
+    long before = rss_kib(relay->pid);
+
+    static struct pollfd fds[N_IDLE];
+    for (int i = 0; i < N_IDLE; i++) {
+        fds[i].fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        fds[i].events = POLLOUT;
+        cr_assert(fds[i].fd >= 0, "socket %d: %s", i, strerror(errno));
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                                .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        int rc = connect(fds[i].fd, (struct sockaddr *)&a, sizeof(a));
+        cr_assert(rc == 0 || errno == EINPROGRESS, "connect %d: %s", i, strerror(errno));
+    }
+    /* Every connection is established (or already reset by the cap). */
+    int64_t deadline = e2e_now_ms() + 8000;
+    int pending = N_IDLE;
+    while (pending > 0 && e2e_now_ms() < deadline) {
+        cr_assert(poll(fds, N_IDLE, 200) >= 0);
+        pending = 0;
+        for (int i = 0; i < N_IDLE; i++) {
+            if (fds[i].events && fds[i].revents)
+                fds[i].events = 0; /* done: stop asking */
+            pending += fds[i].events != 0;
+        }
+    }
+    cr_assert_eq(pending, 0, "%d connections not established after 8 s", pending);
+
+    /* The cap holds: new connections are refused while the idle ones hold it. */
+    struct reply r = http(port, "GET", "/livez");
+    cr_assert_neq(r.code, 200, "a connection beyond the cap was served");
+    reply_free(&r);
+
+    enqueue_range(501, 1500);
+    e2e_wait_all_sent(&T, 60000);
+    long during = rss_kib(relay->pid);
+    cr_assert(e2e_relay_alive(relay), "relay exited (log %s)", relay->log_path);
+    fprintf(stderr, "e2e: relay RSS %ld KiB before, %ld KiB with %d idle connections\n", before,
+            during, N_IDLE);
+    cr_assert(during - before < 16 * 1024, "RSS grew by %ld KiB with %d idle connections",
+              during - before, N_IDLE);
+
+    /* The idle ones are cut at the timeout; then the endpoint serves again. */
+    cr_assert(wait_code(port, "/livez", 200, 20000), "the endpoint did not recover after the timeout");
+    struct reply m = http(port, "GET", "/metrics");
+    cr_assert(metric(m.body, "outbox_relay_http_connections_rejected_total") >= N_IDLE - 256,
+              "%s", m.body);
+    cr_assert(metric(m.body, "outbox_relay_http_timeouts_total") >= 200);
+    cr_assert(metric(m.body, "outbox_relay_http_connections") <= 2);
+    reply_free(&m);
+    for (int i = 0; i < N_IDLE; i++)
+        close(fds[i].fd);
+
+    verify_delivered("events relayed with 1000 idle connections");
+    cr_assert_eq(e2e_relay_stop(relay, 30000), 0, "relay did not exit 0 on SIGTERM");
+}
+
+/* ---- SIGHUP ------------------------------------------------------------------- */
+
+static void write_conf(const char *text)
+{
+    char tmp[700];
+    snprintf(tmp, sizeof(tmp), "%s.tmp", T.empty_conf);
+    FILE *f = fopen(tmp, "w");
+    cr_assert_not_null(f);
+    fputs(text, f);
+    fclose(f);
+    cr_assert(rename(tmp, T.empty_conf) == 0); /* never a half-written file to read */
+}
+
+static int log_count(struct e2e_relay *r, const char *needle)
+{
+    char *log = e2e_relay_log(r);
+    int n = 0;
+    for (const char *p = log; (p = strstr(p, needle)); p++)
+        n++;
+    free(log);
+    return n;
+}
+
+static void wait_log_count(struct e2e_relay *r, const char *needle, int n, int timeout_ms)
+{
+    int64_t deadline = e2e_now_ms() + timeout_ms;
+    while (log_count(r, needle) < n) {
+        cr_assert(e2e_now_ms() < deadline, "\"%s\" did not appear %d time(s) (log %s)", needle, n,
+                  r->log_path);
+        e2e_sleep_ms(50);
+    }
+}
+
+Test(e2e, sighup_reloads_live_keys_and_keeps_a_broken_file_out, .fini = fini, .timeout = 180)
+{
+    e2e_setup(&T, "httphup");
+    e2e_migrate(&T);
+    write_conf("[relay]\nbatch_size = 50\npoll_interval_ms = 100\n");
+    int port;
+    struct e2e_relay *relay = start_relay(NULL, &port);
+    wait_ready(port);
+    cJSON *doc = status_doc(port);
+    cr_assert_eq(jnum(doc, "config.relay.batch_size"), 50);
+    cJSON_Delete(doc);
+
+    /* A live key and a key that needs a restart. */
+    write_conf("[relay]\nbatch_size = 7\npoll_interval_ms = 100\non_sent = delete\n");
+    cr_assert(kill(relay->pid, SIGHUP) == 0);
+    wait_log_count(relay, "msg=\"configuration reloaded\"", 1, 10000);
+    cr_assert(e2e_relay_log_contains(relay, "msg=\"config key reloaded\" key=relay.batch_size"));
+    cr_assert(e2e_relay_log_contains(relay, "key=relay.on_sent"), "the restart-only key is not named");
+    doc = status_doc(port);
+    cr_assert_eq(jnum(doc, "config.relay.batch_size"), 7);
+    cr_assert_str_eq(jget(doc, "config.relay.on_sent")->valuestring, "mark");
+    cJSON_Delete(doc);
+
+    /* It takes effect: 30 rows committed at once go in batches of at most 7. */
+    double batches = scrape(port, "outbox_relay_batches_total");
+    enqueue_range(1, 30);
+    e2e_wait_all_sent(&T, 30000);
+    e2e_sleep_ms(300); /* the last batch is counted once its marks are written */
+    double used = scrape(port, "outbox_relay_batches_total") - batches;
+    cr_assert(used >= 5, "30 rows took %.0f batches with batch_size=7", used);
+    doc = status_doc(port);
+    cr_assert(jnum(doc, "last_batch.rows") <= 7);
+    cJSON_Delete(doc);
+
+    /* A file that does not validate changes nothing. */
+    write_conf("[relay]\nbatch_size = lots\n");
+    cr_assert(kill(relay->pid, SIGHUP) == 0);
+    wait_log_count(relay, "msg=\"configuration reload rejected; keeping the running configuration\"", 1,
+                   10000);
+    cr_assert(e2e_relay_log_contains(relay, "relay.batch_size"));
+    doc = status_doc(port);
+    cr_assert_eq(jnum(doc, "config.relay.batch_size"), 7);
+    cJSON_Delete(doc);
+    enqueue_range(31, 60);
+    e2e_wait_all_sent(&T, 30000);
+    cr_assert(e2e_relay_alive(relay), "relay exited (log %s)", relay->log_path);
+    cr_assert_eq(e2e_relay_stop(relay, 30000), 0, "relay did not exit 0 on SIGTERM");
+}
+
+/* ---- outbox-relay status ------------------------------------------------------- */
+
+Test(e2e, status_command_exit_codes, .fini = fini, .timeout = 180)
+{
+    e2e_setup(&T, "httpcli");
+    e2e_migrate(&T);
+    int port;
+    struct e2e_relay *relay = start_relay(NULL, &port);
+    wait_ready(port);
+    enqueue_range(1, 10);
+    e2e_wait_all_sent(&T, 30000);
+
+    const char *url = pool("http://127.0.0.1:%d", port);
+    char *out = NULL, *err = NULL;
+    const char *human[] = {"status", "--url", url, NULL};
+    int rc = e2e_run_relay(human, 20000, &out, &err);
+    cr_assert_eq(rc, 0, "status of a ready relay exited %d: %s %s", rc, out, err);
+    cr_assert(strstr(out, ": ready\n"), "%s", out);
+    cr_assert(strstr(out, "role        leader"), "%s", out);
+    cr_assert(strstr(out, "published   "), "%s", out);
+    cr_assert(strstr(out, "backlog     "), "%s", out);
+    cr_assert(strstr(out, "brokers up"), "%s", out);
+    free(out);
+    free(err);
+
+    const char *json[] = {"status", "--json", "--url", url, NULL};
+    rc = e2e_run_relay(json, 20000, &out, &err);
+    cr_assert_eq(rc, 0, "%s %s", out, err);
+    cJSON *doc = cJSON_Parse(out);
+    cr_assert_not_null(doc, "status --json printed no JSON: %s", out);
+    cr_assert(cJSON_IsTrue(jget(doc, "ready")));
+    cr_assert(jnum(doc, "events.published_total") >= 10);
+    cJSON_Delete(doc);
+    free(out);
+    free(err);
+
+    /* Without --url: from http.listen of the configuration. */
+    const char *cfg[] = {"status", "-c", T.empty_conf, "-X", pool("http.listen=127.0.0.1:%d", port),
+                         NULL};
+    rc = e2e_run_relay(cfg, 20000, &out, &err);
+    cr_assert_eq(rc, 0, "status from the configuration exited %d: %s %s", rc, out, err);
+    free(out);
+    free(err);
+
+    /* Nothing listening, or the endpoint disabled: 69. */
+    const char *nobody[] = {"status", "--url", pool("http://127.0.0.1:%d", free_port()), NULL};
+    rc = e2e_run_relay(nobody, 20000, &out, &err);
+    cr_assert_eq(rc, 69, "status of nothing exited %d: %s %s", rc, out, err);
+    cr_assert(strstr(err, "unreachable"), "%s", err);
+    free(out);
+    free(err);
+    const char *disabled[] = {"status", "-c", T.empty_conf, "-X", "http.listen=", NULL};
+    rc = e2e_run_relay(disabled, 20000, &out, &err);
+    cr_assert_eq(rc, 69, "%s %s", out, err);
+    free(out);
+    free(err);
+    const char *https[] = {"status", "--url", "https://127.0.0.1:1", NULL};
+    rc = e2e_run_relay(https, 20000, &out, &err);
+    cr_assert_eq(rc, 64, "%s %s", out, err);
+    free(out);
+    free(err);
+
+    /* A relay that cannot reach PostgreSQL answers but is not ready: 1, and says why. */
+    const char *extra[] = {pool("postgres.conninfo=host=127.0.0.1 port=%d connect_timeout=2", free_port()),
+                           NULL};
+    int port2;
+    start_relay(extra, &port2);
+    const char *down[] = {"status", "--url", pool("http://127.0.0.1:%d", port2), NULL};
+    rc = e2e_run_relay(down, 20000, &out, &err);
+    cr_assert_eq(rc, 1, "status of a relay without PostgreSQL exited %d: %s %s", rc, out, err);
+    cr_assert(strstr(out, "NOT READY"), "%s", out);
+    cr_assert(strstr(out, "failing     postgres not connected"), "%s", out);
+    free(out);
+    free(err);
+    cr_assert_eq(e2e_relay_stop(relay, 30000), 0, "relay did not exit 0 on SIGTERM");
+}
+
+/* ---- logs ---------------------------------------------------------------------- */
+
+/* Every line of @p text is a JSON object with ts, level and msg (after an
+ * optional "<N>" prefix, required when @p prefix). @return the lines parsed. */
+static int check_json_lines(const char *text, bool prefix, const char *what)
+{
+    int n = 0;
+    for (const char *line = text; *line;) {
+        const char *eol = strchr(line, '\n');
+        cr_assert_not_null(eol, "%s: last line unterminated: %s", what, line);
+        char *copy = strndup(line, (size_t)(eol - line));
+        const char *json = copy;
+        if (prefix) {
+            cr_assert(copy[0] == '<' && copy[2] == '>' && copy[1] >= '3' && copy[1] <= '7',
+                      "%s: no <N> prefix: %s", what, copy);
+            json = copy + 3;
+        }
+        cJSON *doc = cJSON_Parse(json);
+        cr_assert(cJSON_IsObject(doc), "%s: not a JSON object: %s", what, copy);
+        cr_assert(cJSON_IsString(jget(doc, "ts")) && cJSON_IsString(jget(doc, "level")) &&
+                      cJSON_IsString(jget(doc, "msg")),
+                  "%s: ts/level/msg missing: %s", what, copy);
+        const char *lvl = jget(doc, "level")->valuestring;
+        cr_assert(!strcmp(lvl, "error") || !strcmp(lvl, "warn") || !strcmp(lvl, "info") ||
+                      !strcmp(lvl, "debug"),
+                  "%s: level %s", what, lvl);
+        cJSON_Delete(doc);
+        free(copy);
+        n++;
+        line = eol + 1;
+    }
+    return n;
+}
+
+/* The first line whose msg is @p msg, parsed (cJSON_Delete it). */
+static cJSON *find_line(const char *text, const char *msg)
+{
+    char needle[200];
+    snprintf(needle, sizeof(needle), "\"msg\":\"%s\"", msg);
+    const char *at = strstr(text, needle);
+    cr_assert_not_null(at, "no line with msg %s", msg);
+    while (at > text && at[-1] != '\n')
+        at--;
+    const char *eol = strchr(at, '\n');
+    char *copy = strndup(at, (size_t)(eol - at));
+    cJSON *doc = cJSON_Parse(copy);
+    free(copy);
+    cr_assert_not_null(doc);
+    return doc;
+}
+
+Test(e2e, json_logs_parse_line_by_line, .fini = fini, .timeout = 180)
+{
+    e2e_setup(&T, "httplog");
+    e2e_migrate(&T);
+    const char *args[E2E_MAX_ARGS];
+    int n = 0;
+    args[n++] = "run";
+    e2e_base_args(&T, args, &n);
+    args[n++] = "-X";
+    args[n++] = "http.listen=127.0.0.1:0";
+    args[n++] = "-X";
+    args[n++] = "relay.poll_interval_ms=100";
+    args[n++] = "--log-format=json";
+    args[n] = NULL;
+    struct e2e_relay *relay = e2e_spawn(&T, args);
+    cr_assert(e2e_relay_wait_log(relay, "\"msg\":\"became leader\"", 30000), "no leader line (log %s)",
+              relay->log_path);
+    enqueue_range(1, 20);
+    e2e_wait_all_sent(&T, 30000);
+    cr_assert_eq(e2e_relay_stop(relay, 30000), 0, "relay did not exit 0 on SIGTERM");
+
+    char *log = e2e_relay_log(relay);
+    int lines = check_json_lines(log, false, "run --log-format=json");
+    cr_assert(lines >= 5, "only %d lines", lines);
+    cJSON *d = find_line(log, "outbox-relay starting");
+    cr_assert(cJSON_IsString(jget(d, "version")));
+    cr_assert(cJSON_IsNumber(jget(d, "pid")));
+    cJSON_Delete(d);
+    d = find_line(log, "effective configuration");
+    cr_assert_eq(cJSON_GetObjectItem(d, "relay.batch_size")->valuedouble, 1000);
+    cr_assert_str_eq(cJSON_GetObjectItem(d, "relay.table")->valuestring, T.table);
+    cr_assert_str_eq(cJSON_GetObjectItem(d, "log.format")->valuestring, "json");
+    cJSON_Delete(d);
+    d = find_line(log, "became leader");
+    cr_assert_str_eq(jget(d, "schema")->valuestring, "public");
+    cJSON_Delete(d);
+    d = find_line(log, "stopped");
+    cr_assert(jget(d, "published_total")->valuedouble >= 20);
+    cJSON_Delete(d);
+    free(log);
+
+    /* log.format=json from the configuration does the same. */
+    const char *margs[E2E_MAX_ARGS];
+    n = 0;
+    margs[n++] = "migrate";
+    e2e_base_args(&T, margs, &n);
+    margs[n++] = "-X";
+    margs[n++] = "log.format=json";
+    margs[n] = NULL;
+    char *out = NULL, *err = NULL;
+    cr_assert_eq(e2e_run_relay(margs, 30000, &out, &err), 0, "%s", err);
+    cr_assert(check_json_lines(err, false, "migrate -X log.format=json") >= 1);
+    free(out);
+    free(err);
+
+    /* Under systemd, stderr is the journal stream $JOURNAL_STREAM names: each
+     * line starts with its priority. A stale variable (stderr redirected
+     * elsewhere) must not add it. */
+    const char *sargs[E2E_MAX_ARGS + 8] = {
+        "/bin/sh", "-c",
+        "JOURNAL_STREAM=$(stat -L -c %d:%i /proc/self/fd/2) exec \"$@\"", "sh", T.env->relay_bin};
+    int k = 5;
+    for (int i = 0; margs[i]; i++)
+        sargs[k++] = margs[i];
+    sargs[k] = NULL;
+    cr_assert_eq(e2e_run_cmd(sargs, 30000, &out, &err), 0, "%s", err);
+    cr_assert(check_json_lines(err, true, "migrate under the journal") >= 1);
+    cr_assert(strncmp(err, "<6>{", 4) == 0, "%s", err);
+    free(out);
+    free(err);
+    sargs[2] = "JOURNAL_STREAM=1:1 exec \"$@\"";
+    cr_assert_eq(e2e_run_cmd(sargs, 30000, &out, &err), 0, "%s", err);
+    cr_assert(err[0] == '{', "prefix without the journal: %s", err);
+    free(out);
+    free(err);
+
+    const char *bad[] = {"check-config", "--log-format=yaml", NULL};
+    cr_assert_eq(e2e_run_relay(bad, 10000, NULL, NULL), 64);
+}
+
+/* ---- systemd notifications -------------------------------------------------------- */
+
+/* A datagram socket in the abstract namespace, as $NOTIFY_SOCKET names it ("@name"). */
+static int notify_socket(char *env, size_t len)
+{
+    static int seq;
+    char name[64];
+    snprintf(name, sizeof(name), "outbox-relay-e2e-%d-%d", (int)getpid(), seq++);
+    int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    cr_assert(fd >= 0, "socket: %s", strerror(errno));
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    memcpy(sa.sun_path + 1, name, strlen(name));
+    cr_assert(bind(fd, (struct sockaddr *)&sa,
+                   (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + strlen(name))) == 0,
+              "bind: %s", strerror(errno));
+    snprintf(env, len, "@%s", name);
+    return fd;
+}
+
+struct notices {
+    int ready, watchdog, stopping, status;
+    bool ready_after_leader;     /* the log said "became leader" before READY=1 arrived */
+    char last_status[256];
+};
+
+/* Reads what arrived on @p fd for up to @p ms, or until @p until (a substring) arrives. */
+static void collect(int fd, struct e2e_relay *relay, struct notices *n, int ms, const char *until)
+{
+    int64_t deadline = e2e_now_ms() + ms;
+    for (;;) {
+        int left = (int)(deadline - e2e_now_ms());
+        if (left <= 0)
+            return;
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, left < 100 ? left : 100) <= 0)
+            continue;
+        char buf[1024];
+        ssize_t got = recv(fd, buf, sizeof(buf) - 1, 0);
+        if (got <= 0)
+            continue;
+        buf[got] = '\0';
+        for (char *save = NULL, *l = strtok_r(buf, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
+            if (!strcmp(l, "READY=1")) {
+                n->ready++;
+                n->ready_after_leader = e2e_relay_log_contains(relay, "msg=\"became leader\"");
+            } else if (!strcmp(l, "WATCHDOG=1")) {
+                n->watchdog++;
+            } else if (!strcmp(l, "STOPPING=1")) {
+                n->stopping++;
+            } else if (!strncmp(l, "STATUS=", 7)) {
+                n->status++;
+                snprintf(n->last_status, sizeof(n->last_status), "%s", l + 7);
+            }
+            if (until && strstr(l, until))
+                return;
+        }
+    }
+}
+
+Test(e2e, sd_notify_ready_status_watchdog_stopping, .fini = fini, .timeout = 120)
+{
+    e2e_setup(&T, "httpnotify");
+    e2e_migrate(&T);
+    char env[128];
+    int fd = notify_socket(env, sizeof(env));
+    /* The relay inherits these at fork; the test's own environment is restored at once. */
+    setenv("NOTIFY_SOCKET", env, 1);
+    setenv("WATCHDOG_USEC", "400000", 1);
+    unsetenv("WATCHDOG_PID");
+    int port;
+    struct e2e_relay *relay = start_relay(NULL, &port);
+    unsetenv("NOTIFY_SOCKET");
+    unsetenv("WATCHDOG_USEC");
+
+    struct notices n = {0};
+    collect(fd, relay, &n, 30000, "READY=1");
+    cr_assert_eq(n.ready, 1, "no READY=1 within 30 s");
+    cr_assert(n.ready_after_leader, "READY=1 came before the role was known");
+    collect(fd, relay, &n, 8000, "STATUS=");
+    cr_assert(n.status >= 1, "no STATUS= within 8 s of READY=1");
+    cr_assert(strstr(n.last_status, "leader") && strstr(n.last_status, "postgres up") &&
+                  strstr(n.last_status, "backlog "),
+              "STATUS=%s", n.last_status);
+    collect(fd, relay, &n, 1500, NULL);
+    cr_assert(n.watchdog >= 3, "%d WATCHDOG=1 in about 2 s with WatchdogSec=0.4 s", n.watchdog);
+    cr_assert_eq(n.ready, 1, "READY=1 sent %d times", n.ready);
+
+    cr_assert(kill(relay->pid, SIGTERM) == 0);
+    collect(fd, relay, &n, 15000, "STOPPING=1");
+    cr_assert_eq(n.stopping, 1, "no STOPPING=1 after SIGTERM");
+    cr_assert_eq(e2e_wait_exit(relay, 30000), 0);
+    close(fd);
+
+    /* Without PostgreSQL there is no READY=1, but the loop still pets the watchdog. */
+    fd = notify_socket(env, sizeof(env));
+    setenv("NOTIFY_SOCKET", env, 1);
+    setenv("WATCHDOG_USEC", "400000", 1);
+    const char *nopg[] = {pool("postgres.conninfo=host=127.0.0.1 port=%d connect_timeout=2", free_port()),
+                          NULL};
+    relay = start_relay(nopg, &port);
+    unsetenv("NOTIFY_SOCKET");
+    unsetenv("WATCHDOG_USEC");
+    memset(&n, 0, sizeof(n));
+    collect(fd, relay, &n, 3000, NULL);
+    cr_assert_eq(n.ready, 0, "READY=1 without PostgreSQL");
+    cr_assert(n.watchdog >= 3, "%d WATCHDOG=1 in 3 s", n.watchdog);
+    close(fd);
+}
+
+/* ---- listening ------------------------------------------------------------------ */
+
+Test(e2e, listen_addresses_and_failures, .fini = fini, .timeout = 180)
+{
+    e2e_setup(&T, "httplisten");
+    e2e_migrate(&T);
+
+    /* A port another process holds: a configuration error, exit 78. */
+    int holder = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t alen = sizeof(a);
+    cr_assert(bind(holder, (struct sockaddr *)&a, sizeof(a)) == 0 && listen(holder, 1) == 0);
+    cr_assert(getsockname(holder, (struct sockaddr *)&a, &alen) == 0);
+    const char *busy[] = {pool("http.listen=127.0.0.1:%d", ntohs(a.sin_port)), NULL};
+    struct e2e_relay *r = e2e_relay_start(&T, busy);
+    cr_assert_eq(e2e_wait_exit(r, 30000), 78, "a busy port did not exit 78 (log %s)", r->log_path);
+    cr_assert(e2e_relay_log_contains(r, "cannot start the status endpoint"));
+    cr_assert(e2e_relay_log_contains(r, "address already in use"));
+    close(holder);
+
+    /* A malformed address is rejected with the configuration, naming the key. */
+    const char *bad[] = {"check-config", "-c", T.empty_conf, "-X", "http.listen=localhost:80", NULL};
+    char *out = NULL, *err = NULL;
+    cr_assert_eq(e2e_run_relay(bad, 10000, &out, &err), 78);
+    cr_assert(strstr(err, "http.listen"), "%s", err);
+    free(out);
+    free(err);
+
+    /* Empty: no endpoint, the relay runs. */
+    const char *off[] = {"http.listen=", NULL};
+    r = e2e_relay_start(&T, off);
+    cr_assert(e2e_relay_wait_log(r, "msg=\"became leader\"", 30000), "log %s", r->log_path);
+    cr_assert(!e2e_relay_log_contains(r, "status endpoint listening"));
+    cr_assert_eq(e2e_relay_stop(r, 30000), 0);
+
+    /* IPv6 literal, where the host has IPv6 loopback. */
+    int s6 = socket(AF_INET6, SOCK_STREAM, 0);
+    struct sockaddr_in6 a6 = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_LOOPBACK_INIT};
+    bool have_v6 = s6 >= 0 && bind(s6, (struct sockaddr *)&a6, sizeof(a6)) == 0;
+    if (s6 >= 0)
+        close(s6);
+    if (!have_v6) {
+        fprintf(stderr, "e2e: no IPv6 loopback here; [::1] not tried\n");
+        return;
+    }
+    const char *v6[] = {"http.listen=[::1]:0", NULL};
+    r = e2e_relay_start(&T, v6);
+    int port = e2e_relay_http_port(r, 30000);
+    cr_assert(port > 0, "log %s", r->log_path);
+    cr_assert(e2e_relay_log_contains(r, "address=[::1]:"));
+    struct reply rep = http_host("[::1]", port, "GET", "/livez");
+    cr_assert_eq(rep.code, 200);
+    reply_free(&rep);
+    cr_assert_eq(e2e_relay_stop(r, 30000), 0);
+}
