@@ -12,18 +12,20 @@
 
 #include "build_config.h"
 #include "config.h"
+#include "dead.h"
 #include "errors.h"
 #include "log.h"
 #include "migrate.h"
 #include "producer.h"
 #include "relay.h"
+#include "status_cli.h"
 
 #define MAX_OVERRIDES 256
 
 static void usage(FILE *out)
 {
     fprintf(out,
-            "Usage: outbox-relay COMMAND [-c FILE] [-X section.key=value]...\n"
+            "Usage: outbox-relay COMMAND [-c FILE] [-X section.key=value]... [OPTIONS]\n"
             "\n"
             "Relays rows of a PostgreSQL outbox table to Kafka, at least once, in order\n"
             "per aggregate.\n"
@@ -32,6 +34,11 @@ static void usage(FILE *out)
             "  run            relay until SIGTERM/SIGINT\n"
             "  migrate        create or upgrade the outbox table (safe to run again)\n"
             "  check-config   validate the configuration and print it, secrets redacted\n"
+            "  status [--url URL] [--json]\n"
+            "                 ask a running relay (/status, /readyz) and print a summary;\n"
+            "                 exit 0 ready, 1 not ready, 69 unreachable\n"
+            "  dead list [--json] | dead requeue ID...|--all | dead drop ID... --yes\n"
+            "                 show, retry or delete rows that could not be delivered\n"
             "  version        print the version\n"
             "\n"
             "Options:\n"
@@ -40,6 +47,9 @@ static void usage(FILE *out)
             "                      used only if it exists when -c is not given)\n"
             "  -X section.key=value  set one key, overriding the file and the\n"
             "                      environment (repeatable)\n"
+            "      --log-format=logfmt|json  log line format (overrides log.format)\n"
+            "      --url URL       status: the relay to ask (default: from http.listen)\n"
+            "      --json          status: print the relay's /status JSON as it is\n"
             "  -h, --help          show this help\n"
             "      --version       print the version\n"
             "\n"
@@ -91,14 +101,26 @@ int main(int argc, char **argv)
         { "config", required_argument, NULL, 'c' },
         { "help", no_argument, NULL, 'h' },
         { "version", no_argument, NULL, 'V' },
+        { "log-format", required_argument, NULL, 'L' },
+        { "url", required_argument, NULL, 'U' },
+        { "json", no_argument, NULL, 'J' },
         { NULL, 0, NULL, 0 },
     };
+    const char *status_url = NULL;
+    bool status_json = false;
+    char log_format_override[64] = "";
     const char *config_path = NULL;
     char *overrides[MAX_OVERRIDES];
     size_t n_overrides = 0;
 
+    /* `dead` has words and flags of its own (dead drop 7 --yes): take them
+     * out before getopt, which only knows the options of every command. */
+    char *dead_args[MAX_OVERRIDES];
+    static const char shortopts[] = "c:X:h";
+    int n_dead_args = dead_take_args(&argc, argv, shortopts, opts, dead_args, MAX_OVERRIDES);
+
     int c;
-    while ((c = getopt_long(argc, argv, "c:X:h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, shortopts, opts, NULL)) != -1) {
         switch (c) {
         case 'c':
             config_path = optarg;
@@ -116,10 +138,33 @@ int main(int argc, char **argv)
         case 'V':
             print_version();
             return EXIT_OK;
+        case 'L':
+            /* Like -X log.format=…, applied after every -X so that it wins. */
+            if (log_format_parse(optarg) < 0) {
+                fprintf(stderr,
+                        "outbox-relay: --log-format: unknown format \"%s\" (logfmt or json)\n",
+                        optarg);
+                return EXIT_USAGE;
+            }
+            snprintf(log_format_override, sizeof(log_format_override), "log.format=%s", optarg);
+            break;
+        case 'U':
+            status_url = optarg;
+            break;
+        case 'J':
+            status_json = true;
+            break;
         default:
             usage(stderr);
             return EXIT_USAGE;
         }
+    }
+    if (*log_format_override) {
+        if (n_overrides == MAX_OVERRIDES) {
+            fprintf(stderr, "outbox-relay: too many -X options (at most %d)\n", MAX_OVERRIDES);
+            return EXIT_USAGE;
+        }
+        overrides[n_overrides++] = log_format_override;
     }
     if (optind != argc - 1) {
         fprintf(stderr, "outbox-relay: %s\n", optind >= argc ? "no command given" : "one command at a time");
@@ -131,7 +176,11 @@ int main(int argc, char **argv)
         print_version();
         return EXIT_OK;
     }
-    if (strcmp(cmd, "run") != 0 && strcmp(cmd, "migrate") != 0 && strcmp(cmd, "check-config") != 0) {
+    /* With --url, status needs no configuration: it asks the relay that has one. */
+    if (strcmp(cmd, "status") == 0 && status_url)
+        return status_cli_run(status_url, NULL, status_json);
+    if (strcmp(cmd, "run") != 0 && strcmp(cmd, "migrate") != 0 && strcmp(cmd, "check-config") != 0 &&
+        strcmp(cmd, "dead") != 0 && strcmp(cmd, "status") != 0) {
         fprintf(stderr, "outbox-relay: unknown command \"%s\"\n", cmd);
         usage(stderr);
         return EXIT_USAGE;
@@ -152,16 +201,25 @@ int main(int argc, char **argv)
         return EXIT_CONFIG;
     }
     log_set_level((enum log_level)cfg.log_level);
+    log_set_format((enum log_format)log_format_parse(cfg.log_format));
 
     int status;
-    if (strcmp(cmd, "check-config") == 0) {
+    if (strcmp(cmd, "status") == 0) {
+        status = status_cli_run(NULL, &cfg, status_json);
+    } else if (strcmp(cmd, "check-config") == 0) {
         config_dump(&cfg, stdout);
         status = EXIT_OK;
+    } else if (strcmp(cmd, "dead") == 0) {
+        status = dead_main(&cfg, n_dead_args, dead_args);
     } else if (strcmp(cmd, "migrate") == 0) {
         int rc = migrate_run(&cfg);
         status = rc == 0 ? EXIT_OK : rc == -EHOSTUNREACH ? EXIT_UNAVAILABLE : EXIT_SOFTWARE;
     } else {
         log_info("outbox-relay starting", "version=%s pid=%ld", OUTBOX_RELAY_VERSION, (long)getpid());
+        /* Once, secrets redacted: what this process runs with, for the record. */
+        char *effective = config_to_logfmt(&cfg);
+        log_info("effective configuration", "%s", effective ? effective : "");
+        free(effective);
         status = relay_run(&cfg, load_config, &src);
     }
     config_free(&cfg);

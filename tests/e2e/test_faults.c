@@ -12,8 +12,11 @@ static struct e2e_ctx T;
 
 static void fini(void)
 {
-    if (T.env)
+    if (T.env) {
         e2e_mock_command(&T, "up -1");
+        e2e_mock_command(&T, "rtt -1 0");
+        e2e_mock_command(&T, "clear");
+    }
     e2e_teardown(&T);
 }
 
@@ -25,9 +28,10 @@ static void enqueue_range(PGconn *c, int lo, int hi)
         T.qenqueue, lo, hi);
 }
 
-/* No row lost, every row marked, first deliveries in per-key order; redeliveries
- * are allowed (a fault can hide an acknowledgement). */
-static void verify_at_least_once(const char *what)
+/* No row lost, every row marked, first deliveries in per-key order; with
+ * @p exactly_once no redelivery either, else redeliveries are allowed (a
+ * fault can hide an acknowledgement). */
+static void verify_rows(const char *what, bool exactly_once)
 {
     struct e2e_rows rows;
     e2e_rows_load(&T, &rows);
@@ -42,6 +46,8 @@ static void verify_at_least_once(const char *what)
     for (size_t i = 0; i < rows.n; i++) {
         e2e_check(&rep, rows.v[i].deliveries >= 1, "row %lld lost", (long long)rows.v[i].id);
         e2e_check(&rep, rows.v[i].sent, "row %lld has sent_at NULL", (long long)rows.v[i].id);
+        e2e_check(&rep, !exactly_once || rows.v[i].deliveries <= 1, "row %lld published %d times",
+                  (long long)rows.v[i].id, rows.v[i].deliveries);
         dups += rows.v[i].deliveries > 1;
     }
     fprintf(stderr, "e2e: %s: %zu messages for %zu rows, %zu rows duplicated\n", what, msgs.n, rows.n, dups);
@@ -49,6 +55,11 @@ static void verify_at_least_once(const char *what)
     e2e_msgs_free(&msgs);
     e2e_topics_free(topics);
     e2e_rows_free(&rows);
+}
+
+static void verify_at_least_once(const char *what)
+{
+    verify_rows(what, false);
 }
 
 Test(e2e, kafka_outage, .fini = fini, .timeout = 280)
@@ -104,7 +115,9 @@ Test(e2e, postgres_restart, .fini = fini, .timeout = 280)
 
     enqueue_range(T.conn, 5001, 6000);
     e2e_wait_all_sent(&T, 120000);
-    cr_assert(e2e_relay_log_contains(relay, "msg=\"became leader\""), "no leader line");
+    /* The session lock went with the old session: leadership is taken again. */
+    cr_assert_geq(e2e_relay_log_count(relay, "msg=\"became leader\""), 2,
+                  "the leader lock was not re-taken after the restart (log %s)", relay->log_path);
     verify_at_least_once("PostgreSQL restart");
     cr_assert_eq(e2e_relay_stop(relay, 30000), 0, "relay did not exit 0 on SIGTERM");
 }
@@ -135,5 +148,235 @@ Test(e2e, poison_rows_do_not_block_the_rest, .fini = fini, .timeout = 120)
     cr_assert(ok, "%lld of 50 valid rows are still unsent after 30 s behind 12 rows that cannot be "
               "produced (batch_size=5): the poison rows block the table", stuck);
     cr_assert(e2e_relay_alive(relay), "relay exited (log %s)", relay->log_path);
+    cr_assert_eq(e2e_relay_stop(relay, 30000), 0, "relay did not exit 0 on SIGTERM");
+}
+
+/* ---- failure semantics (issue 4) -------------------------------------------- */
+
+static long long count_where(const char *fmt_cond)
+{
+    return e2e_query_int(T.conn, "SELECT count(*) FROM %s WHERE %s", T.qtable, fmt_cond);
+}
+
+/* No attempt is charged and nothing is dead: what every fault below that is
+ * not the rows' fault must leave behind. */
+static void assert_no_attempts(const char *what)
+{
+    long long attempts = e2e_query_int(T.conn, "SELECT coalesce(sum(attempts), 0) FROM %s", T.qtable);
+    long long dead = count_where("dead_at IS NOT NULL");
+    PGresult *res = e2e_query(T.conn, "SELECT coalesce(string_agg(DISTINCT last_error, ', '), '-'), "
+                              "count(*) FILTER (WHERE attempts > 0) FROM %s", T.qtable);
+    char errors[512];
+    snprintf(errors, sizeof(errors), "%s on %s rows", PQgetvalue(res, 0, 0), PQgetvalue(res, 0, 1));
+    PQclear(res);
+    cr_assert(attempts == 0 && dead == 0,
+              "%s: %lld attempts counted and %lld rows dead-lettered, although no row is at fault "
+              "(last_error: %s)", what, attempts, dead, errors);
+}
+
+/* Creates <table>.order with four partitions led by brokers 1, 2, 3, 1. */
+static void create_topic_with_leaders(char *topic, size_t len)
+{
+    snprintf(topic, len, "%s.order", T.table);
+    cr_assert(e2e_mock_command(&T, "topic %s 4 3", topic));
+    for (int p = 0; p < 4; p++)
+        cr_assert(e2e_mock_command(&T, "leader %s %d %d", topic, p, p % 3 + 1));
+    e2e_sleep_ms(300); /* the FIFO is read every 200 ms */
+}
+
+/* PostgreSQL goes away while a batch is in flight (acknowledgements slowed
+ * down): with @p restart the server restarts (fast shutdown), else only the
+ * relay's session is terminated with pg_terminate_backend(). Nothing is
+ * lost, everything is marked, and the relay takes the leader lock again on
+ * its new session. */
+static void postgres_fault_mid_batch(const char *name, bool restart)
+{
+    e2e_setup(&T, name);
+    e2e_migrate(&T);
+    char conninfo[1200];
+    snprintf(conninfo, sizeof(conninfo), "postgres.conninfo=%s application_name=%s", T.env->pg, T.name);
+    const char *extra[] = {conninfo, "relay.poll_interval_ms=100", "relay.reconnect_interval_ms=200",
+                           "relay.batch_size=200", NULL};
+    bool slowed = e2e_mock_command(&T, "rtt -1 300");
+    enqueue_range(T.conn, 1, 4000);
+    struct e2e_relay *relay = e2e_relay_start(&T, extra);
+    cr_assert(e2e_relay_wait_log(relay, "msg=\"became leader\"", 30000), "relay did not become leader");
+    cr_assert(e2e_wait_sql(&T, 60000, "SELECT count(*) >= 400 FROM %s WHERE sent_at IS NOT NULL", T.qtable),
+              "rows were not being marked");
+
+    long long marked;
+    if (restart) {
+        marked = count_where("sent_at IS NOT NULL");
+        e2e_pg_restart(&T);
+    } else {
+        long long killed = e2e_query_int(T.conn, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                                         "WHERE application_name = '%s'", T.name);
+        marked = count_where("sent_at IS NOT NULL");
+        cr_assert_eq(killed, 1, "expected to terminate one relay session, terminated %lld", killed);
+    }
+    fprintf(stderr, "e2e: %s with %lld of 4000 rows marked\n", restart ? "restarted PostgreSQL"
+                                                                      : "terminated the relay's session", marked);
+    cr_assert_lt(marked, 4000, "everything was marked before the fault: the test proves nothing");
+    cr_assert(e2e_relay_wait_log(relay, "postgres connection lost", 10000),
+              "the relay did not notice it lost its session (log %s)", relay->log_path);
+    int64_t deadline = e2e_now_ms() + 30000;
+    while (e2e_relay_log_count(relay, "msg=\"became leader\"") < 2 && e2e_now_ms() < deadline)
+        e2e_sleep_ms(50);
+    cr_assert_geq(e2e_relay_log_count(relay, "msg=\"became leader\""), 2,
+                  "the leader lock was not taken again after reconnecting (log %s)", relay->log_path);
+    if (slowed)
+        e2e_mock_command(&T, "rtt -1 0");
+    e2e_wait_all_sent(&T, 120000);
+    verify_at_least_once(restart ? "PostgreSQL restarted mid-batch" : "session terminated mid-batch");
+    assert_no_attempts(restart ? "PostgreSQL restarted mid-batch" : "session terminated mid-batch");
+    cr_assert_eq(e2e_relay_stop(relay, 30000), 0, "relay did not exit 0 on SIGTERM");
+}
+
+Test(e2e, postgres_session_terminated_mid_batch, .fini = fini, .timeout = 200)
+{
+    postgres_fault_mid_batch("pgterm", false);
+}
+
+Test(e2e, postgres_restart_mid_batch, .fini = fini, .timeout = 200)
+{
+    postgres_fault_mid_batch("pgrestart2", true);
+}
+
+/* Every broker down for more than three kafka.message.timeout.ms: messages
+ * time out in librdkafka. That is an outage, not poison: nothing is marked
+ * while it lasts, no attempt is counted — neither during the outage nor
+ * while the brokers come back one by one (batches then partly time out) —
+ * and after it everything arrives in per-key order. */
+Test(e2e, kafka_outage_longer_than_message_timeout, .fini = fini, .timeout = 200)
+{
+    e2e_setup(&T, "kafkatimeout");
+    if (!T.env->mock_control)
+        cr_skip_test("needs the mock broker to take brokers down");
+    e2e_migrate(&T);
+    const char *extra[] = {"relay.poll_interval_ms=100", "kafka.message.timeout.ms=3000", NULL};
+    struct e2e_relay *relay = e2e_relay_start(&T, extra);
+    cr_assert(e2e_relay_wait_log(relay, "msg=\"became leader\"", 30000), "relay did not become leader");
+    enqueue_range(T.conn, 1, 1000);
+    e2e_wait_all_sent(&T, 60000);
+
+    cr_assert(e2e_mock_command(&T, "down -1"));
+    e2e_sleep_ms(500);
+    enqueue_range(T.conn, 1001, 2000);
+    e2e_sleep_ms(10000);
+    cr_assert_eq(count_where("sent_at IS NULL"), 1000, "rows were marked sent while every broker was down");
+    cr_assert(e2e_relay_log_contains(relay, "no row of the batch reached Kafka"),
+              "no message timed out during the outage: the test proves nothing (log %s)", relay->log_path);
+    assert_no_attempts("during a Kafka outage");
+    cr_assert(e2e_relay_alive(relay), "relay exited during the outage");
+
+    cr_assert(e2e_mock_command(&T, "up -1"));
+    e2e_wait_all_sent(&T, 90000);
+    verify_at_least_once("Kafka outage longer than message.timeout.ms");
+    assert_no_attempts("after a Kafka outage");
+    cr_assert_eq(e2e_relay_stop(relay, 30000), 0, "relay did not exit 0 on SIGTERM");
+}
+
+/* One broker of three down for longer than message.timeout.ms: the messages
+ * for the partitions it leads time out while the rest of each batch is
+ * acknowledged. Still an outage, not the rows' fault: no attempt may be
+ * counted, no row dead-lettered (max_attempts=3 makes that quick), and after
+ * the broker is back every row arrives. */
+Test(e2e, one_broker_down_longer_than_message_timeout, .fini = fini, .timeout = 200)
+{
+    e2e_setup(&T, "brokerdown");
+    if (!T.env->mock_control)
+        cr_skip_test("needs the mock broker to take a broker down");
+    e2e_migrate(&T);
+    char topic[128];
+    create_topic_with_leaders(topic, sizeof(topic));
+    const char *extra[] = {"relay.poll_interval_ms=100", "relay.batch_size=100", "kafka.message.timeout.ms=2000",
+                           "relay.max_attempts=3", NULL};
+    struct e2e_relay *relay = e2e_relay_start(&T, extra);
+    enqueue_range(T.conn, 1, 400);
+    e2e_wait_all_sent(&T, 60000);
+
+    cr_assert(e2e_mock_command(&T, "down 2")); /* leads partition 1 */
+    e2e_sleep_ms(500);
+    enqueue_range(T.conn, 401, 800);
+    e2e_sleep_ms(12000);
+    long long new_sent = e2e_query_int(T.conn, "SELECT count(*) FROM %s WHERE sent_at IS NOT NULL AND id > "
+                                       "(SELECT min(id) + 399 FROM %s)", T.qtable, T.qtable);
+    fprintf(stderr, "e2e: broker 2 down: %lld of 400 new rows sent\n", new_sent);
+    cr_assert(new_sent > 0 && new_sent < 400,
+              "%lld of 400 rows sent with one broker down: expected the other partitions to flow and "
+              "partition 1 to wait", new_sent);
+    assert_no_attempts("one broker down longer than message.timeout.ms");
+
+    cr_assert(e2e_mock_command(&T, "up 2"));
+    e2e_wait_all_sent(&T, 60000);
+    verify_at_least_once("one broker down");
+    cr_assert_eq(e2e_relay_stop(relay, 30000), 0, "relay did not exit 0 on SIGTERM");
+}
+
+/* Produce requests failing with retriable errors, and partition leaders
+ * moving while rows flow: librdkafka retries, the idempotent producer keeps
+ * the order, every row is published and marked exactly once, no attempt is
+ * charged. */
+Test(e2e, retriable_produce_errors_and_leader_changes, .fini = fini, .timeout = 200)
+{
+    e2e_setup(&T, "retriable");
+    if (!T.env->mock_control)
+        cr_skip_test("needs the mock broker to inject errors");
+    e2e_migrate(&T);
+    char topic[128];
+    create_topic_with_leaders(topic, sizeof(topic));
+    const char *extra[] = {"relay.poll_interval_ms=100", "relay.batch_size=200", NULL};
+    struct e2e_relay *relay = e2e_relay_start(&T, extra);
+    enqueue_range(T.conn, 1, 500);
+    e2e_wait_all_sent(&T, 60000);
+
+    char cmd[1024] = "errors Produce 24";
+    static const char *const errs[] = {"NOT_ENOUGH_REPLICAS", "REQUEST_TIMED_OUT", "NOT_LEADER_FOR_PARTITION"};
+    for (int i = 0; i < 24; i++)
+        snprintf(cmd + strlen(cmd), sizeof(cmd) - strlen(cmd), " %s", errs[i % 3]);
+    cr_assert(e2e_mock_command(&T, "%s", cmd));
+    enqueue_range(T.conn, 501, 1000);
+    cr_assert(e2e_mock_command(&T, "leader %s 0 2", topic));
+    cr_assert(e2e_mock_command(&T, "leader %s 1 3", topic));
+    enqueue_range(T.conn, 1001, 1500);
+    e2e_sleep_ms(300);
+    cr_assert(e2e_mock_command(&T, "leader %s 2 1", topic));
+    cr_assert(e2e_mock_command(&T, "leader %s 3 2", topic));
+    enqueue_range(T.conn, 1501, 2000);
+    e2e_wait_all_sent(&T, 90000);
+    verify_rows("retriable produce errors and leader changes", true);
+    assert_no_attempts("retriable produce errors");
+    cr_assert_eq(e2e_relay_stop(relay, 30000), 0, "relay did not exit 0 on SIGTERM");
+}
+
+/* A fatal error of the idempotent producer: the broker answers the
+ * head-of-line ProduceRequest with OUT_OF_ORDER_SEQUENCE_NUMBER, which
+ * librdkafka 2.0 raises as fatal (sequence desynchronisation). The relay must
+ * replace the producer and republish the unmarked rows; the rows are not at
+ * fault, so no attempt is charged. */
+Test(e2e, fatal_producer_error_recreates_producer, .fini = fini, .timeout = 200)
+{
+    e2e_setup(&T, "fatal");
+    if (!T.env->mock_control)
+        cr_skip_test("needs the mock broker to inject errors");
+    e2e_migrate(&T);
+    const char *extra[] = {"relay.poll_interval_ms=100", "relay.batch_size=100", NULL};
+    struct e2e_relay *relay = e2e_relay_start(&T, extra);
+    enqueue_range(T.conn, 1, 300);
+    e2e_wait_all_sent(&T, 60000);
+
+    cr_assert(e2e_mock_command(&T, "errors Produce 1 OUT_OF_ORDER_SEQUENCE_NUMBER"));
+    e2e_sleep_ms(300);
+    enqueue_range(T.conn, 301, 800);
+    cr_assert(e2e_relay_wait_log(relay, "msg=\"kafka producer fatal error\"", 30000),
+              "no fatal producer error was raised (log %s)", relay->log_path);
+    cr_assert(e2e_relay_wait_log(relay, "replacing the kafka producer", 10000),
+              "the producer was not replaced after the fatal error (log %s)", relay->log_path);
+    e2e_sleep_ms(500);
+    cr_assert(e2e_relay_alive(relay), "the relay died replacing its producer (wait status %d; log %s)",
+              relay->status, relay->log_path);
+    e2e_wait_all_sent(&T, 60000);
+    verify_at_least_once("fatal producer error");
+    assert_no_attempts("fatal producer error");
     cr_assert_eq(e2e_relay_stop(relay, 30000), 0, "relay did not exit 0 on SIGTERM");
 }

@@ -450,6 +450,10 @@ struct e2e_relay *e2e_relay_start(struct e2e_ctx *t, const char *const *extra)
     argv[n++] = t->env->relay_bin;
     argv[n++] = "run";
     e2e_base_args(t, argv, &n);
+    /* Relays of a test run side by side: each gets a port of its own for the
+     * status endpoint (logged; see e2e_relay_http_port). @p extra may override. */
+    argv[n++] = "-X";
+    argv[n++] = "http.listen=127.0.0.1:0";
     for (int i = 0; extra && extra[i]; i++) {
         cr_assert(n + 2 < E2E_MAX_ARGS, "too many arguments");
         argv[n++] = "-X";
@@ -592,6 +596,32 @@ char *e2e_relay_log(const struct e2e_relay *r)
 {
     char *s = read_file(r->log_path, NULL);
     return s ? s : strdup("");
+}
+
+int e2e_relay_http_port(struct e2e_relay *r, int timeout_ms)
+{
+    static const char needle[] = "msg=\"status endpoint listening\" address=";
+    int64_t deadline = e2e_now_ms() + timeout_ms;
+    for (;;) {
+        char *log = read_file(r->log_path, NULL);
+        const char *at = log ? strstr(log, needle) : NULL;
+        if (!at && log) /* the JSON log format */
+            at = strstr(log, "\"msg\":\"status endpoint listening\",\"address\":\"");
+        if (at) {
+            const char *eol = strchr(at, '\n');
+            const char *colon = NULL;
+            for (const char *p = at; p < (eol ? eol : at + strlen(at)); p++)
+                if (*p == ':' && p[1] >= '0' && p[1] <= '9')
+                    colon = p;
+            int port = colon ? atoi(colon + 1) : -1;
+            free(log);
+            return port;
+        }
+        free(log);
+        if (!e2e_relay_alive(r) || e2e_now_ms() >= deadline)
+            return -1;
+        e2e_sleep_ms(50);
+    }
 }
 
 /* ---- mock broker -------------------------------------------------------- */
@@ -929,7 +959,7 @@ void e2e_rows_load(struct e2e_ctx *t, struct e2e_rows *rows)
         "       (extract(epoch FROM created_at) * 1000000)::bigint,"
         "       to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'),"
         "       (SELECT string_agg(key || '=' || value, E'\\n' ORDER BY key COLLATE \"C\")"
-        "          FROM jsonb_each_text(headers)),"
+        "          FROM jsonb_each_text(CASE WHEN jsonb_typeof(headers) = 'object' THEN headers END)),"
         "       sent_at IS NOT NULL"
         "  FROM %s ORDER BY id", t->qtable);
     int n = PQntuples(res);
@@ -1209,4 +1239,61 @@ void e2e_topics_free(char **topics)
     for (size_t i = 0; topics && topics[i]; i++)
         free(topics[i]);
     free(topics);
+}
+
+/* ---- failure handling (issue 4) ----------------------------------------- */
+
+int e2e_relay_log_count(const struct e2e_relay *r, const char *needle)
+{
+    char *s = read_file(r->log_path, NULL);
+    int n = 0;
+    for (const char *p = s; p && (p = strstr(p, needle)) != NULL; p += strlen(needle))
+        n++;
+    free(s);
+    return n;
+}
+
+void e2e_pg_restart(struct e2e_ctx *t)
+{
+    if (!t->env->stack_sh || !t->env->stack_dir)
+        cr_skip_test("needs OUTBOX_RELAY_TEST_STACK_SH and _DIR to restart PostgreSQL");
+    const char *args[] = {"/bin/bash", t->env->stack_sh, "pg_ctl", t->env->stack_dir, "restart",
+                          "-m", "fast", "-w", "-t", "60", NULL};
+    char *out = NULL, *err = NULL;
+    int rc = e2e_run_cmd(args, 90000, &out, &err);
+    cr_assert_eq(rc, 0, "pg_ctl restart failed (%d): %s %s", rc, out ? out : "", err ? err : "");
+    free(out);
+    free(err);
+    /* pg_ctl -w returns once the postmaster accepts connections; retry briefly anyway. */
+    int64_t deadline = e2e_now_ms() + 30000;
+    do {
+        PQreset(t->conn);
+        if (PQstatus(t->conn) == CONNECTION_OK)
+            break;
+        e2e_sleep_ms(100);
+    } while (e2e_now_ms() < deadline);
+    cr_assert_eq(PQstatus(t->conn), CONNECTION_OK, "cannot reconnect after the restart: %s",
+                 PQerrorMessage(t->conn));
+    e2e_exec(t->conn, "SET client_min_messages = warning");
+}
+
+int e2e_dead(struct e2e_ctx *t, const char *const *words, const char *const *extra, char **out,
+             char **err)
+{
+    const char *args[E2E_MAX_ARGS];
+    int n = 0;
+    args[n++] = "dead";
+    for (int i = 0; words && words[i]; i++) {
+        cr_assert(n < E2E_MAX_ARGS - 16, "too many arguments");
+        args[n++] = words[i];
+    }
+    /* After the action and ids: the options may follow them. */
+    e2e_base_args(t, args, &n);
+    for (int i = 0; extra && extra[i]; i++) {
+        cr_assert(n + 3 < E2E_MAX_ARGS, "too many arguments");
+        args[n++] = "-X";
+        args[n++] = extra[i];
+    }
+    args[n] = NULL;
+    return e2e_run_relay(args, 30000, out, err);
 }

@@ -124,6 +124,11 @@ bool e2e_relay_log_contains(const struct e2e_relay *r, const char *needle);
 /** @return true if the relay process is still running (reaps it otherwise). */
 bool e2e_relay_alive(struct e2e_relay *r);
 
+/** @return the port of the relay's status endpoint, read from its "status endpoint
+ *  listening" log line (e2e_relay_start passes http.listen=127.0.0.1:0), or -1 if
+ *  it does not appear within @p timeout_ms. */
+int e2e_relay_http_port(struct e2e_relay *r, int timeout_ms);
+
 /** SIGTERM, then waits up to @p timeout_ms (SIGKILL after that).
  *  @return the exit code, 128+signal if it died of a signal, or -1 if it had to be killed. */
 int e2e_relay_stop(struct e2e_relay *r, int timeout_ms);
@@ -258,5 +263,22 @@ void e2e_topics_free(char **topics);
 int64_t e2e_now_ms(void);
 
 void e2e_sleep_ms(int ms);
+
+/* ---- failure handling (issue 4) ----------------------------------------- */
+
+/** @return how many times @p needle occurs in the relay's log. */
+int e2e_relay_log_count(const struct e2e_relay *r, const char *needle);
+
+/** Restarts the stack's PostgreSQL (`stack.sh pg_ctl DIR restart -m fast`), waits
+ *  until it accepts connections and resets @p t's connection. Skips the test
+ *  without OUTBOX_RELAY_TEST_STACK_SH/_DIR. */
+void e2e_pg_restart(struct e2e_ctx *t);
+
+/** Runs `outbox-relay dead WORDS... <base args>` for the test table (WORDS
+ *  NULL-terminated, e.g. {"requeue", "7", NULL}; @p extra are more -X values,
+ *  NULL-terminated, may be NULL). @p out/@p err as e2e_run_cmd.
+ *  @return the exit status. */
+int e2e_dead(struct e2e_ctx *t, const char *const *words, const char *const *extra, char **out,
+             char **err);
 
 #endif
