@@ -46,6 +46,7 @@ struct relay_stats {
     enum stats_role role;
     bool pg_up;
     bool halted;                   /* on_poison=halt tripped */
+    bool stopping;                 /* SIGTERM/SIGINT received: draining */
     char halt_reason[256];
 
     uint64_t published_total;      /* acknowledged by Kafka */

@@ -217,6 +217,11 @@ bool http_ready(const struct relay_stats *s, struct strbuf *out)
     ready &= !s->halted;
     snprintf(why, sizeof(why), "halted: %s", s->halt_reason);
     check_line(out, !s->halted, "relaying", why);
+
+    /* A relay draining for shutdown takes no new work: let the orchestrator
+     * stop routing to it. */
+    ready &= !s->stopping;
+    check_line(out, !s->stopping, "shutdown", "stopping: draining in-flight deliveries");
     return ready;
 }
 

@@ -992,7 +992,7 @@ static void on_signal(uv_signal_t *s, int signum)
     }
     log_info("shutting down", "signal=%d in_flight=%d", signum, in_flight(r));
     notify_send("STOPPING=1");
-    r->stopping = true;
+    r->stopping = r->st.stopping = true;
     uv_timer_stop(&r->tick);
     uv_timer_stop(&r->reconnect);
     uv_timer_start(&r->shutdown, on_shutdown_timer, (uint64_t)r->cfg->shutdown_timeout_ms, 0);

@@ -199,7 +199,7 @@ Test(http, readyz_passes_when_everything_is_up)
     cr_assert_str_eq(body(), "ok\n");
     cr_assert_eq(exchange("GET /readyz?verbose HTTP/1.1\r\n\r\n"), 200);
     cr_assert_str_eq(body(), "[+]postgres ok\n[+]role ok\n[+]kafka ok\n[+]producer ok\n"
-                             "[+]relaying ok\nreadyz check passed\n");
+                             "[+]relaying ok\n[+]shutdown ok\nreadyz check passed\n");
     cr_assert_eq(exchange("GET /readyz?verbose=0 HTTP/1.1\r\n\r\n"), 200);
     cr_assert_str_eq(body(), "ok\n");
 }
@@ -217,6 +217,11 @@ Test(http, readyz_names_each_failing_check)
     cr_assert(strstr(body(), "[-]role "));
     st.role = STATS_ROLE_STANDBY; /* a standby is ready: it takes over when needed */
     cr_assert_eq(exchange("GET /readyz HTTP/1.1\r\n\r\n"), 200);
+
+    st.stopping = true;
+    cr_assert_eq(exchange("GET /readyz?verbose HTTP/1.1\r\n\r\n"), 503);
+    cr_assert(strstr(body(), "[-]shutdown stopping"), "%s", body());
+    st.stopping = false;
 
     st.brokers_up = 0;
     st.brokers_total = 3;
