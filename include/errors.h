@@ -5,6 +5,13 @@
 #ifndef OUTBOX_ERRORS_H
 #define OUTBOX_ERRORS_H
 
+#include <stddef.h>
+
+/** Writes a printf-formatted message to @p errbuf (if any) and returns
+ *  -EINVAL: `return errbuf_fail(errbuf, errlen, "…", …);` in validators. */
+int errbuf_fail(char *errbuf, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
 #define EXIT_OK          0
 #define EXIT_USAGE       64   /* EX_USAGE: bad command line */
 #define EXIT_UNAVAILABLE 69   /* EX_UNAVAILABLE: PostgreSQL or Kafka unreachable */

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "errors.h"
 #include "event.h"
 #include "http.h"
 #include "log.h"
@@ -111,19 +112,6 @@ static const struct param params[] = {
 
 #define N_PARAMS (sizeof params / sizeof params[0])
 
-static int fail(char *errbuf, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static int fail(char *errbuf, size_t errlen, const char *fmt, ...)
-{
-    if (errbuf && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(errbuf, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -EINVAL;
-}
 
 long config_parse_duration(const char *text)
 {
@@ -151,7 +139,7 @@ static int check_duration(const char *value, char *errbuf, size_t errlen)
 {
     if (config_parse_duration(value) >= 0)
         return 0;
-    return fail(errbuf, errlen, "\"%s\" is not a duration (N, Ns, Nm, Nh or Nd, up to 100 years)",
+    return errbuf_fail(errbuf, errlen, "\"%s\" is not a duration (N, Ns, Nm, Nh or Nd, up to 100 years)",
                 value);
 }
 
@@ -159,7 +147,7 @@ static int check_ident(const char *value, char *errbuf, size_t errlen)
 {
     if (sql_ident_valid(value))
         return 0;
-    return fail(errbuf, errlen,
+    return errbuf_fail(errbuf, errlen,
                 "\"%s\" is not a plain SQL identifier ([A-Za-z_][A-Za-z0-9_]*, at most 48 "
                 "bytes)",
                 value);
@@ -221,7 +209,7 @@ static int param_set(struct relay_config *cfg, const struct param *p, const char
     switch (p->type) {
     case PARAM_STRING:
         if (p->check && p->check(value, why, sizeof why) < 0)
-            return fail(errbuf, errlen, "%s.%s: %s", p->section, p->key, why);
+            return errbuf_fail(errbuf, errlen, "%s.%s: %s", p->section, p->key, why);
         return replace_str(str_slot(cfg, p), value);
 
     case PARAM_ENUM: {
@@ -232,14 +220,14 @@ static int param_set(struct relay_config *cfg, const struct param *p, const char
             size_t used = strlen(allowed);
             snprintf(allowed + used, sizeof allowed - used, "%s%s", used ? ", " : "", *c);
         }
-        return fail(errbuf, errlen, "%s.%s: unknown value \"%s\" (allowed: %s)", p->section,
+        return errbuf_fail(errbuf, errlen, "%s.%s: unknown value \"%s\" (allowed: %s)", p->section,
                     p->key, value, allowed);
     }
 
     case PARAM_LOG_LEVEL: {
         int level = log_level_parse(value);
         if (level < 0)
-            return fail(errbuf, errlen,
+            return errbuf_fail(errbuf, errlen,
                         "%s.%s: unknown value \"%s\" (allowed: error, warn, info, debug)",
                         p->section, p->key, value);
         *int_slot(cfg, p) = level;
@@ -251,10 +239,10 @@ static int param_set(struct relay_config *cfg, const struct param *p, const char
         errno = 0;
         long v = strtol(value, &end, 10);
         if (end == value || *end != '\0')
-            return fail(errbuf, errlen, "%s.%s: \"%s\" is not an integer (allowed %ld..%ld)",
+            return errbuf_fail(errbuf, errlen, "%s.%s: \"%s\" is not an integer (allowed %ld..%ld)",
                         p->section, p->key, value, p->min, p->max);
         if (errno == ERANGE || v < p->min || v > p->max)
-            return fail(errbuf, errlen, "%s.%s: %s is out of range (allowed %ld..%ld)",
+            return errbuf_fail(errbuf, errlen, "%s.%s: %s is out of range (allowed %ld..%ld)",
                         p->section, p->key, value, p->min, p->max);
         *int_slot(cfg, p) = (int)v;
         return 0;
@@ -304,7 +292,7 @@ static int kafka_set(struct relay_config *cfg, const char *key, const char *valu
                      char *errbuf, size_t errlen)
 {
     if (!*key)
-        return fail(errbuf, errlen, "empty key in section kafka");
+        return errbuf_fail(errbuf, errlen, "empty key in section kafka");
 
     /* librdkafka is the authority on its own properties; a scratch conf lets
      * it reject unknown names and bad values now, with its own words. */
@@ -315,7 +303,7 @@ static int kafka_set(struct relay_config *cfg, const char *key, const char *valu
     rd_kafka_conf_res_t res = rd_kafka_conf_set(scratch, key, value, why, sizeof why);
     rd_kafka_conf_destroy(scratch);
     if (res != RD_KAFKA_CONF_OK)
-        return fail(errbuf, errlen, "kafka.%s: %s", key, why);
+        return errbuf_fail(errbuf, errlen, "kafka.%s: %s", key, why);
 
     for (size_t i = 0; i < cfg->n_kafka; i++) {
         if (!strcmp(cfg->kafka[i].key, key))
@@ -343,8 +331,8 @@ int config_set(struct relay_config *cfg, const char *section, const char *key,
 {
     if (!section_known(section)) {
         if (!*section)
-            return fail(errbuf, errlen, "key \"%s\" is outside of any [section]", key);
-        return fail(errbuf, errlen, "unknown section \"%s\" (key \"%s.%s\")", section, section,
+            return errbuf_fail(errbuf, errlen, "key \"%s\" is outside of any [section]", key);
+        return errbuf_fail(errbuf, errlen, "unknown section \"%s\" (key \"%s.%s\")", section, section,
                     key);
     }
     if (!strcmp(section, "kafka"))
@@ -352,7 +340,7 @@ int config_set(struct relay_config *cfg, const char *section, const char *key,
 
     const struct param *p = param_find(section, key);
     if (!p)
-        return fail(errbuf, errlen, "unknown key \"%s.%s\"", section, key);
+        return errbuf_fail(errbuf, errlen, "unknown key \"%s.%s\"", section, key);
     return param_set(cfg, p, value, errbuf, errlen);
 }
 
@@ -480,7 +468,7 @@ static int apply_override(struct relay_config *cfg, const char *ov, char *errbuf
 
     /* Only the name is echoed: the value may be a password. */
     if (!eq || !dot || dot == ov || dot + 1 == eq)
-        return fail(errbuf, errlen, "malformed override \"%.*s\" (expected section.key=value)",
+        return errbuf_fail(errbuf, errlen, "malformed override \"%.*s\" (expected section.key=value)",
                     (int)namelen, ov);
 
     char *section = strndup(ov, (size_t)(dot - ov));
@@ -533,7 +521,7 @@ static int apply_env(struct relay_config *cfg, const char *entry, char *errbuf, 
     for (size_t i = 0; i < len; i++) {
         char c = name[i];
         if (!((c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_'))
-            return fail(errbuf, errlen,
+            return errbuf_fail(errbuf, errlen,
                         "environment variable %.*s: not a configuration variable (expected "
                         "OUTBOX_RELAY_<SECTION>_<KEY> in upper case)",
                         vlen, entry);
@@ -549,7 +537,7 @@ static int apply_env(struct relay_config *cfg, const char *entry, char *errbuf, 
         }
     }
     if (!section)
-        return fail(errbuf, errlen,
+        return errbuf_fail(errbuf, errlen,
                     "unknown environment variable %.*s (expected OUTBOX_RELAY_<SECTION>_<KEY>, "
                     "SECTION one of POSTGRES, KAFKA, RELAY, HTTP, LOG)",
                     vlen, entry);
@@ -561,7 +549,7 @@ static int apply_env(struct relay_config *cfg, const char *entry, char *errbuf, 
     char key[256];
     size_t klen = len - seclen - 1;
     if (klen >= sizeof key)
-        return fail(errbuf, errlen, "environment variable %.*s: name too long", vlen, entry);
+        return errbuf_fail(errbuf, errlen, "environment variable %.*s: name too long", vlen, entry);
     bool kafka = !strcmp(section, "kafka");
     for (size_t i = 0; i < klen; i++) {
         char c = name[seclen + 1 + i];
@@ -572,11 +560,11 @@ static int apply_env(struct relay_config *cfg, const char *entry, char *errbuf, 
     char why[768];
     int rc = config_set(cfg, section, key, eq + 1, why, sizeof why);
     if (rc == -ENOMEM) {
-        fail(errbuf, errlen, "out of memory");
+        errbuf_fail(errbuf, errlen, "out of memory");
         return -ENOMEM;
     }
     if (rc < 0)
-        return fail(errbuf, errlen, "environment variable %.*s: %s", vlen, entry, why);
+        return errbuf_fail(errbuf, errlen, "environment variable %.*s: %s", vlen, entry, why);
     return 0;
 }
 
@@ -646,30 +634,30 @@ static int check_kafka_kv(const struct config_kv *kv, char *errbuf, size_t errle
     const char *k = kv->key, *v = kv->value;
 
     if (!strcmp(k, "enable.idempotence") && !is_true(v))
-        return fail(errbuf, errlen,
+        return errbuf_fail(errbuf, errlen,
                     "kafka.%s=%s conflicts with the idempotent producer (needs "
                     "enable.idempotence=true)",
                     k, v);
     if ((!strcmp(k, "acks") || !strcmp(k, "request.required.acks")) &&
         strcasecmp(v, "all") != 0 && strcmp(v, "-1") != 0)
-        return fail(errbuf, errlen,
+        return errbuf_fail(errbuf, errlen,
                     "kafka.%s=%s conflicts with the idempotent producer (needs acks=all)", k, v);
     if ((!strcmp(k, "max.in.flight.requests.per.connection") || !strcmp(k, "max.in.flight")) &&
         strtol(v, NULL, 10) > 5)
-        return fail(errbuf, errlen,
+        return errbuf_fail(errbuf, errlen,
                     "kafka.%s=%s conflicts with the idempotent producer (needs at most 5)", k, v);
     if ((!strcmp(k, "retries") || !strcmp(k, "message.send.max.retries")) &&
         strtol(v, NULL, 10) == 0)
-        return fail(errbuf, errlen,
+        return errbuf_fail(errbuf, errlen,
                     "kafka.%s=%s conflicts with the idempotent producer (needs retries > 0)", k,
                     v);
     if (!strcmp(k, "transactional.id"))
-        return fail(errbuf, errlen,
+        return errbuf_fail(errbuf, errlen,
                     "kafka.%s is not supported (the relay uses the idempotent producer, not "
                     "transactions)",
                     k);
     if (!strcmp(k, "queuing.strategy") && !strcasecmp(v, "lifo"))
-        return fail(errbuf, errlen,
+        return errbuf_fail(errbuf, errlen,
                     "kafka.%s=%s conflicts with the idempotent producer (needs fifo)", k, v);
     return 0;
 }
@@ -695,7 +683,7 @@ int config_reload_check(const struct relay_config *cur, const struct relay_confi
                         ? !strcmp(cstr_at(cur, p), cstr_at(next, p))
                         : int_at(cur, p) == int_at(next, p);
         if (!same)
-            return fail(errbuf, errlen, "%s.%s cannot change on reload (restart needed)",
+            return errbuf_fail(errbuf, errlen, "%s.%s cannot change on reload (restart needed)",
                         p->section, p->key);
     }
 
@@ -705,7 +693,7 @@ int config_reload_check(const struct relay_config *cur, const struct relay_confi
                !strcmp(cur->kafka[i].value, next->kafka[i].value);
     }
     if (!same)
-        return fail(errbuf, errlen, "kafka settings cannot change on reload (restart needed)");
+        return errbuf_fail(errbuf, errlen, "kafka settings cannot change on reload (restart needed)");
     return 0;
 }
 

@@ -8,21 +8,10 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "errors.h"
+
 #define KAFKA_TOPIC_MAX 249
 
-static int fail(char *errbuf, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static int fail(char *errbuf, size_t errlen, const char *fmt, ...)
-{
-    if (errbuf && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(errbuf, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -EINVAL;
-}
 
 static bool topic_char(char c)
 {
@@ -54,7 +43,7 @@ static int placeholder_at(const char *p, const char *aggregate_type, const char 
 int event_topic_template_check(const char *tmpl, char *errbuf, size_t errlen)
 {
     if (!tmpl || !*tmpl)
-        return fail(errbuf, errlen, "topic template is empty");
+        return errbuf_fail(errbuf, errlen, "topic template is empty");
 
     size_t literal = 0;
     for (const char *p = tmpl; *p;) {
@@ -63,8 +52,8 @@ int event_topic_template_check(const char *tmpl, char *errbuf, size_t errlen)
         if (n < 0) {
             const char *close = strchr(p, '}');
             if (!close)
-                return fail(errbuf, errlen, "unterminated \"${\" in topic template");
-            return fail(errbuf, errlen,
+                return errbuf_fail(errbuf, errlen, "unterminated \"${\" in topic template");
+            return errbuf_fail(errbuf, errlen,
                         "unknown placeholder \"%.*s\" in topic template "
                         "(allowed: ${aggregate_type}, ${event_type})",
                         (int)(close - p + 1), p);
@@ -75,12 +64,12 @@ int event_topic_template_check(const char *tmpl, char *errbuf, size_t errlen)
         }
         /* The fixed text ends up in every topic, so catch what can never be valid now. */
         if (!topic_char(*p))
-            return fail(errbuf, errlen,
+            return errbuf_fail(errbuf, errlen,
                         "character '%c' in topic template is not allowed in a Kafka topic "
                         "(allowed: A-Z a-z 0-9 . _ -)",
                         *p);
         if (++literal > KAFKA_TOPIC_MAX)
-            return fail(errbuf, errlen, "topic template is longer than %d characters",
+            return errbuf_fail(errbuf, errlen, "topic template is longer than %d characters",
                         KAFKA_TOPIC_MAX);
         p++;
     }
@@ -138,16 +127,16 @@ int event_headers_build(const struct event_row *row, rd_kafka_headers_t **out, c
     if (row->headers_json) {
         json = cJSON_Parse(row->headers_json);
         if (!json)
-            return fail(errbuf, errlen, "headers is not valid JSON");
+            return errbuf_fail(errbuf, errlen, "headers is not valid JSON");
         if (!cJSON_IsObject(json)) {
             cJSON_Delete(json);
-            return fail(errbuf, errlen, "headers is not a JSON object");
+            return errbuf_fail(errbuf, errlen, "headers is not a JSON object");
         }
         /* Check every member before building, so an error leaves nothing behind. */
         const cJSON *m;
         cJSON_ArrayForEach(m, json) {
             if (!cJSON_IsString(m)) {
-                int rc = fail(errbuf, errlen, "headers member \"%s\" is not a string",
+                int rc = errbuf_fail(errbuf, errlen, "headers member \"%s\" is not a string",
                               m->string ? m->string : "");
                 cJSON_Delete(json);
                 return rc;

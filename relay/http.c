@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "errors.h"
 #include "log.h"
 
 #define SWEEP_EVERY_MS 1000
@@ -60,19 +61,6 @@ struct http_server {
 
 /* ---- http.listen --------------------------------------------------------- */
 
-static int fail(char *errbuf, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static int fail(char *errbuf, size_t errlen, const char *fmt, ...)
-{
-    if (errbuf && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(errbuf, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -EINVAL;
-}
 
 int http_listen_parse(const char *listen, struct sockaddr_storage *addr, char *errbuf,
                       size_t errlen)
@@ -84,28 +72,28 @@ int http_listen_parse(const char *listen, struct sockaddr_storage *addr, char *e
     if (v6) {
         const char *close = strchr(listen, ']');
         if (!close || close[1] != ':')
-            return fail(errbuf, errlen, "\"%s\" is not [IPv6]:port", listen);
+            return errbuf_fail(errbuf, errlen, "\"%s\" is not [IPv6]:port", listen);
         size_t n = (size_t)(close - listen - 1);
         if (n == 0 || n >= sizeof(host))
-            return fail(errbuf, errlen, "\"%s\": bad IPv6 address", listen);
+            return errbuf_fail(errbuf, errlen, "\"%s\": bad IPv6 address", listen);
         memcpy(host, listen + 1, n);
         host[n] = '\0';
         port = close + 2;
     } else {
         const char *colon = strrchr(listen, ':');
         if (!colon)
-            return fail(errbuf, errlen, "\"%s\" has no port (expected IPv4:port or [IPv6]:port)",
+            return errbuf_fail(errbuf, errlen, "\"%s\" has no port (expected IPv4:port or [IPv6]:port)",
                         listen);
         size_t n = (size_t)(colon - listen);
         if (memchr(listen, ':', n))
-            return fail(errbuf, errlen, "\"%s\": an IPv6 address needs brackets ([::1]:port)",
+            return errbuf_fail(errbuf, errlen, "\"%s\": an IPv6 address needs brackets ([::1]:port)",
                         listen);
         if (n == 0)
-            return fail(errbuf, errlen,
+            return errbuf_fail(errbuf, errlen,
                         "\"%s\" has no address (0.0.0.0 or [::] listens on every interface)",
                         listen);
         if (n >= sizeof(host))
-            return fail(errbuf, errlen, "\"%s\": bad IPv4 address", listen);
+            return errbuf_fail(errbuf, errlen, "\"%s\": bad IPv4 address", listen);
         memcpy(host, listen, n);
         host[n] = '\0';
         port = colon + 1;
@@ -114,7 +102,7 @@ int http_listen_parse(const char *listen, struct sockaddr_storage *addr, char *e
     long p = 0;
     size_t digits = strspn(port, "0123456789");
     if (digits == 0 || digits > 5 || port[digits] != '\0' || (p = strtol(port, NULL, 10)) > 65535)
-        return fail(errbuf, errlen, "\"%s\": the port must be a number 0..65535", listen);
+        return errbuf_fail(errbuf, errlen, "\"%s\": the port must be a number 0..65535", listen);
 
     struct sockaddr_storage scratch;
     if (!addr)
@@ -123,7 +111,7 @@ int http_listen_parse(const char *listen, struct sockaddr_storage *addr, char *e
     int rc = v6 ? uv_ip6_addr(host, (int)p, (struct sockaddr_in6 *)addr)
                 : uv_ip4_addr(host, (int)p, (struct sockaddr_in *)addr);
     if (rc != 0)
-        return fail(errbuf, errlen, "\"%s\": \"%s\" is not an IP%s address literal", listen, host,
+        return errbuf_fail(errbuf, errlen, "\"%s\": \"%s\" is not an IP%s address literal", listen, host,
                     v6 ? "v6" : "v4");
     return 0;
 }
@@ -374,7 +362,7 @@ int http_start(struct http_server **out, uv_loop_t *loop, const struct relay_con
 
     struct http_server *srv = calloc(1, sizeof(*srv));
     if (!srv) {
-        fail(errbuf, errlen, "out of memory");
+        errbuf_fail(errbuf, errlen, "out of memory");
         return -ENOMEM;
     }
     srv->loop = loop;
@@ -390,7 +378,7 @@ int http_start(struct http_server **out, uv_loop_t *loop, const struct relay_con
          * scrapers waits in the accept queue instead of retrying SYNs. */
         rc = uv_listen((uv_stream_t *)&srv->listener, SOMAXCONN, on_connection);
     if (rc < 0) {
-        fail(errbuf, errlen, "http.listen=%s: cannot listen: %s", cfg->http_listen,
+        errbuf_fail(errbuf, errlen, "http.listen=%s: cannot listen: %s", cfg->http_listen,
              uv_strerror(rc));
         srv->stopping = true;
         uv_close((uv_handle_t *)&srv->listener, on_server_handle_closed);
