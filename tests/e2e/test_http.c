@@ -376,7 +376,7 @@ Test(e2e, endpoints_with_curl_and_promtool, .fini = fini, .timeout = 180)
     r = http(port, "GET", "/readyz?verbose");
     cr_assert_eq(r.code, 200);
     cr_assert_str_eq(r.body, "[+]postgres ok\n[+]role ok\n[+]kafka ok\n[+]producer ok\n"
-                             "[+]relaying ok\nreadyz check passed\n");
+                             "[+]relaying ok\n[+]shutdown ok\nreadyz check passed\n");
     reply_free(&r);
 
     enqueue_range(1, 20);
