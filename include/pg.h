@@ -53,6 +53,15 @@ int pg_connect(struct pg_conn *pg);
 int pg_query(struct pg_conn *pg, const char *sql, int nparams, const char *const *params,
              pg_result_cb cb, void *arg);
 
+/** Prepares @p sql as the named statement @p name on this connection (it lasts
+ *  until the connection does). Same returns as pg_query(). */
+int pg_prepare(struct pg_conn *pg, const char *name, const char *sql, int nparams,
+               pg_result_cb cb, void *arg);
+
+/** Runs the statement prepared as @p name. Same returns as pg_query(). */
+int pg_query_prepared(struct pg_conn *pg, const char *name, int nparams,
+                      const char *const *params, pg_result_cb cb, void *arg);
+
 /** @return true when a statement can be sent now. */
 bool pg_ready(const struct pg_conn *pg);
 

@@ -246,14 +246,24 @@ bool pg_ready(const struct pg_conn *pg)
     return pg->state == PG_READY;
 }
 
-int pg_query(struct pg_conn *pg, const char *sql, int nparams, const char *const *params,
-             pg_result_cb cb, void *arg)
+enum send_kind { SEND_QUERY, SEND_PREPARE, SEND_PREPARED };
+
+/* The one way a statement goes out: libpq queues it, we flush what the
+ * socket takes and watch for the rest. */
+static int send_statement(struct pg_conn *pg, enum send_kind kind, const char *name,
+                          const char *sql, int nparams, const char *const *params,
+                          pg_result_cb cb, void *arg)
 {
     if (pg->state == PG_BUSY)
         return -EBUSY;
     if (pg->state != PG_READY)
         return -ENOTCONN;
-    if (!PQsendQueryParams(pg->conn, sql, nparams, NULL, params, NULL, NULL, 0)) {
+    int ok = kind == SEND_QUERY
+                 ? PQsendQueryParams(pg->conn, sql, nparams, NULL, params, NULL, NULL, 0)
+             : kind == SEND_PREPARE
+                 ? PQsendPrepare(pg->conn, name, sql, nparams, NULL)
+                 : PQsendQueryPrepared(pg->conn, name, nparams, params, NULL, NULL, 0);
+    if (!ok) {
         lost(pg, PQerrorMessage(pg->conn));
         return -EIO;
     }
@@ -270,6 +280,24 @@ int pg_query(struct pg_conn *pg, const char *sql, int nparams, const char *const
         return -EIO;
     }
     return 0;
+}
+
+int pg_query(struct pg_conn *pg, const char *sql, int nparams, const char *const *params,
+             pg_result_cb cb, void *arg)
+{
+    return send_statement(pg, SEND_QUERY, NULL, sql, nparams, params, cb, arg);
+}
+
+int pg_prepare(struct pg_conn *pg, const char *name, const char *sql, int nparams,
+               pg_result_cb cb, void *arg)
+{
+    return send_statement(pg, SEND_PREPARE, name, sql, nparams, NULL, cb, arg);
+}
+
+int pg_query_prepared(struct pg_conn *pg, const char *name, int nparams,
+                      const char *const *params, pg_result_cb cb, void *arg)
+{
+    return send_statement(pg, SEND_PREPARED, name, NULL, nparams, params, cb, arg);
 }
 
 void pg_close(struct pg_conn *pg)

@@ -99,6 +99,7 @@ struct relay {
     bool purged;
     bool finished;
     bool ready_sent;            /* READY=1 went to systemd */
+    int prepared;               /* hot-path statements prepared on this connection */
     bool halt_pending;          /* on_poison=halt: a row of a batch in flight will halt us;
                                    claim and produce nothing more meanwhile */
     bool retention_due;
@@ -527,7 +528,7 @@ static void claim(struct relay *r, struct batch *b)
     r->wake = false;
     b->phase = PHASE_CLAIMING;
     b->start_ms = now_ms(r);
-    if (pg_query(&r->pg, r->sql.claim, 3, params, on_claimed, b) < 0)
+    if (pg_query_prepared(&r->pg, "claim", 3, params, on_claimed, b) < 0)
         batch_reset(b);
 }
 
@@ -671,7 +672,7 @@ static void mark(struct relay *r, struct batch *b)
     }
     const char *params[] = { strbuf_str(ids) };
     b->phase = PHASE_MARKING;
-    if (pg_query(&r->pg, r->sql.mark_sent, 1, params, on_marked, b) < 0 &&
+    if (pg_query_prepared(&r->pg, "mark", 1, params, on_marked, b) < 0 &&
         b->phase == PHASE_MARKING)
         b->phase = PHASE_DELIVERED;
 }
@@ -813,10 +814,47 @@ static bool replace_producer(struct relay *r)
 
 /* ---- the decision ------------------------------------------------------ */
 
+/* The statements of the hot path are parsed and planned once per
+ * connection, not once per batch. */
+static const struct {
+    const char *name;
+    size_t offset;
+    int nparams;
+} hot_statements[] = {
+    { "claim", offsetof(struct sql_statements, claim), 3 },
+    { "mark", offsetof(struct sql_statements, mark_sent), 1 },
+};
+#define N_HOT (int)(sizeof(hot_statements) / sizeof(hot_statements[0]))
+
+static void on_prepared(struct pg_conn *pg, PGresult *res, void *arg)
+{
+    (void)pg;
+    struct relay *r = arg;
+    if (!res)
+        return;
+    if (PQresultStatus(res) != PGRES_COMMAND_OK) {
+        log_error("preparing a statement failed", "statement=%s error=%s",
+                  hot_statements[r->prepared].name, log_quote(PQresultErrorMessage(res)));
+        r->backoff = true;
+        return;
+    }
+    r->prepared++;
+    step(r);
+}
+
 static void step(struct relay *r)
 {
     if (r->finished || !pg_ready(&r->pg))
         return;
+    if (r->prepared < N_HOT) {
+        if (!r->backoff) {
+            const char *sql = *(char *const *)((const char *)&r->sql +
+                                               hot_statements[r->prepared].offset);
+            pg_prepare(&r->pg, hot_statements[r->prepared].name, sql,
+                       hot_statements[r->prepared].nparams, on_prepared, r);
+        }
+        return;
+    }
 
     /* Delivered rows are marked whatever our role: a mark records a fact.
      * The older batch first, so marks follow the order rows were claimed. */
@@ -921,6 +959,7 @@ static void on_pg_connected(struct pg_conn *pg, void *arg)
     r->listening = false;
     r->backoff = false;
     r->reconnect_attempt = 0;
+    r->prepared = 0;
     r->halt_pending = false; /* its record may be lost: the row is claimed and fails again */
     r->st.pg_up = true;
     step(r);
