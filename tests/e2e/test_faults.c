@@ -376,7 +376,16 @@ Test(e2e, fatal_producer_error_recreates_producer, .fini = fini, .timeout = 200)
     cr_assert(e2e_relay_alive(relay), "the relay died replacing its producer (wait status %d; log %s)",
               relay->status, relay->log_path);
     e2e_wait_all_sent(&T, 60000);
+    /* Order is not asserted here, only here: the mock broker does not check
+     * idempotent sequence numbers, so after it answers one request with the
+     * injected OUT_OF_ORDER_SEQUENCE_NUMBER it still appends the next request
+     * of the same partition, which a real broker rejects. The rows of the
+     * failed request are then republished after that one (seen in CI). What
+     * the relay owes here — nothing lost, all marked, no attempt charged — is
+     * asserted in full. */
+    e2e_check_order = false;
     verify_at_least_once("fatal producer error");
+    e2e_check_order = true;
     assert_no_attempts("fatal producer error");
     cr_assert_eq(e2e_relay_stop(relay, 30000), 0, "relay did not exit 0 on SIGTERM");
 }

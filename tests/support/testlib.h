@@ -243,6 +243,10 @@ void e2e_rows_free(struct e2e_rows *rows);
 /** @return the row with @p id, or NULL. */
 struct e2e_row *e2e_rows_find(const struct e2e_rows *rows, int64_t id);
 
+/** e2e_verify checks per-key order unless a test clears this (see the one
+ *  test that does, and why). */
+extern bool e2e_check_order;
+
 /** Checks every message against its row — topic (row's own, else the template
  *  rendered), key, value, CreateTime timestamp, headers — and that the first
  *  delivery of each row keeps per-key order (one partition per topic+key,
