@@ -1299,3 +1299,15 @@ int e2e_dead(struct e2e_ctx *t, const char *const *words, const char *const *ext
     args[n] = NULL;
     return e2e_run_relay(args, 30000, out, err);
 }
+
+void e2e_read_back(struct e2e_ctx *t, int timeout_ms, struct e2e_rows *rows, struct e2e_msgs *msgs,
+                   struct e2e_report *rep)
+{
+    e2e_rows_load(t, rows);
+    size_t n_topics;
+    char **topics = e2e_topics_of(t, rows, &n_topics);
+    e2e_consume((const char *const *)topics, n_topics, timeout_ms, msgs);
+    e2e_topics_free(topics);
+    e2e_check(rep, msgs->n_missing_topics == 0, "%zu topic(s) missing", msgs->n_missing_topics);
+    e2e_verify(t, rows, msgs, rep);
+}

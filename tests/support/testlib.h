@@ -243,6 +243,13 @@ void e2e_rows_free(struct e2e_rows *rows);
 /** @return the row with @p id, or NULL. */
 struct e2e_row *e2e_rows_find(const struct e2e_rows *rows, int64_t id);
 
+/** What most tests check at their end: loads the table's rows, reads every
+ *  message of their topics back (waiting up to @p timeout_ms), checks that no
+ *  topic is missing and runs e2e_verify into @p rep. Free rows and msgs with
+ *  e2e_rows_free / e2e_msgs_free. */
+void e2e_read_back(struct e2e_ctx *t, int timeout_ms, struct e2e_rows *rows, struct e2e_msgs *msgs,
+                   struct e2e_report *rep);
+
 /** e2e_verify checks per-key order unless a test clears this (see the one
  *  test that does, and why). */
 extern bool e2e_check_order;
