@@ -438,13 +438,24 @@ void e2e_migrate(struct e2e_ctx *t)
     free(err);
 }
 
-struct e2e_relay *e2e_relay_start(struct e2e_ctx *t, const char *const *extra)
+/* Takes the test's next process slot, starts @p argv with stdout and stderr
+ * in <logdir>/<kind>-N.log. */
+static struct e2e_relay *launch(struct e2e_ctx *t, const char *kind, const char *const *argv)
 {
-    cr_assert(t->n_relays < E2E_MAX_RELAYS, "too many relays in one test");
+    cr_assert(t->n_relays < E2E_MAX_RELAYS, "too many processes in one test");
     struct e2e_relay *r = &t->relays[t->n_relays];
     memset(r, 0, sizeof(*r));
-    snprintf(r->log_path, sizeof(r->log_path), "%s/relay-%d.log", t->logdir, t->n_relays);
+    snprintf(r->log_path, sizeof(r->log_path), "%s/%s-%d.log", t->logdir, kind, t->n_relays);
+    int fd = open(r->log_path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+    cr_assert(fd >= 0, "open %s: %s", r->log_path, strerror(errno));
+    r->pid = spawn(argv, fd, fd);
+    close(fd);
+    t->n_relays++;
+    return r;
+}
 
+struct e2e_relay *e2e_relay_start(struct e2e_ctx *t, const char *const *extra)
+{
     const char *argv[E2E_MAX_ARGS + 2];
     int n = 0;
     argv[n++] = t->env->relay_bin;
@@ -460,13 +471,7 @@ struct e2e_relay *e2e_relay_start(struct e2e_ctx *t, const char *const *extra)
         argv[n++] = extra[i];
     }
     argv[n] = NULL;
-
-    int fd = open(r->log_path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
-    cr_assert(fd >= 0, "open %s: %s", r->log_path, strerror(errno));
-    r->pid = spawn(argv, fd, fd);
-    close(fd);
-    t->n_relays++;
-    return r;
+    return launch(t, "relay", argv);
 }
 
 bool e2e_relay_alive(struct e2e_relay *r)
@@ -557,11 +562,6 @@ void e2e_relay_dump_log(const struct e2e_relay *r, int lines)
 
 struct e2e_relay *e2e_spawn(struct e2e_ctx *t, const char *const *args)
 {
-    cr_assert(t->n_relays < E2E_MAX_RELAYS, "too many processes in one test");
-    struct e2e_relay *r = &t->relays[t->n_relays];
-    memset(r, 0, sizeof(*r));
-    snprintf(r->log_path, sizeof(r->log_path), "%s/proc-%d.log", t->logdir, t->n_relays);
-
     const char *argv[E2E_MAX_ARGS + 2];
     int n = 0;
     argv[n++] = t->env->relay_bin;
@@ -570,12 +570,7 @@ struct e2e_relay *e2e_spawn(struct e2e_ctx *t, const char *const *args)
         argv[n++] = args[i];
     }
     argv[n] = NULL;
-    int fd = open(r->log_path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
-    cr_assert(fd >= 0, "open %s: %s", r->log_path, strerror(errno));
-    r->pid = spawn(argv, fd, fd);
-    close(fd);
-    t->n_relays++;
-    return r;
+    return launch(t, "proc", argv);
 }
 
 int e2e_wait_exit(struct e2e_relay *r, int timeout_ms)
