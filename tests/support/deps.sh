@@ -8,6 +8,7 @@ OUTBOX_RELAY_DEBS=(
     postgresql postgresql-client kcat curl
     libhttp-parser-dev prometheus   # prometheus: for promtool (the only package that has it)
     debhelper dpkg-dev lintian rpm systemd
+    openjdk-17-jre-headless maven   # the real Kafka broker (tests/support/kafka.sh)
 )
 
 ensure_debs() {

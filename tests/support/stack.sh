@@ -1,23 +1,29 @@
 #!/usr/bin/env bash
 # stack.sh — the throwaway services the end-to-end tests talk to.
 #
-#   stack.sh start DIR      PostgreSQL 15 (database outbox_test) + the mock Kafka broker;
-#                           writes DIR/env (shell `export` lines) for the tests
-#   stack.sh stop DIR       stops both; safe to run twice, or on a half-started DIR
+#   stack.sh start DIR      PostgreSQL 15 (database outbox_test) and the brokers of
+#                           OUTBOX_RELAY_TEST_BROKERS; writes DIR/env (shell `export`
+#                           lines) for the tests
+#   stack.sh stop DIR       stops everything; safe to run twice, or on a half-started DIR
 #   stack.sh status DIR     exit 0 if everything DIR/env describes is up
 #   stack.sh pg_ctl DIR ARG...
 #                           runs pg_ctl -D DIR/pg ARG... as the right user
 #                           (fault tests: `stack.sh pg_ctl DIR restart -m fast`)
 #
 # Environment:
-#   OUTBOX_RELAY_TEST_KAFKA    if set, that broker is used and no mock is started
+#   OUTBOX_RELAY_TEST_BROKERS  which brokers to start: `mock` (default), `kafka` (a real
+#                              one-node Apache Kafka, tests/support/kafka.sh) or `mock kafka`
+#   OUTBOX_RELAY_TEST_KAFKA    if set, that (external) broker is used and none is started
 #   OUTBOX_RELAY_MOCK_BROKER   path of outbox-relay-mock-broker
 #                              (default: build/tests/outbox-relay-mock-broker of this repo)
 #   PG_BINDIR                  PostgreSQL programs (default /usr/lib/postgresql/15/bin)
 #
-# DIR/env exports OUTBOX_RELAY_TEST_PG, OUTBOX_RELAY_TEST_KAFKA,
-# OUTBOX_RELAY_TEST_MOCK_CONTROL (with the mock only), OUTBOX_RELAY_TEST_STACK_DIR
-# and OUTBOX_RELAY_TEST_STACK_SH (this script).
+# DIR/env exports OUTBOX_RELAY_TEST_PG; OUTBOX_RELAY_TEST_KAFKA (the mock's address,
+# else the real broker's); OUTBOX_RELAY_TEST_MOCK_KAFKA and _MOCK_CONTROL with the
+# mock; OUTBOX_RELAY_TEST_REAL_KAFKA with a real broker (started or external), and
+# OUTBOX_RELAY_TEST_KAFKA_DIR and _KAFKA_SH when the stack started it (fault tests
+# kill, restart and pause its node with `kafka.sh CMD DIR NODE`);
+# OUTBOX_RELAY_TEST_STACK_DIR and OUTBOX_RELAY_TEST_STACK_SH (this script).
 set -euo pipefail
 
 PG_BINDIR=${PG_BINDIR:-/usr/lib/postgresql/15/bin}
@@ -26,6 +32,8 @@ REPO_ROOT=$(cd "$(dirname "$SELF")/../.." && pwd)
 PG_START_TIMEOUT=60
 PG_STOP_TIMEOUT=30
 MOCK_START_TIMEOUT=15
+# shellcheck source=tests/support/common.sh
+. "$(dirname "$SELF")/common.sh"
 
 die() { echo "stack.sh: error: $*" >&2; exit 1; }
 note() { echo "stack.sh: $*" >&2; }
@@ -43,25 +51,6 @@ as_pg() {
     else
         "$@"
     fi
-}
-
-pid_alive() { [ -n "${1:-}" ] && kill -0 "$1" 2>/dev/null; }
-
-# A TCP port on 127.0.0.1 that nothing listens on right now.
-free_port() {
-    local port
-    if command -v python3 >/dev/null 2>&1; then
-        if port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()' 2>/dev/null); then
-            echo "$port"; return 0
-        fi
-    fi
-    for _ in $(seq 1 200); do
-        port=$((20000 + RANDOM % 40000))
-        if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-            echo "$port"; return 0
-        fi
-    done
-    return 1
 }
 
 # Every directory above DIR must be searchable by `postgres`.
@@ -86,13 +75,21 @@ find_mock() {
 }
 
 write_env() {
-    local dir=$1 conninfo=$2 kafka=$3 control=$4
+    local dir=$1 conninfo=$2 mock=$3 control=$4 real=$5 kafka_dir=$6
     {
         echo "# written by tests/support/stack.sh start $dir"
         printf 'export OUTBOX_RELAY_TEST_PG=%q\n' "$conninfo"
-        printf 'export OUTBOX_RELAY_TEST_KAFKA=%q\n' "$kafka"
-        if [ -n "$control" ]; then
+        printf 'export OUTBOX_RELAY_TEST_KAFKA=%q\n' "${mock:-$real}"
+        if [ -n "$mock" ]; then
+            printf 'export OUTBOX_RELAY_TEST_MOCK_KAFKA=%q\n' "$mock"
             printf 'export OUTBOX_RELAY_TEST_MOCK_CONTROL=%q\n' "$control"
+        fi
+        if [ -n "$real" ]; then
+            printf 'export OUTBOX_RELAY_TEST_REAL_KAFKA=%q\n' "$real"
+        fi
+        if [ -n "$kafka_dir" ]; then
+            printf 'export OUTBOX_RELAY_TEST_KAFKA_DIR=%q\n' "$kafka_dir"
+            printf 'export OUTBOX_RELAY_TEST_KAFKA_SH=%q\n' "$(dirname "$SELF")/kafka.sh"
         fi
         printf 'export OUTBOX_RELAY_TEST_STACK_DIR=%q\n' "$dir"
         printf 'export OUTBOX_RELAY_TEST_STACK_SH=%q\n' "$SELF"
@@ -191,7 +188,7 @@ start_mock() {
 }
 
 cmd_start() {
-    local dir=$1 port conninfo kafka control=""
+    local dir=$1 port conninfo control=""
     mkdir -p "$dir"
     dir=$(cd "$dir" && pwd -P)
     rm -f "$dir/env"
@@ -209,21 +206,34 @@ cmd_start() {
             -c "CREATE DATABASE outbox_test" || die "cannot create database outbox_test"
     fi
 
-    # A value that is our own mock's address came from sourcing DIR/env: not a real broker.
-    if [ -n "${OUTBOX_RELAY_TEST_KAFKA:-}" ] && [ -s "$dir/mock.bootstrap" ] &&
-            [ "$OUTBOX_RELAY_TEST_KAFKA" = "$(cat "$dir/mock.bootstrap")" ]; then
+    # A value that is one of our own brokers' addresses came from sourcing DIR/env: not external.
+    if [ -n "${OUTBOX_RELAY_TEST_KAFKA:-}" ] &&
+            { [ "$OUTBOX_RELAY_TEST_KAFKA" = "$(cat "$dir/mock.bootstrap" 2>/dev/null)" ] ||
+              [ "$OUTBOX_RELAY_TEST_KAFKA" = "$(cat "$dir/kafka/bootstrap" 2>/dev/null)" ]; }; then
         unset OUTBOX_RELAY_TEST_KAFKA
     fi
+    local mock="" real="" kafka_dir="" b
     if [ -n "${OUTBOX_RELAY_TEST_KAFKA:-}" ]; then
-        note "using the Kafka broker at $OUTBOX_RELAY_TEST_KAFKA (OUTBOX_RELAY_TEST_KAFKA set; no mock)"
-        kafka=$OUTBOX_RELAY_TEST_KAFKA
+        note "using the Kafka broker at $OUTBOX_RELAY_TEST_KAFKA (OUTBOX_RELAY_TEST_KAFKA set; none started)"
+        real=$OUTBOX_RELAY_TEST_KAFKA
     else
-        start_mock "$dir"
-        kafka=$(cat "$dir/mock.bootstrap")
-        control="$dir/mock.ctl"
+        for b in ${OUTBOX_RELAY_TEST_BROKERS:-mock}; do
+            case $b in
+                mock)
+                    start_mock "$dir"
+                    mock=$(cat "$dir/mock.bootstrap")
+                    control="$dir/mock.ctl" ;;
+                kafka)
+                    kafka_dir="$dir/kafka"
+                    real=$("$(dirname "$SELF")/kafka.sh" start "$kafka_dir" 1 | tail -n 1) ||
+                        die "the Kafka broker did not start (logs in $kafka_dir)" ;;
+                *) die "OUTBOX_RELAY_TEST_BROKERS: unknown broker '$b' (mock, kafka)" ;;
+            esac
+        done
+        [ -n "$mock$real" ] || die "OUTBOX_RELAY_TEST_BROKERS names no broker"
     fi
 
-    write_env "$dir" "$conninfo" "$kafka" "$control"
+    write_env "$dir" "$conninfo" "$mock" "$control" "$real" "$kafka_dir"
     note "stack up; environment in $dir/env"
     cat "$dir/env"
 }
@@ -236,16 +246,13 @@ cmd_stop() {
 
     if [ -f "$dir/mock.pid" ]; then
         pid=$(cat "$dir/mock.pid")
-        if pid_alive "$pid" && grep -q mock-broker "/proc/$pid/cmdline" 2>/dev/null; then
-            kill -TERM "$pid" 2>/dev/null || true
-            for _ in $(seq 1 50); do pid_alive "$pid" || break; sleep 0.1; done
-            if pid_alive "$pid"; then
-                note "mock broker $pid ignored SIGTERM, killing"
-                kill -KILL "$pid" 2>/dev/null || true
-            fi
+        if grep -q mock-broker "/proc/$pid/cmdline" 2>/dev/null; then
+            stop_pid "$pid" 50
         fi
         rm -f "$dir/mock.pid"
     fi
+
+    "$(dirname "$SELF")/kafka.sh" stop "$dir/kafka" || rc=1
 
     if [ -f "$dir/pg/postmaster.pid" ]; then
         if ! as_pg "$PG_BINDIR/pg_ctl" -D "$dir/pg" -m fast -w -t "$PG_STOP_TIMEOUT" stop >/dev/null 2>&1; then
@@ -266,6 +273,9 @@ cmd_status() {
     pg_running "$dir" || { echo "PostgreSQL down"; return 1; }
     if [ -f "$dir/mock.pid" ] && ! pid_alive "$(cat "$dir/mock.pid")"; then
         echo "mock broker down"; return 1
+    fi
+    if [ -f "$dir/kafka/nodes" ] && ! "$(dirname "$SELF")/kafka.sh" status "$dir/kafka" >/dev/null; then
+        echo "Kafka broker down"; return 1
     fi
     echo "up"
 }

@@ -10,6 +10,12 @@
  *                                   the test is skipped without it)
  *   OUTBOX_RELAY_TEST_KAFKA         bootstrap servers (required)
  *   OUTBOX_RELAY_TEST_MOCK_CONTROL  control FIFO of the mock broker (optional)
+ *   OUTBOX_RELAY_TEST_BROKER        `kafka`: this run uses OUTBOX_RELAY_TEST_REAL_KAFKA, the
+ *                                   real broker, instead of OUTBOX_RELAY_TEST_KAFKA (meson
+ *                                   sets it for the suite `kafka`)
+ *   OUTBOX_RELAY_TEST_REAL_KAFKA    bootstrap servers of a real Kafka broker (optional)
+ *   OUTBOX_RELAY_TEST_KAFKA_DIR     the stack's own Kafka node, for kafka.sh faults (optional)
+ *   OUTBOX_RELAY_TEST_KAFKA_SH      tests/support/kafka.sh
  *   OUTBOX_RELAY_TEST_STACK_DIR     stack directory (logs go to DIR/logs)
  *   OUTBOX_RELAY_TEST_STACK_SH      tests/support/stack.sh
  *   OUTBOX_RELAY_BIN                the outbox-relay binary under test
@@ -32,6 +38,9 @@ struct e2e_env {
     const char *pg;
     const char *kafka;
     const char *mock_control;   /* NULL without the mock */
+    bool real_kafka;            /* kafka is a real Apache Kafka (started by the stack or external) */
+    const char *kafka_dir;      /* the stack's own Kafka node (kafka.sh DIR); NULL otherwise */
+    const char *kafka_sh;       /* tests/support/kafka.sh; may be NULL */
     const char *stack_dir;      /* may be NULL */
     const char *stack_sh;       /* may be NULL */
     const char *relay_bin;
@@ -47,6 +56,7 @@ struct e2e_relay {
 /** Per-test names and handles. table == topic prefix: unique per process and run. */
 struct e2e_ctx {
     const struct e2e_env *env;
+    const char *kafka;          /* the broker this test uses: env->kafka unless the test set up its own */
     char name[64];              /* e2e_<name>_<pid>_<time> */
     char table[64];             /* unquoted, in schema public */
     char qtable[80];            /* "public"."<table>" */
@@ -155,6 +165,33 @@ char *e2e_relay_log(const struct e2e_relay *r);
 /** Sends one control command to the mock broker. @return false without a mock. */
 bool e2e_mock_command(const struct e2e_ctx *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* ---- real Kafka broker (tests/support/kafka.sh) -------------------------- */
+
+/** Runs `kafka.sh CMD DIR NODE` on the stack's own Kafka node (1): CMD is kill
+ *  (SIGKILL), restart, pause (SIGSTOP) or resume. Asserts it succeeded.
+ *  @return false (doing nothing) when this run has no Kafka node of its own. */
+bool e2e_kafka_node(const struct e2e_ctx *t, const char *cmd, int node);
+
+/** A cluster of its own for one test: @p n nodes started with kafka.sh in the
+ *  test's log directory. */
+struct e2e_kafka_cluster {
+    char dir[600];
+    char bootstrap[256];
+    int n;
+};
+
+/** Starts @p c with @p n nodes (asserts it started). Skips the test without kafka.sh. */
+void e2e_kafka_cluster_start(const struct e2e_ctx *t, struct e2e_kafka_cluster *c, int n);
+
+/** `kafka.sh CMD DIR NODE` on the test's own cluster; asserts success. */
+void e2e_kafka_cluster_node(const struct e2e_kafka_cluster *c, const char *cmd, int node);
+
+/** Stops every node of @p c (safe on a cluster never started). */
+void e2e_kafka_cluster_stop(struct e2e_kafka_cluster *c);
+
+/** @return the node id leading @p partition of @p topic per @p bootstrap's metadata, or -1. */
+int e2e_partition_leader(const char *bootstrap, const char *topic, int partition);
+
 /* ---- Kafka consumer ------------------------------------------------------ */
 
 struct e2e_header {
@@ -190,6 +227,11 @@ struct e2e_msgs {
  *  (low watermark 0) and that the end was reached within @p timeout_ms.
  *  Messages come in (topic order, partition, offset) order. */
 void e2e_consume(const char *const *topics, size_t n_topics, int timeout_ms, struct e2e_msgs *out);
+
+/** e2e_consume from @p bootstrap, as a read_committed consumer if @p read_committed
+ *  (it then stops at the last stable offset: open transactions hold it back). */
+void e2e_consume_from(const char *bootstrap, bool read_committed, const char *const *topics, size_t n_topics,
+                      int timeout_ms, struct e2e_msgs *out);
 
 void e2e_msgs_free(struct e2e_msgs *m);
 

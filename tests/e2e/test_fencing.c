@@ -1,0 +1,142 @@
+/* test_fencing.c — what a real Kafka broker does and librdkafka's mock cluster
+ * does not: a producer whose transactional.id another producer initialised
+ * later is fenced, and read_committed consumers never see what the fenced
+ * producer wrote afterwards (nor its transaction that was open at the time).
+ *
+ * This is the mechanism a relay that lost its leadership must be stopped by:
+ * the old leader is the fenced producer, the new one the fencing producer.
+ * Only meaningful against a real broker: the test skips on the mock. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <criterion/criterion.h>
+
+#include "testlib.h"
+
+static struct e2e_ctx T;
+
+static void fini(void)
+{
+    e2e_teardown(&T);
+}
+
+static rd_kafka_t *transactional_producer(const char *txn_id)
+{
+    char errstr[512];
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    const char *kv[][2] = {
+        {"bootstrap.servers", T.kafka}, {"transactional.id", txn_id}, {"enable.idempotence", "true"},
+        {"acks", "all"}, {"linger.ms", "0"}, {"transaction.timeout.ms", "60000"},
+    };
+    for (size_t i = 0; i < sizeof(kv) / sizeof(kv[0]); i++)
+        cr_assert(rd_kafka_conf_set(conf, kv[i][0], kv[i][1], errstr, sizeof(errstr)) == RD_KAFKA_CONF_OK,
+                  "%s: %s", kv[i][0], errstr);
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
+    cr_assert(rk, "rd_kafka_new: %s", errstr);
+    rd_kafka_error_t *err = rd_kafka_init_transactions(rk, 60000);
+    cr_assert(!err, "init_transactions(%s): %s", txn_id, err ? rd_kafka_error_string(err) : "");
+    return rk;
+}
+
+/* Produces one message with key @p key and value @p value; waits for its
+ * delivery report. @return the report's error. */
+static rd_kafka_resp_err_t produce_one(rd_kafka_t *rk, const char *topic, const char *key, const char *value)
+{
+    rd_kafka_resp_err_t err = rd_kafka_producev(
+        rk, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_PARTITION(0), RD_KAFKA_V_KEY(key, strlen(key)),
+        RD_KAFKA_V_VALUE((void *)value, strlen(value)), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END);
+    if (err)
+        return err;
+    rd_kafka_flush(rk, 30000);
+    return RD_KAFKA_RESP_ERR_NO_ERROR;
+}
+
+static void commit_or_fail(rd_kafka_t *rk, const char *what)
+{
+    rd_kafka_error_t *err = rd_kafka_commit_transaction(rk, 60000);
+    cr_assert(!err, "%s: commit_transaction: %s", what, err ? rd_kafka_error_string(err) : "");
+}
+
+static size_t count_value(const struct e2e_msgs *m, const char *value)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < m->n; i++)
+        if (m->v[i].value && !strcmp(m->v[i].value, value))
+            n++;
+    return n;
+}
+
+Test(e2e, fenced_producer_writes_stay_invisible, .fini = fini, .timeout = 240)
+{
+    e2e_setup(&T, "fencing");
+    if (!T.env->real_kafka)
+        cr_skip_test("needs a real Kafka broker: the mock does not fence producers");
+
+    char topic[128], txn_id[128];
+    snprintf(topic, sizeof(topic), "%s.fencing", T.table);
+    snprintf(txn_id, sizeof(txn_id), "%s-relay", T.table);
+
+    /* The old leader: one committed transaction, then one left open. */
+    rd_kafka_t *old = transactional_producer(txn_id);
+    cr_assert(!rd_kafka_begin_transaction(old));
+    cr_assert_eq(produce_one(old, topic, "a1", "old-committed"), RD_KAFKA_RESP_ERR_NO_ERROR);
+    commit_or_fail(old, "old leader");
+    cr_assert(!rd_kafka_begin_transaction(old));
+    cr_assert_eq(produce_one(old, topic, "a1", "old-open-at-takeover"), RD_KAFKA_RESP_ERR_NO_ERROR);
+
+    /* The new leader initialises the same transactional.id: the broker bumps the
+     * epoch, aborts the old leader's open transaction and fences it. */
+    rd_kafka_t *new = transactional_producer(txn_id);
+    cr_assert(!rd_kafka_begin_transaction(new));
+    cr_assert_eq(produce_one(new, topic, "a1", "new-committed"), RD_KAFKA_RESP_ERR_NO_ERROR);
+    commit_or_fail(new, "new leader");
+
+    /* The old leader, resumed, goes on as if it still led. Every way forward
+     * must fail: a produce inside its transaction, or its commit. */
+    rd_kafka_resp_err_t perr = produce_one(old, topic, "a1", "old-after-fencing");
+    rd_kafka_error_t *cerr = rd_kafka_commit_transaction(old, 30000);
+    cr_assert(cerr != NULL, "the fenced producer committed a transaction after the new one initialised "
+              "(produce error: %s)", rd_kafka_err2str(perr));
+    char errstr[512];
+    rd_kafka_resp_err_t fatal = rd_kafka_fatal_error(old, errstr, sizeof(errstr));
+    cr_assert(rd_kafka_error_is_fatal(cerr) || fatal,
+              "the fenced producer's failure is not fatal: %s", rd_kafka_error_string(cerr));
+    fprintf(stderr, "fenced producer: commit failed with %s (fatal: %s)\n", rd_kafka_error_string(cerr),
+            fatal ? errstr : "-");
+    rd_kafka_error_destroy(cerr);
+
+    /* A second epoch of the new leader still commits: the fencing costs it nothing. */
+    cr_assert(!rd_kafka_begin_transaction(new));
+    cr_assert_eq(produce_one(new, topic, "a1", "new-second"), RD_KAFKA_RESP_ERR_NO_ERROR);
+    commit_or_fail(new, "new leader, second transaction");
+
+    const char *topics[] = {topic};
+    struct e2e_msgs committed, everything;
+    e2e_consume_from(T.kafka, true, topics, 1, 60000, &committed);
+    e2e_consume_from(T.kafka, false, topics, 1, 60000, &everything);
+
+    struct e2e_report rep = {0};
+    e2e_check(&rep, count_value(&committed, "old-committed") == 1, "the old leader's committed write is missing");
+    e2e_check(&rep, count_value(&committed, "new-committed") == 1, "the new leader's first write is missing");
+    e2e_check(&rep, count_value(&committed, "new-second") == 1, "the new leader's second write is missing");
+    e2e_check(&rep, count_value(&committed, "old-open-at-takeover") == 0,
+              "a read_committed consumer sees the transaction the old leader had open when it was fenced");
+    e2e_check(&rep, count_value(&committed, "old-after-fencing") == 0,
+              "a read_committed consumer sees a write of the fenced producer");
+    e2e_check(&rep, committed.n == 3, "read_committed consumer got %zu messages, expected 3", committed.n);
+    /* The aborted write is in the log all the same: only the isolation level hides it. */
+    e2e_check(&rep, count_value(&everything, "old-open-at-takeover") == 1,
+              "a read_uncommitted consumer does not see the aborted write (the test would prove nothing)");
+    /* The last committed message of the key is the new leader's, as compaction keeps it. */
+    e2e_check(&rep, committed.n > 0 && committed.v[committed.n - 1].value &&
+                    !strcmp(committed.v[committed.n - 1].value, "new-second"),
+              "the key's last committed message is not the new leader's latest");
+    e2e_report_assert(&rep, "fencing");
+
+    e2e_msgs_free(&committed);
+    e2e_msgs_free(&everything);
+    rd_kafka_destroy(old);
+    rd_kafka_destroy(new);
+}

@@ -1,0 +1,236 @@
+#!/usr/bin/env bash
+# kafka.sh — a real Apache Kafka cluster (KRaft, no ZooKeeper) for the tests.
+#
+#   kafka.sh fetch                  puts the broker's jars in the cache (Maven); prints the directory
+#   kafka.sh start DIR [N]          N nodes (default 1), each broker and controller, on free
+#                                   loopback ports; data, config and logs in DIR; prints the
+#                                   bootstrap servers (also in DIR/bootstrap)
+#   kafka.sh stop DIR               stops every node (SIGTERM, then SIGKILL); safe to run twice
+#   kafka.sh kill DIR NODE          SIGKILL one node (a crash; its data stays)
+#   kafka.sh restart DIR NODE       starts a stopped or killed node again, same ports and data
+#   kafka.sh pause DIR NODE         SIGSTOP one node: connections stay open, nothing answers
+#   kafka.sh resume DIR NODE        SIGCONT
+#   kafka.sh status DIR             exit 0 if every node runs
+#
+# The version is pinned in tests/support/kafka/pom.xml. The jars come from Maven
+# Central through `mvn dependency:copy-dependencies` into the cache directory
+# (OUTBOX_RELAY_KAFKA_CACHE; default /var/cache/outbox-relay-tests as root, else
+# ~/.cache/outbox-relay), once. As root the nodes run as `nobody`.
+#
+# Test settings: replication factor min(N, 3) for every topic including the
+# offsets and transaction state logs, min.insync.replicas 2 from three nodes
+# on, auto-created topics with 4 partitions, 1 MiB segments, brokers fenced
+# 4 s after their last heartbeat (a killed leader is replaced quickly).
+set -euo pipefail
+
+SELF=$(readlink -f "${BASH_SOURCE[0]}")
+HERE=$(dirname "$SELF")
+# shellcheck source=tests/support/common.sh
+. "$HERE/common.sh"
+START_TIMEOUT=${OUTBOX_RELAY_KAFKA_START_TIMEOUT:-90}
+HEAP=${OUTBOX_RELAY_KAFKA_HEAP:-512m}
+RUN_AS=nobody
+
+die() { echo "kafka.sh: error: $*" >&2; exit 1; }
+note() { echo "kafka.sh: $*" >&2; }
+usage() { sed -n '2,24p' "$SELF" | sed 's/^# \{0,1\}//' >&2; exit 64; }
+
+kafka_version() { sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' "$HERE/kafka/pom.xml"; }
+
+cache_dir() {
+    local base
+    if [ -n "${OUTBOX_RELAY_KAFKA_CACHE:-}" ]; then
+        base=$OUTBOX_RELAY_KAFKA_CACHE
+    elif [ "$(id -u)" = 0 ]; then
+        base=/var/cache/outbox-relay-tests
+    else
+        base=${XDG_CACHE_HOME:-$HOME/.cache}/outbox-relay
+    fi
+    echo "$base/kafka-$(kafka_version)"
+}
+
+cmd_fetch() {
+    local dir tmp
+    dir=$(cache_dir)
+    if [ -f "$dir/complete" ]; then echo "$dir/libs"; return 0; fi
+    command -v mvn >/dev/null || die "mvn not found (apt-get install maven)"
+    command -v java >/dev/null || die "java not found (apt-get install openjdk-17-jre-headless)"
+    note "fetching Kafka $(kafka_version) with Maven into $dir"
+    mkdir -p "$dir"
+    tmp=$(mktemp -d "$dir/fetch.XXXXXX")
+    if ! mvn -B -q -f "$HERE/kafka/pom.xml" dependency:copy-dependencies \
+            -DincludeScope=runtime -DoutputDirectory="$tmp/libs" >"$tmp/mvn.log" 2>&1; then
+        tail -n 30 "$tmp/mvn.log" >&2
+        rm -rf "$tmp"
+        die "mvn could not fetch the Kafka broker"
+    fi
+    rm -rf "$dir/libs"
+    mv "$tmp/libs" "$dir/libs"
+    rm -rf "$tmp"
+    chmod -R a+rX "$dir"
+    touch "$dir/complete"
+    echo "$dir/libs"
+}
+
+# The JVM's command line, into the array JAVA (the class path stays one word).
+java_cmd() {
+    JAVA=(java -Xmx"$HEAP" -Xms64m -XX:+UseSerialGC -Djava.awt.headless=true
+          -Dlog4j.configuration="file:$HERE/kafka/log4j.properties" -cp "$1/*")
+}
+
+write_config() {
+    local dir=$1 node=$2 n=$3 voters=$4 rf=$(( $3 < 3 ? $3 : 3 )) isr=1
+    [ "$n" -ge 3 ] && isr=2
+    cat > "$dir/node-$node/server.properties" <<EOF
+# written by kafka.sh: a throwaway test node
+process.roles=broker,controller
+node.id=$node
+controller.quorum.voters=$voters
+listeners=PLAINTEXT://127.0.0.1:$(cat "$dir/node-$node/port"),CONTROLLER://127.0.0.1:$(cat "$dir/node-$node/controller_port")
+advertised.listeners=PLAINTEXT://127.0.0.1:$(cat "$dir/node-$node/port")
+controller.listener.names=CONTROLLER
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+inter.broker.listener.name=PLAINTEXT
+log.dirs=$dir/node-$node/data
+auto.create.topics.enable=true
+num.partitions=4
+default.replication.factor=$rf
+min.insync.replicas=$isr
+offsets.topic.replication.factor=$rf
+offsets.topic.num.partitions=4
+transaction.state.log.replication.factor=$rf
+transaction.state.log.min.isr=$isr
+transaction.state.log.num.partitions=4
+group.initial.rebalance.delay.ms=0
+log.segment.bytes=1048576
+num.network.threads=2
+num.io.threads=2
+background.threads=2
+broker.heartbeat.interval.ms=1000
+broker.session.timeout.ms=4000
+EOF
+}
+
+node_started() {
+    local dir=$1 node=$2 since=$3
+    # A node is up once its broker reached STARTED after the given log offset.
+    tail -c +"$((since + 1))" "$dir/node-$node/kafka.log" 2>/dev/null |
+        grep -q "BrokerServer id=$node\] Transition from STARTING to STARTED"
+}
+
+# Waits until the nodes given after DIR logged STARTED past their recorded log offset.
+wait_started() {
+    local dir=$1; shift
+    local deadline=$((SECONDS + START_TIMEOUT)) node pending
+    while :; do
+        pending=""
+        for node in "$@"; do
+            node_started "$dir" "$node" "$(cat "$dir/node-$node/log_offset")" || pending="$pending $node"
+            pid_alive "$(cat "$dir/node-$node/pid")" ||
+                { tail -n 30 "$dir/node-$node/kafka.log" >&2; die "node $node exited at start (log: $dir/node-$node/kafka.log)"; }
+        done
+        [ -z "$pending" ] && return 0
+        [ $SECONDS -lt $deadline ] || die "node(s)$pending did not start within ${START_TIMEOUT}s (logs in $dir)"
+        sleep 0.2
+    done
+}
+
+start_nodes() {
+    local dir=$1 libs=$2; shift 2
+    local node drop=() JAVA
+    java_cmd "$libs"
+    # As root the JVM runs unprivileged.
+    [ "$(id -u)" = 0 ] && drop=(setpriv --reuid="$RUN_AS" --regid="$(id -g "$RUN_AS")" --clear-groups --)
+    for node in "$@"; do
+        stat -c %s "$dir/node-$node/kafka.log" 2>/dev/null > "$dir/node-$node/log_offset" ||
+            echo 0 > "$dir/node-$node/log_offset"
+        # setsid: the node outlives this script and gets no terminal signals;
+        # setsid and setpriv exec, so the recorded pid is the JVM's (kill, pause).
+        setsid "${drop[@]}" "${JAVA[@]}" kafka.Kafka \
+            "$dir/node-$node/server.properties" </dev/null >>"$dir/node-$node/kafka.log" 2>&1 &
+        echo $! > "$dir/node-$node/pid"
+    done
+    wait_started "$dir" "$@"
+}
+
+cmd_start() {
+    local dir=$1 n=${2:-1} libs node voters="" cluster_id t0=$SECONDS
+    [[ $n =~ ^[1-9]$ ]] || die "node count must be 1..9"
+    if [ -s "$dir/bootstrap" ] && cmd_status "$dir" >/dev/null 2>&1; then
+        note "cluster in $dir already running"; cat "$dir/bootstrap"; return 0
+    fi
+    libs=$(cmd_fetch)
+    mkdir -p "$dir"
+    dir=$(cd "$dir" && pwd -P)
+    for node in $(seq 1 "$n"); do
+        mkdir -p "$dir/node-$node"
+        free_port > "$dir/node-$node/port" || die "no free port"
+        free_port > "$dir/node-$node/controller_port" || die "no free port"
+        voters="$voters${voters:+,}$node@127.0.0.1:$(cat "$dir/node-$node/controller_port")"
+    done
+    cluster_id=$(java -cp "$libs/*" kafka.tools.StorageTool random-uuid 2>/dev/null | tail -n 1)
+    for node in $(seq 1 "$n"); do
+        write_config "$dir" "$node" "$n" "$voters"
+        java -cp "$libs/*" -Dlog4j.configuration="file:$HERE/kafka/log4j.properties" \
+            kafka.tools.StorageTool format --ignore-formatted -t "$cluster_id" \
+            -c "$dir/node-$node/server.properties" >"$dir/node-$node/format.log" 2>&1 ||
+            { cat "$dir/node-$node/format.log" >&2; die "formatting node $node failed"; }
+    done
+    echo "$n" > "$dir/nodes"
+    if [ "$(id -u)" = 0 ]; then
+        chmod 0755 "$dir"
+        chown -R "$RUN_AS" "$dir"/node-*
+    fi
+    start_nodes "$dir" "$libs" $(seq 1 "$n")
+    local bs=""
+    for node in $(seq 1 "$n"); do bs="$bs${bs:+,}127.0.0.1:$(cat "$dir/node-$node/port")"; done
+    echo "$bs" > "$dir/bootstrap"
+    echo "$((SECONDS - t0))" > "$dir/startup_seconds"
+    note "Kafka $(kafka_version), $n node(s) at $bs, up in $((SECONDS - t0)) s"
+    echo "$bs"
+}
+
+node_pid() {
+    local dir=$1 node=$2
+    [ -f "$dir/node-$node/pid" ] || die "no node $node in $dir"
+    cat "$dir/node-$node/pid"
+}
+
+cmd_stop() {
+    local dir=$1 d
+    [ -d "$dir" ] || return 0
+    for d in "$dir"/node-*; do
+        [ -f "$d/pid" ] || continue
+        kill -CONT "$(cat "$d/pid")" 2>/dev/null || true
+        stop_pid "$(cat "$d/pid")" 100
+        rm -f "$d/pid"
+    done
+    rm -f "$dir/bootstrap"
+}
+
+cmd_status() {
+    local dir=$1 d ok=0
+    [ -f "$dir/nodes" ] || { echo "no cluster in $dir"; return 1; }
+    for d in "$dir"/node-*; do
+        if [ -f "$d/pid" ] && pid_alive "$(cat "$d/pid")"; then :; else echo "${d##*/} down"; ok=1; fi
+    done
+    [ $ok = 0 ] && echo up
+    return $ok
+}
+
+[ $# -ge 1 ] || usage
+cmd=$1; shift
+case $cmd in
+    fetch)   [ $# = 0 ] || usage; cmd_fetch ;;
+    start)   [ $# = 1 ] || [ $# = 2 ] || usage; cmd_start "$@" ;;
+    stop)    [ $# = 1 ] || usage; cmd_stop "$1" ;;
+    status)  [ $# = 1 ] || usage; cmd_status "$1" ;;
+    kill)    [ $# = 2 ] || usage; pid=$(node_pid "$1" "$2"); kill -KILL "$pid"
+             for _ in $(seq 1 100); do pid_alive "$pid" || break; sleep 0.05; done ;;
+    restart) [ $# = 2 ] || usage; pid=$(node_pid "$1" "$2")
+             pid_alive "$pid" && die "node $2 is still running"
+             start_nodes "$1" "$(cmd_fetch)" "$2" ;;
+    pause)   [ $# = 2 ] || usage; kill -STOP "$(node_pid "$1" "$2")" ;;
+    resume)  [ $# = 2 ] || usage; kill -CONT "$(node_pid "$1" "$2")" ;;
+    *) usage ;;
+esac
