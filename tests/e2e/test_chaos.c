@@ -2,8 +2,9 @@
  *
  * A writer thread commits events continuously over many aggregates while the
  * test SIGKILLs the relay three times (starting a new one each time), restarts
- * PostgreSQL once, takes every broker down for a while once and makes produce
- * requests fail with retriable errors. Then it waits until every row is
+ * PostgreSQL once, takes every broker down for a while once (the mock's
+ * brokers, or a real one SIGKILLed and restarted) and makes produce requests
+ * fail with retriable errors (on a real broker: hangs it for 4 s). Then it waits until every row is
  * marked, reads everything back and asserts: nothing lost, duplicates only of
  * rows that were unmarked at a kill, per-aggregate order of first deliveries,
  * every row marked. */
@@ -28,6 +29,8 @@ static void fini(void)
     if (T.env) {
         e2e_mock_command(&T, "up -1");
         e2e_mock_command(&T, "clear");
+        e2e_kafka_node(&T, "resume", 1);
+        e2e_kafka_node(&T, "restart", 1);
     }
     e2e_teardown(&T);
 }
@@ -152,8 +155,9 @@ static void until(int64_t t0, int at, struct e2e_relay *r)
 Test(e2e, chaos, .fini = fini, .timeout = 290)
 {
     e2e_setup(&T, "chaos");
-    if (!T.env->mock_control || !T.env->stack_sh || !T.env->stack_dir)
-        cr_skip_test("needs the mock broker and the stack script");
+    bool mock = T.env->mock_control != NULL;
+    if ((!mock && !T.env->kafka_dir) || !T.env->stack_sh || !T.env->stack_dir)
+        cr_skip_test("needs the stack script and a broker it controls (the mock, or its own Kafka node)");
     e2e_migrate(&T);
 
     struct writer w;
@@ -171,12 +175,20 @@ Test(e2e, chaos, .fini = fini, .timeout = 290)
     relay = kill_and_restart(relay, &unmarked, &kills);
 
     until(t0, 20000, relay);
-    /* Retriable produce errors, mixed; librdkafka retries them itself. */
-    char cmd[1024] = "errors Produce 30";
-    static const char *const errs[] = {"NOT_ENOUGH_REPLICAS", "REQUEST_TIMED_OUT", "NOT_LEADER_FOR_PARTITION"};
-    for (int i = 0; i < 30; i++)
-        snprintf(cmd + strlen(cmd), sizeof(cmd) - strlen(cmd), " %s", errs[i % 3]);
-    cr_assert(e2e_mock_command(&T, "%s", cmd));
+    if (mock) {
+        /* Retriable produce errors, mixed; librdkafka retries them itself. */
+        char cmd[1024] = "errors Produce 30";
+        static const char *const errs[] = {"NOT_ENOUGH_REPLICAS", "REQUEST_TIMED_OUT", "NOT_LEADER_FOR_PARTITION"};
+        for (int i = 0; i < 30; i++)
+            snprintf(cmd + strlen(cmd), sizeof(cmd) - strlen(cmd), " %s", errs[i % 3]);
+        cr_assert(e2e_mock_command(&T, "%s", cmd));
+    } else {
+        /* A real broker cannot be told to fail requests: it hangs for 4 s instead. */
+        fprintf(stderr, "e2e: chaos: broker hung for 4 s\n");
+        cr_assert(e2e_kafka_node(&T, "pause", 1));
+        e2e_sleep_ms(4000);
+        cr_assert(e2e_kafka_node(&T, "resume", 1));
+    }
 
     until(t0, 30000, relay);
     fprintf(stderr, "e2e: chaos: restarting PostgreSQL\n");
@@ -184,12 +196,12 @@ Test(e2e, chaos, .fini = fini, .timeout = 290)
 
     until(t0, 50000, relay);
     fprintf(stderr, "e2e: chaos: all brokers down for 10 s\n");
-    cr_assert(e2e_mock_command(&T, "down -1"));
+    cr_assert(mock ? e2e_mock_command(&T, "down -1") : e2e_kafka_node(&T, "kill", 1));
     /* Killed during the outage: a whole batch is produced but unacknowledged. */
     until(t0, 56000, relay);
     relay = kill_and_restart(relay, &unmarked, &kills);
     until(t0, 60000, relay);
-    cr_assert(e2e_mock_command(&T, "up -1"));
+    cr_assert(mock ? e2e_mock_command(&T, "up -1") : e2e_kafka_node(&T, "restart", 1));
 
     until(t0, 75000, relay);
     relay = kill_and_restart(relay, &unmarked, &kills);

@@ -7,7 +7,8 @@
 #                                   bootstrap servers (also in DIR/bootstrap)
 #   kafka.sh stop DIR               stops every node (SIGTERM, then SIGKILL); safe to run twice
 #   kafka.sh kill DIR NODE          SIGKILL one node (a crash; its data stays)
-#   kafka.sh restart DIR NODE       starts a stopped or killed node again, same ports and data
+#   kafka.sh restart DIR NODE       starts a killed node again, same ports and data (a running
+#                                   node is left alone)
 #   kafka.sh pause DIR NODE         SIGSTOP one node: connections stay open, nothing answers
 #   kafka.sh resume DIR NODE        SIGCONT
 #   kafka.sh status DIR             exit 0 if every node runs
@@ -227,8 +228,8 @@ case $cmd in
     status)  [ $# = 1 ] || usage; cmd_status "$1" ;;
     kill)    [ $# = 2 ] || usage; pid=$(node_pid "$1" "$2"); kill -KILL "$pid"
              for _ in $(seq 1 100); do pid_alive "$pid" || break; sleep 0.05; done ;;
-    restart) [ $# = 2 ] || usage; pid=$(node_pid "$1" "$2")
-             pid_alive "$pid" && die "node $2 is still running"
+    restart) [ $# = 2 ] || usage
+             if pid_alive "$(node_pid "$1" "$2")"; then note "node $2 is running"; exit 0; fi
              start_nodes "$1" "$(cmd_fetch)" "$2" ;;
     pause)   [ $# = 2 ] || usage; kill -STOP "$(node_pid "$1" "$2")" ;;
     resume)  [ $# = 2 ] || usage; kill -CONT "$(node_pid "$1" "$2")" ;;
