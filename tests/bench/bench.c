@@ -37,6 +37,15 @@ static int n_relay_opts;
 
 static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 
+/* What the figures were measured against: tests/bench/run names it. */
+static const char *broker_name(void)
+{
+    const char *named = getenv("BENCH_BROKER");
+    if (named && *named)
+        return named;
+    return getenv("OUTBOX_RELAY_TEST_MOCK_CONTROL") ? "librdkafka mock cluster" : "external";
+}
+
 static void die(const char *fmt, ...)
 {
     va_list ap;
@@ -524,7 +533,7 @@ static void machine_json(FILE *o)
             sysconf(_SC_NPROCESSORS_ONLN), model,
             (double)pages * (double)psize / (1024.0 * 1024 * 1024), PQlibVersion(),
             rd_kafka_version_str(),
-            getenv("OUTBOX_RELAY_TEST_MOCK_CONTROL") ? "librdkafka mock cluster" : "external");
+            broker_name());
 }
 
 static void drain_json(FILE *o, const char *name, const struct drain_result *d,
@@ -641,7 +650,8 @@ int main(int argc, char **argv)
             growth <= 10 ? "true" : "false");
 
     /* The short table for people, on stderr. */
-    fprintf(stderr, "\n%-28s %12s %12s\n", "scenario", "rows/s", "vs floor");
+    fprintf(stderr, "\nbroker: %s\n", broker_name());
+    fprintf(stderr, "%-28s %12s %12s\n", "scenario", "rows/s", "vs floor");
     fprintf(stderr, "%-28s %12.0f %12s\n", "SQL floor (PL/pgSQL)", floor.rows_per_s, "1.00");
     fprintf(stderr, "%-28s %12.0f %12.2f\n", "relay drain (mark)", d_mark.rows_per_s,
             d_mark.rows_per_s / floor.rows_per_s);
