@@ -113,7 +113,7 @@ long config_parse_duration(const char *text);
 bool config_key_is_secret(const char *key);
 
 /** @return a newly allocated copy of a libpq conninfo (key=value or URI form)
- *  with its password replaced by "********". */
+ *  with its password replaced by "********" (redact_conninfo()). */
 char *config_redact_conninfo(const char *conninfo);
 
 /** Writes the effective configuration as INI, secrets redacted. */

@@ -41,6 +41,11 @@ void log_write(enum log_level level, const char *msg, const char *kvfmt, ...)
  *  at most four times per call. Long values are cut. */
 const char *log_quote(const char *s);
 
+/** log_quote() for text libpq wrote after being handed @p conninfo (connection
+ *  and conninfo parse errors): every secret of the conninfo is replaced first
+ *  (redact_message()), since libpq quotes pieces of it that can be the password. */
+const char *log_quote_pq(const char *conninfo, const char *message);
+
 void log_vwrite(enum log_level level, const char *msg, const char *kvfmt, va_list ap)
     __attribute__((format(printf, 3, 0)));
 

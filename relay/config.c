@@ -15,9 +15,10 @@
 #include "event.h"
 #include "http.h"
 #include "log.h"
+#include "redact.h"
 #include "sql.h"
 
-#define REDACTED "********"
+#define REDACTED REDACT_PLACEHOLDER
 
 enum param_type {
     PARAM_STRING,
@@ -748,170 +749,9 @@ bool config_key_is_secret(const char *key)
     return strcasestr(key, "password") || strcasestr(key, "secret");
 }
 
-/* Case-insensitive search of @p needle in the @p n bytes at @p s. */
-static bool span_has(const char *s, size_t n, const char *needle)
-{
-    size_t m = strlen(needle);
-    for (size_t i = 0; i + m <= n; i++) {
-        if (!strncasecmp(s + i, needle, m))
-            return true;
-    }
-    return false;
-}
-
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
-/* A URI query key is percent-encoded: "pass%77ord" is still a password. */
-static bool uri_key_is_secret(const char *k, size_t n)
-{
-    char key[64];
-    size_t len = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (len + 1 >= sizeof key)
-            return true; /* no libpq keyword is this long; mask rather than guess */
-        char c = k[i];
-        if (c == '%' && i + 2 < n && hexval(k[i + 1]) >= 0 && hexval(k[i + 2]) >= 0) {
-            c = (char)(hexval(k[i + 1]) * 16 + hexval(k[i + 2]));
-            i += 2;
-        }
-        key[len++] = c;
-    }
-    return span_has(key, len, "password");
-}
-
-/* libpq's URI: postgres[ql]://[user[:password]@][host][/dbname][?param=value&…].
- * The userinfo ends at the LAST '@' before the query: a stray '@' or '/' in a
- * password then over-redacts instead of leaking. */
-static void redact_uri(FILE *out, const char *s, size_t scheme_len)
-{
-    const char *auth = s + scheme_len;
-    const char *query = strchr(auth, '?');
-    const char *end = query ? query : auth + strlen(auth);
-    const char *at = memrchr(auth, '@', (size_t)(end - auth));
-    const char *colon = at ? memchr(auth, ':', (size_t)(at - auth)) : NULL;
-
-    if (colon) {
-        fwrite(s, 1, (size_t)(colon + 1 - s), out);
-        fputs(REDACTED, out);
-        fwrite(at, 1, (size_t)(end - at), out);
-    } else {
-        fwrite(s, 1, (size_t)(end - s), out);
-    }
-    if (!query)
-        return;
-
-    fputc('?', out);
-    for (const char *p = query + 1;;) {
-        const char *amp = strchrnul(p, '&');
-        const char *eq = memchr(p, '=', (size_t)(amp - p));
-        if (eq && uri_key_is_secret(p, (size_t)(eq - p))) {
-            fwrite(p, 1, (size_t)(eq + 1 - p), out);
-            fputs(REDACTED, out);
-        } else {
-            fwrite(p, 1, (size_t)(amp - p), out);
-        }
-        if (!*amp)
-            break;
-        fputc('&', out);
-        p = amp + 1;
-    }
-}
-
-static bool conn_space(char c)
-{
-    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
-}
-
-/* Follows libpq's conninfo_parse(): keyword [ws] = [ws] value, the value
- * either bare or in single quotes, with backslash escapes in both. Copies the
- * text as written, masking secret values. @return false on a syntax error,
- * having written nothing of the token that failed. */
-static bool redact_kv(FILE *out, const char *s)
-{
-    const char *p = s;
-    for (;;) {
-        const char *ws = p;
-        while (conn_space(*p))
-            p++;
-        fwrite(ws, 1, (size_t)(p - ws), out);
-        if (!*p)
-            return true;
-
-        const char *kw = p;
-        while (*p && !conn_space(*p) && *p != '=')
-            p++;
-        size_t kwlen = (size_t)(p - kw);
-        while (conn_space(*p))
-            p++;
-        if (*p != '=' || kwlen == 0)
-            return false;
-        p++;
-        while (conn_space(*p))
-            p++;
-
-        const char *val = p;
-        if (*p == '\'') {
-            for (p++; *p && *p != '\''; p++) {
-                if (*p == '\\' && p[1])
-                    p++;
-            }
-            if (*p != '\'')
-                return false;
-            p++;
-        } else {
-            for (; *p && !conn_space(*p); p++) {
-                if (*p == '\\' && p[1])
-                    p++;
-            }
-        }
-
-        /* A dbname may itself be a connection string (expand_dbname). */
-        bool secret = span_has(kw, kwlen, "password") ||
-                      (kwlen == 6 && !strncmp(kw, "dbname", 6) &&
-                       (memchr(val, '=', (size_t)(p - val)) ||
-                        span_has(val, (size_t)(p - val), "://")));
-        if (secret) {
-            fwrite(kw, 1, (size_t)(val - kw), out);
-            fputs(REDACTED, out);
-        } else {
-            fwrite(kw, 1, (size_t)(p - kw), out);
-        }
-    }
-}
-
 char *config_redact_conninfo(const char *conninfo)
 {
-    if (!conninfo)
-        conninfo = "";
-
-    char *res = NULL;
-    size_t len = 0;
-    FILE *out = open_memstream(&res, &len);
-    if (!out)
-        return NULL;
-
-    if (!strncmp(conninfo, "postgresql://", 13))
-        redact_uri(out, conninfo, 13);
-    else if (!strncmp(conninfo, "postgres://", 11))
-        redact_uri(out, conninfo, 11);
-    else if (!redact_kv(out, conninfo))
-        fputs(REDACTED, out); /* unparsable: keep what was understood, mask the rest */
-
-    bool failed = ferror(out) != 0;
-    if (fclose(out) != 0 || failed) {
-        free(res);
-        return NULL;
-    }
-    return res;
+    return redact_conninfo(conninfo);
 }
 
 /* --- the dump ------------------------------------------------------------ */

@@ -473,7 +473,8 @@ int dead_main(const struct relay_config *cfg, int argc, char **argv)
     const char *const values[] = {cfg->pg_conninfo, "outbox-relay dead", NULL};
     PGconn *conn = PQconnectdbParams(keys, values, 1);
     if (PQstatus(conn) != CONNECTION_OK) {
-        log_error("cannot connect to postgres", "error=%s", log_quote(PQerrorMessage(conn)));
+        log_error("cannot connect to postgres", "error=%s",
+                  log_quote_pq(cfg->pg_conninfo, PQerrorMessage(conn)));
         PQfinish(conn);
         sql_dead_free(&q);
         strbuf_free(&a.ids);

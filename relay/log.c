@@ -13,6 +13,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "redact.h"
+
 static enum log_level min_level = LOG_LVL_INFO;
 static enum log_format line_format = LOG_FORMAT_LOGFMT;
 
@@ -104,6 +106,15 @@ const char *log_quote(const char *s)
     size_t pos = put_quoted(buf, 0, sizeof(ring[0]) - 1, tmp);
     buf[pos] = '\0';
     return buf;
+}
+
+const char *log_quote_pq(const char *conninfo, const char *message)
+{
+    /* Redact before log_quote() cuts the text: a cut password no longer matches. */
+    char *clean = redact_message(conninfo, message);
+    const char *quoted = log_quote(clean ? clean : "(message withheld: no memory to redact it)");
+    free(clean);
+    return quoted;
 }
 
 /* ---- JSON ------------------------------------------------------------ */

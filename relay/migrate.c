@@ -93,7 +93,8 @@ int migrate_run(const struct relay_config *cfg)
 {
     PGconn *conn = PQconnectdb(cfg->pg_conninfo);
     if (PQstatus(conn) != CONNECTION_OK) {
-        log_error("cannot connect to postgres", "error=%s", log_quote(PQerrorMessage(conn)));
+        log_error("cannot connect to postgres", "error=%s",
+                  log_quote_pq(cfg->pg_conninfo, PQerrorMessage(conn)));
         PQfinish(conn);
         return -EHOSTUNREACH;
     }

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "redact.h"
 
 static void on_poll(uv_poll_t *h, int status, int events);
 
@@ -80,8 +81,11 @@ static void teardown(struct pg_conn *pg)
  * then the owner hears about it once. */
 static void lost(struct pg_conn *pg, const char *why)
 {
+    /* libpq's messages may quote the conninfo, password included; the owner logs them. */
+    char *clean = redact_message(pg->conninfo, why && *why ? why : "connection lost");
     char msg[512];
-    snprintf(msg, sizeof(msg), "%s", why && *why ? why : "connection lost");
+    snprintf(msg, sizeof(msg), "%s", clean ? clean : "connection lost");
+    free(clean);
     size_t n = strlen(msg);
     while (n > 0 && (msg[n - 1] == '\n' || msg[n - 1] == ' '))
         msg[--n] = '\0';
@@ -124,7 +128,8 @@ int pg_connect(struct pg_conn *pg)
         return -ENOMEM;
     PQsetNoticeProcessor(pg->conn, on_notice, pg);
     if (PQstatus(pg->conn) == CONNECTION_BAD) {
-        log_warn("postgres connection failed", "error=%s", log_quote(PQerrorMessage(pg->conn)));
+        log_warn("postgres connection failed", "error=%s",
+                 log_quote_pq(pg->conninfo, PQerrorMessage(pg->conn)));
         teardown(pg);
         return -EIO;
     }
