@@ -116,6 +116,13 @@ bool config_key_is_secret(const char *key);
  *  with its password replaced by "********" (redact_conninfo()). */
 char *config_redact_conninfo(const char *conninfo);
 
+/** Overwrites, in place, the secret part of one "section.key=value" override
+ *  as -X takes it: a conninfo's password (see redact_conninfo()), the whole
+ *  value of a secret key. The text keeps its length (zero bytes pad it), so
+ *  called on argv it hides the secret from ps and /proc/PID/cmdline. Other
+ *  overrides are left as they are. */
+void config_scrub_override(char *override);
+
 /** Writes the effective configuration as INI, secrets redacted. */
 void config_dump(const struct relay_config *cfg, FILE *out);
 

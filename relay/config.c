@@ -754,6 +754,37 @@ char *config_redact_conninfo(const char *conninfo)
     return redact_conninfo(conninfo);
 }
 
+void config_scrub_override(char *override)
+{
+    char *eq = strchr(override, '=');
+    if (!eq)
+        return;
+    char *value = eq + 1;
+    size_t room = strlen(value);
+    const char *dot = memchr(override, '.', (size_t)(eq - override));
+    const char *key_start = dot ? dot + 1 : override;
+    char key[128];
+    snprintf(key, sizeof key, "%.*s", (int)(eq - key_start), key_start);
+
+    char *masked = NULL;
+    if (dot && (size_t)(dot - override) == 8 && !strncmp(override, "postgres", 8) &&
+        !strcmp(key, "conninfo"))
+        masked = redact_conninfo(value); /* host and dbname stay readable in ps */
+    else if (config_key_is_secret(key))
+        masked = strdup(REDACTED);
+    else
+        return;
+    /* The new text must fit the old bytes: what does not fit is cut, which
+     * can only drop text, never reveal it; the rest is zeroed. */
+    size_t n = masked ? strlen(masked) : 0;
+    if (n > room)
+        n = room;
+    if (masked)
+        memcpy(value, masked, n);
+    memset(value + n, '\0', room - n);
+    free(masked);
+}
+
 /* --- the dump ------------------------------------------------------------ */
 
 static void dump_param(const struct relay_config *cfg, const struct param *p, FILE *out)

@@ -110,7 +110,9 @@ int main(int argc, char **argv)
     bool status_json = false;
     char log_format_override[64] = "";
     const char *config_path = NULL;
-    char *overrides[MAX_OVERRIDES];
+    /* Copies of the -X values (static: reachable until exit, whichever return
+     * ends main), read at start and again on SIGHUP. */
+    static char *overrides[MAX_OVERRIDES];
     size_t n_overrides = 0;
 
     /* `dead` has words and flags of its own (dead drop 7 --yes): take them
@@ -130,7 +132,16 @@ int main(int argc, char **argv)
                 fprintf(stderr, "outbox-relay: too many -X options (at most %d)\n", MAX_OVERRIDES);
                 return EXIT_USAGE;
             }
-            overrides[n_overrides++] = optarg;
+            overrides[n_overrides] = strdup(optarg);
+            if (!overrides[n_overrides]) {
+                fprintf(stderr, "outbox-relay: out of memory\n");
+                return EXIT_SOFTWARE;
+            }
+            n_overrides++;
+            /* Like psql and mysql with a password: ps and /proc/PID/cmdline
+             * show argv's memory, so the secret in it is overwritten once the
+             * copy holds it. */
+            config_scrub_override(optarg);
             break;
         case 'h':
             usage(stdout);
