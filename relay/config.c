@@ -764,13 +764,14 @@ void config_scrub_override(char *override)
     const char *dot = memchr(override, '.', (size_t)(eq - override));
     const char *key_start = dot ? dot + 1 : override;
     char key[128];
-    snprintf(key, sizeof key, "%.*s", (int)(eq - key_start), key_start);
+    size_t keylen = (size_t)(eq - key_start);
+    snprintf(key, sizeof key, "%.*s", (int)keylen, key_start);
 
     char *masked = NULL;
     if (dot && (size_t)(dot - override) == 8 && !strncmp(override, "postgres", 8) &&
         !strcmp(key, "conninfo"))
         masked = redact_conninfo(value); /* host and dbname stay readable in ps */
-    else if (config_key_is_secret(key))
+    else if (keylen >= sizeof key || config_key_is_secret(key)) /* too long to tell: mask */
         masked = strdup(REDACTED);
     else
         return;

@@ -138,7 +138,7 @@ int main(int argc, char **argv)
                 return EXIT_SOFTWARE;
             }
             n_overrides++;
-            /* Like psql and mysql with a password: ps and /proc/PID/cmdline
+            /* As the mysql client does with -p: ps and /proc/PID/cmdline
              * show argv's memory, so the secret in it is overwritten once the
              * copy holds it. */
             config_scrub_override(optarg);
