@@ -13,6 +13,13 @@
 
 #define CONFIG_DEFAULT_PATH "/etc/outbox-relay/outbox-relay.conf"
 
+/** Batches the relay keeps in flight at once: while Kafka acknowledges one,
+ *  PostgreSQL claims or marks another. The producer queue must hold them all. */
+#define RELAY_BATCHES_IN_FLIGHT 2
+
+/** librdkafka's default of queue.buffering.max.messages. */
+#define PRODUCER_QUEUE_MESSAGES_DEFAULT 100000
+
 /** One librdkafka producer property from the [kafka] section, in file order. */
 struct config_kv {
     char *key;

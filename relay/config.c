@@ -4,6 +4,7 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <limits.h>
 #include <ini.h>
 #include <librdkafka/rdkafka.h>
 #include <stdarg.h>
@@ -665,11 +666,23 @@ static int check_kafka_kv(const struct config_kv *kv, char *errbuf, size_t errle
 
 int config_validate(const struct relay_config *cfg, char *errbuf, size_t errlen)
 {
+    /* Unset, the producer sizes its queue for the batches in flight. */
+    long queue = LONG_MAX;
     for (size_t i = 0; i < cfg->n_kafka; i++) {
         int rc = check_kafka_kv(&cfg->kafka[i], errbuf, errlen);
         if (rc < 0)
             return rc;
+        if (!strcmp(cfg->kafka[i].key, "queue.buffering.max.messages"))
+            queue = strtol(cfg->kafka[i].value, NULL, 10);
     }
+    /* Every batch in flight must fit the producer's queue at once; otherwise
+     * each one stops early and the relay crawls at a fraction of a batch. */
+    if ((long)cfg->batch_size * RELAY_BATCHES_IN_FLIGHT > queue)
+        return errbuf_fail(errbuf, errlen,
+                           "relay.batch_size=%d needs a producer queue of %ld messages (%d batches in "
+                           "flight) but kafka.queue.buffering.max.messages is %ld",
+                           cfg->batch_size, (long)cfg->batch_size * RELAY_BATCHES_IN_FLIGHT,
+                           RELAY_BATCHES_IN_FLIGHT, queue);
     return 0;
 }
 

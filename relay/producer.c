@@ -31,6 +31,12 @@ static const char *const producer_defaults[][2] = {
      * broker enforcing idempotent sequence numbers (the test broker does not
      * always). Measured with tests/bench/run, drain is faster, not slower. */
     { "max.in.flight.requests.per.connection", "1" },
+    /* A produce request the broker rejects fails all its messages while later
+     * requests of the partition may already be on their way: a gap, and the
+     * failed rows would be published after later rows of their aggregates.
+     * With this, librdkafka raises a fatal error instead of sending on; the
+     * relay replaces the producer and produces the failed rows alone first. */
+    { "enable.gapless.guarantee", "true" },
     { "client.id", "outbox-relay" },
     /* Broker states and queue depth for readiness and metrics. */
     { "statistics.interval.ms", "1000" },
@@ -123,6 +129,14 @@ rd_kafka_conf_t *producer_conf_new(const struct relay_config *cfg, char *errbuf,
             rd_kafka_conf_destroy(conf);
             return NULL;
         }
+    }
+    /* Room for every batch in flight, unless the operator sized the queue
+     * (config_validate then checks that it is large enough). */
+    long need = (long)cfg->batch_size * RELAY_BATCHES_IN_FLIGHT;
+    if (need > PRODUCER_QUEUE_MESSAGES_DEFAULT) {
+        char v[24];
+        snprintf(v, sizeof(v), "%ld", need);
+        rd_kafka_conf_set(conf, "queue.buffering.max.messages", v, err, sizeof(err));
     }
     for (size_t i = 0; i < cfg->n_kafka; i++) {
         if (rd_kafka_conf_set(conf, cfg->kafka[i].key, cfg->kafka[i].value, err, sizeof(err)) !=

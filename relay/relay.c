@@ -48,7 +48,7 @@ enum poison_policy { POISON_HOLD_AGGREGATE = 0, POISON_DEAD_LETTER, POISON_HALT 
 
 /* Several batches may be in flight: while Kafka acknowledges some,
  * PostgreSQL claims or marks another, so neither side waits for the other. */
-#define N_BATCHES 2
+#define N_BATCHES RELAY_BATCHES_IN_FLIGHT
 
 /* A delivery report's opaque: the batch slot in the top bits, the row below. */
 #define OPAQUE_ROW_BITS 20
@@ -60,7 +60,11 @@ struct batch {
     int n_rows;
     int n_outstanding;
     int n_delivered;
+    int n_suspects;             /* rows failed with an error not yet proven their own */
+    rd_kafka_resp_err_t suspect_err;
     bool marked;                /* the delivered rows of this batch are marked */
+    bool alone;                 /* one row, produced while nothing else was: a failure is its own */
+    unsigned claim_gen;         /* r->truncations when the claim was sent */
     bool rescan_after_mark;     /* a claim skipped this batch's id range: claim again after */
     int64_t min_id, max_id;     /* the id range the other batch's claim must skip */
     uint64_t start_ms;
@@ -103,6 +107,19 @@ struct relay {
     bool halt_pending;          /* on_poison=halt: a row of a batch in flight will halt us;
                                    claim and produce nothing more meanwhile */
     bool retention_due;
+    /* A failure reported for several rows of a batch may be one produce
+     * request's (librdkafka gives every message of a rejected request its
+     * error): those rows are charged nothing and produced again one at a
+     * time, oldest first, up to isolate_until_id; only a row that fails
+     * alone is charged. */
+    bool isolating;
+    int64_t isolate_until_id;
+    /* The producer's queue was full: the batch stopped early and its claim
+     * range was cut back to what it produced. No claim until reports free
+     * room; a claim sent before the cut is discarded, since it skipped the
+     * rows the cut batch gave back and could reorder their aggregates. */
+    bool queue_full;
+    unsigned truncations;
     unsigned reconnect_attempt; /* consecutive failed connects: drives the back-off */
     enum poison_policy policy;
     long retention_s;
@@ -167,6 +184,8 @@ static void batch_reset(struct batch *b)
     b->n_rows = 0;
     b->n_outstanding = 0;
     b->n_delivered = 0;
+    b->n_suspects = 0;
+    b->alone = false;
     b->marked = false;
     b->rescan_after_mark = false;
 }
@@ -313,21 +332,38 @@ static void on_report(void *opaque, rd_kafka_resp_err_t err, void *arg)
     } else {
         /* A fatal error fails its batch with the broker's error (e.g.
          * OUT_OF_ORDER_SEQUENCE_NUMBER), possibly before error_cb has run. */
-        bool ours = err_is_ours(err) || producer_fatal(&r->prod);
+        /* After a fatal error, the messages that were merely caught in it are
+         * ours; the one(s) whose error caused it are suspects like any other. */
+        bool ours = err_is_ours(err) || (producer_fatal(&r->prod) && err_is_outage(err));
         bool permanent = err_is_permanent(err), outage = !permanent && err_is_outage(err);
+        /* Not proven the row's own until it fails produced alone. */
+        bool suspect = !ours && !outage && !b->alone;
         /* An outage is nobody's attempt: the row is simply produced again. */
         row_failed(r, b, i, permanent ? STATS_FAIL_PERMANENT : STATS_FAIL_RETRIABLE,
                    permanent ? LIMIT_ONE : outage ? LIMIT_NONE : LIMIT_MAX,
-                   ours || outage ? NULL : rd_kafka_err2name(err));
-        if (outage && !ours)
-            r->st.failed_total[STATS_FAIL_RETRIABLE]++;
-        if (!ours)
+                   ours || outage || suspect ? NULL : rd_kafka_err2name(err));
+        if ((outage || suspect) && !ours)
+            r->st.failed_total[permanent ? STATS_FAIL_PERMANENT : STATS_FAIL_RETRIABLE]++;
+        if (suspect) {
+            b->n_suspects++;
+            r->isolating = true;
+            r->wake = true;
+            if (b->ids[i] > r->isolate_until_id)
+                r->isolate_until_id = b->ids[i];
+            b->suspect_err = err;
+        } else if (!ours) {
             log_warn("delivery failed", "outbox_id=%" PRId64 " error=%s permanent=%s", b->ids[i],
                      rd_kafka_err2name(err), permanent ? "true" : "false");
+        }
     }
     if (--b->n_outstanding == 0) {
         log_debug("batch acknowledged", "batch=%d delivered=%d ms=%" PRIu64, b->slot,
                   b->n_delivered, now_ms(r) - b->start_ms);
+        if (b->n_suspects > 0)
+            log_warn("delivery failed; retrying the rows one at a time before any is charged",
+                     "rows=%d error=%s first_outbox_id=%" PRId64 " retry_up_to_outbox_id=%" PRId64,
+                     b->n_suspects, rd_kafka_err2name(b->suspect_err), b->min_id, r->isolate_until_id);
+        r->queue_full = false; /* this batch's messages left the queue */
         b->phase = PHASE_DELIVERED;
         step(r);
     }
@@ -376,6 +412,24 @@ static void batch_load(struct batch *b, PGresult *res)
         if (b->ids[i] > b->max_id)
             b->max_id = b->ids[i];
     }
+}
+
+/* The batch ends before row @p i: the rows from @p i on stay unsent, so the
+ * id range other claims skip must end before them, or a later row of one of
+ * their aggregates would be claimed and produced first. */
+static void batch_cut(struct relay *r, struct batch *b, int i, bool queue_full)
+{
+    b->max_id = INT64_MIN;
+    b->min_id = INT64_MAX;
+    for (int j = 0; j < i; j++) {
+        if (b->ids[j] < b->min_id)
+            b->min_id = b->ids[j];
+        if (b->ids[j] > b->max_id)
+            b->max_id = b->ids[j];
+    }
+    r->queue_full = queue_full;
+    r->truncations++;
+    r->wake = true;
 }
 
 /* Hands every claimed row to the producer. What can be seen to be poison
@@ -431,15 +485,23 @@ static void produce_rows(struct relay *r, struct batch *b, PGresult *res)
             rc = -EINVAL;
         } else {
             b->state[i] = ROW_PENDING;
+            err[0] = '\0';
             void *opaque = (void *)(((intptr_t)b->slot << OPAQUE_ROW_BITS) | i);
             rc = producer_send(&r->prod, &row, topic, opaque, err, sizeof(err));
         }
 
-        if (rc == -ENOBUFS || rc == -EIO) {
+        if (rc == -ENOBUFS && in_flight(r) == 0) {
+            /* An empty queue cannot take it: it never will. */
+            b->state[i] = ROW_FAILED;
+            snprintf(err + strlen(err), sizeof(err) - strlen(err),
+                     " (larger than the producer queue: queue.buffering.max.kbytes)");
+            rc = -EMSGSIZE;
+        } else if (rc == -ENOBUFS || rc == -EIO) {
             /* Not this row's fault: the rest of the batch is claimed again. */
             b->state[i] = ROW_SKIPPED;
             log_warn("producer cannot take more now", "rows_queued=%d reason=%s", i,
                      log_quote(err));
+            batch_cut(r, b, i, rc == -ENOBUFS);
             break;
         }
         if (rc < 0) {
@@ -478,6 +540,18 @@ static void on_claimed(struct pg_conn *pg, PGresult *res, void *arg)
     }
     int n = PQntuples(res);
     log_debug("claimed", "batch=%d rows=%d ms=%" PRIu64, b->slot, n, now_ms(r) - b->start_ms);
+    if (b->claim_gen != r->truncations) {
+        /* Another batch was cut after this claim skipped its whole range. */
+        batch_reset(b);
+        r->wake = true;
+        step(r);
+        return;
+    }
+    if (b->alone && (n == 0 || strtoll(PQgetvalue(res, 0, CLAIM_ID), NULL, 10) > r->isolate_until_id)) {
+        r->isolating = false; /* every suspect has been produced alone */
+        r->isolate_until_id = 0;
+        b->alone = n > 0;
+    }
     if (r->stopping || n == 0 || r->st.halted || r->halt_pending) {
         batch_reset(b); /* shutting down or halting: claimed rows stay unsent */
         step(r);
@@ -521,7 +595,9 @@ static void claim(struct relay *r, struct batch *b)
         other->rescan_after_mark = true;
     }
     char limit[16], los[24], his[24];
-    snprintf(limit, sizeof(limit), "%d", r->cfg->batch_size);
+    b->alone = r->isolating;
+    b->claim_gen = r->truncations;
+    snprintf(limit, sizeof(limit), "%d", b->alone ? 1 : r->cfg->batch_size);
     snprintf(los, sizeof(los), "%" PRId64, lo);
     snprintf(his, sizeof(his), "%" PRId64, hi);
     const char *params[] = { limit, los, his };
@@ -602,7 +678,7 @@ static void record_failures(struct relay *r, struct batch *b)
         n++;
     }
     if (n == 0) {
-        if (uncounted > 0 && b->n_delivered == 0) {
+        if (uncounted > 0 && b->n_delivered == 0 && b->n_suspects < uncounted) {
             /* Nothing got through: give Kafka a poll interval before retrying. */
             log_warn("no row of the batch reached Kafka; retrying without counting attempts",
                      "failed=%d", uncounted);
@@ -906,7 +982,12 @@ static void step(struct relay *r)
         else if (r->b[k].phase != PHASE_PRODUCING)
             busy = true;
     }
-    if (r->wake && !r->st.halted && !r->halt_pending && free_slot && !busy) {
+    if (in_flight(r) == 0)
+        r->queue_full = false; /* nothing of ours is queued: there is room */
+    /* Rows produced alone go one at a time: nothing else may share their request. */
+    if (r->isolating && !all_empty(r))
+        busy = true;
+    if (r->wake && !r->st.halted && !r->halt_pending && !r->queue_full && free_slot && !busy) {
         claim(r, free_slot);
         return;
     }
