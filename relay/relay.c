@@ -426,8 +426,11 @@ static void produce_rows(struct relay *r, struct batch *b, PGresult *res)
         else
             rc = event_topic_render(r->cfg->topic, row.aggregate_type, row.event_type, topic,
                                     sizeof(topic));
-        if (rc < 0 || !event_topic_valid(topic)) {
-            snprintf(err, sizeof(err), "invalid topic name %s", log_quote(topic));
+        if (rc < 0) {
+            snprintf(err, sizeof(err), "invalid topic name: longer than %zu bytes",
+                     sizeof(topic) - 1);
+            rc = -EINVAL;
+        } else if (event_topic_check(topic, err, sizeof(err)) < 0) {
             rc = -EINVAL;
         } else {
             b->state[i] = ROW_PENDING;
