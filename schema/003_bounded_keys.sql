@@ -10,27 +10,45 @@
 -- They are written twice below, in the constraints and in the enqueue
 -- function; keep the two in step.
 
--- NOT VALID: rows already in the table are not checked, so a table holding a
--- longer value still migrates (and its old rows are still relayed or
--- dead-lettered); every row written from now on is. Validating would scan
--- the whole table while this transaction holds the lock ADD CONSTRAINT takes,
--- stopping writers; an operator can run ALTER TABLE … VALIDATE CONSTRAINT
--- later, which does not. Each constraint is looked up before it is added, so
--- this migration can run again.
+-- Rows already in the table may break a limit, and migrate must not fail on
+-- them: they are still relayed or dead-lettered. NOT VALID alone is not
+-- enough: PostgreSQL checks a constraint on every new row version, so the
+-- relay's UPDATE marking such a row sent would fail (and with it the marks of
+-- its whole batch). So a limit exempts the ids up to the last unsent row that
+-- breaks it (the relay never updates a sent row); found through the pending
+-- and dead-row indexes, under the table lock ADD CONSTRAINT takes anyway, so
+-- no such row can slip in meanwhile. NOT VALID still: validating would scan
+-- every sent row while writers wait. Each constraint is looked up before it
+-- is added, so this migration can run again.
 DO $do$
 DECLARE
     c record;
+    grandfathered bigint;
 BEGIN
+    LOCK TABLE {{schema}}.{{table}} IN ACCESS EXCLUSIVE MODE;
     FOR c IN SELECT * FROM (VALUES
             ('aggregate_id_bytes',   'octet_length("aggregate_id") <= 1024'),
             ('aggregate_type_bytes', 'octet_length("aggregate_type") <= 255'),
             ('event_type_bytes',     'octet_length("event_type") <= 255'),
             ('topic_bytes',          'octet_length("topic") <= 249')) AS v(name, expr)
     LOOP
-        IF NOT EXISTS (SELECT 1 FROM pg_constraint
-                       WHERE conrelid = '{{schema}}.{{table}}'::regclass AND conname = c.name) THEN
+        CONTINUE WHEN EXISTS (SELECT 1 FROM pg_constraint
+                              WHERE conrelid = '{{schema}}.{{table}}'::regclass
+                                AND conname = c.name);
+        EXECUTE format('SELECT greatest('
+                       '(SELECT max("id") FROM {{schema}}.{{table}} WHERE "sent_at" IS NULL '
+                       'AND "dead_at" IS NULL AND NOT (%1$s)), '
+                       '(SELECT max("id") FROM {{schema}}.{{table}} WHERE "dead_at" IS NOT NULL '
+                       'AND "sent_at" IS NULL AND NOT (%1$s)))', c.expr)
+            INTO grandfathered;
+        IF grandfathered IS NULL THEN
             EXECUTE format('ALTER TABLE {{schema}}.{{table}} ADD CONSTRAINT %I CHECK (%s) NOT VALID',
                            c.name, c.expr);
+        ELSE
+            RAISE WARNING 'unsent rows with id <= % break the limit % (%); they are exempt from it',
+                grandfathered, c.name, c.expr;
+            EXECUTE format('ALTER TABLE {{schema}}.{{table}} ADD CONSTRAINT %I '
+                           'CHECK (%s OR "id" <= %s) NOT VALID', c.name, c.expr, grandfathered);
         END IF;
     END LOOP;
 END
