@@ -13,8 +13,9 @@
 #define KAFKA_TOPIC_MAX 249
 #define STR_(x) #x
 #define STR(x) STR_(x)
-/* How much of a rejected topic an error message quotes. */
+/* How much of a rejected topic or header name an error message quotes. */
 #define KAFKA_TOPIC_SHOWN 100
+#define HEADER_NAME_SHOWN 100
 
 static bool topic_char(char c)
 {
@@ -114,7 +115,7 @@ int event_topic_render(const char *tmpl, const char *aggregate_type, const char 
 static void quote_for_error(const char *s, size_t max, char *out, size_t outlen)
 {
     size_t o = 0;
-    for (size_t i = 0; s[i] && i < max && o + 5 < outlen; i++) {
+    for (size_t i = 0; s[i] && i < max && o + 5 <= outlen; i++) {
         unsigned char c = (unsigned char)s[i];
         if (c >= 0x20 && c < 0x7f && c != '\\')
             out[o++] = (char)c;
@@ -253,19 +254,18 @@ int event_headers_build(const struct event_row *row, rd_kafka_headers_t **out, c
         /* Check every member before building, so an error leaves nothing behind. */
         const cJSON *m;
         cJSON_ArrayForEach(m, json) {
-            if (!cJSON_IsString(m)) {
-                int rc = errbuf_fail(errbuf, errlen, "headers member \"%s\" is not a string",
-                              m->string ? m->string : "");
-                cJSON_Delete(json);
-                return rc;
-            }
+            const char *name = m->string ? m->string : "";
             /* Refused, not dropped: the application meant something by it, and a
              * message published without it would silently differ from the row. */
-            if (m->string && event_header_reserved(m->string, strlen(m->string))) {
-                int rc = errbuf_fail(errbuf, errlen,
-                                     "headers member \"%s\" is reserved: the relay writes that "
-                                     "header itself",
-                                     m->string);
+            const char *why = !cJSON_IsString(m) ? "is not a string"
+                              : event_header_reserved(name, strlen(name))
+                                  ? "is reserved: the relay writes that header itself"
+                                  : NULL;
+            if (why) {
+                char shown[4 * HEADER_NAME_SHOWN + 1];
+                quote_for_error(name, HEADER_NAME_SHOWN, shown, sizeof shown);
+                int rc = errbuf_fail(errbuf, errlen, "headers member \"%s%s\" %s", shown,
+                                     strlen(name) > HEADER_NAME_SHOWN ? "..." : "", why);
                 cJSON_Delete(json);
                 return rc;
             }

@@ -292,3 +292,21 @@ Test(event, headers_reserved_names_refused)
     assert_header(h, 6, "Event_ID", "mine");
     rd_kafka_headers_destroy(h);
 }
+
+Test(event, headers_error_quotes_a_bounded_printable_name)
+{
+    /* 300 × "é": the message must keep its reason and stay valid text when
+     * it is cut to fit, as it becomes last_error. */
+    char json[1024] = "{\"";
+    for (int i = 0; i < 300; i++)
+        strcat(json, "\xc3\xa9");
+    strcat(json, "\": 5}");
+    struct event_row row = sample_row(json);
+    rd_kafka_headers_t *h = NULL;
+    char small[512];
+    cr_assert_eq(event_headers_build(&row, &h, small, sizeof small), -EINVAL);
+    cr_assert_not_null(strstr(small, "\\xc3\\xa9"), "%s", small);
+    cr_assert_not_null(strstr(small, "\\xa9...\" is not a string"), "%s", small);
+    for (const char *p = small; *p; p++)
+        cr_assert_lt((unsigned char)*p, 0x80, "%s", small);
+}
