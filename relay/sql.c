@@ -362,7 +362,7 @@ void sql_migrate_free(struct sql_migrate *q)
 
 /* The rows an operator acts on, for table alias @p a: dead (dead_at set) or
  * failing (not dead but attempts > 0), never sent ones. Each arm repeats the
- * predicate of a partial index (dead_idx, pending_idx), so the planner can
+ * predicate of a partial index (dead_key_idx, pending_idx), so the planner can
  * answer it from the indexes instead of scanning every sent row. */
 #define NEEDS_OPERATOR(a)                                                                   \
     "((" a ".\"dead_at\" IS NOT NULL AND " a ".\"sent_at\" IS NULL) OR (" a                \

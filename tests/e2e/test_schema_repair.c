@@ -123,6 +123,36 @@ Test(e2e, migrate_recreates_dropped_objects, .fini = fini, .timeout = 180)
     e2e_rows_free(&rows);
 }
 
+/* Repairing applies every migration again, so none of them may fail on
+ * rows a later one allows: here a dead row with a 4 KB key (from before the
+ * limits), which the first dead-row index could not hold. The limit comes
+ * back with that row exempt. */
+Test(e2e, migrate_repairs_a_table_with_long_keys, .fini = fini, .timeout = 60)
+{
+    e2e_setup(&T, "repairlong");
+    e2e_migrate(&T);
+    e2e_exec(T.conn, "ALTER TABLE %s DROP CONSTRAINT aggregate_id_bytes", T.qtable);
+    long long id = e2e_query_int(T.conn,
+        "INSERT INTO %s (aggregate_type, aggregate_id, event_type, dead_at, attempts, last_error) "
+        "SELECT 'order', string_agg(md5(g::text), ''), 'created', now(), 1, 'poison' "
+        "FROM generate_series(1, 128) AS g RETURNING id", T.qtable);
+    e2e_exec(T.conn, "DROP TRIGGER \"%s_notify_trg\" ON %s", T.table, T.qtable);
+    char *log = NULL;
+    int rc = migrate(&log);
+    struct e2e_report rep = {0};
+    e2e_check(&rep, rc == 0 && log && strstr(log, "schema repaired"), "migrate exited %d: %.800s", rc,
+              log ? log : "");
+    free(log);
+    check_whole(&rep, "repair with a 4 KB key");
+    e2e_check(&rep, e2e_query_int(T.conn, "SELECT count(*) FROM pg_constraint WHERE conrelid = '%s'::regclass "
+                                  "AND conname = 'aggregate_id_bytes' "
+                                  "AND pg_get_constraintdef(oid) LIKE '%%id <= %lld)%%'", T.qtable, id) == 1,
+              "the dead 4 KB row is not exempt from the restored limit");
+    e2e_check(&rep, e2e_query_int(T.conn, "SELECT count(*) FROM %s WHERE id = %lld AND dead_at IS NOT NULL",
+                                  T.qtable, id) == 1, "the dead row changed");
+    e2e_report_assert(&rep, "repair with long keys");
+}
+
 /* A column dropped by hand cannot come back by applying the migrations:
  * migrate fails (70), names what is missing and leaves the table as it was. */
 Test(e2e, migrate_reports_what_it_cannot_repair, .fini = fini, .timeout = 60)
