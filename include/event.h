@@ -33,15 +33,30 @@ int event_topic_template_check(const char *tmpl, char *errbuf, size_t errlen);
 int event_topic_render(const char *tmpl, const char *aggregate_type, const char *event_type,
                        char *out, size_t outlen);
 
-/** @return true if @p topic is a legal Kafka topic name: 1..249 bytes of
- *  [A-Za-z0-9._-], and not "." or "..". */
+/** Checks a topic name before producing: 1..249 bytes of [A-Za-z0-9._-], not
+ *  "." or "..", and not starting with "__" (Kafka's internal topics, such as
+ *  __consumer_offsets). @return 0 or -EINVAL with errbuf saying why (printable
+ *  ASCII only, so it can be stored as last_error whatever the topic held). */
+int event_topic_check(const char *topic, char *errbuf, size_t errlen);
+
+/** @return true if event_topic_check() accepts @p topic. */
 bool event_topic_valid(const char *topic);
+
+/** @return true if @p name (@p len bytes) is one of the relay's own header
+ *  names (event_id, event_type, aggregate_type, aggregate_id, outbox_id,
+ *  created_at), which a row's headers may not use. */
+bool event_header_reserved(const char *name, size_t len);
+
+/** @return the name of the relay's @p i-th own header, or NULL past the last:
+ *  the one list behind event_headers_build() and event_header_reserved(). */
+const char *event_header_name(size_t i);
 
 /** Builds the message headers for @p row: event_id, event_type, aggregate_type,
  *  aggregate_id, outbox_id, created_at, then each string member of the row's
  *  headers object, in document order.
  *  @return 0 and *out (caller owns it, or hands it to rd_kafka_producev), or
- *  -EINVAL with errbuf when headers_json is not a JSON object of strings. */
+ *  -EINVAL with errbuf when headers_json is not a JSON object of strings or
+ *  names a reserved header (event_header_reserved()): the row is poison. */
 int event_headers_build(const struct event_row *row, rd_kafka_headers_t **out,
                         char *errbuf, size_t errlen);
 

@@ -17,7 +17,14 @@ struct migration {
 extern const struct migration migrations[];
 extern const unsigned n_migrations;
 
-/** Connects (blocking) and applies the pending migrations.
+/** schema/objects.sql: a template (like the migrations) of a query returning
+ *  one row naming each object the migrations should have left and that is
+ *  missing. */
+extern const char migration_objects_check[];
+
+/** Connects (blocking), applies the pending migrations, then checks that the
+ *  objects they create exist and, when some are missing although recorded,
+ *  applies every migration again (logged); what is still missing fails.
  *  @return 0, -EHOSTUNREACH when PostgreSQL cannot be reached, or -EIO when a
  *  migration failed (logged). */
 int migrate_run(const struct relay_config *cfg);

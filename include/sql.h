@@ -61,6 +61,7 @@ struct sql_migrate {
     char *create_schema; /* CREATE SCHEMA IF NOT EXISTS */
     char *create_table;  /* CREATE TABLE IF NOT EXISTS "<schema>"."outbox_relay_migrations" */
     char *applied;       /* $1 = "schema.table", $2 = version: a row if applied */
+    char *newest;        /* $1 = "schema.table": the highest version recorded (0: none) */
     char *record;        /* $1 = "schema.table", $2 = version, $3 = name */
 };
 

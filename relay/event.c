@@ -11,7 +11,11 @@
 #include "errors.h"
 
 #define KAFKA_TOPIC_MAX 249
-
+#define STR_(x) #x
+#define STR(x) STR_(x)
+/* How much of a rejected topic or header name an error message quotes. */
+#define KAFKA_TOPIC_SHOWN 100
+#define HEADER_NAME_SHOWN 100
 
 static bool topic_char(char c)
 {
@@ -44,6 +48,12 @@ int event_topic_template_check(const char *tmpl, char *errbuf, size_t errlen)
 {
     if (!tmpl || !*tmpl)
         return errbuf_fail(errbuf, errlen, "topic template is empty");
+
+    /* Rows would all be refused (event_topic_check): say so at start instead. */
+    if (tmpl[0] == '_' && tmpl[1] == '_')
+        return errbuf_fail(errbuf, errlen,
+                           "topic template starts with \"__\": such names are reserved for "
+                           "Kafka's internal topics");
 
     size_t literal = 0;
     for (const char *p = tmpl; *p;) {
@@ -98,16 +108,125 @@ int event_topic_render(const char *tmpl, const char *aggregate_type, const char 
     return (int)len;
 }
 
-bool event_topic_valid(const char *topic)
+/* Copies at most @p max bytes of @p s into @p out for an error message:
+ * printable ASCII as is, anything else as \xNN. The message ends up in
+ * last_error, a text column: a byte sequence cut in the middle of a UTF-8
+ * character would make the failure itself unrecordable. */
+static void quote_for_error(const char *s, size_t max, char *out, size_t outlen)
 {
-    if (!topic)
-        return false;
+    size_t o = 0;
+    for (size_t i = 0; s[i] && i < max && o + 5 <= outlen; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c >= 0x20 && c < 0x7f && c != '\\')
+            out[o++] = (char)c;
+        else
+            o += (size_t)snprintf(out + o, outlen - o, "\\x%02x", c);
+    }
+    if (outlen)
+        out[o < outlen ? o : outlen - 1] = '\0';
+}
+
+static int topic_fail(char *errbuf, size_t errlen, const char *topic, const char *why)
+{
+    char shown[4 * KAFKA_TOPIC_SHOWN + 1];
+    quote_for_error(topic, KAFKA_TOPIC_SHOWN, shown, sizeof shown);
+    return errbuf_fail(errbuf, errlen, "invalid topic name \"%s%s\": %s", shown,
+                       strlen(topic) > KAFKA_TOPIC_SHOWN ? "..." : "", why);
+}
+
+int event_topic_check(const char *topic, char *errbuf, size_t errlen)
+{
+    if (!topic || !*topic)
+        return errbuf_fail(errbuf, errlen, "invalid topic name: it is empty");
     size_t n = 0;
     for (; topic[n]; n++) {
-        if (n >= KAFKA_TOPIC_MAX || !topic_char(topic[n]))
-            return false;
+        if (n >= KAFKA_TOPIC_MAX)
+            return topic_fail(errbuf, errlen, topic, "longer than " STR(KAFKA_TOPIC_MAX) " characters");
+        if (!topic_char(topic[n]))
+            return topic_fail(errbuf, errlen, topic,
+                              "only A-Z a-z 0-9 . _ - are allowed in a Kafka topic");
     }
-    return n > 0 && strcmp(topic, ".") != 0 && strcmp(topic, "..") != 0;
+    if (strcmp(topic, ".") == 0 || strcmp(topic, "..") == 0)
+        return topic_fail(errbuf, errlen, topic, "not allowed as a Kafka topic");
+    /* Kafka keeps its own state in "__" topics (__consumer_offsets,
+     * __transaction_state); a write there corrupts the cluster's bookkeeping,
+     * and a broker accepts it from any client allowed to write everywhere. */
+    if (topic[0] == '_' && topic[1] == '_')
+        return topic_fail(errbuf, errlen, topic,
+                          "names starting with \"__\" are reserved for Kafka's internal topics");
+    return 0;
+}
+
+bool event_topic_valid(const char *topic)
+{
+    return event_topic_check(topic, NULL, 0) == 0;
+}
+
+/* The relay's own headers, in the order they are written. One table: what
+ * is written here is what a row's headers may not use (a consumer that
+ * dedupes on event_id or routes on aggregate_type must be able to trust
+ * them), so a header added here is reserved at the same time. */
+static const char *hdr_event_id(const struct event_row *r, char *buf, size_t len)
+{
+    (void)buf, (void)len;
+    return r->event_id;
+}
+
+static const char *hdr_event_type(const struct event_row *r, char *buf, size_t len)
+{
+    (void)buf, (void)len;
+    return r->event_type;
+}
+
+static const char *hdr_aggregate_type(const struct event_row *r, char *buf, size_t len)
+{
+    (void)buf, (void)len;
+    return r->aggregate_type;
+}
+
+static const char *hdr_aggregate_id(const struct event_row *r, char *buf, size_t len)
+{
+    (void)buf, (void)len;
+    return r->aggregate_id;
+}
+
+static const char *hdr_outbox_id(const struct event_row *r, char *buf, size_t len)
+{
+    snprintf(buf, len, "%" PRId64, r->id);
+    return buf;
+}
+
+static const char *hdr_created_at(const struct event_row *r, char *buf, size_t len)
+{
+    (void)buf, (void)len;
+    return r->created_at;
+}
+
+static const struct {
+    const char *name;
+    const char *(*value)(const struct event_row *row, char *buf, size_t len);
+} relay_headers[] = {
+    {"event_id", hdr_event_id},
+    {"event_type", hdr_event_type},
+    {"aggregate_type", hdr_aggregate_type},
+    {"aggregate_id", hdr_aggregate_id},
+    {"outbox_id", hdr_outbox_id},
+    {"created_at", hdr_created_at},
+};
+
+#define N_RELAY_HEADERS (sizeof relay_headers / sizeof relay_headers[0])
+
+bool event_header_reserved(const char *name, size_t len)
+{
+    for (size_t i = 0; i < N_RELAY_HEADERS; i++)
+        if (strlen(relay_headers[i].name) == len && !memcmp(relay_headers[i].name, name, len))
+            return true;
+    return false;
+}
+
+const char *event_header_name(size_t i)
+{
+    return i < N_RELAY_HEADERS ? relay_headers[i].name : NULL;
 }
 
 static int header_add(rd_kafka_headers_t *hdrs, const char *name, const char *value)
@@ -135,9 +254,18 @@ int event_headers_build(const struct event_row *row, rd_kafka_headers_t **out, c
         /* Check every member before building, so an error leaves nothing behind. */
         const cJSON *m;
         cJSON_ArrayForEach(m, json) {
-            if (!cJSON_IsString(m)) {
-                int rc = errbuf_fail(errbuf, errlen, "headers member \"%s\" is not a string",
-                              m->string ? m->string : "");
+            const char *name = m->string ? m->string : "";
+            /* Refused, not dropped: the application meant something by it, and a
+             * message published without it would silently differ from the row. */
+            const char *why = !cJSON_IsString(m) ? "is not a string"
+                              : event_header_reserved(name, strlen(name))
+                                  ? "is reserved: the relay writes that header itself"
+                                  : NULL;
+            if (why) {
+                char shown[4 * HEADER_NAME_SHOWN + 1];
+                quote_for_error(name, HEADER_NAME_SHOWN, shown, sizeof shown);
+                int rc = errbuf_fail(errbuf, errlen, "headers member \"%s%s\" %s", shown,
+                                     strlen(name) > HEADER_NAME_SHOWN ? "..." : "", why);
                 cJSON_Delete(json);
                 return rc;
             }
@@ -145,25 +273,14 @@ int event_headers_build(const struct event_row *row, rd_kafka_headers_t **out, c
         }
     }
 
-    char outbox_id[24];
-    snprintf(outbox_id, sizeof outbox_id, "%" PRId64, row->id);
-
-    rd_kafka_headers_t *hdrs = rd_kafka_headers_new(6 + n_extra);
+    rd_kafka_headers_t *hdrs = rd_kafka_headers_new(N_RELAY_HEADERS + n_extra);
     int rc = 0;
     if (!hdrs)
         rc = -ENOMEM;
-    if (!rc)
-        rc = header_add(hdrs, "event_id", row->event_id);
-    if (!rc)
-        rc = header_add(hdrs, "event_type", row->event_type);
-    if (!rc)
-        rc = header_add(hdrs, "aggregate_type", row->aggregate_type);
-    if (!rc)
-        rc = header_add(hdrs, "aggregate_id", row->aggregate_id);
-    if (!rc)
-        rc = header_add(hdrs, "outbox_id", outbox_id);
-    if (!rc)
-        rc = header_add(hdrs, "created_at", row->created_at);
+    for (size_t i = 0; !rc && i < N_RELAY_HEADERS; i++) {
+        char buf[24];
+        rc = header_add(hdrs, relay_headers[i].name, relay_headers[i].value(row, buf, sizeof buf));
+    }
     if (!rc && json) {
         const cJSON *m;
         cJSON_ArrayForEach(m, json) {

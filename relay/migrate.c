@@ -89,6 +89,111 @@ fail:
     return -EIO;
 }
 
+/* Runs the objects check (schema/objects.sql) in the open transaction.
+ * @return how many objects are missing, their names joined into @p missing
+ * (caller frees; NULL when none), or -EIO. */
+static int missing_objects(PGconn *conn, const char *check, char **missing)
+{
+    *missing = NULL;
+    PGresult *res = PQexec(conn, check);
+    if (!exec_ok(conn, "objects check", res)) {
+        PQclear(res);
+        return -EIO;
+    }
+    int n = PQntuples(res);
+    size_t len = 0;
+    FILE *out = n > 0 ? open_memstream(missing, &len) : NULL;
+    for (int i = 0; out && i < n; i++)
+        fprintf(out, "%s%s", i ? ", " : "", PQgetvalue(res, i, 0));
+    if (out)
+        fclose(out);
+    PQclear(res);
+    return n;
+}
+
+/* The ledger says what was applied, not what still exists: a table dropped
+ * by hand keeps its ledger rows. When objects are missing, every migration is
+ * applied again (each one checks before it creates), in one transaction, and
+ * the check runs again; what is still missing then needs a person.
+ * @return 0 whole, 1 repaired, -EIO (logged). */
+static int check_objects(PGconn *conn, const struct sql_migrate *q, const char *qualified,
+                         const char *schema, const char *table, const char *channel)
+{
+    char *check = sql_render_template(migration_objects_check, schema, table, channel);
+    if (!check) {
+        log_error("cannot render the objects check", "table=%s", qualified);
+        return -EIO;
+    }
+    char *missing = NULL;
+    int rc = -EIO;
+    if (run(conn, "begin", "BEGIN") < 0)
+        goto out;
+    if (run(conn, "lock", q->lock) < 0)
+        goto fail;
+
+    /* A schema newer than this binary may have dropped or renamed what this
+     * binary would look for (and would bring back). */
+    const char *params[] = { qualified };
+    PGresult *res = PQexecParams(conn, q->newest, 1, NULL, params, NULL, NULL, 0);
+    if (!exec_ok(conn, "newest", res)) {
+        PQclear(res);
+        goto fail;
+    }
+    int newest = atoi(PQgetvalue(res, 0, 0));
+    PQclear(res);
+    int known = n_migrations ? migrations[n_migrations - 1].version : 0;
+    if (newest > known) {
+        log_warn("schema is newer than this outbox-relay; its objects are not checked",
+                 "table=%s schema_version=%d known_version=%d", qualified, newest, known);
+        rollback(conn);
+        rc = 0;
+        goto out;
+    }
+
+    int n = missing_objects(conn, check, &missing);
+    if (n <= 0) {
+        rollback(conn);
+        rc = n;
+        goto out;
+    }
+    log_warn("schema objects are missing although their migrations are recorded; applying "
+             "the migrations again",
+             "table=%s missing=%s", qualified, log_quote(missing ? missing : ""));
+    for (unsigned i = 0; i < n_migrations; i++) {
+        char *sql = sql_render_template(migrations[i].sql, schema, table, channel);
+        int ok = sql && run(conn, migrations[i].name, sql) == 0;
+        free(sql);
+        if (!ok)
+            goto unrepairable;
+    }
+    free(missing);
+    n = missing_objects(conn, check, &missing);
+    if (n < 0)
+        goto fail;
+    if (n > 0)
+        goto unrepairable;
+    if (run(conn, "commit", "COMMIT") < 0)
+        goto fail;
+    log_info("schema repaired: the migrations were applied again", "table=%s", qualified);
+    rc = 1;
+    goto out;
+
+unrepairable:
+    /* A column dropped from a table that exists: CREATE TABLE IF NOT EXISTS
+     * cannot bring it back, and migrate does not guess at data. */
+    log_error("schema cannot be repaired by applying the migrations again; it was changed by "
+              "hand and must be repaired by hand (or the table dropped, its rows saved, and "
+              "migrate run again)",
+              "table=%s missing=%s", qualified, log_quote(missing ? missing : ""));
+fail:
+    rollback(conn);
+    rc = -EIO;
+out:
+    free(missing);
+    free(check);
+    return rc;
+}
+
 int migrate_run(const struct relay_config *cfg)
 {
     PGconn *conn = PQconnectdb(cfg->pg_conninfo);
@@ -124,6 +229,10 @@ int migrate_run(const struct relay_config *cfg)
                      migrations[i].version, migrations[i].name);
         }
         rc = 0;
+    }
+    if (rc == 0) {
+        rc = check_objects(conn, &q, qualified, cfg->schema, cfg->table, cfg->notify_channel);
+        rc = rc < 0 ? rc : 0;
     }
     if (rc == 0)
         log_info("schema up to date", "table=%s applied=%d total=%u", qualified, applied,

@@ -75,6 +75,9 @@ struct batch {
     unsigned char *limit;       /* ROW_FAILED: enum attempt_limit of its error */
     char **reason;              /* ROW_FAILED: why (allocated; failures are rare) */
     char **agg;                 /* ROW_FAILED/held: "type\x1fid" of the aggregate (allocated) */
+    bool record_each;           /* the batch's failure record failed: one statement per row */
+    int record_row;             /* record_each: the row being recorded */
+    bool record_lost;           /* record_each: some row's failure could not be recorded */
 };
 
 struct relay {
@@ -188,6 +191,8 @@ static void batch_reset(struct batch *b)
     b->alone = false;
     b->marked = false;
     b->rescan_after_mark = false;
+    b->record_each = false;
+    b->record_lost = false;
 }
 
 static void batch_free(struct batch *b)
@@ -303,6 +308,21 @@ static bool err_is_ours(rd_kafka_resp_err_t err)
            err == RD_KAFKA_RESP_ERR__FATAL;
 }
 
+/* A reason cut to fit its buffer may end inside a UTF-8 character; as
+ * last_error that would make the failure record itself fail. */
+static void utf8_trim_partial(char *s)
+{
+    size_t n = strlen(s), k = n;
+    while (k > 0 && ((unsigned char)s[k - 1] & 0xC0) == 0x80 && n - k < 3)
+        k--;
+    if (k == 0 || (unsigned char)s[k - 1] < 0xC0)
+        return; /* ends in ASCII or complete continuation bytes only */
+    unsigned char lead = (unsigned char)s[k - 1];
+    size_t want = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : 2;
+    if (n - (k - 1) < want)
+        s[k - 1] = '\0';
+}
+
 static void row_failed(struct relay *r, struct batch *b, int i, enum stats_fail_reason kind,
                        enum attempt_limit limit, const char *why)
 {
@@ -310,6 +330,8 @@ static void row_failed(struct relay *r, struct batch *b, int i, enum stats_fail_
     b->limit[i] = (unsigned char)limit;
     free(b->reason[i]);
     b->reason[i] = why ? strdup(why) : NULL;
+    if (b->reason[i])
+        utf8_trim_partial(b->reason[i]);
     if (why)
         r->st.failed_total[kind]++;
 }
@@ -480,8 +502,11 @@ static void produce_rows(struct relay *r, struct batch *b, PGresult *res)
         else
             rc = event_topic_render(r->cfg->topic, row.aggregate_type, row.event_type, topic,
                                     sizeof(topic));
-        if (rc < 0 || !event_topic_valid(topic)) {
-            snprintf(err, sizeof(err), "invalid topic name %s", log_quote(topic));
+        if (rc < 0) {
+            snprintf(err, sizeof(err), "invalid topic name: longer than %zu bytes",
+                     sizeof(topic) - 1);
+            rc = -EINVAL;
+        } else if (event_topic_check(topic, err, sizeof(err)) < 0) {
             rc = -EINVAL;
         } else {
             b->state[i] = ROW_PENDING;
@@ -608,6 +633,62 @@ static void claim(struct relay *r, struct batch *b)
         batch_reset(b);
 }
 
+static void on_recorded(struct pg_conn *pg, PGresult *res, void *arg);
+static void record_failure_from(struct relay *r, struct batch *b, int from);
+
+/* Rows whose failure counts as an attempt (ROW_FAILED with a reason). */
+static int failures_to_record(const struct batch *b)
+{
+    int n = 0;
+    for (int i = 0; i < b->n_rows; i++)
+        n += b->state[i] == ROW_FAILED && b->reason[i];
+    return n;
+}
+
+static int first_failure(const struct batch *b)
+{
+    for (int i = 0; i < b->n_rows; i++)
+        if (b->state[i] == ROW_FAILED && b->reason[i])
+            return i;
+    return 0;
+}
+
+/* The record statement's parameters are three array literals, built row by
+ * row: begin, add each row (the @p n-th so far), send. */
+static void failures_begin(struct relay *r)
+{
+    for (int k = 0; k < 3; k++)
+        strbuf_reset(&r->params[k]);
+}
+
+static void failures_add(struct relay *r, const struct batch *b, int i, int n)
+{
+    struct strbuf *ids = &r->params[0], *errs = &r->params[1], *max = &r->params[2];
+    strbuf_printf(ids, "%s%" PRId64, n ? "," : "{", b->ids[i]);
+    strbuf_printf(errs, "%s", n ? "," : "{");
+    strbuf_array_elem(errs, b->reason[i]);
+    strbuf_printf(max, "%s%d", n ? "," : "{", b->limit[i] == LIMIT_ONE ? 1 : r->cfg->max_attempts);
+}
+
+static void failures_send(struct relay *r, struct batch *b, int n)
+{
+    struct strbuf *ids = &r->params[0], *errs = &r->params[1], *max = &r->params[2];
+    strbuf_printf(ids, "}");
+    strbuf_printf(errs, "}");
+    strbuf_printf(max, "}");
+    if (ids->oom || errs->oom || max->oom) {
+        log_error("out of memory recording failures", "rows=%d", n);
+        batch_reset(b);
+        r->backoff = true;
+        return;
+    }
+    const char *params[] = { strbuf_str(ids), strbuf_str(errs), strbuf_str(max),
+                             r->policy == POISON_HALT ? "f" : "t" };
+    b->phase = PHASE_RECORDING;
+    if (pg_query(&r->pg, r->sql.record_failures, 4, params, on_recorded, b) < 0)
+        batch_reset(b);
+}
+
 static void on_recorded(struct pg_conn *pg, PGresult *res, void *arg)
 {
     (void)pg;
@@ -618,10 +699,26 @@ static void on_recorded(struct pg_conn *pg, PGresult *res, void *arg)
         return;
     }
     if (PQresultStatus(res) != PGRES_TUPLES_OK) {
-        log_error("recording failed rows failed", "error=%s",
+        if (!b->record_each && failures_to_record(b) > 1) {
+            /* One row (a value the table refuses, a trigger) must not lose
+             * the bookkeeping of the others: record them one by one. */
+            log_warn("recording the failures of a batch failed; recording them row by row",
+                     "error=%s", log_quote(PQresultErrorMessage(res)));
+            b->record_each = true;
+            record_failure_from(r, b, 0);
+            return;
+        }
+        log_error("recording the failure of a row failed; it stays unsent and is tried again",
+                  "outbox_id=%" PRId64 " error=%s", b->ids[b->record_each ? b->record_row
+                                                                          : first_failure(b)],
                   log_quote(PQresultErrorMessage(res)));
-        batch_reset(b);
-        r->backoff = true;
+        if (!b->record_each) {
+            batch_reset(b);
+            r->backoff = true;
+            return;
+        }
+        b->record_lost = true;
+        record_failure_from(r, b, b->record_row + 1);
         return;
     }
     for (int k = 0; k < PQntuples(res); k++) {
@@ -648,6 +745,10 @@ static void on_recorded(struct pg_conn *pg, PGresult *res, void *arg)
                       "outbox_id=%s attempts=%s error=%s", id, attempts, log_quote(why));
         }
     }
+    if (b->record_each) {
+        record_failure_from(r, b, b->record_row + 1);
+        return;
+    }
     batch_done(r, b);
     step(r);
 }
@@ -658,11 +759,8 @@ static void on_recorded(struct pg_conn *pg, PGresult *res, void *arg)
  * delivered: those rows are simply produced again. */
 static void record_failures(struct relay *r, struct batch *b)
 {
-    struct strbuf *ids = &r->params[0], *errs = &r->params[1], *max = &r->params[2];
     int n = 0, uncounted = 0;
-    strbuf_reset(ids);
-    strbuf_reset(errs);
-    strbuf_reset(max);
+    failures_begin(r);
     for (int i = 0; i < b->n_rows; i++) {
         if (b->state[i] != ROW_FAILED)
             continue;
@@ -670,12 +768,7 @@ static void record_failures(struct relay *r, struct batch *b)
             uncounted++;
             continue;
         }
-        strbuf_printf(ids, "%s%" PRId64, n ? "," : "{", b->ids[i]);
-        strbuf_printf(errs, "%s", n ? "," : "{");
-        strbuf_array_elem(errs, b->reason[i]);
-        strbuf_printf(max, "%s%d", n ? "," : "{",
-                      b->limit[i] == LIMIT_ONE ? 1 : r->cfg->max_attempts);
-        n++;
+        failures_add(r, b, i, n++);
     }
     if (n == 0) {
         if (uncounted > 0 && b->n_delivered == 0 && b->n_suspects < uncounted) {
@@ -690,20 +783,29 @@ static void record_failures(struct relay *r, struct batch *b)
         step(r);
         return;
     }
-    strbuf_printf(ids, "}");
-    strbuf_printf(errs, "}");
-    strbuf_printf(max, "}");
-    if (ids->oom || errs->oom || max->oom) {
-        log_error("out of memory recording failures", "rows=%d", n);
-        batch_reset(b);
-        r->backoff = true;
+    failures_send(r, b, n);
+}
+
+/* The fallback: records the next failure at or after row @p from alone;
+ * after the last one the batch is done. A row whose failure could not be
+ * recorded is claimed again, so the relay then waits a poll interval rather
+ * than spinning on it; the other rows' records are written. */
+static void record_failure_from(struct relay *r, struct batch *b, int from)
+{
+    for (int i = from; i < b->n_rows; i++) {
+        if (b->state[i] != ROW_FAILED || !b->reason[i])
+            continue;
+        b->record_row = i;
+        failures_begin(r);
+        failures_add(r, b, i, 0);
+        failures_send(r, b, 1);
         return;
     }
-    const char *params[] = { strbuf_str(ids), strbuf_str(errs), strbuf_str(max),
-                             r->policy == POISON_HALT ? "f" : "t" };
-    b->phase = PHASE_RECORDING;
-    if (pg_query(&r->pg, r->sql.record_failures, 4, params, on_recorded, b) < 0)
-        batch_reset(b);
+    bool lost = b->record_lost;
+    batch_done(r, b);
+    if (lost)
+        r->backoff = true;
+    step(r);
 }
 
 static void on_marked(struct pg_conn *pg, PGresult *res, void *arg)

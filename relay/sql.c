@@ -208,12 +208,16 @@ int sql_statements_init(struct sql_statements *s, const char *schema, const char
 
     /* Under hold_aggregate a dead row blocks the later rows of its aggregate
      * until an operator requeues or drops it; the dead-row index keeps the
-     * anti-join cheap (dead rows are few). */
-    char holdbuf[512] = "";
+     * anti-join cheap (dead rows are few). That index holds a hash of the
+     * aggregate_id, not the text (schema/003), so the hash is compared too. */
+    char holdbuf[640] = "";
     if (flags & SQL_HOLD_AGGREGATE)
         snprintf(holdbuf, sizeof holdbuf,
                  " AND NOT EXISTS (SELECT 1 FROM %s AS d WHERE d.\"dead_at\" IS NOT NULL"
-                 " AND d.\"sent_at\" IS NULL AND d.\"aggregate_type\" = o.\"aggregate_type\""
+                 " AND d.\"sent_at\" IS NULL"
+                 " AND hashtextextended(d.\"aggregate_id\", 0) ="
+                 " hashtextextended(o.\"aggregate_id\", 0)"
+                 " AND d.\"aggregate_type\" = o.\"aggregate_type\""
                  " AND d.\"aggregate_id\" = o.\"aggregate_id\" AND d.\"id\" < o.\"id\")",
                  q);
 
@@ -324,6 +328,13 @@ int sql_migrate_init(struct sql_migrate *q, const char *schema)
         q->applied = NULL;
         goto nomem;
     }
+    if (asprintf(&q->newest,
+                 "SELECT coalesce(max(\"version\"), 0) FROM %s.\"outbox_relay_migrations\" "
+                 "WHERE \"table_name\" = $1",
+                 qschema) < 0) {
+        q->newest = NULL;
+        goto nomem;
+    }
     if (asprintf(&q->record,
                  "INSERT INTO %s.\"outbox_relay_migrations\" (\"table_name\", \"version\", "
                  "\"name\") VALUES ($1, $2::int, $3)",
@@ -344,13 +355,14 @@ void sql_migrate_free(struct sql_migrate *q)
     free(q->create_schema);
     free(q->create_table);
     free(q->applied);
+    free(q->newest);
     free(q->record);
     memset(q, 0, sizeof *q);
 }
 
 /* The rows an operator acts on, for table alias @p a: dead (dead_at set) or
  * failing (not dead but attempts > 0), never sent ones. Each arm repeats the
- * predicate of a partial index (dead_idx, pending_idx), so the planner can
+ * predicate of a partial index (dead_key_idx, pending_idx), so the planner can
  * answer it from the indexes instead of scanning every sent row. */
 #define NEEDS_OPERATOR(a)                                                                   \
     "((" a ".\"dead_at\" IS NOT NULL AND " a ".\"sent_at\" IS NULL) OR (" a                \

@@ -1,6 +1,7 @@
 /* Unit tests of relay/event.c: topic templates, topic names and headers. */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "event.h"
@@ -208,4 +209,104 @@ Test(event, headers_invalid_json)
     cr_assert_eq(event_headers_build(&row, &h, err, sizeof err), -EINVAL);
     cr_assert_null(h);
     cr_assert_not_null(strstr(err, "headers"), "%s", err);
+}
+
+Test(event, topic_internal_names_refused)
+{
+    cr_assert_eq(event_topic_check("__consumer_offsets", err, sizeof err), -EINVAL);
+    cr_assert_not_null(strstr(err, "__consumer_offsets"), "%s", err);
+    cr_assert_not_null(strstr(err, "reserved for Kafka's internal topics"), "%s", err);
+    cr_assert_not(event_topic_valid("__transaction_state"));
+    cr_assert_not(event_topic_valid("__"));
+    /* One underscore, or two later on, is an ordinary name. */
+    cr_assert(event_topic_valid("_private"));
+    cr_assert(event_topic_valid("a__b"));
+    cr_assert_eq(event_topic_check("_x", err, sizeof err), 0);
+}
+
+Test(event, topic_check_says_why_in_printable_ascii)
+{
+    cr_assert_eq(event_topic_check("bad type", err, sizeof err), -EINVAL);
+    cr_assert_str_eq(err, "invalid topic name \"bad type\": only A-Z a-z 0-9 . _ - are allowed in "
+                          "a Kafka topic");
+    /* Non-ASCII is escaped: a message cut inside a UTF-8 character could not
+     * be stored as last_error. */
+    cr_assert_eq(event_topic_check("caf\xc3\xa9", err, sizeof err), -EINVAL);
+    cr_assert_not_null(strstr(err, "\"caf\\xc3\\xa9\""), "%s", err);
+    for (const char *p = err; *p; p++)
+        cr_assert((unsigned char)*p < 0x80 || !strncmp(p, "…", strlen("…")), "%s", err);
+
+    char longest[300];
+    memset(longest, 'x', sizeof longest - 1);
+    longest[sizeof longest - 1] = '\0';
+    cr_assert_eq(event_topic_check(longest, err, sizeof err), -EINVAL);
+    cr_assert_not_null(strstr(err, "longer than 249 characters"), "%s", err);
+    cr_assert_lt(strlen(err), 200, "the error quotes the whole topic: %s", err);
+
+    cr_assert_eq(event_topic_check("", err, sizeof err), -EINVAL);
+    cr_assert_eq(event_topic_check("..", err, sizeof err), -EINVAL);
+    cr_assert_eq(event_topic_check(NULL, err, sizeof err), -EINVAL);
+}
+
+Test(event, topic_template_for_internal_topics_refused)
+{
+    cr_assert_eq(event_topic_template_check("__${aggregate_type}", err, sizeof err), -EINVAL);
+    cr_assert_not_null(strstr(err, "__"), "%s", err);
+    cr_assert_eq(event_topic_template_check("_${aggregate_type}", err, sizeof err), 0);
+    /* The rendered name is what counts: "_" + "_x" is refused at the row. */
+    char topic[64];
+    cr_assert_gt(event_topic_render("_${aggregate_type}", "_x", "e", topic, sizeof topic), 0);
+    cr_assert_not(event_topic_valid(topic));
+}
+
+Test(event, headers_reserved_names_refused)
+{
+    for (size_t i = 0; event_header_name(i); i++) {
+        const char *name = event_header_name(i);
+        char json[128];
+        snprintf(json, sizeof json, "{\"trace\": \"t\", \"%s\": \"forged\"}", name);
+        struct event_row row = sample_row(json);
+        rd_kafka_headers_t *h = (rd_kafka_headers_t *)&row; /* must be reset */
+        cr_assert_eq(event_headers_build(&row, &h, err, sizeof err), -EINVAL, "%s", json);
+        cr_assert_null(h);
+        cr_assert_not_null(strstr(err, name), "%s", err);
+        cr_assert_not_null(strstr(err, "reserved"), "%s", err);
+        cr_assert(event_header_reserved(name, strlen(name)));
+    }
+    /* The list is the one the relay writes: six names, in the documented order. */
+    static const char *const documented[] = {"event_id", "event_type", "aggregate_type",
+                                             "aggregate_id", "outbox_id", "created_at"};
+    for (size_t i = 0; i < sizeof documented / sizeof documented[0]; i++)
+        cr_assert_str_eq(event_header_name(i), documented[i]);
+    cr_assert_null(event_header_name(sizeof documented / sizeof documented[0]));
+
+    /* Names are bytes, as Kafka compares them: other spellings are the row's own. */
+    cr_assert_not(event_header_reserved("Event_ID", 8));
+    cr_assert_not(event_header_reserved("event_id_x", 10));
+    cr_assert_not(event_header_reserved("event_i", 7));
+    struct event_row row = sample_row("{\"Event_ID\": \"mine\", \"outbox_idx\": \"y\"}");
+    rd_kafka_headers_t *h = NULL;
+    cr_assert_eq(event_headers_build(&row, &h, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(rd_kafka_header_cnt(h), 8);
+    assert_fixed_headers(h);
+    assert_header(h, 6, "Event_ID", "mine");
+    rd_kafka_headers_destroy(h);
+}
+
+Test(event, headers_error_quotes_a_bounded_printable_name)
+{
+    /* 300 × "é": the message must keep its reason and stay valid text when
+     * it is cut to fit, as it becomes last_error. */
+    char json[1024] = "{\"";
+    for (int i = 0; i < 300; i++)
+        strcat(json, "\xc3\xa9");
+    strcat(json, "\": 5}");
+    struct event_row row = sample_row(json);
+    rd_kafka_headers_t *h = NULL;
+    char small[512];
+    cr_assert_eq(event_headers_build(&row, &h, small, sizeof small), -EINVAL);
+    cr_assert_not_null(strstr(small, "\\xc3\\xa9"), "%s", small);
+    cr_assert_not_null(strstr(small, "\\xa9...\" is not a string"), "%s", small);
+    for (const char *p = small; *p; p++)
+        cr_assert_lt((unsigned char)*p, 0x80, "%s", small);
 }
