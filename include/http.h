@@ -45,6 +45,7 @@ struct http_context {
     const struct relay_stats *stats;
     const struct http_server_stats *server;    /* may be NULL */
     double now;                                /* unix seconds */
+    double mono_now;                           /* stats_mono(): for durations */
 };
 
 enum http_req_state {
@@ -81,10 +82,11 @@ enum http_req_state http_request_feed(struct http_request *req, const char *data
 int http_respond(const struct http_request *req, const struct http_context *ctx,
                  struct strbuf *out);
 
-/** Evaluates the readiness checks; with @p verbose_out (may be NULL) each
- *  check is appended as "[+]name ok" or "[-]name reason" lines.
+/** Evaluates the readiness checks of ctx->stats (thresholds from ctx->cfg,
+ *  at ctx->mono_now); with @p verbose_out (may be NULL) each check is
+ *  appended as "[+]name ok" or "[-]name reason" lines.
  *  @return true when every check passes. */
-bool http_ready(const struct relay_stats *stats, struct strbuf *verbose_out);
+bool http_ready(const struct http_context *ctx, struct strbuf *verbose_out);
 
 /** Appends the Prometheus text exposition (format 0.0.4) to @p out. */
 void http_metrics(const struct http_context *ctx, struct strbuf *out);

@@ -202,6 +202,7 @@ static void respond(struct http_conn *c)
         .stats = srv->stats,
         .server = &srv->st,
         .now = stats_now(),
+        .mono_now = stats_mono(),
     };
     c->responded = true;
     int status = http_respond(&c->req, &ctx, &c->resp);
