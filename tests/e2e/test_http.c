@@ -37,6 +37,7 @@ static void fini(void)
 {
     if (T.env) {
         e2e_mock_command(&T, "up -1");
+        e2e_mock_command(&T, "rtt -1 0");
         if (pg_stopped) {
             /* Other tests share this PostgreSQL: never leave it stopped. */
             const char *start[] = {"start", "-w", "-t", "60", NULL};
@@ -369,8 +370,9 @@ Test(e2e, endpoints_with_curl_and_promtool, .fini = fini, .timeout = 180)
     reply_free(&r);
     r = http(port, "GET", "/readyz?verbose");
     cr_assert_eq(r.code, 200);
-    cr_assert_str_eq(r.body, "[+]postgres ok\n[+]role ok\n[+]kafka ok\n[+]producer ok\n"
-                             "[+]relaying ok\n[+]shutdown ok\nreadyz check passed\n");
+    cr_assert_str_eq(r.body, "[+]postgres ok\n[+]role ok\n[+]kafka ok\n[+]acks ok\n"
+                             "[+]producer ok\n[+]relaying ok\n[+]shutdown ok\n"
+                             "readyz check passed\n");
     reply_free(&r);
 
     enqueue_range(1, 20);
@@ -485,6 +487,59 @@ Test(e2e, readyz_follows_kafka, .fini = fini, .timeout = 240)
     cr_assert(wait_code(port, "/readyz", 200, 60000), "/readyz did not recover after the brokers came back");
     enqueue_range(1, 50);
     e2e_wait_all_sent(&T, 60000);
+    cr_assert_eq(e2e_relay_stop(relay, 30000), 0, "relay did not exit 0 on SIGTERM");
+}
+
+/* A hung broker keeps its connections open and answers nothing: it stays UP
+ * in librdkafka's statistics until socket.timeout.ms (a minute). The acks
+ * check must fail within relay.ack_timeout_ms (default 10 s) instead. */
+Test(e2e, readyz_fails_while_a_hung_broker_acknowledges_nothing, .fini = fini, .timeout = 240)
+{
+    e2e_setup(&T, "httphung");
+    if (!T.env->mock_control)
+        cr_skip_test("needs the mock broker to delay its answers (OUTBOX_RELAY_TEST_KAFKA is a real one)");
+    e2e_migrate(&T);
+    const char *extra[] = {"relay.poll_interval_ms=100", NULL};
+    int port;
+    struct e2e_relay *relay = start_relay(extra, &port);
+    wait_ready(port);
+    enqueue_range(1, 20);
+    e2e_wait_all_sent(&T, 30000);
+    cr_assert_eq(scrape(port, "outbox_relay_kafka_in_flight_messages"), 0);
+
+    /* Every answer 20 s late: longer than the threshold, shorter than
+     * librdkafka's socket timeout, so no connection is dropped. */
+    cr_assert(e2e_mock_command(&T, "rtt -1 20000"));
+    e2e_sleep_ms(300); /* the FIFO command is applied asynchronously */
+    int64_t t0 = e2e_now_ms();
+    enqueue_range(21, 40);
+    cr_assert(wait_code(port, "/readyz", 503, 20000), "/readyz stayed 200 with a hung broker");
+    int64_t took = e2e_now_ms() - t0;
+    struct reply r = http(port, "GET", "/readyz");
+    fprintf(stderr, "e2e: hung broker: /readyz 503 after %lld ms: %s", (long long)took, r.body);
+    cr_assert(took >= 9500 && took <= 13000,
+              "/readyz turned 503 %lld ms after the rows went out; expected 10 s (ack_timeout_ms)",
+              (long long)took);
+    cr_assert(strstr(r.body, "[-]acks ") && strstr(r.body, " in flight, no acknowledgement for 1"),
+              "%s", r.body);
+    cr_assert(strstr(r.body, "[+]kafka ok"), "the broker should still look up: %s", r.body);
+    reply_free(&r);
+    struct reply m = http(port, "GET", "/metrics");
+    cr_assert(metric(m.body, "outbox_relay_kafka_ack_wait_seconds") >= 10, "%s", m.body);
+    cr_assert(metric(m.body, "outbox_relay_kafka_in_flight_messages") >= 1, "%s", m.body);
+    cr_assert_eq(metric(m.body, "outbox_relay_ready"), 0);
+    reply_free(&m);
+    cr_assert(e2e_relay_wait_log(relay, "msg=\"no acknowledgement from kafka\"", 5000),
+              "no warning logged (log %s)", relay->log_path);
+
+    /* The broker answers again: ready once the delayed acknowledgements arrive. */
+    cr_assert(e2e_mock_command(&T, "rtt -1 0"));
+    cr_assert(wait_code(port, "/readyz", 200, 30000), "/readyz did not recover after the broker did");
+    e2e_wait_all_sent(&T, 60000);
+    cr_assert(e2e_relay_wait_log(relay, "msg=\"kafka acknowledgements resumed\"", 5000),
+              "no recovery logged (log %s)", relay->log_path);
+    cr_assert_eq(scrape(port, "outbox_relay_kafka_ack_wait_seconds"), 0);
+    verify_delivered("events relayed across a hung broker");
     cr_assert_eq(e2e_relay_stop(relay, 30000), 0, "relay did not exit 0 on SIGTERM");
 }
 
