@@ -25,8 +25,13 @@
 #define HTTP_MAX_HEAD_BYTES 8192
 /** A client must send its whole request head, and read the response, within this. */
 #define HTTP_TIMEOUT_MS 10000
-/** Connections beyond this many are closed as soon as they are accepted. */
+/** At most this many connections are open. A new one beyond it takes the
+ *  place of the oldest that is done or has not sent its request within
+ *  HTTP_EVICT_MIN_AGE_MS; while none qualifies it waits to be accepted. */
 #define HTTP_MAX_CONNECTIONS 256
+/** A connection younger than this is never evicted: a real client sends its
+ *  request with the handshake, so by then it has been read. */
+#define HTTP_EVICT_MIN_AGE_MS 100
 
 struct http_server;
 
@@ -34,7 +39,8 @@ struct http_server;
 struct http_server_stats {
     int connections;              /* open right now */
     uint64_t connections_total;   /* accepted, including rejected ones */
-    uint64_t rejected_total;      /* closed at once: over HTTP_MAX_CONNECTIONS */
+    uint64_t rejected_total;      /* closed at once: out of memory */
+    uint64_t evicted_total;       /* closed to make room for a new connection */
     uint64_t timeouts_total;      /* closed for being idle or slow */
     uint64_t requests_total;      /* responses sent (any status) */
 };

@@ -195,8 +195,10 @@ void http_metrics(const struct http_context *ctx, struct strbuf *out)
         counter(out, "outbox_relay_http_connections_total",
                 "Connections accepted by the status endpoint.", h->connections_total);
         counter(out, "outbox_relay_http_connections_rejected_total",
-                "Connections closed at once because the connection cap was reached.",
-                h->rejected_total);
+                "Connections closed at once for lack of memory.", h->rejected_total);
+        counter(out, "outbox_relay_http_connections_evicted_total",
+                "Connections closed to make room for a new one at the connection cap: the oldest "
+                "that had its answer or had not sent its request.", h->evicted_total);
         counter(out, "outbox_relay_http_timeouts_total",
                 "Connections closed because the client was idle or too slow.", h->timeouts_total);
         counter(out, "outbox_relay_http_requests_total", "Responses sent by the status endpoint.",

@@ -367,7 +367,7 @@ Test(http, metrics_has_every_documented_family)
     stats_observe(&st.batch_duration, 100);
     st.backlog_known = true;
     st.backlog_rows = 4;
-    struct http_server_stats srv = {.connections = 2, .rejected_total = 1};
+    struct http_server_stats srv = {.connections = 2, .rejected_total = 1, .evicted_total = 5};
     ctx.server = &srv;
     cr_assert_eq(exchange("GET /metrics HTTP/1.1\r\n\r\n"), 200);
     cr_assert(has_header("Content-Type: text/plain; version=0.0.4; charset=utf-8\r\n"));
@@ -403,6 +403,7 @@ Test(http, metrics_has_every_documented_family)
         "\noutbox_relay_ready 1\n",
         "\noutbox_relay_http_connections 2\n",
         "\noutbox_relay_http_connections_rejected_total 1\n",
+        "\noutbox_relay_http_connections_evicted_total 5\n",
     };
     for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
         cr_assert(strstr(body(), want[i]), "/metrics lacks \"%s\":\n%s", want[i], body());
