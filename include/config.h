@@ -48,6 +48,8 @@ struct relay_config {
     int max_attempts;           /* default 10: retriable failures before on_poison applies */
     char *on_sent;              /* "mark" (default) or "delete" */
     char *retention;            /* duration ("7d", "12h", "0" = keep): sent rows deleted after it */
+    int ack_timeout_ms;         /* default 10000: /readyz fails when messages wait this long for
+                                   an acknowledgement; 0 = never */
 
     /* [http] */
     char *http_listen;          /* status endpoint, default "127.0.0.1:8423"; "" = disabled */

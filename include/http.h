@@ -25,8 +25,13 @@
 #define HTTP_MAX_HEAD_BYTES 8192
 /** A client must send its whole request head, and read the response, within this. */
 #define HTTP_TIMEOUT_MS 10000
-/** Connections beyond this many are closed as soon as they are accepted. */
+/** At most this many connections are open. A new one beyond it takes the
+ *  place of the oldest that is done or has not sent its request within
+ *  HTTP_EVICT_MIN_AGE_MS; while none qualifies it waits to be accepted. */
 #define HTTP_MAX_CONNECTIONS 256
+/** A connection younger than this is never evicted: a real client sends its
+ *  request with the handshake, so by then it has been read. */
+#define HTTP_EVICT_MIN_AGE_MS 100
 
 struct http_server;
 
@@ -34,7 +39,8 @@ struct http_server;
 struct http_server_stats {
     int connections;              /* open right now */
     uint64_t connections_total;   /* accepted, including rejected ones */
-    uint64_t rejected_total;      /* closed at once: over HTTP_MAX_CONNECTIONS */
+    uint64_t rejected_total;      /* closed at once: out of memory */
+    uint64_t evicted_total;       /* closed to make room for a new connection */
     uint64_t timeouts_total;      /* closed for being idle or slow */
     uint64_t requests_total;      /* responses sent (any status) */
 };
@@ -45,6 +51,7 @@ struct http_context {
     const struct relay_stats *stats;
     const struct http_server_stats *server;    /* may be NULL */
     double now;                                /* unix seconds */
+    double mono_now;                           /* stats_mono(): for durations */
 };
 
 enum http_req_state {
@@ -81,10 +88,11 @@ enum http_req_state http_request_feed(struct http_request *req, const char *data
 int http_respond(const struct http_request *req, const struct http_context *ctx,
                  struct strbuf *out);
 
-/** Evaluates the readiness checks; with @p verbose_out (may be NULL) each
- *  check is appended as "[+]name ok" or "[-]name reason" lines.
+/** Evaluates the readiness checks of ctx->stats (thresholds from ctx->cfg,
+ *  at ctx->mono_now); with @p verbose_out (may be NULL) each check is
+ *  appended as "[+]name ok" or "[-]name reason" lines.
  *  @return true when every check passes. */
-bool http_ready(const struct relay_stats *stats, struct strbuf *verbose_out);
+bool http_ready(const struct http_context *ctx, struct strbuf *verbose_out);
 
 /** Appends the Prometheus text exposition (format 0.0.4) to @p out. */
 void http_metrics(const struct http_context *ctx, struct strbuf *out);

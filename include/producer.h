@@ -27,7 +27,11 @@ struct producer {
     producer_report_cb report;
     void *arg;
     bool fatal;                /* librdkafka raised a fatal error: the instance is unusable */
-    struct relay_stats *stats; /* brokers up, queue depth, fatal: from librdkafka statistics */
+    struct relay_stats *stats; /* brokers up, queue depth, fatal: from librdkafka statistics;
+                                  messages in flight and the acknowledgement clock */
+    const struct relay_config *cfg; /* the live configuration (relay.ack_timeout_ms) */
+    int64_t in_flight;         /* produced, no delivery report yet */
+    bool ack_stalled;          /* the stall was logged; its end will be */
     bool started;
 };
 

@@ -72,6 +72,13 @@ struct relay_stats {
     int n_brokers;                 /* entries of brokers[] in use */
     struct stats_broker brokers[STATS_MAX_BROKERS];
     bool producer_fatal;
+
+    /* A hung broker keeps its connections, so it stays UP in librdkafka's
+     * statistics until socket.timeout.ms; what shows it sooner is messages
+     * waiting while no acknowledgement arrives. */
+    int64_t kafka_in_flight;       /* produced, no delivery report yet (this producer) */
+    double kafka_ack_clock;        /* stats_mono(): the last acknowledgement, or when
+                                      kafka_in_flight rose from 0, whichever is later */
 };
 
 /** Sets the bounds and zeroes everything; role unknown, brokers not known. */
@@ -82,5 +89,12 @@ void stats_observe(struct stats_histogram *h, double value);
 
 /** @return the current time as unix seconds with sub-second precision. */
 double stats_now(void);
+
+/** @return seconds on a monotonic clock (for durations: immune to clock steps). */
+double stats_mono(void);
+
+/** @return how long messages have been waiting for an acknowledgement at
+ *  monotonic time @p mono_now: 0 when none are in flight. */
+double stats_ack_wait(const struct relay_stats *s, double mono_now);
 
 #endif

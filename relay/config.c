@@ -80,6 +80,8 @@ static const struct param params[] = {
     STR("postgres", "conninfo", pg_conninfo, "", NULL, RESTART,
         "libpq connection string or URI (\"\" = PG* environment variables)"),
 
+    INT("relay", "ack_timeout_ms", ack_timeout_ms, "10000", 0, 3600000, RELOAD,
+        "not ready when messages in flight wait this long for an acknowledgement (0 = never)"),
     INT("relay", "batch_size", batch_size, "1000", 1, 100000, RELOAD,
         "rows claimed and produced per round"),
     INT("relay", "max_attempts", max_attempts, "10", 1, 1000000, RELOAD,

@@ -3,10 +3,20 @@
  * One request per connection (Connection: close). Each connection has a
  * deadline: the head must arrive, and the response be read, within
  * HTTP_TIMEOUT_MS, so idle and slow clients cannot pin memory; one sweep
- * timer enforces every deadline. Beyond HTTP_MAX_CONNECTIONS new connections
- * are closed as soon as they are accepted, which bounds memory whatever
- * clients do: a connection costs its handle and at most HTTP_MAX_HEAD_BYTES
- * of request target; reads go through one buffer shared by all connections. */
+ * timer enforces every deadline. At most HTTP_MAX_CONNECTIONS are open, which
+ * bounds memory whatever clients do: a connection costs its handle and at
+ * most HTTP_MAX_HEAD_BYTES of request target; reads go through one buffer
+ * shared by all connections.
+ *
+ * The cap must not let slow clients lock out the probes (slowloris): a
+ * liveness probe refused while the table is full gets a healthy relay
+ * restarted. So a new connection at the cap takes the place of the oldest one
+ * that already has its answer or, older than HTTP_EVICT_MIN_AGE_MS, has still
+ * not sent its request. A probe sends its request with the handshake and is
+ * answered on the next turn of the loop, long before it could be evicted. When
+ * nothing can be evicted (a burst of brand-new connections), the newcomer is
+ * not accepted yet: it waits in the kernel's accept queue, in arrival order,
+ * rather than being reset, and the loop gets on with its other work. */
 #include "http.h"
 
 #include <arpa/inet.h>
@@ -25,12 +35,15 @@
 #define LINGER_MS 2000
 /* The connection-cap warning is repeated at most this often. */
 #define REJECT_LOG_EVERY_MS 60000
+/* While every connection is too young to evict, accepting is retried this often. */
+#define ACCEPT_RETRY_MS 10
 
 struct http_conn {
     uv_tcp_t tcp;                /* first member: the handle's owner is the connection */
     struct http_server *srv;
     struct http_conn *prev, *next;
     uint64_t deadline;           /* uv_now() milliseconds */
+    uint64_t accepted_ms;        /* uv_now() at accept: eviction picks the oldest */
     struct http_request req;
     struct strbuf resp;
     uv_write_t write;
@@ -47,11 +60,17 @@ struct http_server {
     uv_loop_t *loop;
     const struct relay_config *cfg;
     const struct relay_stats *stats;
-    struct http_conn *conns;     /* open connections, not yet closing */
+    struct http_conn *conns;     /* open connections, not yet closing, oldest first */
+    struct http_conn *newest;    /* the last of conns */
+    int open;                    /* entries of conns: the cap applies to these */
+    bool accept_waiting;         /* libuv holds a connection we have not accepted yet */
+    bool admitting;              /* accept_waiting() is making room */
+    uv_timer_t retry;            /* tries that accept again while nothing can be evicted */
     struct http_server_stats st;
     int handles;                 /* handles not yet closed: the server is freed at 0 */
     bool stopping;
-    uint64_t reject_logged_ms;   /* rate limits of the two warnings */
+    uint64_t reject_logged_ms;   /* rate limits of the warnings */
+    uint64_t full_logged_ms;
     uint64_t accept_logged_ms;
     char address[INET6_ADDRSTRLEN + 16];
     /* libuv calls alloc_cb and read_cb back to back for one stream, so one
@@ -131,6 +150,8 @@ static void server_handle_closed(struct http_server *srv)
         free(srv);
 }
 
+static void accept_waiting(struct http_server *srv);
+
 static void on_conn_closed(uv_handle_t *h)
 {
     struct http_conn *c = (struct http_conn *)h;
@@ -149,18 +170,24 @@ static void conn_close(struct http_conn *c, bool reset)
     if (c->closing)
         return;
     c->closing = true;
+    struct http_server *srv = c->srv;
     if (c->prev)
         c->prev->next = c->next;
     else
-        c->srv->conns = c->next;
+        srv->conns = c->next;
     if (c->next)
         c->next->prev = c->prev;
+    else
+        srv->newest = c->prev;
     c->prev = c->next = NULL;
+    srv->open--;
     /* Pending write and shutdown requests are cancelled before the close
      * callback runs; their callbacks see c->closing. close_reset refuses a
      * handle with a shutdown under way: then a plain close does. */
     if (!reset || uv_tcp_close_reset(&c->tcp, on_conn_closed) < 0)
         uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
+    /* A slot is free: a connection waiting to be accepted can have it. */
+    accept_waiting(srv);
 }
 
 static void on_shutdown(uv_shutdown_t *req, int status)
@@ -202,6 +229,7 @@ static void respond(struct http_conn *c)
         .stats = srv->stats,
         .server = &srv->st,
         .now = stats_now(),
+        .mono_now = stats_mono(),
     };
     c->responded = true;
     int status = http_respond(&c->req, &ctx, &c->resp);
@@ -277,10 +305,92 @@ static void reject(struct http_server *srv)
     uint64_t now = uv_now(srv->loop);
     if (srv->reject_logged_ms == 0 || now - srv->reject_logged_ms >= REJECT_LOG_EVERY_MS) {
         srv->reject_logged_ms = now;
-        log_warn("status endpoint connection cap reached; closing new connections",
-                 "max_connections=%d rejected_total=%" PRIu64, HTTP_MAX_CONNECTIONS,
-                 srv->st.rejected_total);
+        log_warn("out of memory; closing new status endpoint connections",
+                 "rejected_total=%" PRIu64, srv->st.rejected_total);
     }
+}
+
+/* Closes the connection that costs least to lose, to make room for a new one:
+ * the oldest that has its whole answer (only its closing handshake is left),
+ * else the oldest that has not sent its request in HTTP_EVICT_MIN_AGE_MS (a
+ * slow or idle client). One whose answer is still being written is kept: it
+ * will be done or timed out soon. @return false if none qualifies. */
+static bool evict_one(struct http_server *srv)
+{
+    uint64_t now = uv_now(srv->loop);
+    struct http_conn *slow = NULL;
+    for (struct http_conn *c = srv->conns; c; c = c->next) {
+        if (c->responded && !c->writing) {
+            srv->st.evicted_total++;
+            conn_close(c, false);
+            return true;
+        }
+        if (!slow && !c->responded && now - c->accepted_ms >= HTTP_EVICT_MIN_AGE_MS)
+            slow = c;
+    }
+    if (!slow)
+        return false;
+    srv->st.evicted_total++;
+    conn_close(slow, true);
+    return true;
+}
+
+static void accept_one(struct http_server *srv)
+{
+    struct http_conn *c = calloc(1, sizeof(*c));
+    if (!c) {
+        reject(srv);
+        return;
+    }
+    uv_tcp_init(srv->loop, &c->tcp);
+    c->srv = srv;
+    srv->handles++;
+    srv->st.connections++;
+    srv->st.connections_total++;
+    srv->open++;
+    c->prev = srv->newest;
+    if (c->prev)
+        c->prev->next = c;
+    else
+        srv->conns = c;
+    srv->newest = c;
+    http_request_init(&c->req);
+    c->accepted_ms = uv_now(srv->loop);
+    c->deadline = c->accepted_ms + HTTP_TIMEOUT_MS;
+
+    if (uv_accept((uv_stream_t *)&srv->listener, (uv_stream_t *)&c->tcp) < 0) {
+        conn_close(c, false);
+        return;
+    }
+    uv_tcp_nodelay(&c->tcp, 1);
+    if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) < 0)
+        conn_close(c, false);
+}
+
+static void on_retry(uv_timer_t *t)
+{
+    accept_waiting(t->data);
+}
+
+/* Accepts the connection libuv holds, making room for it if the table is
+ * full. If nothing can be evicted it stays where it is: libuv stops watching
+ * the listener until uv_accept(), so the kernel queues the next ones too. */
+static void accept_waiting(struct http_server *srv)
+{
+    /* conn_close() calls back here: not while this call is evicting. */
+    if (!srv->accept_waiting || srv->stopping || srv->admitting)
+        return;
+    srv->admitting = true;
+    bool room = srv->open < HTTP_MAX_CONNECTIONS || evict_one(srv);
+    srv->admitting = false;
+    if (!room) {
+        if (!uv_is_active((uv_handle_t *)&srv->retry))
+            uv_timer_start(&srv->retry, on_retry, ACCEPT_RETRY_MS, 0);
+        return;
+    }
+    srv->accept_waiting = false;
+    uv_timer_stop(&srv->retry);
+    accept_one(srv);
 }
 
 static void on_connection(uv_stream_t *listener, int status)
@@ -296,34 +406,17 @@ static void on_connection(uv_stream_t *listener, int status)
         }
         return;
     }
-    if (srv->st.connections >= HTTP_MAX_CONNECTIONS) {
-        reject(srv);
-        return;
+    if (srv->open >= HTTP_MAX_CONNECTIONS) {
+        uint64_t now = uv_now(srv->loop);
+        if (srv->full_logged_ms == 0 || now - srv->full_logged_ms >= REJECT_LOG_EVERY_MS) {
+            srv->full_logged_ms = now;
+            log_warn("status endpoint connection cap reached; evicting idle and slow clients",
+                     "max_connections=%d evicted_total=%" PRIu64, HTTP_MAX_CONNECTIONS,
+                     srv->st.evicted_total);
+        }
     }
-    struct http_conn *c = calloc(1, sizeof(*c));
-    if (!c) {
-        reject(srv);
-        return;
-    }
-    uv_tcp_init(srv->loop, &c->tcp);
-    c->srv = srv;
-    srv->handles++;
-    srv->st.connections++;
-    srv->st.connections_total++;
-    c->next = srv->conns;
-    if (c->next)
-        c->next->prev = c;
-    srv->conns = c;
-    http_request_init(&c->req);
-    c->deadline = uv_now(srv->loop) + HTTP_TIMEOUT_MS;
-
-    if (uv_accept(listener, (uv_stream_t *)&c->tcp) < 0) {
-        conn_close(c, false);
-        return;
-    }
-    uv_tcp_nodelay(&c->tcp, 1);
-    if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) < 0)
-        conn_close(c, false);
+    srv->accept_waiting = true;
+    accept_waiting(srv);
 }
 
 static void on_sweep(uv_timer_t *t)
@@ -405,6 +498,9 @@ int http_start(struct http_server **out, uv_loop_t *loop, const struct relay_con
     uv_timer_init(loop, &srv->sweep);
     srv->sweep.data = srv;
     srv->handles++;
+    uv_timer_init(loop, &srv->retry);
+    srv->retry.data = srv;
+    srv->handles++;
     uv_timer_start(&srv->sweep, on_sweep, SWEEP_EVERY_MS, SWEEP_EVERY_MS);
 
     log_info("status endpoint listening", "address=%s endpoints=\"/livez /healthz /readyz "
@@ -421,6 +517,7 @@ void http_stop(struct http_server *srv)
     uv_close((uv_handle_t *)&srv->listener, on_server_handle_closed);
     uv_timer_stop(&srv->sweep);
     uv_close((uv_handle_t *)&srv->sweep, on_server_handle_closed);
+    uv_close((uv_handle_t *)&srv->retry, on_server_handle_closed);
     while (srv->conns)
         conn_close(srv->conns, false);
 }

@@ -120,7 +120,7 @@ void http_metrics(const struct http_context *ctx, struct strbuf *out)
     process_metrics(s, out);
 
     gauge(out, "outbox_relay_ready", "1 when every readiness check of /readyz passes.",
-          http_ready(s, NULL) ? 1 : 0);
+          http_ready(ctx, NULL) ? 1 : 0);
     gauge(out, "outbox_relay_leader", "1 while this relay holds the leader lock.",
           s->role == STATS_ROLE_LEADER ? 1 : 0);
     gauge(out, "outbox_relay_postgres_up", "1 while the PostgreSQL connection is up.",
@@ -134,6 +134,11 @@ void http_metrics(const struct http_context *ctx, struct strbuf *out)
     gauge(out, "outbox_relay_producer_queue_messages",
           "Messages in the producer's queues, not yet acknowledged.",
           (double)s->producer_queue_msgs);
+    gauge(out, "outbox_relay_kafka_in_flight_messages",
+          "Messages produced and not yet acknowledged or failed.", (double)s->kafka_in_flight);
+    gauge(out, "outbox_relay_kafka_ack_wait_seconds",
+          "Seconds since the last acknowledgement while messages are in flight (0 when none are).",
+          stats_ack_wait(s, ctx->mono_now));
     gauge(out, "outbox_relay_producer_fatal",
           "1 while the producer is in a fatal state (it is then replaced).",
           s->producer_fatal ? 1 : 0);
@@ -190,8 +195,10 @@ void http_metrics(const struct http_context *ctx, struct strbuf *out)
         counter(out, "outbox_relay_http_connections_total",
                 "Connections accepted by the status endpoint.", h->connections_total);
         counter(out, "outbox_relay_http_connections_rejected_total",
-                "Connections closed at once because the connection cap was reached.",
-                h->rejected_total);
+                "Connections closed at once for lack of memory.", h->rejected_total);
+        counter(out, "outbox_relay_http_connections_evicted_total",
+                "Connections closed to make room for a new one at the connection cap: the oldest "
+                "that had its answer or had not sent its request.", h->evicted_total);
         counter(out, "outbox_relay_http_timeouts_total",
                 "Connections closed because the client was idle or too slow.", h->timeouts_total);
         counter(out, "outbox_relay_http_requests_total", "Responses sent by the status endpoint.",

@@ -191,8 +191,9 @@ static void check_line(struct strbuf *out, bool ok, const char *name, const char
         strbuf_printf(out, "[%c]%s %s\n", ok ? '+' : '-', name, ok ? "ok" : why);
 }
 
-bool http_ready(const struct relay_stats *s, struct strbuf *out)
+bool http_ready(const struct http_context *ctx, struct strbuf *out)
 {
+    const struct relay_stats *s = ctx->stats;
     bool ready = true;
     char why[320];
 
@@ -210,6 +211,16 @@ bool http_ready(const struct relay_stats *s, struct strbuf *out)
     else
         snprintf(why, sizeof(why), "no broker up (%d known)", s->brokers_total);
     check_line(out, kafka, "kafka", why);
+
+    /* A broker that holds its connections and answers nothing is still UP
+     * above: messages waiting with no acknowledgement at all is what shows it. */
+    int limit_ms = ctx->cfg ? ctx->cfg->ack_timeout_ms : 0;
+    double wait = stats_ack_wait(s, ctx->mono_now);
+    bool acks = limit_ms <= 0 || wait * 1000 < limit_ms;
+    ready &= acks;
+    snprintf(why, sizeof(why), "%lld message%s in flight, no acknowledgement for %.0f s",
+             (long long)s->kafka_in_flight, s->kafka_in_flight == 1 ? "" : "s", floor(wait));
+    check_line(out, acks, "acks", why);
 
     ready &= !s->producer_fatal;
     check_line(out, !s->producer_fatal, "producer", "fatal error; the producer is being replaced");
@@ -230,7 +241,7 @@ static int serve_readyz(const struct http_context *ctx, bool verbose, struct str
 {
     (void)ctype;
     struct strbuf lines = {0};
-    bool ready = http_ready(ctx->stats, &lines);
+    bool ready = http_ready(ctx, &lines);
     /* A failing probe says why even without ?verbose: that is when it matters. */
     if (verbose || !ready)
         strbuf_printf(body, "%s%s", strbuf_str(&lines),
@@ -264,7 +275,7 @@ static cJSON *status_json(const struct http_context *ctx)
     cJSON_AddStringToObject(root, "version", OUTBOX_RELAY_VERSION);
     add_time(root, "start_time", s->start_time);
     cJSON_AddNumberToObject(root, "uptime_seconds", round((ctx->now - s->start_time) * 1000) / 1000);
-    cJSON_AddBoolToObject(root, "ready", http_ready(s, NULL));
+    cJSON_AddBoolToObject(root, "ready", http_ready(ctx, NULL));
     cJSON_AddStringToObject(root, "role", role_name(s));
     cJSON_AddBoolToObject(root, "halted", s->halted);
     if (s->halted)
@@ -287,6 +298,9 @@ static cJSON *status_json(const struct http_context *ctx)
         }
         cJSON_AddNumberToObject(kafka, "producer_queue_messages", (double)s->producer_queue_msgs);
         cJSON_AddBoolToObject(kafka, "producer_fatal", s->producer_fatal);
+        cJSON_AddNumberToObject(kafka, "messages_in_flight", (double)s->kafka_in_flight);
+        cJSON_AddNumberToObject(kafka, "ack_wait_seconds",
+                                round(stats_ack_wait(s, ctx->mono_now) * 1000) / 1000);
         cJSON *brokers = cJSON_AddArrayToObject(kafka, "brokers");
         for (int i = 0; brokers && s->brokers_up >= 0 && i < s->n_brokers && i < STATS_MAX_BROKERS;
              i++) {

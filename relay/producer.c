@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,10 +43,55 @@ static const char *const producer_defaults[][2] = {
     { "statistics.interval.ms", "1000" },
 };
 
+/* ---- acknowledgements ---------------------------------------------------
+ * A broker that accepts requests and never answers stays UP in librdkafka's
+ * statistics until socket.timeout.ms (a minute) closes the connection. The
+ * clock below shows it sooner: it runs while messages are in flight and
+ * restarts at every acknowledgement; /readyz fails once it passes
+ * relay.ack_timeout_ms. Failed reports do not restart it: they are not
+ * progress, though the clock stops when nothing is left in flight. */
+
+static void ack_clock_sent(struct producer *p)
+{
+    if (p->in_flight++ == 0 && p->stats)
+        p->stats->kafka_ack_clock = stats_mono();
+    if (p->stats)
+        p->stats->kafka_in_flight = p->in_flight;
+}
+
+static void ack_clock_report(struct producer *p, bool acknowledged)
+{
+    if (p->in_flight > 0)
+        p->in_flight--;
+    if (!p->stats)
+        return;
+    p->stats->kafka_in_flight = p->in_flight;
+    if (acknowledged)
+        p->stats->kafka_ack_clock = stats_mono();
+}
+
+/* Logs when the clock passes the threshold and when it is over; the readiness
+ * check itself is computed at each request (http_ready). */
+static void ack_clock_watch(struct producer *p)
+{
+    if (!p->stats || !p->cfg)
+        return;
+    double wait = stats_ack_wait(p->stats, stats_mono());
+    double limit = p->cfg->ack_timeout_ms / 1000.0;
+    bool stalled = p->cfg->ack_timeout_ms > 0 && wait >= limit;
+    if (stalled && !p->ack_stalled)
+        log_warn("no acknowledgement from kafka", "in_flight=%" PRId64 " waited_s=%.1f "
+                 "ack_timeout_ms=%d", p->in_flight, wait, p->cfg->ack_timeout_ms);
+    else if (!stalled && p->ack_stalled)
+        log_info("kafka acknowledgements resumed", "in_flight=%" PRId64, p->in_flight);
+    p->ack_stalled = stalled;
+}
+
 static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 {
     (void)rk;
     struct producer *p = opaque;
+    ack_clock_report(p, m->err == RD_KAFKA_RESP_ERR_NO_ERROR);
     if (p->report)
         p->report(m->_private, m->err, p->arg);
 }
@@ -75,6 +121,7 @@ static int on_stats(rd_kafka_t *rk, char *json, size_t len, void *opaque)
     struct producer *p = opaque;
     if (!p->stats)
         return 0;
+    ack_clock_watch(p);
     cJSON *root = cJSON_ParseWithLength(json, len);
     if (!root)
         return 0;
@@ -172,7 +219,9 @@ int producer_start(struct producer *p, uv_loop_t *loop, const struct relay_confi
         stats->producer_fatal = false;
         stats->brokers_up = -1;
         stats->n_brokers = 0;
+        stats->kafka_in_flight = 0; /* a replaced producer's messages are gone with it */
     }
+    p->cfg = cfg;
     p->loop = loop;
     p->report = report;
     p->arg = arg;
@@ -245,8 +294,10 @@ int producer_send(struct producer *p, const struct event_row *row, const char *t
         RD_KAFKA_V_HEADERS(hdrs),
         RD_KAFKA_V_OPAQUE(opaque),
         RD_KAFKA_V_END);
-    if (err == RD_KAFKA_RESP_ERR_NO_ERROR)
+    if (err == RD_KAFKA_RESP_ERR_NO_ERROR) {
+        ack_clock_sent(p);
         return 0; /* the message owns the headers now */
+    }
 
     rd_kafka_headers_destroy(hdrs);
     snprintf(errbuf, errlen, "%s", rd_kafka_err2str(err));

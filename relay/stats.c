@@ -3,6 +3,7 @@
 
 #include <string.h>
 #include <sys/time.h>
+#include <time.h>
 
 /* A batch takes milliseconds to seconds; an event's end-to-end latency from
  * commit to acknowledgement ranges from a millisecond to minutes of backlog. */
@@ -40,4 +41,18 @@ double stats_now(void)
     struct timeval tv;
     gettimeofday(&tv, NULL);
     return (double)tv.tv_sec + (double)tv.tv_usec / 1e6;
+}
+
+double stats_mono(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+double stats_ack_wait(const struct relay_stats *s, double mono_now)
+{
+    if (s->kafka_in_flight <= 0 || mono_now <= s->kafka_ack_clock)
+        return 0;
+    return mono_now - s->kafka_ack_clock;
 }

@@ -8,6 +8,8 @@
 #include <netinet/in.h>
 #include <stddef.h>
 #include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -37,6 +39,7 @@ static void fini(void)
 {
     if (T.env) {
         e2e_mock_command(&T, "up -1");
+        e2e_mock_command(&T, "rtt -1 0");
         if (pg_stopped) {
             /* Other tests share this PostgreSQL: never leave it stopped. */
             const char *start[] = {"start", "-w", "-t", "60", NULL};
@@ -369,8 +372,9 @@ Test(e2e, endpoints_with_curl_and_promtool, .fini = fini, .timeout = 180)
     reply_free(&r);
     r = http(port, "GET", "/readyz?verbose");
     cr_assert_eq(r.code, 200);
-    cr_assert_str_eq(r.body, "[+]postgres ok\n[+]role ok\n[+]kafka ok\n[+]producer ok\n"
-                             "[+]relaying ok\n[+]shutdown ok\nreadyz check passed\n");
+    cr_assert_str_eq(r.body, "[+]postgres ok\n[+]role ok\n[+]kafka ok\n[+]acks ok\n"
+                             "[+]producer ok\n[+]relaying ok\n[+]shutdown ok\n"
+                             "readyz check passed\n");
     reply_free(&r);
 
     enqueue_range(1, 20);
@@ -485,6 +489,59 @@ Test(e2e, readyz_follows_kafka, .fini = fini, .timeout = 240)
     cr_assert(wait_code(port, "/readyz", 200, 60000), "/readyz did not recover after the brokers came back");
     enqueue_range(1, 50);
     e2e_wait_all_sent(&T, 60000);
+    cr_assert_eq(e2e_relay_stop(relay, 30000), 0, "relay did not exit 0 on SIGTERM");
+}
+
+/* A hung broker keeps its connections open and answers nothing: it stays UP
+ * in librdkafka's statistics until socket.timeout.ms (a minute). The acks
+ * check must fail within relay.ack_timeout_ms (default 10 s) instead. */
+Test(e2e, readyz_fails_while_a_hung_broker_acknowledges_nothing, .fini = fini, .timeout = 240)
+{
+    e2e_setup(&T, "httphung");
+    if (!T.env->mock_control)
+        cr_skip_test("needs the mock broker to delay its answers (OUTBOX_RELAY_TEST_KAFKA is a real one)");
+    e2e_migrate(&T);
+    const char *extra[] = {"relay.poll_interval_ms=100", NULL};
+    int port;
+    struct e2e_relay *relay = start_relay(extra, &port);
+    wait_ready(port);
+    enqueue_range(1, 20);
+    e2e_wait_all_sent(&T, 30000);
+    cr_assert_eq(scrape(port, "outbox_relay_kafka_in_flight_messages"), 0);
+
+    /* Every answer 20 s late: longer than the threshold, shorter than
+     * librdkafka's socket timeout, so no connection is dropped. */
+    cr_assert(e2e_mock_command(&T, "rtt -1 20000"));
+    e2e_sleep_ms(300); /* the FIFO command is applied asynchronously */
+    int64_t t0 = e2e_now_ms();
+    enqueue_range(21, 40);
+    cr_assert(wait_code(port, "/readyz", 503, 20000), "/readyz stayed 200 with a hung broker");
+    int64_t took = e2e_now_ms() - t0;
+    struct reply r = http(port, "GET", "/readyz");
+    fprintf(stderr, "e2e: hung broker: /readyz 503 after %lld ms: %s", (long long)took, r.body);
+    cr_assert(took >= 9500 && took <= 14000,
+              "/readyz turned 503 %lld ms after the rows went out; expected 10 s (ack_timeout_ms)",
+              (long long)took);
+    cr_assert(strstr(r.body, "[-]acks ") && strstr(r.body, " in flight, no acknowledgement for 1"),
+              "%s", r.body);
+    cr_assert(strstr(r.body, "[+]kafka ok"), "the broker should still look up: %s", r.body);
+    reply_free(&r);
+    struct reply m = http(port, "GET", "/metrics");
+    cr_assert(metric(m.body, "outbox_relay_kafka_ack_wait_seconds") >= 10, "%s", m.body);
+    cr_assert(metric(m.body, "outbox_relay_kafka_in_flight_messages") >= 1, "%s", m.body);
+    cr_assert_eq(metric(m.body, "outbox_relay_ready"), 0);
+    reply_free(&m);
+    cr_assert(e2e_relay_wait_log(relay, "msg=\"no acknowledgement from kafka\"", 5000),
+              "no warning logged (log %s)", relay->log_path);
+
+    /* The broker answers again: ready once the delayed acknowledgements arrive. */
+    cr_assert(e2e_mock_command(&T, "rtt -1 0"));
+    cr_assert(wait_code(port, "/readyz", 200, 30000), "/readyz did not recover after the broker did");
+    e2e_wait_all_sent(&T, 60000);
+    cr_assert(e2e_relay_wait_log(relay, "msg=\"kafka acknowledgements resumed\"", 5000),
+              "no recovery logged (log %s)", relay->log_path);
+    cr_assert_eq(scrape(port, "outbox_relay_kafka_ack_wait_seconds"), 0);
+    verify_delivered("events relayed across a hung broker");
     cr_assert_eq(e2e_relay_stop(relay, 30000), 0, "relay did not exit 0 on SIGTERM");
 }
 
@@ -630,10 +687,12 @@ Test(e2e, thousand_idle_connections_while_relaying, .fini = fini, .timeout = 240
     }
     cr_assert_eq(pending, 0, "%d connections not established after 8 s", pending);
 
-    /* The cap holds: new connections are refused while the idle ones hold it. */
+    /* The cap holds, yet a probe beyond it is served: it takes the place of
+     * the oldest idle connection. */
     struct reply r = http(port, "GET", "/livez");
-    cr_assert_neq(r.code, 200, "a connection beyond the cap was served");
+    cr_assert_eq(r.code, 200, "a probe beyond the cap was not served: %d", r.code);
     reply_free(&r);
+    cr_assert(scrape(port, "outbox_relay_http_connections") <= 256 + 2); /* + closing ones */
 
     enqueue_range(501, 1500);
     e2e_wait_all_sent(&T, 60000);
@@ -644,11 +703,14 @@ Test(e2e, thousand_idle_connections_while_relaying, .fini = fini, .timeout = 240
     cr_assert(during - before < 16 * 1024, "RSS grew by %ld KiB with %d idle connections",
               during - before, N_IDLE);
 
-    /* The idle ones are cut at the timeout; then the endpoint serves again. */
-    cr_assert(wait_code(port, "/livez", 200, 20000), "the endpoint did not recover after the timeout");
+    /* The idle ones left are cut at the timeout. */
+    int64_t cut = e2e_now_ms() + 20000;
+    while (scrape(port, "outbox_relay_http_timeouts_total") < 200 && e2e_now_ms() < cut)
+        e2e_sleep_ms(250);
     struct reply m = http(port, "GET", "/metrics");
-    cr_assert(metric(m.body, "outbox_relay_http_connections_rejected_total") >= N_IDLE - 256,
+    cr_assert(metric(m.body, "outbox_relay_http_connections_evicted_total") >= N_IDLE - 256,
               "%s", m.body);
+    cr_assert_eq(metric(m.body, "outbox_relay_http_connections_rejected_total"), 0);
     cr_assert(metric(m.body, "outbox_relay_http_timeouts_total") >= 200);
     cr_assert(metric(m.body, "outbox_relay_http_connections") <= 2);
     reply_free(&m);
@@ -656,6 +718,205 @@ Test(e2e, thousand_idle_connections_while_relaying, .fini = fini, .timeout = 240
         close(fds[i].fd);
 
     verify_delivered("events relayed with 1000 idle connections");
+    cr_assert_eq(e2e_relay_stop(relay, 30000), 0, "relay did not exit 0 on SIGTERM");
+}
+
+/* ---- probes among slow clients ------------------------------------------------ */
+
+#define N_SLOW 400
+
+/* Slowloris: N_SLOW connections that send a request head one byte a second
+ * and never finish it; each one the relay closes is opened again at once. */
+struct slow_clients {
+    int port;
+    atomic_bool stop;
+    atomic_long opened;
+    pthread_t thread;
+};
+
+static int slow_open(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0)
+        return -1;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    if (connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0 && errno != EINPROGRESS) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+static void *slow_run(void *arg)
+{
+    struct slow_clients *sc = arg;
+    static struct pollfd fds[N_SLOW];
+    static bool started[N_SLOW];
+    const char head[] = "GET /livez HTTP/1.1\r\nHost: x\r\nX-Slow: ";
+    for (int i = 0; i < N_SLOW; i++) {
+        fds[i] = (struct pollfd){.fd = slow_open(sc->port), .events = POLLOUT};
+        started[i] = false;
+        atomic_fetch_add(&sc->opened, 1);
+    }
+    int64_t next_drip = e2e_now_ms() + 1000;
+    while (!atomic_load(&sc->stop)) {
+        if (poll(fds, N_SLOW, 50) < 0)
+            break;
+        for (int i = 0; i < N_SLOW; i++) {
+            short ev = fds[i].revents;
+            bool gone = fds[i].fd < 0 || (ev & (POLLERR | POLLHUP | POLLNVAL));
+            if (!gone && (ev & POLLIN)) {
+                char buf[256];
+                gone = recv(fds[i].fd, buf, sizeof(buf), 0) <= 0;
+            }
+            if (!gone && (ev & POLLOUT) && !started[i]) {
+                gone = send(fds[i].fd, head, sizeof(head) - 1, MSG_NOSIGNAL) < 0;
+                started[i] = true;
+                fds[i].events = POLLIN;
+            }
+            if (gone) {
+                if (fds[i].fd >= 0)
+                    close(fds[i].fd);
+                fds[i] = (struct pollfd){.fd = slow_open(sc->port), .events = POLLOUT};
+                started[i] = false;
+                atomic_fetch_add(&sc->opened, 1);
+            }
+        }
+        if (e2e_now_ms() >= next_drip) {
+            next_drip += 1000;
+            for (int i = 0; i < N_SLOW; i++)
+                if (started[i])
+                    send(fds[i].fd, "a", 1, MSG_NOSIGNAL);
+        }
+    }
+    for (int i = 0; i < N_SLOW; i++)
+        if (fds[i].fd >= 0)
+            close(fds[i].fd);
+    return NULL;
+}
+
+/* One GET /livez as a probe does it: @return the status code (0: no answer,
+ * the connection refused, reset or timed out), its time in @p ms. */
+static int probe_livez(int port, int timeout_ms, int64_t *ms)
+{
+    int64_t t0 = e2e_now_ms();
+    int code = 0;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    cr_assert(fd >= 0);
+    struct timeval tv = {.tv_sec = timeout_ms / 1000, .tv_usec = (timeout_ms % 1000) * 1000};
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)); /* bounds connect() too */
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    const char req[] = "GET /livez HTTP/1.1\r\nHost: 127.0.0.1\r\nUser-Agent: kube-probe/1.29\r\n"
+                       "Accept: */*\r\nConnection: close\r\n\r\n";
+    if (connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+        send(fd, req, sizeof(req) - 1, MSG_NOSIGNAL) == (ssize_t)sizeof(req) - 1) {
+        char buf[1024];
+        size_t got = 0;
+        for (ssize_t r; got < sizeof(buf) - 1 && (r = recv(fd, buf + got, sizeof(buf) - 1 - got, 0)) > 0;)
+            got += (size_t)r;
+        buf[got] = '\0';
+        if (sscanf(buf, "HTTP/1.1 %d ", &code) != 1 || !strstr(buf, "\r\n\r\nok\n"))
+            code = 0;
+    }
+    close(fd);
+    *ms = e2e_now_ms() - t0;
+    return code;
+}
+
+/* CPU seconds (user + system) the process used so far. */
+static double cpu_seconds(pid_t pid)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f, "%s: %s", path, strerror(errno));
+    unsigned long ut = 0, st = 0;
+    /* After "(comm)": state and 10 fields, then utime and stime. */
+    int n = fscanf(f, "%*d (%*[^)]) %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st);
+    fclose(f);
+    cr_assert_eq(n, 2, "cannot parse %s", path);
+    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+#define PROBE_SECONDS 30
+#define PROBE_BOUND_MS 1000 /* a kubelet probe's default timeoutSeconds */
+
+Test(e2e, liveness_probes_answered_among_slow_clients, .fini = fini, .timeout = 240)
+{
+    e2e_setup(&T, "httpslow");
+    struct rlimit rl;
+    cr_assert(getrlimit(RLIMIT_NOFILE, &rl) == 0);
+    if (rl.rlim_cur < N_SLOW + 100) {
+        rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > 4096 ? 4096 : rl.rlim_max;
+        cr_assert(setrlimit(RLIMIT_NOFILE, &rl) == 0, "setrlimit: %s", strerror(errno));
+    }
+    if (rl.rlim_cur < N_SLOW + 100)
+        cr_skip_test("RLIMIT_NOFILE hard limit %lu is too low for %d connections",
+                     (unsigned long)rl.rlim_max, N_SLOW);
+    e2e_migrate(&T);
+    const char *extra[] = {"relay.poll_interval_ms=100", "relay.batch_size=100", NULL};
+    int port;
+    struct e2e_relay *relay = start_relay(extra, &port);
+    wait_ready(port);
+
+    double cpu0 = cpu_seconds(relay->pid);
+    static struct slow_clients sc;
+    sc.port = port;
+    atomic_store(&sc.stop, false);
+    atomic_store(&sc.opened, 0);
+    cr_assert_eq(pthread_create(&sc.thread, NULL, slow_run, &sc), 0);
+    e2e_sleep_ms(2000); /* the slow clients fill the table first */
+
+    enqueue_range(1, 1000);
+    static int64_t lat[PROBE_SECONDS * 20 + 16];
+    int probes = 0, ok = 0, in_bound = 0;
+    int64_t end = e2e_now_ms() + PROBE_SECONDS * 1000;
+    while (e2e_now_ms() < end && probes < (int)(sizeof(lat) / sizeof(lat[0]))) {
+        int64_t ms;
+        int code = probe_livez(port, 5000, &ms);
+        ok += code == 200;
+        in_bound += code == 200 && ms <= PROBE_BOUND_MS;
+        lat[probes++] = code == 200 ? ms : INT64_MAX;
+        e2e_sleep_ms(50);
+    }
+    /* A real client too, while the slow ones are still there. */
+    struct reply r = http(port, "GET", "/livez");
+    int curl_code = r.code;
+    reply_free(&r);
+    atomic_store(&sc.stop, true);
+    double cpu = cpu_seconds(relay->pid) - cpu0;
+    pthread_join(sc.thread, NULL);
+    double evicted = scrape(port, "outbox_relay_http_connections_evicted_total");
+
+    qsort(lat, (size_t)probes, sizeof(lat[0]), cmp_i64);
+    int64_t p50 = lat[probes / 2], p99 = lat[probes * 99 / 100], worst = lat[probes - 1];
+    fprintf(stderr,
+            "e2e: %d slow clients (%ld connections opened): %d of %d /livez probes answered, %d "
+            "within %d ms; p50 %lld ms, p99 %lld ms, max %lld ms; evicted %.0f; curl %d; relay "
+            "CPU %.1f s\n",
+            N_SLOW, atomic_load(&sc.opened), ok, probes, in_bound, PROBE_BOUND_MS, (long long)p50,
+            p99 == INT64_MAX ? -1LL : (long long)p99, worst == INT64_MAX ? -1LL : (long long)worst,
+            evicted, curl_code, cpu);
+    cr_assert(probes >= 50, "only %d probes in %d s", probes, PROBE_SECONDS);
+    cr_assert_eq(ok, probes, "%d of %d /livez probes unanswered among %d slow clients",
+                 probes - ok, probes, N_SLOW);
+    cr_assert(in_bound >= probes * 99 / 100, "only %d of %d /livez probes answered within %d ms",
+              in_bound, probes, PROBE_BOUND_MS);
+    cr_assert_eq(curl_code, 200, "curl's /livez among the slow clients answered %d", curl_code);
+    cr_assert(evicted >= N_SLOW - 256, "the slow clients were not evicted (%.0f)", evicted);
+
+    e2e_wait_all_sent(&T, 60000);
+    verify_delivered("events relayed among slow clients");
+    cr_assert(e2e_relay_alive(relay), "relay exited (log %s)", relay->log_path);
     cr_assert_eq(e2e_relay_stop(relay, 30000), 0, "relay did not exit 0 on SIGTERM");
 }
 

@@ -28,7 +28,8 @@ static void setup(void)
     st.role = STATS_ROLE_LEADER;
     st.brokers_up = 1;
     st.brokers_total = 1;
-    ctx = (struct http_context){.cfg = &cfg, .stats = &st, .now = st.start_time + 5};
+    ctx = (struct http_context){.cfg = &cfg, .stats = &st, .now = st.start_time + 5,
+                                .mono_now = 1000};
     memset(&out, 0, sizeof(out));
 }
 
@@ -198,8 +199,9 @@ Test(http, readyz_passes_when_everything_is_up)
     cr_assert_eq(exchange("GET /readyz HTTP/1.1\r\n\r\n"), 200);
     cr_assert_str_eq(body(), "ok\n");
     cr_assert_eq(exchange("GET /readyz?verbose HTTP/1.1\r\n\r\n"), 200);
-    cr_assert_str_eq(body(), "[+]postgres ok\n[+]role ok\n[+]kafka ok\n[+]producer ok\n"
-                             "[+]relaying ok\n[+]shutdown ok\nreadyz check passed\n");
+    cr_assert_str_eq(body(), "[+]postgres ok\n[+]role ok\n[+]kafka ok\n[+]acks ok\n"
+                             "[+]producer ok\n[+]relaying ok\n[+]shutdown ok\n"
+                             "readyz check passed\n");
     cr_assert_eq(exchange("GET /readyz?verbose=0 HTTP/1.1\r\n\r\n"), 200);
     cr_assert_str_eq(body(), "ok\n");
 }
@@ -244,6 +246,48 @@ Test(http, readyz_names_each_failing_check)
     cr_assert(strstr(body(), "[+]postgres ok\n"));
 }
 
+/* A hung broker: connections open, brokers UP, nothing acknowledged. */
+Test(http, readyz_fails_when_messages_wait_too_long_for_an_acknowledgement)
+{
+    cr_assert_eq(cfg.ack_timeout_ms, 10000, "the documented default");
+    st.kafka_in_flight = 20;
+    st.kafka_ack_clock = ctx.mono_now - 9.9;
+    cr_assert_eq(exchange("GET /readyz?verbose HTTP/1.1\r\n\r\n"), 200);
+    cr_assert(strstr(body(), "[+]acks ok\n"), "%s", body());
+
+    st.kafka_ack_clock = ctx.mono_now - 12.4;
+    cr_assert_eq(exchange("GET /readyz HTTP/1.1\r\n\r\n"), 503);
+    cr_assert(strstr(body(), "[-]acks 20 messages in flight, no acknowledgement for 12 s\n"), "%s",
+              body());
+    cr_assert(strstr(body(), "[+]kafka ok\n"), "%s", body());
+    cr_assert_eq(exchange("GET /metrics HTTP/1.1\r\n\r\n"), 200);
+    const char *wait = strstr(body(), "\noutbox_relay_kafka_ack_wait_seconds ");
+    cr_assert_not_null(wait, "%s", body());
+    cr_assert_float_eq(strtod(wait + strlen("\noutbox_relay_kafka_ack_wait_seconds "), NULL), 12.4,
+                       0.001);
+    cr_assert(strstr(body(), "\noutbox_relay_kafka_in_flight_messages 20\n"), "%s", body());
+    cr_assert(strstr(body(), "\noutbox_relay_ready 0\n"), "%s", body());
+
+    st.kafka_in_flight = 1;
+    cr_assert_eq(exchange("GET /readyz HTTP/1.1\r\n\r\n"), 503);
+    cr_assert(strstr(body(), "[-]acks 1 message in flight, no acknowledgement for 12 s\n"), "%s",
+              body());
+
+    /* The threshold is read at each request: a reload changes it at once. */
+    cfg.ack_timeout_ms = 15000;
+    cr_assert_eq(exchange("GET /readyz HTTP/1.1\r\n\r\n"), 200);
+    cfg.ack_timeout_ms = 0; /* off */
+    st.kafka_ack_clock = ctx.mono_now - 3600;
+    cr_assert_eq(exchange("GET /readyz HTTP/1.1\r\n\r\n"), 200);
+    cfg.ack_timeout_ms = 10000;
+
+    /* Nothing in flight: no evidence either way, however old the last ack. */
+    st.kafka_in_flight = 0;
+    cr_assert_eq(exchange("GET /readyz HTTP/1.1\r\n\r\n"), 200);
+    cr_assert_eq(exchange("GET /metrics HTTP/1.1\r\n\r\n"), 200);
+    cr_assert(strstr(body(), "\noutbox_relay_kafka_ack_wait_seconds 0\n"), "%s", body());
+}
+
 Test(http, status_is_json_with_what_an_operator_needs)
 {
     char *const ov[] = {"postgres.conninfo=host=db password=hunter2", "kafka.sasl.password=s3cret",
@@ -262,6 +306,8 @@ Test(http, status_is_json_with_what_an_operator_needs)
     st.last_batch_time = ctx.now - 2;
     st.n_brokers = 1;
     st.brokers[0] = (struct stats_broker){.id = 1, .name = "k1:9092", .state = "UP"};
+    st.kafka_in_flight = 7;
+    st.kafka_ack_clock = ctx.mono_now - 0.25;
 
     cr_assert_eq(exchange("GET /status HTTP/1.1\r\n\r\n"), 200);
     cr_assert_null(strstr(body(), "hunter2"));
@@ -275,6 +321,8 @@ Test(http, status_is_json_with_what_an_operator_needs)
     cJSON *b0 = cJSON_GetArrayItem(cJSON_GetObjectItem(kafka, "brokers"), 0);
     cr_assert_str_eq(cJSON_GetObjectItem(b0, "name")->valuestring, "k1:9092");
     cr_assert_str_eq(cJSON_GetObjectItem(b0, "state")->valuestring, "UP");
+    cr_assert_eq(cJSON_GetObjectItem(kafka, "messages_in_flight")->valuedouble, 7);
+    cr_assert_float_eq(cJSON_GetObjectItem(kafka, "ack_wait_seconds")->valuedouble, 0.25, 0.001);
     cJSON *backlog = cJSON_GetObjectItem(doc, "backlog");
     cr_assert_eq(cJSON_GetObjectItem(backlog, "rows")->valuedouble, 5);
     /* measured a second ago at 1.5 s: 2.5 s now */
@@ -319,7 +367,7 @@ Test(http, metrics_has_every_documented_family)
     stats_observe(&st.batch_duration, 100);
     st.backlog_known = true;
     st.backlog_rows = 4;
-    struct http_server_stats srv = {.connections = 2, .rejected_total = 1};
+    struct http_server_stats srv = {.connections = 2, .rejected_total = 1, .evicted_total = 5};
     ctx.server = &srv;
     cr_assert_eq(exchange("GET /metrics HTTP/1.1\r\n\r\n"), 200);
     cr_assert(has_header("Content-Type: text/plain; version=0.0.4; charset=utf-8\r\n"));
@@ -349,10 +397,13 @@ Test(http, metrics_has_every_documented_family)
         "\noutbox_relay_postgres_up 1\n",
         "\noutbox_relay_kafka_brokers_up 1\n",
         "\noutbox_relay_producer_queue_messages 0\n",
+        "\noutbox_relay_kafka_in_flight_messages 0\n",
+        "\noutbox_relay_kafka_ack_wait_seconds 0\n",
         "\noutbox_relay_halted 0\n",
         "\noutbox_relay_ready 1\n",
         "\noutbox_relay_http_connections 2\n",
         "\noutbox_relay_http_connections_rejected_total 1\n",
+        "\noutbox_relay_http_connections_evicted_total 5\n",
     };
     for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
         cr_assert(strstr(body(), want[i]), "/metrics lacks \"%s\":\n%s", want[i], body());
