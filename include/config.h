@@ -50,6 +50,8 @@ struct relay_config {
     char *retention;            /* duration ("7d", "12h", "0" = keep): sent rows deleted after it */
     int ack_timeout_ms;         /* default 10000: /readyz fails when messages wait this long for
                                    an acknowledgement; 0 = never */
+    int allow_row_security;     /* bool, default false: relay although row-level security hides
+                                   rows from the relay's role (backlog then unknown) */
 
     /* [http] */
     char *http_listen;          /* status endpoint, default "127.0.0.1:8423"; "" = disabled */

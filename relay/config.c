@@ -26,6 +26,7 @@ enum param_type {
     PARAM_INT,
     PARAM_ENUM,      /* a string restricted to choices */
     PARAM_LOG_LEVEL, /* an int holding enum log_level */
+    PARAM_BOOL,      /* an int holding 0 or 1; written true or false */
 };
 
 /** Extra check of a string value; fills errbuf (without the key) on failure. */
@@ -67,6 +68,9 @@ _Static_assert(LOG_LVL_DEBUG == 3, "log_level_names must follow enum log_level")
 #define ENUM(sec, k, field, dflt, ch, rel, d)                                                 \
     {.section = sec, .key = k, .type = PARAM_ENUM, .offset = OFF(field), .def = dflt,          \
      .choices = ch, .reloadable = rel, .desc = d}
+#define BOOL(sec, k, field, dflt, rel, d)                                                     \
+    {.section = sec, .key = k, .type = PARAM_BOOL, .offset = OFF(field), .def = dflt,          \
+     .reloadable = rel, .desc = d}
 #define LEVEL(sec, k, field, dflt, rel, d)                                                    \
     {.section = sec, .key = k, .type = PARAM_LOG_LEVEL, .offset = OFF(field), .def = dflt,     \
      .reloadable = rel, .desc = d}
@@ -82,6 +86,9 @@ static const struct param params[] = {
 
     INT("relay", "ack_timeout_ms", ack_timeout_ms, "10000", 0, 3600000, RELOAD,
         "not ready when messages in flight wait this long for an acknowledgement (0 = never)"),
+    BOOL("relay", "allow_row_security", allow_row_security, "false", RESTART,
+         "relay although row-level security hides rows from the relay's role (they are never "
+         "published; the backlog is then unknown)"),
     INT("relay", "batch_size", batch_size, "1000", 1, 100000, RELOAD,
         "rows claimed and produced per round"),
     INT("relay", "max_attempts", max_attempts, "10", 1, 1000000, RELOAD,
@@ -237,6 +244,14 @@ static int param_set(struct relay_config *cfg, const struct param *p, const char
         *int_slot(cfg, p) = level;
         return 0;
     }
+
+    case PARAM_BOOL:
+        if (!strcmp(value, "true") || !strcmp(value, "false")) {
+            *int_slot(cfg, p) = value[0] == 't';
+            return 0;
+        }
+        return errbuf_fail(errbuf, errlen, "%s.%s: unknown value \"%s\" (allowed: true, false)",
+                           p->section, p->key, value);
 
     case PARAM_INT: {
         char *end;
@@ -822,6 +837,9 @@ static void dump_param(const struct relay_config *cfg, const struct param *p, FI
     case PARAM_INT:
         fprintf(out, "%s = %d\n", p->key, int_at(cfg, p));
         break;
+    case PARAM_BOOL:
+        fprintf(out, "%s = %s\n", p->key, int_at(cfg, p) ? "true" : "false");
+        break;
     case PARAM_LOG_LEVEL: {
         int level = int_at(cfg, p);
         fprintf(out, "%s = %s\n", p->key,
@@ -870,6 +888,8 @@ static char *param_text(const struct relay_config *cfg, const struct param *p)
     case PARAM_INT:
         snprintf(num, sizeof num, "%d", int_at(cfg, p));
         return strdup(num);
+    case PARAM_BOOL:
+        return strdup(int_at(cfg, p) ? "true" : "false");
     case PARAM_LOG_LEVEL: {
         int level = int_at(cfg, p);
         return strdup(level >= 0 && level <= LOG_LVL_DEBUG ? log_level_names[level] : "info");
@@ -903,6 +923,11 @@ struct cJSON *config_to_json(const struct relay_config *cfg)
             /* Numbers stay numbers, so that a consumer can compare them. */
             if (p->type == PARAM_INT) {
                 if (!cJSON_AddNumberToObject(sec, p->key, int_at(cfg, p)))
+                    goto oom;
+                continue;
+            }
+            if (p->type == PARAM_BOOL) {
+                if (!cJSON_AddBoolToObject(sec, p->key, int_at(cfg, p)))
                     goto oom;
                 continue;
             }
@@ -942,7 +967,7 @@ char *config_to_logfmt(const struct relay_config *cfg)
             if (strcmp(p->section, sections[s]) != 0)
                 continue;
             char *text = param_text(cfg, p);
-            if (p->type == PARAM_INT)
+            if (p->type == PARAM_INT || p->type == PARAM_BOOL)
                 fprintf(out, "%s%s.%s=%s", sep, p->section, p->key, text ? text : "");
             else
                 fprintf(out, "%s%s.%s=%s", sep, p->section, p->key, log_quote(text ? text : REDACTED));

@@ -342,6 +342,21 @@ Test(config, log_level_and_format)
     cr_assert_eq(cfg.log_level, LOG_LVL_ERROR);
 }
 
+Test(config, allow_row_security_is_a_boolean)
+{
+    cr_assert_eq(cfg.allow_row_security, 0, "the default refuses row-level security");
+    cr_assert_eq(load_override("relay.allow_row_security=true"), 0, "%s", err);
+    cr_assert_eq(cfg.allow_row_security, 1);
+    char *text = dump(&cfg);
+    cr_assert_not_null(strstr(text, "\nallow_row_security = true\n"), "%s", text);
+    free(text);
+    cr_assert_eq(load_override("relay.allow_row_security=false"), 0, "%s", err);
+    cr_assert_eq(cfg.allow_row_security, 0);
+    cr_assert_eq(load_override("relay.allow_row_security=yes"), -EINVAL);
+    assert_err_has("relay.allow_row_security");
+    assert_err_has("allowed: true, false");
+}
+
 Test(config, malformed_override)
 {
     cr_assert_eq(load_override("relaybatch_size=5"), -EINVAL);
