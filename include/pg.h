@@ -44,6 +44,8 @@ int pg_init(struct pg_conn *pg, uv_loop_t *loop, const char *conninfo,
             const struct pg_callbacks *cb);
 
 /** Starts an asynchronous connection attempt; on_connected or on_lost follows.
+ *  The session is named "outbox-relay" in pg_stat_activity unless the
+ *  conninfo sets application_name.
  *  @return 0, or -EIO when libpq could not even start (on_lost is not called). */
 int pg_connect(struct pg_conn *pg);
 
@@ -61,6 +63,14 @@ int pg_prepare(struct pg_conn *pg, const char *name, const char *sql, int nparam
 /** Runs the statement prepared as @p name. Same returns as pg_query(). */
 int pg_query_prepared(struct pg_conn *pg, const char *name, int nparams,
                       const char *const *params, pg_result_cb cb, void *arg);
+
+/** @return the backend pid libpq was told at connect (BackendKeyData), 0 when
+ *  not connected. A pooler or proxy hands out its own, so it differs from
+ *  what pg_backend_pid() answers. */
+int pg_announced_pid(const struct pg_conn *pg);
+
+/** @return the SQLSTATE of @p res ("" when it has none). */
+const char *pg_sqlstate(const PGresult *res);
 
 /** @return true when a statement can be sent now. */
 bool pg_ready(const struct pg_conn *pg);

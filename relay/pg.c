@@ -123,7 +123,12 @@ int pg_connect(struct pg_conn *pg)
 {
     if (pg->state != PG_DISCONNECTED)
         return -EALREADY;
-    pg->conn = PQconnectStart(pg->conninfo);
+    /* expand_dbname: the configured conninfo is used whole; the fallback
+     * names the session, so that a standby can tell a relay holding the
+     * leader lock from anything else holding it. */
+    const char *const keys[] = {"dbname", "fallback_application_name", NULL};
+    const char *const values[] = {pg->conninfo, "outbox-relay", NULL};
+    pg->conn = PQconnectStartParams(keys, values, 1);
     if (!pg->conn)
         return -ENOMEM;
     PQsetNoticeProcessor(pg->conn, on_notice, pg);
@@ -244,6 +249,17 @@ static void on_poll(uv_poll_t *h, int status, int events)
     }
     if (pg->conn && PQstatus(pg->conn) == CONNECTION_BAD)
         lost(pg, PQerrorMessage(pg->conn));
+}
+
+int pg_announced_pid(const struct pg_conn *pg)
+{
+    return pg->conn && PQstatus(pg->conn) == CONNECTION_OK ? PQbackendPID(pg->conn) : 0;
+}
+
+const char *pg_sqlstate(const PGresult *res)
+{
+    const char *s = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+    return s ? s : "";
 }
 
 bool pg_ready(const struct pg_conn *pg)
