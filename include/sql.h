@@ -27,7 +27,6 @@ struct sql_statements {
     char *record_failures; /* $1 = bigint[] ids, $2 = text[] errors, $3 = int[] max attempts,
                            $4 = bool may dead-letter: attempts+1, last_error; dead_at once a
                            row reaches its max. Returns id, attempts, dead. */
-    char *leader_lock;  /* try the session advisory lock that elects the leader */
     char *listen;       /* LISTEN on the notify channel */
     char *retention;    /* $1 = seconds, $2 = limit: delete that many sent rows older than it */
     char *backlog;      /* unsent rows, age of the oldest in seconds, dead rows */
@@ -54,6 +53,48 @@ void sql_statements_free(struct sql_statements *s);
  *  @return a newly allocated string, or NULL (unknown placeholder or no memory). */
 char *sql_render_template(const char *tmpl, const char *schema, const char *table,
                           const char *channel);
+
+/** The statements that check the relay's database session and elect the
+ *  leader. A session-level advisory lock elects the leader, and only works
+ *  when the connection is a session of its own: through a pooler in
+ *  transaction or statement mode every statement may run in another server
+ *  session, shared with other clients. So each statement that takes or relies
+ *  on the lock also says which backend answered and whether the marker this
+ *  relay set at connect ($1 = its token) is still there. */
+struct sql_session {
+    char *check;        /* $1 = token, $2 = bool: turn row_security off (queries that a policy
+                           would filter fail instead). Sets the marker; returns the columns of
+                           enum sql_session_col */
+    char *lock;         /* $1 = token: backend pid, marker ours, lock already held by this
+                           backend before asking, lock taken (never taken by a backend that
+                           already held it or lacks the marker) */
+    char *verify;       /* $1 = token: backend pid, marker ours, lock held by this backend */
+    char *release;      /* $1 = backend pid: unlocks when that backend answers and holds it */
+    char *holder;       /* who holds the lock: columns of enum sql_holder_col; no row if nobody */
+};
+
+/** Column order of sql_session.check. */
+enum sql_session_col {
+    SESSION_PID = 0, SESSION_MARKER, SESSION_ROW_SECURITY_GUC,
+    SESSION_TABLE_EXISTS,     /* to_regclass found the table */
+    SESSION_RLS_ACTIVE,       /* row_security_active(): policies filter what this role sees */
+    SESSION_RELROWSECURITY, SESSION_RELFORCEROWSECURITY, SESSION_ROLBYPASSRLS, SESSION_ROLSUPER,
+    SESSION_OWNER,            /* the role has the privileges of the table's owner */
+    SESSION_USER, SESSION_NCOLS
+};
+
+/** Column order of sql_session.holder (NULL where pg_stat_activity hides it). */
+enum sql_holder_col {
+    HOLDER_PID = 0, HOLDER_APPLICATION_NAME, HOLDER_CLIENT_ADDR,
+    HOLDER_BACKEND_START,     /* unix seconds */
+    HOLDER_STATE,             /* active, idle, idle in transaction, … */
+    HOLDER_IDLE_SECONDS,      /* since its last state change, by the server's clock */
+    HOLDER_NCOLS
+};
+
+/** @return 0, -EINVAL (schema or table not a valid identifier) or -ENOMEM. */
+int sql_session_init(struct sql_session *q, const char *schema, const char *table);
+void sql_session_free(struct sql_session *q);
 
 /** Bookkeeping statements of `migrate` for one schema. */
 struct sql_migrate {

@@ -33,6 +33,19 @@ struct stats_broker {
     char state[16];                /* librdkafka's state: UP, DOWN, CONNECT, AUTH, … */
 };
 
+/** Who holds the leader lock, as pg_locks and pg_stat_activity showed it to
+ *  a standby (pg_stat_activity hides most columns of other roles' sessions). */
+struct stats_lock_holder {
+    bool known;                    /* a holder was seen by the last query */
+    int pid;
+    char application_name[64];     /* "" when hidden */
+    char client_addr[64];          /* "" when hidden or over a Unix socket */
+    double backend_start;          /* unix seconds, 0 = hidden */
+    char state[32];                /* active, idle, …; "" when hidden */
+    double idle_seconds;           /* since its last state change; < 0 = hidden */
+    bool looks_like_relay;         /* application_name starts with "outbox-relay" */
+};
+
 /** Reasons a row failed, the label of outbox_relay_events_failed_total. */
 enum stats_fail_reason {
     STATS_FAIL_INVALID = 0,  /* detected before producing: topic, headers, size */
@@ -79,6 +92,18 @@ struct relay_stats {
     int64_t kafka_in_flight;       /* produced, no delivery report yet (this producer) */
     double kafka_ack_clock;        /* stats_mono(): the last acknowledgement, or when
                                       kafka_in_flight rose from 0, whichever is later */
+
+    /* The database session: fit for relaying, and the leader lock. */
+    bool refused;                  /* relaying refused for good (pooled session, row security) */
+    char refused_reason[512];
+    double refused_time;           /* unix seconds */
+    int backend_pid;               /* pg_backend_pid() of our session, 0 = not known */
+    bool via_proxy;                /* the pid libpq was given differs: a pooler or proxy */
+    bool row_security;             /* policies hide rows (allowed): the backlog is unknown */
+    double role_since;             /* unix seconds the current role began, 0 = unknown */
+    struct stats_lock_holder holder;  /* standby: who holds the leader lock */
+    bool standby_stuck;            /* standby long, the holder does not look like a relay */
+    char standby_reason[512];
 };
 
 /** Sets the bounds and zeroes everything; role unknown, brokers not known. */

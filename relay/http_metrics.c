@@ -127,6 +127,14 @@ void http_metrics(const struct http_context *ctx, struct strbuf *out)
           s->pg_up ? 1 : 0);
     gauge(out, "outbox_relay_halted",
           "1 after on_poison=halt stopped relaying (a restart is needed).", s->halted ? 1 : 0);
+    gauge(out, "outbox_relay_refused",
+          "1 after relaying was refused: a pooled session or row-level security (a restart is "
+          "needed).",
+          s->refused ? 1 : 0);
+    gauge(out, "outbox_relay_row_security",
+          "1 while row-level security hides rows from the relay (allowed by "
+          "relay.allow_row_security): the backlog metrics are then absent.",
+          s->row_security ? 1 : 0);
     gauge(out, "outbox_relay_kafka_brokers_up", "Kafka brokers in state UP.",
           s->brokers_up > 0 ? s->brokers_up : 0);
     gauge(out, "outbox_relay_kafka_brokers", "Kafka brokers known from the cluster metadata.",

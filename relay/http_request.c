@@ -198,11 +198,28 @@ bool http_ready(const struct http_context *ctx, struct strbuf *out)
     char why[320];
 
     ready &= s->pg_up;
-    check_line(out, s->pg_up, "postgres", "not connected");
+    check_line(out, s->pg_up, "postgres",
+               s->refused ? "not connected (relaying refused; see database)" : "not connected");
 
-    bool role = s->role != STATS_ROLE_UNKNOWN;
+    /* The connection is a session of its own and this role sees every row. */
+    ready &= !s->refused;
+    if (s->refused) {
+        struct strbuf reason = {0};
+        strbuf_printf(&reason, "refused: %s", s->refused_reason);
+        check_line(out, false, "database", strbuf_str(&reason));
+        strbuf_free(&reason);
+    } else {
+        check_line(out, true, "database", "");
+    }
+
+    /* A standby is ready to take over, unless it waits behind something
+     * that will not let go: then it names the holder. */
+    bool role = s->role != STATS_ROLE_UNKNOWN && !(s->role == STATS_ROLE_STANDBY && s->standby_stuck);
     ready &= role;
-    check_line(out, role, "role", "not known yet (leader lock not queried since connecting)");
+    check_line(out, role, "role",
+               s->role == STATS_ROLE_UNKNOWN
+                   ? "not known yet (leader lock not queried since connecting)"
+                   : s->standby_reason);
 
     bool kafka = s->brokers_up > 0;
     ready &= kafka;
@@ -265,6 +282,65 @@ static void add_time(cJSON *obj, const char *name, double t)
         cJSON_AddNullToObject(obj, name);
 }
 
+/* Adds name: value, or null when @p present is false. */
+static void add_number_or_null(cJSON *obj, const char *name, bool present, double value)
+{
+    if (present)
+        cJSON_AddNumberToObject(obj, name, value);
+    else
+        cJSON_AddNullToObject(obj, name);
+}
+
+static void add_string_or_null(cJSON *obj, const char *name, const char *value)
+{
+    if (value && *value)
+        cJSON_AddStringToObject(obj, name, value);
+    else
+        cJSON_AddNullToObject(obj, name);
+}
+
+/* "postgres": whether the connection is a session of its own and sees every row. */
+static void add_session(cJSON *pg, const struct relay_stats *s)
+{
+    add_number_or_null(pg, "backend_pid", s->backend_pid > 0, s->backend_pid);
+    cJSON_AddBoolToObject(pg, "via_proxy", s->via_proxy);
+    cJSON_AddBoolToObject(pg, "row_security", s->row_security);
+    cJSON_AddBoolToObject(pg, "refused", s->refused);
+    add_string_or_null(pg, "refused_reason", s->refused ? s->refused_reason : NULL);
+    add_time(pg, "refused_at", s->refused ? s->refused_time : 0);
+}
+
+/* "leader_lock": our role since when, and for a standby who holds the lock. */
+static void add_leader_lock(cJSON *root, const struct relay_stats *s, double now)
+{
+    cJSON *lock = cJSON_AddObjectToObject(root, "leader_lock");
+    if (!lock)
+        return;
+    cJSON_AddBoolToObject(lock, "held", s->role == STATS_ROLE_LEADER);
+    add_time(lock, "role_since", s->role_since);
+    add_number_or_null(lock, "role_seconds", s->role_since > 0,
+                       round((now - s->role_since) * 1000) / 1000);
+    const struct stats_lock_holder *h = &s->holder;
+    if (s->role == STATS_ROLE_STANDBY && h->known) {
+        cJSON *o = cJSON_AddObjectToObject(lock, "holder");
+        if (o) {
+            cJSON_AddNumberToObject(o, "pid", h->pid);
+            add_string_or_null(o, "application_name", h->application_name);
+            add_string_or_null(o, "client_addr", h->client_addr);
+            add_time(o, "backend_start", h->backend_start);
+            add_string_or_null(o, "state", h->state);
+            add_number_or_null(o, "idle_seconds", h->idle_seconds >= 0,
+                               round(h->idle_seconds * 1000) / 1000);
+            cJSON_AddBoolToObject(o, "looks_like_relay", h->looks_like_relay);
+        }
+    } else {
+        cJSON_AddNullToObject(lock, "holder");
+    }
+    cJSON_AddBoolToObject(lock, "standby_stuck", s->role == STATS_ROLE_STANDBY && s->standby_stuck);
+    add_string_or_null(lock, "standby_reason",
+                       s->role == STATS_ROLE_STANDBY && s->standby_stuck ? s->standby_reason : NULL);
+}
+
 static cJSON *status_json(const struct http_context *ctx)
 {
     const struct relay_stats *s = ctx->stats;
@@ -284,8 +360,11 @@ static cJSON *status_json(const struct http_context *ctx)
         cJSON_AddNullToObject(root, "halt_reason");
 
     cJSON *pg = cJSON_AddObjectToObject(root, "postgres");
-    if (pg)
+    if (pg) {
         cJSON_AddStringToObject(pg, "state", s->pg_up ? "up" : "down");
+        add_session(pg, s);
+    }
+    add_leader_lock(root, s, ctx->now);
 
     cJSON *kafka = cJSON_AddObjectToObject(root, "kafka");
     if (kafka) {
@@ -330,6 +409,12 @@ static cJSON *status_json(const struct http_context *ctx)
             cJSON_AddNullToObject(backlog, "dead_rows");
         }
         add_time(backlog, "measured_at", s->backlog_known ? s->backlog_time : 0);
+        if (s->row_security)
+            cJSON_AddStringToObject(backlog, "unknown_reason",
+                                    "row-level security hides rows from the relay's role "
+                                    "(relay.allow_row_security = true): it cannot count them");
+        else
+            cJSON_AddNullToObject(backlog, "unknown_reason");
     }
 
     if (s->last_batch_time > 0) {

@@ -8,12 +8,14 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include <uv.h>
 
@@ -134,10 +136,20 @@ struct relay {
 
     struct relay_stats st;
     struct http_server *http;   /* the status endpoint; NULL when disabled */
+
+    /* Is the connection a session of its own, and fit to relay? (see "leadership") */
+    struct sql_session ssql;
+    char token[48];             /* the marker this relay sets in its session at connect */
+    bool session_checked;       /* the session check ran on this connection */
+    bool holder_due;            /* standby: ask who holds the leader lock */
+    bool may_hold_lock;         /* the lock was taken on this connection */
+    int release_tries;          /* refused: attempts to give the lock back before closing */
+    uint64_t refuse_deadline_ms; /* refused: close even if batches in flight are not marked */
 };
 
 static void step(struct relay *r);
 static void finish(struct relay *r);
+static bool pooler_evidence(struct relay *r, const PGresult *res, const char *statement);
 
 /* ---- batch ------------------------------------------------------------- */
 
@@ -559,6 +571,7 @@ static void on_claimed(struct pg_conn *pg, PGresult *res, void *arg)
     }
     if (PQresultStatus(res) != PGRES_TUPLES_OK) {
         log_error("claim failed", "error=%s", log_quote(PQresultErrorMessage(res)));
+        pooler_evidence(r, res, "claim");
         batch_reset(b);
         r->backoff = true;
         return;
@@ -577,7 +590,7 @@ static void on_claimed(struct pg_conn *pg, PGresult *res, void *arg)
         r->isolate_until_id = 0;
         b->alone = n > 0;
     }
-    if (r->stopping || n == 0 || r->st.halted || r->halt_pending) {
+    if (r->stopping || n == 0 || r->st.halted || r->halt_pending || r->st.refused) {
         batch_reset(b); /* shutting down or halting: claimed rows stay unsent */
         step(r);
         return;
@@ -819,6 +832,7 @@ static void on_marked(struct pg_conn *pg, PGresult *res, void *arg)
     }
     if (PQresultStatus(res) != PGRES_COMMAND_OK) {
         log_error("marking rows sent failed", "error=%s", log_quote(PQresultErrorMessage(res)));
+        pooler_evidence(r, res, "mark");
         b->phase = PHASE_DELIVERED;
         r->backoff = true;
         return;
@@ -904,6 +918,8 @@ static void notify_status(struct relay *r)
                                                           : "starting";
     if (r->st.halted)
         role = "halted";
+    if (r->st.refused)
+        role = "refused";
     snprintf(buf, sizeof(buf), "STATUS=%s; postgres %s; backlog %" PRId64 "; published %" PRIu64,
              role, r->st.pg_up ? "up" : "down", r->st.backlog_known ? r->st.backlog_rows : -1,
              r->st.published_total);
@@ -931,29 +947,367 @@ static void on_backlog(struct pg_conn *pg, PGresult *res, void *arg)
 
 /* ---- leadership -------------------------------------------------------- */
 
+/* The leader lock is a session-level advisory lock: it elects one leader
+ * only while each relay's connection is a server session of its own. A
+ * pooler in transaction or statement mode breaks that without an error:
+ * one connection's statements run in several server sessions, and one server
+ * session serves several relays (which then all "hold" the lock). So every
+ * statement about the lock also says which backend answered and whether the
+ * marker this relay set at connect is still there, and any sign of a shared
+ * session refuses relaying for good. Session pooling keeps a server session
+ * per connection and passes these checks. */
+
+#define POOLED                                                                              \
+    "the connection to PostgreSQL is pooled per transaction or statement (e.g. PgBouncer " \
+    "pool_mode=transaction), where the leader lock cannot elect one leader: "
+#define POOLED_FIX "; connect directly or through session pooling, then restart"
+
+/* A live leader runs a statement at least every 5 s (the backlog query) and
+ * on every tick; a standby behind a holder idle for longer than this, or
+ * behind something that is not a relay, says so in its readiness. */
+#define STANDBY_STUCK_S 30.0
+
+#define RELEASE_TRIES 5
+
+static void set_role(struct relay *r, enum stats_role role)
+{
+    if (r->st.role != role)
+        r->st.role_since = role == STATS_ROLE_UNKNOWN ? 0 : stats_now();
+    r->st.role = role;
+    if (role != STATS_ROLE_STANDBY) {
+        r->st.holder.known = false;
+        r->st.standby_stuck = false;
+    }
+}
+
+/* A new connection: a new marker, nothing checked yet. */
+static void session_reset(struct relay *r)
+{
+    snprintf(r->token, sizeof(r->token), "%d-%016" PRIx64, (int)getpid(),
+             uv_hrtime() ^ ((uint64_t)rand() << 32) ^ (uint64_t)rand());
+    r->session_checked = false;
+    r->holder_due = false;
+    r->may_hold_lock = false;
+    r->release_tries = 0;
+    r->st.backend_pid = 0;
+    r->st.via_proxy = false;
+}
+
+/* Relaying stops for good: no claim from now on; the batches in flight are
+ * still marked (a mark records a fact), then the lock is given back and the
+ * connection closed. Readiness, /status and the log say why. */
+static void refuse(struct relay *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void refuse(struct relay *r, const char *fmt, ...)
+{
+    if (r->st.refused)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->st.refused_reason, sizeof(r->st.refused_reason), fmt, ap);
+    va_end(ap);
+    r->st.refused = true;
+    r->st.refused_time = stats_now();
+    r->refuse_deadline_ms = now_ms(r) + (uint64_t)r->cfg->shutdown_timeout_ms;
+    log_error("refusing to relay", "reason=%s", log_quote(r->st.refused_reason));
+    notify_status(r);
+}
+
+/* A prepared statement that already exists on a new connection, or that
+ * vanished from the connection that prepared it, is another client's server
+ * session answering. */
+static bool pooler_evidence(struct relay *r, const PGresult *res, const char *statement)
+{
+    const char *state = pg_sqlstate(res);
+    if (strcmp(state, "42P05") == 0) /* duplicate_prepared_statement */
+        refuse(r, POOLED "prepared statement \"%s\" already existed on a connection that never "
+                         "prepared it" POOLED_FIX,
+               statement);
+    else if (strcmp(state, "26000") == 0) /* invalid_sql_statement_name */
+        refuse(r, POOLED "prepared statement \"%s\" vanished from the connection that prepared "
+                         "it" POOLED_FIX,
+               statement);
+    else
+        return false;
+    return true;
+}
+
+/* @return true (and refuses) when another server session answered. */
+static bool session_shared(struct relay *r, int pid, bool ours)
+{
+    if (pid != r->st.backend_pid) {
+        refuse(r, POOLED "pg_backend_pid() was %d when this connection started and is %d now"
+                         POOLED_FIX,
+               r->st.backend_pid, pid);
+        return true;
+    }
+    if (!ours) {
+        refuse(r, POOLED "the marker this connection set in its session at start is gone from "
+                         "backend %d (another client's session state)" POOLED_FIX,
+               pid);
+        return true;
+    }
+    return false;
+}
+
+static bool col_true(const PGresult *res, int col)
+{
+    return !PQgetisnull(res, 0, col) && PQgetvalue(res, 0, col)[0] == 't';
+}
+
+static void on_session_checked(struct pg_conn *pg, PGresult *res, void *arg)
+{
+    struct relay *r = arg;
+    if (!res)
+        return;
+    if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1 ||
+        PQnfields(res) != SESSION_NCOLS) {
+        log_error("session check failed", "error=%s", log_quote(PQresultErrorMessage(res)));
+        r->backoff = true;
+        return;
+    }
+    r->session_checked = true;
+    r->st.backend_pid = atoi(PQgetvalue(res, 0, SESSION_PID));
+    /* A pooler or proxy answers the startup with a pid of its own. Session
+     * pooling is fine, so this alone refuses nothing; the lock's checks decide. */
+    int announced = pg_announced_pid(pg);
+    r->st.via_proxy = announced != r->st.backend_pid;
+    if (r->st.via_proxy)
+        log_info("connected through a pooler or proxy; checking that the session is its own",
+                 "backend_pid=%d announced_pid=%d", r->st.backend_pid, announced);
+
+    r->st.row_security = false;
+    if (col_true(res, SESSION_RLS_ACTIVE)) {
+        char what[400];
+        snprintf(what, sizeof(what),
+                 "row-level security filters \"%s\".\"%s\" for role \"%s\" (relrowsecurity=%s, "
+                 "relforcerowsecurity=%s, rolbypassrls=%s, table owner=%s)",
+                 r->cfg->schema, r->cfg->table, PQgetvalue(res, 0, SESSION_USER),
+                 col_true(res, SESSION_RELROWSECURITY) ? "on" : "off",
+                 col_true(res, SESSION_RELFORCEROWSECURITY) ? "on" : "off",
+                 col_true(res, SESSION_ROLBYPASSRLS) ? "on" : "off",
+                 col_true(res, SESSION_OWNER) ? "yes" : "no");
+        if (!r->cfg->allow_row_security) {
+            refuse(r, "%s: rows a policy hides would never be published, and the backlog would "
+                      "not count them; give the role BYPASSRLS, disable row-level security on "
+                      "the table, or set relay.allow_row_security = true",
+                   what);
+        } else {
+            r->st.row_security = true;
+            r->st.backlog_known = false;
+            log_warn("relaying only the rows row-level security lets this role see "
+                     "(relay.allow_row_security = true); the backlog is unknown",
+                     "detail=%s", log_quote(what));
+        }
+    }
+    step(r);
+}
+
+static void session_check(struct relay *r)
+{
+    /* Unless allowed, row_security = off makes a policy that appears later
+     * fail the claim loudly instead of hiding rows. */
+    const char *params[] = { r->token, r->cfg->allow_row_security ? "f" : "t" };
+    pg_query(&r->pg, r->ssql.check, 2, params, on_session_checked, r);
+}
+
 static void on_lock(struct pg_conn *pg, PGresult *res, void *arg)
 {
     (void)pg;
     struct relay *r = arg;
     if (!res)
         return;
-    if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1) {
+    if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1 || PQnfields(res) != 4) {
         log_error("leader lock query failed", "error=%s", log_quote(PQresultErrorMessage(res)));
         r->backoff = true;
         return;
     }
-    bool got = PQgetvalue(res, 0, 0)[0] == 't';
-    if (got) {
-        r->st.role = STATS_ROLE_LEADER;
+    int pid = atoi(PQgetvalue(res, 0, 0));
+    if (session_shared(r, pid, col_true(res, 1)))
+        return;
+    if (col_true(res, 2)) {
+        /* Our own session cannot hold a lock this relay never took. */
+        refuse(r, POOLED "backend %d already held the leader lock before this relay asked for "
+                         "it (another client shares that server session)" POOLED_FIX,
+               pid);
+        return;
+    }
+    if (col_true(res, 3)) {
+        r->may_hold_lock = true;
+        set_role(r, STATS_ROLE_LEADER);
         r->wake = true; /* catch up: notifications were not heard before */
-        log_info("became leader", "schema=%s table=%s", r->cfg->schema, r->cfg->table);
+        log_info("became leader", "schema=%s table=%s backend_pid=%d", r->cfg->schema,
+                 r->cfg->table, pid);
     } else {
         if (r->st.role != STATS_ROLE_STANDBY)
-            log_info("standing by", "schema=%s table=%s reason=\"another relay holds the leader lock\"",
+            log_info("standing by", "schema=%s table=%s reason=\"another session holds the leader lock\"",
                      r->cfg->schema, r->cfg->table);
-        r->st.role = STATS_ROLE_STANDBY;
+        set_role(r, STATS_ROLE_STANDBY);
+        r->holder_due = true;
     }
     step(r);
+}
+
+/* The leader, every tick: same backend, our marker, the lock still ours. */
+static void on_verified(struct pg_conn *pg, PGresult *res, void *arg)
+{
+    (void)pg;
+    struct relay *r = arg;
+    if (!res)
+        return;
+    if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1 || PQnfields(res) != 3) {
+        log_error("leader lock check failed", "error=%s", log_quote(PQresultErrorMessage(res)));
+        r->backoff = true;
+        return;
+    }
+    int pid = atoi(PQgetvalue(res, 0, 0));
+    if (session_shared(r, pid, col_true(res, 1)))
+        return;
+    if (!col_true(res, 2)) {
+        refuse(r, "the leader lock is no longer held by this relay's session (backend %d); "
+                  "relaying stopped so that two relays never lead at once; restart the relay",
+               pid);
+        return;
+    }
+    step(r);
+}
+
+/* "2025-01-07T09:12:01Z", or "unknown" for 0. */
+static const char *utc_text(double t, char *buf, size_t len)
+{
+    time_t secs = (time_t)t;
+    struct tm tm;
+    if (t <= 0 || !gmtime_r(&secs, &tm) || strftime(buf, len, "%Y-%m-%dT%H:%M:%SZ", &tm) == 0)
+        snprintf(buf, len, "unknown");
+    return buf;
+}
+
+/* A standby long behind a holder that is not a relay, or that has been idle
+ * longer than any live relay is, may wait for ever: say who it is. */
+static void judge_holder(struct relay *r)
+{
+    const struct stats_lock_holder *h = &r->st.holder;
+    double waited = stats_now() - r->st.role_since;
+    bool not_relay = h->application_name[0] && !h->looks_like_relay;
+    bool idle = h->idle_seconds >= STANDBY_STUCK_S && strcmp(h->state, "active") != 0;
+    bool was = r->st.standby_stuck;
+    r->st.standby_stuck = h->known && waited >= STANDBY_STUCK_S && (not_relay || idle);
+    if (!r->st.standby_stuck)
+        return;
+    char started[32], idle_text[48] = "";
+    if (h->idle_seconds >= 0)
+        snprintf(idle_text, sizeof(idle_text), " for %.0f s", h->idle_seconds);
+    char why[96];
+    if (not_relay)
+        snprintf(why, sizeof(why), "is not an outbox-relay");
+    else
+        snprintf(why, sizeof(why), "has run no statement for %.0f s, which a live relay does",
+                 h->idle_seconds);
+    snprintf(r->st.standby_reason, sizeof(r->st.standby_reason),
+             "standby for %.0f s behind backend %d (application_name \"%s\", client_addr %s, "
+             "backend_start %s, state %s%s), which %s; if it is stale, end it with "
+             "SELECT pg_terminate_backend(%d)",
+             waited, h->pid, h->application_name, h->client_addr[0] ? h->client_addr : "unknown",
+             utc_text(h->backend_start, started, sizeof(started)),
+             h->state[0] ? h->state : "unknown", idle_text, why, h->pid);
+    if (!was)
+        log_warn("standing by behind a leader lock holder that does not look like a relay",
+                 "holder_pid=%d application_name=%s client_addr=%s state=%s idle_s=%.0f",
+                 h->pid, log_quote(h->application_name), log_quote(h->client_addr),
+                 log_quote(h->state), h->idle_seconds);
+}
+
+static void copy_col(char *dst, size_t len, const PGresult *res, int col)
+{
+    snprintf(dst, len, "%s", PQgetisnull(res, 0, col) ? "" : PQgetvalue(res, 0, col));
+}
+
+static void on_holder(struct pg_conn *pg, PGresult *res, void *arg)
+{
+    (void)pg;
+    struct relay *r = arg;
+    if (!res)
+        return;
+    if (PQresultStatus(res) != PGRES_TUPLES_OK || PQnfields(res) != HOLDER_NCOLS) {
+        log_warn("leader lock holder query failed", "error=%s",
+                 log_quote(PQresultErrorMessage(res)));
+        step(r);
+        return;
+    }
+    struct stats_lock_holder *h = &r->st.holder;
+    memset(h, 0, sizeof(*h));
+    h->idle_seconds = -1;
+    if (PQntuples(res) == 1) {
+        h->known = true;
+        h->pid = atoi(PQgetvalue(res, 0, HOLDER_PID));
+        copy_col(h->application_name, sizeof(h->application_name), res, HOLDER_APPLICATION_NAME);
+        copy_col(h->client_addr, sizeof(h->client_addr), res, HOLDER_CLIENT_ADDR);
+        copy_col(h->state, sizeof(h->state), res, HOLDER_STATE);
+        if (!PQgetisnull(res, 0, HOLDER_BACKEND_START))
+            h->backend_start = strtod(PQgetvalue(res, 0, HOLDER_BACKEND_START), NULL);
+        if (!PQgetisnull(res, 0, HOLDER_IDLE_SECONDS))
+            h->idle_seconds = strtod(PQgetvalue(res, 0, HOLDER_IDLE_SECONDS), NULL);
+        h->looks_like_relay = strncmp(h->application_name, "outbox-relay", 12) == 0;
+    }
+    judge_holder(r);
+    step(r);
+}
+
+/* @return true when a statement about the leader lock was sent. */
+static bool leadership_step(struct relay *r)
+{
+    const char *params[] = { r->token };
+    if (r->st.role == STATS_ROLE_UNKNOWN || (r->st.role == STATS_ROLE_STANDBY && r->lock_due)) {
+        r->lock_due = false;
+        pg_query(&r->pg, r->ssql.lock, 1, params, on_lock, r);
+        return true;
+    }
+    if (r->st.role == STATS_ROLE_LEADER && r->lock_due) {
+        r->lock_due = false;
+        pg_query(&r->pg, r->ssql.verify, 1, params, on_verified, r);
+        return true;
+    }
+    if (r->st.role == STATS_ROLE_STANDBY && r->holder_due) {
+        r->holder_due = false;
+        pg_query(&r->pg, r->ssql.holder, 0, NULL, on_holder, r);
+        return true;
+    }
+    return false;
+}
+
+static void on_released(struct pg_conn *pg, PGresult *res, void *arg)
+{
+    (void)pg;
+    struct relay *r = arg;
+    if (!res)
+        return;
+    if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1 && col_true(res, 0)) {
+        log_info("leader lock released", "backend_pid=%d", r->st.backend_pid);
+        r->may_hold_lock = false;
+    }
+    step(r);
+}
+
+/* Refused: give the lock back where it was taken (behind a pooler the
+ * statement may reach another server session: a few tries), then close. */
+static void wind_down(struct relay *r)
+{
+    if (r->may_hold_lock && r->release_tries < RELEASE_TRIES) {
+        char pid[16];
+        snprintf(pid, sizeof(pid), "%d", r->st.backend_pid);
+        const char *params[] = { pid };
+        r->release_tries++;
+        pg_query(&r->pg, r->ssql.release, 1, params, on_released, r);
+        return;
+    }
+    log_info("postgres connection closed; relaying stays refused until a restart",
+             "lock_released=%s", r->may_hold_lock ? "unknown" : "true");
+    pg_close(&r->pg);
+    r->may_hold_lock = false;
+    r->st.pg_up = false;
+    r->listening = false;
+    set_role(r, STATS_ROLE_UNKNOWN);
+    notify_status(r);
 }
 
 static void on_listen(struct pg_conn *pg, PGresult *res, void *arg)
@@ -1013,6 +1367,7 @@ static void on_prepared(struct pg_conn *pg, PGresult *res, void *arg)
     if (PQresultStatus(res) != PGRES_COMMAND_OK) {
         log_error("preparing a statement failed", "statement=%s error=%s",
                   hot_statements[r->prepared].name, log_quote(PQresultErrorMessage(res)));
+        pooler_evidence(r, res, hot_statements[r->prepared].name);
         r->backoff = true;
         return;
     }
@@ -1024,6 +1379,18 @@ static void step(struct relay *r)
 {
     if (r->finished || !pg_ready(&r->pg))
         return;
+    /* Before anything else: is this connection a session of its own, and
+     * may this role see every row? */
+    if (!r->session_checked) {
+        if (!r->backoff)
+            session_check(r);
+        return;
+    }
+    if (r->st.refused &&
+        (r->prepared < N_HOT || all_empty(r) || now_ms(r) >= r->refuse_deadline_ms)) {
+        wind_down(r);
+        return;
+    }
     if (r->prepared < N_HOT) {
         if (!r->backoff) {
             const char *sql = *(char *const *)((const char *)&r->sql +
@@ -1047,24 +1414,22 @@ static void step(struct relay *r)
             finish(r);
         return;
     }
-    if (r->backoff || any_phase(r, PHASE_DELIVERED))
-        return;
+    if (r->backoff || any_phase(r, PHASE_DELIVERED) || r->st.refused)
+        return; /* refused: the batches in flight are marked first */
     if (producer_fatal(&r->prod)) {
         if (!all_empty(r) || !replace_producer(r))
             return; /* the batches in flight fail with __FATAL first */
     }
 
-    if (r->st.role == STATS_ROLE_UNKNOWN || (r->st.role == STATS_ROLE_STANDBY && r->lock_due)) {
-        r->lock_due = false;
-        pg_query(&r->pg, r->sql.leader_lock, 0, NULL, on_lock, r);
+    if (leadership_step(r))
         return;
-    }
     if (!r->ready_sent) {
         /* Connected and the role is known: what systemd's Type=notify waits for. */
         r->ready_sent = true;
         notify_send("READY=1");
     }
-    if (now_ms(r) >= r->backlog_due_ms) {
+    /* Under row-level security the relay would count only what it sees. */
+    if (now_ms(r) >= r->backlog_due_ms && !r->st.row_security) {
         r->backlog_due_ms = now_ms(r) + BACKLOG_EVERY_MS;
         pg_query(&r->pg, r->sql.backlog, 0, NULL, on_backlog, r);
         return;
@@ -1116,6 +1481,8 @@ static void schedule_reconnect(struct relay *r)
             finish(r);
         return;
     }
+    if (r->st.refused)
+        return; /* for good: a new connection would be refused the same way */
     uint64_t delay = (uint64_t)r->cfg->reconnect_interval_ms;
     for (unsigned k = 0; k < r->reconnect_attempt && delay < (uint64_t)r->cfg->reconnect_max_ms; k++)
         delay *= 2;
@@ -1138,7 +1505,8 @@ static void on_pg_connected(struct pg_conn *pg, void *arg)
 {
     struct relay *r = arg;
     log_info("postgres connected", "server_version=%d", PQserverVersion(pg->conn));
-    r->st.role = STATS_ROLE_UNKNOWN;
+    set_role(r, STATS_ROLE_UNKNOWN);
+    session_reset(r);
     r->listening = false;
     r->backoff = false;
     r->reconnect_attempt = 0;
@@ -1156,7 +1524,8 @@ static void on_pg_lost(struct pg_conn *pg, const char *why, void *arg)
         log_warn("postgres connection lost; leadership released", "error=%s", log_quote(why));
     else
         log_warn("postgres connection failed", "error=%s", log_quote(why));
-    r->st.role = STATS_ROLE_UNKNOWN;
+    set_role(r, STATS_ROLE_UNKNOWN);
+    r->may_hold_lock = false; /* the server ends the session, and the lock with it */
     r->st.pg_up = false;
     r->listening = false;
     notify_status(r);
@@ -1301,6 +1670,7 @@ static void relay_free(struct relay *r)
 {
     pg_free(&r->pg);
     sql_statements_free(&r->sql);
+    sql_session_free(&r->ssql);
     for (int k = 0; k < N_BATCHES; k++)
         batch_free(&r->b[k]);
     for (size_t i = 0; i < sizeof(r->params) / sizeof(r->params[0]); i++)
@@ -1324,6 +1694,11 @@ int relay_run(struct relay_config *cfg, relay_reload_fn reload, void *reload_arg
                      (strcmp(cfg->on_sent, "delete") == 0 ? SQL_DELETE_SENT : 0);
     if (sql_statements_init(&r.sql, cfg->schema, cfg->table, cfg->notify_channel, flags) < 0) {
         log_error("cannot build SQL statements", "schema=%s table=%s", cfg->schema, cfg->table);
+        return EXIT_CONFIG;
+    }
+    if (sql_session_init(&r.ssql, cfg->schema, cfg->table) < 0) {
+        log_error("cannot build SQL statements", "schema=%s table=%s", cfg->schema, cfg->table);
+        relay_free(&r);
         return EXIT_CONFIG;
     }
     for (int k = 0; k < N_BATCHES; k++) {

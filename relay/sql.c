@@ -195,16 +195,13 @@ int sql_statements_init(struct sql_statements *s, const char *schema, const char
         return -EINVAL;
 
     char qschema[2 * CONFIG_IDENT_MAX + 4], qtable[2 * CONFIG_IDENT_MAX + 4];
-    char qchannel[2 * CONFIG_IDENT_MAX + 4], plain[2 * CONFIG_IDENT_MAX + 2];
-    char lock_key[2 * sizeof plain + 4], q[sizeof qschema + sizeof qtable];
+    char qchannel[2 * CONFIG_IDENT_MAX + 4], q[sizeof qschema + sizeof qtable];
 
     /* Valid identifiers contain no quotes, so these cannot overflow. */
     sql_quote_ident(schema, qschema, sizeof qschema);
     sql_quote_ident(table, qtable, sizeof qtable);
     sql_quote_ident(channel, qchannel, sizeof qchannel);
     snprintf(q, sizeof q, "%s.%s", qschema, qtable);
-    snprintf(plain, sizeof plain, "%s.%s", schema, table);
-    sql_quote_literal(plain, lock_key, sizeof lock_key);
 
     /* Under hold_aggregate a dead row blocks the later rows of its aggregate
      * until an operator requeues or drops it; the dead-row index keeps the
@@ -251,11 +248,6 @@ int sql_statements_init(struct sql_statements *s, const char *schema, const char
                 "RETURNING t.\"id\", t.\"attempts\", t.\"dead_at\" IS NOT NULL, "
                 "t.\"attempts\" >= f.max",
                 q);
-    /* The lock key is derived from the table, so relays for different outbox
-     * tables in one database elect their leaders independently. */
-    rc |= build(&s->leader_lock,
-                "SELECT pg_try_advisory_lock(hashtextextended('outbox-relay:leader:' || %s, 0))",
-                lock_key);
     rc |= build(&s->listen, "LISTEN %s", qchannel);
     /* Small batches through the sent-row index: each DELETE holds its row
      * locks briefly and never scans the table. */
@@ -285,11 +277,113 @@ void sql_statements_free(struct sql_statements *s)
     free(s->claim);
     free(s->mark_sent);
     free(s->record_failures);
-    free(s->leader_lock);
     free(s->listen);
     free(s->retention);
     free(s->backlog);
     memset(s, 0, sizeof *s);
+}
+
+/* ---- the session and the leader lock ----------------------------------- */
+
+/* The marker a relay sets in its session at connect: a custom setting, which
+ * poolers do not carry from one server session to another. */
+#define SESSION_MARKER "outbox_relay.session"
+
+int sql_session_init(struct sql_session *q, const char *schema, const char *table)
+{
+    memset(q, 0, sizeof *q);
+    if (!sql_ident_valid(schema) || !sql_ident_valid(table))
+        return -EINVAL;
+
+    char qschema[2 * CONFIG_IDENT_MAX + 4], qtable[2 * CONFIG_IDENT_MAX + 4];
+    char qualified[sizeof qschema + sizeof qtable], regclass[2 * sizeof qualified + 4];
+    char plain[2 * CONFIG_IDENT_MAX + 2], lock_key[2 * sizeof plain + 4];
+    /* Valid identifiers contain no quotes, so these cannot overflow. */
+    sql_quote_ident(schema, qschema, sizeof qschema);
+    sql_quote_ident(table, qtable, sizeof qtable);
+    snprintf(qualified, sizeof qualified, "%s.%s", qschema, qtable);
+    sql_quote_literal(qualified, regclass, sizeof regclass);
+    snprintf(plain, sizeof plain, "%s.%s", schema, table);
+    sql_quote_literal(plain, lock_key, sizeof lock_key);
+
+    /* The lock key is derived from the table, so relays for different outbox
+     * tables in one database elect their leaders independently. */
+    char key[sizeof lock_key + 80];
+    snprintf(key, sizeof key, "hashtextextended('outbox-relay:leader:' || %s, 0)", lock_key);
+    /* pg_locks shows a bigint advisory key as classid (high half), objid (low
+     * half) and objsubid 1; advisory locks belong to one database. */
+    char match[sizeof key + 400];
+    snprintf(match, sizeof match,
+             "l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted "
+             "AND l.database = (SELECT oid FROM pg_catalog.pg_database "
+             "WHERE datname = current_database()) "
+             "AND ((l.classid::int8 << 32) | l.objid::int8) = %s",
+             key);
+    char held[sizeof match + 100];
+    snprintf(held, sizeof held,
+             "EXISTS (SELECT 1 FROM pg_catalog.pg_locks AS l WHERE %s "
+             "AND l.pid = pg_backend_pid())",
+             match);
+
+    int rc = 0;
+    /* row_security_active() answers for this role as the planner will:
+     * superuser, BYPASSRLS, ownership and FORCE ROW LEVEL SECURITY included.
+     * With row_security off, a policy added later makes the claim fail
+     * loudly instead of hiding rows. */
+    rc |= build(&q->check,
+                "SELECT pg_backend_pid(), set_config('" SESSION_MARKER "', $1, false), "
+                "CASE WHEN $2::bool THEN set_config('row_security', 'off', false) "
+                "ELSE current_setting('row_security') END, "
+                "c.oid IS NOT NULL, COALESCE(row_security_active(c.oid), false), "
+                "COALESCE(c.relrowsecurity, false), COALESCE(c.relforcerowsecurity, false), "
+                "r.rolbypassrls, r.rolsuper, COALESCE(pg_has_role(c.relowner, 'USAGE'), false), "
+                "current_user::text "
+                "FROM pg_catalog.pg_roles AS r "
+                "LEFT JOIN pg_catalog.pg_class AS c ON c.oid = to_regclass(%s) "
+                "WHERE r.rolname = current_user",
+                regclass);
+    /* MATERIALIZED: pg_locks is read before the lock is tried, so a backend
+     * that already held it (another client's, behind a pooler) is seen, and
+     * is not handed the lock a second time. */
+    rc |= build(&q->lock,
+                "WITH mine AS MATERIALIZED (SELECT %s AS held, "
+                "current_setting('" SESSION_MARKER "', true) IS NOT DISTINCT FROM $1 AS ours) "
+                "SELECT pg_backend_pid(), mine.ours, mine.held, "
+                "CASE WHEN mine.ours AND NOT mine.held THEN pg_try_advisory_lock(%s) "
+                "ELSE false END FROM mine",
+                held, key);
+    rc |= build(&q->verify,
+                "SELECT pg_backend_pid(), "
+                "current_setting('" SESSION_MARKER "', true) IS NOT DISTINCT FROM $1, %s",
+                held);
+    rc |= build(&q->release,
+                "SELECT CASE WHEN pg_backend_pid() = $1::int AND %s "
+                "THEN pg_advisory_unlock(%s) ELSE false END",
+                held, key);
+    /* The server's clock for the idle time: the relay's may differ. */
+    rc |= build(&q->holder,
+                "SELECT l.pid, a.application_name, host(a.client_addr), "
+                "extract(epoch FROM a.backend_start)::float8, a.state, "
+                "extract(epoch FROM clock_timestamp() - a.state_change)::float8 "
+                "FROM pg_catalog.pg_locks AS l "
+                "LEFT JOIN pg_catalog.pg_stat_activity AS a ON a.pid = l.pid "
+                "WHERE %s LIMIT 1",
+                match);
+    if (rc != 0) {
+        sql_session_free(q);
+        return -ENOMEM;
+    }
+    return 0;
+}
+
+void sql_session_free(struct sql_session *q)
+{
+    free(q->check);
+    free(q->lock);
+    free(q->verify);
+    free(q->release);
+    free(q->holder);
+    memset(q, 0, sizeof *q);
 }
 
 int sql_migrate_init(struct sql_migrate *q, const char *schema)

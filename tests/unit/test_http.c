@@ -199,8 +199,8 @@ Test(http, readyz_passes_when_everything_is_up)
     cr_assert_eq(exchange("GET /readyz HTTP/1.1\r\n\r\n"), 200);
     cr_assert_str_eq(body(), "ok\n");
     cr_assert_eq(exchange("GET /readyz?verbose HTTP/1.1\r\n\r\n"), 200);
-    cr_assert_str_eq(body(), "[+]postgres ok\n[+]role ok\n[+]kafka ok\n[+]acks ok\n"
-                             "[+]producer ok\n[+]relaying ok\n[+]shutdown ok\n"
+    cr_assert_str_eq(body(), "[+]postgres ok\n[+]database ok\n[+]role ok\n[+]kafka ok\n"
+                             "[+]acks ok\n[+]producer ok\n[+]relaying ok\n[+]shutdown ok\n"
                              "readyz check passed\n");
     cr_assert_eq(exchange("GET /readyz?verbose=0 HTTP/1.1\r\n\r\n"), 200);
     cr_assert_str_eq(body(), "ok\n");
@@ -286,6 +286,77 @@ Test(http, readyz_fails_when_messages_wait_too_long_for_an_acknowledgement)
     cr_assert_eq(exchange("GET /readyz HTTP/1.1\r\n\r\n"), 200);
     cr_assert_eq(exchange("GET /metrics HTTP/1.1\r\n\r\n"), 200);
     cr_assert(strstr(body(), "\noutbox_relay_kafka_ack_wait_seconds 0\n"), "%s", body());
+}
+
+Test(http, readyz_says_why_relaying_was_refused)
+{
+    st.refused = true;
+    st.pg_up = false;
+    snprintf(st.refused_reason, sizeof(st.refused_reason), "the connection is pooled");
+    cr_assert_eq(exchange("GET /readyz HTTP/1.1\r\n\r\n"), 503);
+    cr_assert(strstr(body(), "[-]database refused: the connection is pooled\n"), "%s", body());
+    cr_assert(strstr(body(), "[-]postgres not connected (relaying refused; see database)\n"), "%s",
+              body());
+    cr_assert_eq(exchange("GET /status HTTP/1.1\r\n\r\n"), 200);
+    cJSON *doc = cJSON_Parse(body());
+    cr_assert_not_null(doc);
+    cJSON *pg = cJSON_GetObjectItem(doc, "postgres");
+    cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(pg, "refused")));
+    cr_assert_str_eq(cJSON_GetObjectItem(pg, "refused_reason")->valuestring,
+                     "the connection is pooled");
+    cJSON_Delete(doc);
+    cr_assert_eq(exchange("GET /metrics HTTP/1.1\r\n\r\n"), 200);
+    cr_assert(strstr(body(), "\noutbox_relay_refused 1\n"), "%s", body());
+}
+
+Test(http, a_stuck_standby_names_the_lock_holder)
+{
+    st.role = STATS_ROLE_STANDBY;
+    st.role_since = ctx.now - 40;
+    st.holder = (struct stats_lock_holder){.known = true, .pid = 4242, .application_name = "psql",
+                                           .client_addr = "10.0.0.5", .backend_start = 1.7e9,
+                                           .state = "idle", .idle_seconds = 39.5};
+    /* Standing by alone is ready: a standby takes over when needed. */
+    cr_assert_eq(exchange("GET /readyz HTTP/1.1\r\n\r\n"), 200);
+    cr_assert_eq(exchange("GET /status HTTP/1.1\r\n\r\n"), 200);
+    cJSON *doc = cJSON_Parse(body());
+    cr_assert_not_null(doc);
+    cJSON *lock = cJSON_GetObjectItem(doc, "leader_lock");
+    cr_assert(cJSON_IsFalse(cJSON_GetObjectItem(lock, "held")));
+    cr_assert_float_eq(cJSON_GetObjectItem(lock, "role_seconds")->valuedouble, 40, 0.01);
+    cJSON *h = cJSON_GetObjectItem(lock, "holder");
+    cr_assert_eq(cJSON_GetObjectItem(h, "pid")->valuedouble, 4242);
+    cr_assert_str_eq(cJSON_GetObjectItem(h, "application_name")->valuestring, "psql");
+    cr_assert_str_eq(cJSON_GetObjectItem(h, "client_addr")->valuestring, "10.0.0.5");
+    cr_assert_str_eq(cJSON_GetObjectItem(h, "backend_start")->valuestring, "2023-11-14T22:13:20.000Z");
+    cr_assert_str_eq(cJSON_GetObjectItem(h, "state")->valuestring, "idle");
+    cr_assert(cJSON_IsFalse(cJSON_GetObjectItem(h, "looks_like_relay")));
+    cr_assert(cJSON_IsFalse(cJSON_GetObjectItem(lock, "standby_stuck")));
+    cJSON_Delete(doc);
+
+    st.standby_stuck = true;
+    snprintf(st.standby_reason, sizeof(st.standby_reason), "standby for 40 s behind backend 4242");
+    cr_assert_eq(exchange("GET /readyz?verbose HTTP/1.1\r\n\r\n"), 503);
+    cr_assert(strstr(body(), "[-]role standby for 40 s behind backend 4242\n"), "%s", body());
+    /* The leader itself is never stuck behind anybody. */
+    st.role = STATS_ROLE_LEADER;
+    cr_assert_eq(exchange("GET /readyz HTTP/1.1\r\n\r\n"), 200);
+}
+
+Test(http, row_security_makes_the_backlog_unknown)
+{
+    st.row_security = true;
+    cr_assert_eq(exchange("GET /status HTTP/1.1\r\n\r\n"), 200);
+    cJSON *doc = cJSON_Parse(body());
+    cr_assert_not_null(doc);
+    cJSON *backlog = cJSON_GetObjectItem(doc, "backlog");
+    cr_assert(cJSON_IsNull(cJSON_GetObjectItem(backlog, "rows")));
+    cr_assert(cJSON_IsString(cJSON_GetObjectItem(backlog, "unknown_reason")));
+    cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(cJSON_GetObjectItem(doc, "postgres"), "row_security")));
+    cJSON_Delete(doc);
+    cr_assert_eq(exchange("GET /metrics HTTP/1.1\r\n\r\n"), 200);
+    cr_assert(strstr(body(), "\noutbox_relay_row_security 1\n"), "%s", body());
+    cr_assert_null(strstr(body(), "\noutbox_relay_backlog_rows "), "%s", body());
 }
 
 Test(http, status_is_json_with_what_an_operator_needs)
