@@ -149,7 +149,7 @@ struct relay {
 
 static void step(struct relay *r);
 static void finish(struct relay *r);
-static bool pooler_evidence(struct relay *r, const PGresult *res, const char *statement);
+static bool session_evidence(struct relay *r, const PGresult *res, const char *statement);
 
 /* ---- batch ------------------------------------------------------------- */
 
@@ -571,7 +571,7 @@ static void on_claimed(struct pg_conn *pg, PGresult *res, void *arg)
     }
     if (PQresultStatus(res) != PGRES_TUPLES_OK) {
         log_error("claim failed", "error=%s", log_quote(PQresultErrorMessage(res)));
-        pooler_evidence(r, res, "claim");
+        session_evidence(r, res, "claim");
         batch_reset(b);
         r->backoff = true;
         return;
@@ -832,7 +832,7 @@ static void on_marked(struct pg_conn *pg, PGresult *res, void *arg)
     }
     if (PQresultStatus(res) != PGRES_COMMAND_OK) {
         log_error("marking rows sent failed", "error=%s", log_quote(PQresultErrorMessage(res)));
-        pooler_evidence(r, res, "mark");
+        session_evidence(r, res, "mark");
         b->phase = PHASE_DELIVERED;
         r->backoff = true;
         return;
@@ -864,8 +864,10 @@ static void mark(struct relay *r, struct batch *b)
     }
     const char *params[] = { strbuf_str(ids) };
     b->phase = PHASE_MARKING;
-    if (pg_query_prepared(&r->pg, "mark", 1, params, on_marked, b) < 0 &&
-        b->phase == PHASE_MARKING)
+    /* Refused for a pooled session: the prepared mark may be gone, the text is not. */
+    int rc = r->st.refused ? pg_query(&r->pg, r->sql.mark_sent, 1, params, on_marked, b)
+                           : pg_query_prepared(&r->pg, "mark", 1, params, on_marked, b);
+    if (rc < 0 && b->phase == PHASE_MARKING)
         b->phase = PHASE_DELIVERED;
 }
 
@@ -1013,12 +1015,19 @@ static void refuse(struct relay *r, const char *fmt, ...)
     notify_status(r);
 }
 
-/* A prepared statement that already exists on a new connection, or that
- * vanished from the connection that prepared it, is another client's server
- * session answering. */
-static bool pooler_evidence(struct relay *r, const PGresult *res, const char *statement)
+/* What a failed statement says about the session. A prepared statement that
+ * already exists on a new connection, or that vanished from the connection
+ * that prepared it, is another client's server session answering: refused.
+ * A privilege error may be a policy that appeared since the check (with
+ * row_security off it fails the claim): check the session again.
+ * @return true when relaying was refused. */
+static bool session_evidence(struct relay *r, const PGresult *res, const char *statement)
 {
     const char *state = pg_sqlstate(res);
+    if (strcmp(state, "42501") == 0) { /* insufficient_privilege */
+        r->session_checked = false;
+        return false;
+    }
     if (strcmp(state, "42P05") == 0) /* duplicate_prepared_statement */
         refuse(r, POOLED "prepared statement \"%s\" already existed on a connection that never "
                          "prepared it" POOLED_FIX,
@@ -1301,7 +1310,8 @@ static void wind_down(struct relay *r)
         return;
     }
     log_info("postgres connection closed; relaying stays refused until a restart",
-             "lock_released=%s", r->may_hold_lock ? "unknown" : "true");
+             "leader_lock=%s",
+             r->may_hold_lock ? "\"may be kept by a pooled server session\"" : "not_held");
     pg_close(&r->pg);
     r->may_hold_lock = false;
     r->st.pg_up = false;
@@ -1367,7 +1377,7 @@ static void on_prepared(struct pg_conn *pg, PGresult *res, void *arg)
     if (PQresultStatus(res) != PGRES_COMMAND_OK) {
         log_error("preparing a statement failed", "statement=%s error=%s",
                   hot_statements[r->prepared].name, log_quote(PQresultErrorMessage(res)));
-        pooler_evidence(r, res, hot_statements[r->prepared].name);
+        session_evidence(r, res, hot_statements[r->prepared].name);
         r->backoff = true;
         return;
     }
