@@ -6,6 +6,7 @@ OUTBOX_RELAY_DEBS=(
     meson ninja-build pkg-config gcc python3
     librdkafka-dev libpq-dev libuv1-dev libcjson-dev libinih-dev libcriterion-dev
     postgresql postgresql-client kcat curl
+    pgbouncer   # the pooler tests run the real one in front of the test cluster
     libhttp-parser-dev prometheus   # prometheus: for promtool (the only package that has it)
     debhelper dpkg-dev lintian rpm systemd
     openjdk-17-jre-headless maven   # the real Kafka broker (tests/support/kafka.sh)

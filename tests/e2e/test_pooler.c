@@ -1,0 +1,375 @@
+/* test_pooler.c — relays behind Debian's real PgBouncer (tests/support/pgbouncer.sh).
+ *
+ * The leader lock is a session advisory lock, so a pooler that hands one
+ * connection's statements to several server sessions (pool_mode=transaction
+ * or statement) must be refused, clearly and without two relays publishing;
+ * session pooling must keep working; and a standby behind a lock that a
+ * pooled server session kept after its client left must name that session. */
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+#include <criterion/criterion.h>
+
+#include "testlib.h"
+
+#define PGBOUNCER "/usr/sbin/pgbouncer"
+#define CURL "/usr/bin/curl"
+#define ROWS 2000
+#define REFUSED_POOLED "[-]database refused: the connection to PostgreSQL is pooled per transaction"
+
+static struct e2e_ctx T;
+static char bouncer_dir[600];
+static int bouncer_port;
+
+static const char *bouncer_sh(void)
+{
+    static char path[600];
+    cr_assert(T.env->stack_sh, "OUTBOX_RELAY_TEST_STACK_SH is not set (run tests/run)");
+    char copy[600];
+    snprintf(copy, sizeof(copy), "%s", T.env->stack_sh);
+    snprintf(path, sizeof(path), "%s/pgbouncer.sh", dirname(copy));
+    return path;
+}
+
+static void fini(void)
+{
+    if (bouncer_port > 0) {
+        const char *argv[] = {bouncer_sh(), "stop", bouncer_dir, NULL};
+        e2e_run_cmd(argv, 20000, NULL, NULL);
+        bouncer_port = 0;
+    }
+    e2e_teardown(&T);
+}
+
+/* The value of @p key in the stack's conninfo. */
+static char *conninfo_value(const char *key)
+{
+    PQconninfoOption *opts = PQconninfoParse(T.env->pg, NULL);
+    cr_assert_not_null(opts, "cannot parse %s", T.env->pg);
+    char *v = NULL;
+    for (PQconninfoOption *o = opts; o->keyword; o++)
+        if (strcmp(o->keyword, key) == 0 && o->val)
+            v = strdup(o->val);
+    PQconninfoFree(opts);
+    cr_assert_not_null(v, "%s not in %s", key, T.env->pg);
+    return v;
+}
+
+/* Starts PgBouncer in @p mode in front of the stack's PostgreSQL. */
+static void bouncer_start(const char *mode, int pool_size)
+{
+    if (access(PGBOUNCER, X_OK) != 0) {
+        cr_assert(!getenv("OUTBOX_RELAY_TEST_REQUIRED"),
+                  PGBOUNCER " is missing: apt-get install pgbouncer (tests/support/deps.sh)");
+        cr_skip_test(PGBOUNCER " is missing (Debian package pgbouncer)");
+    }
+    snprintf(bouncer_dir, sizeof(bouncer_dir), "%s/pgbouncer", T.logdir);
+    char *pgport = conninfo_value("port");
+    char size[16];
+    snprintf(size, sizeof(size), "%d", pool_size);
+    const char *argv[] = {bouncer_sh(), "start", bouncer_dir, pgport, mode, size, NULL};
+    char *out = NULL, *err = NULL;
+    int rc = e2e_run_cmd(argv, 30000, &out, &err);
+    cr_assert_eq(rc, 0, "pgbouncer.sh start failed (%d): %s", rc, err ? err : "");
+    bouncer_port = atoi(out);
+    cr_assert(bouncer_port > 0, "no port from pgbouncer.sh: %s", out);
+    fprintf(stderr, "e2e: PgBouncer pool_mode=%s default_pool_size=%d on port %d\n", mode,
+            pool_size, bouncer_port);
+    free(pgport);
+    free(out);
+    free(err);
+}
+
+/* "postgres.conninfo=…" through PgBouncer. */
+static const char *pooled_conninfo(void)
+{
+    static char buf[512];
+    char *db = conninfo_value("dbname");
+    snprintf(buf, sizeof(buf), "postgres.conninfo=host=127.0.0.1 port=%d dbname=%s user=postgres",
+             bouncer_port, db);
+    free(db);
+    return buf;
+}
+
+static void enqueue(int lo, int hi)
+{
+    e2e_exec(T.conn,
+             "SELECT count(%s('customer', 'c' || (i %% 40), 'updated', jsonb_build_object('i', i)))"
+             "  FROM generate_series(%d, %d) AS i",
+             T.qenqueue, lo, hi);
+}
+
+/* GET http://127.0.0.1:PORT/PATH with curl: @return the status (-1: no answer); body in *@p body. */
+static int http_get(struct e2e_relay *r, const char *path, char **body)
+{
+    int port = e2e_relay_http_port(r, 20000);
+    cr_assert(port > 0, "no status endpoint port in %s", r->log_path);
+    char url[128];
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d%s", port, path);
+    const char *argv[] = {CURL, "-s", "-m", "10", "-w", "\n%{http_code}", url, NULL};
+    char *out = NULL;
+    int rc = e2e_run_cmd(argv, 15000, &out, NULL);
+    int code = -1;
+    if (rc == 0 && out) {
+        char *nl = strrchr(out, '\n');
+        if (nl) {
+            code = atoi(nl + 1);
+            *nl = '\0';
+        }
+    }
+    *body = out ? out : strdup("");
+    return code;
+}
+
+/* Polls /readyz?verbose until it answers @p code with a line containing
+ * @p needle (other checks, e.g. kafka's first statistics, may take a moment). */
+static void assert_readyz(struct e2e_relay *r, int code, const char *needle)
+{
+    int64_t deadline = e2e_now_ms() + 20000;
+    char *body = NULL;
+    int got;
+    for (;;) {
+        free(body);
+        got = http_get(r, "/readyz?verbose", &body);
+        if ((got == code && (!needle || strstr(body, needle))) || e2e_now_ms() >= deadline)
+            break;
+        e2e_sleep_ms(200);
+    }
+    cr_assert_eq(got, code, "/readyz answered %d, expected %d:\n%s", got, code, body);
+    cr_assert(!needle || strstr(body, needle), "/readyz lacks \"%s\":\n%s", needle, body);
+    free(body);
+}
+
+static cJSON *status_doc(struct e2e_relay *r)
+{
+    char *body;
+    int code = http_get(r, "/status", &body);
+    cr_assert_eq(code, 200, "/status answered %d: %s", code, body);
+    cJSON *doc = cJSON_Parse(body);
+    cr_assert_not_null(doc, "/status is not JSON: %s", body);
+    free(body);
+    return doc;
+}
+
+static const char *lock_key_sql(void)
+{
+    static char buf[200];
+    snprintf(buf, sizeof(buf), "hashtextextended('outbox-relay:leader:' || 'public.%s', 0)",
+             T.table);
+    return buf;
+}
+
+/* Sessions that hold the test table's leader lock. */
+static long long lock_holders(void)
+{
+    return e2e_query_int(T.conn,
+                         "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted "
+                         "AND objsubid = 1 AND ((classid::int8 << 32) | objid::int8) = %s",
+                         lock_key_sql());
+}
+
+/* Every row exactly once in Kafka and marked sent. */
+static void assert_exactly_once(const char *what)
+{
+    struct e2e_rows rows;
+    struct e2e_msgs msgs;
+    struct e2e_report rep = {0};
+    e2e_read_back(&T, 120000, &rows, &msgs, &rep);
+    for (size_t i = 0; i < rows.n; i++) {
+        const struct e2e_row *row = &rows.v[i];
+        e2e_check(&rep, row->deliveries == 1, "row %lld delivered %d times, expected once",
+                  (long long)row->id, row->deliveries);
+        e2e_check(&rep, row->sent, "row %lld has sent_at NULL", (long long)row->id);
+    }
+    e2e_report_assert(&rep, what);
+    e2e_msgs_free(&msgs);
+    e2e_rows_free(&rows);
+}
+
+/* Two relays through PgBouncer in @p mode with @p pool_size server
+ * connections: both must refuse, say why, and publish no row twice; a
+ * relay connected directly afterwards relays the rest, each row once. */
+static void two_relays_are_refused(const char *mode, int pool_size, bool lock_released)
+{
+    e2e_setup(&T, "pooler");
+    e2e_migrate(&T);
+    enqueue(1, ROWS);
+    bouncer_start(mode, pool_size);
+
+    const char *extra[] = {"relay.poll_interval_ms=100", "relay.batch_size=100",
+                           pooled_conninfo(), NULL};
+    struct e2e_relay *a = e2e_relay_start(&T, extra);
+    cr_assert(e2e_relay_wait_log(a, "msg=\"became leader\"", 30000) ||
+                  e2e_relay_log_contains(a, "msg=\"refusing to relay\""),
+              "the first relay neither led nor refused (log %s)", a->log_path);
+    struct e2e_relay *b = e2e_relay_start(&T, extra);
+
+    for (int i = 0; i < 2; i++) {
+        struct e2e_relay *r = i == 0 ? a : b;
+        cr_assert(e2e_relay_wait_log(r, "msg=\"refusing to relay\"", 60000),
+                  "relay %d through pool_mode=%s did not refuse (log %s)", i, mode, r->log_path);
+        cr_assert(e2e_relay_log_contains(r, "pooled per transaction or statement"),
+                  "relay %d refused without saying the connection is pooled (log %s)", i,
+                  r->log_path);
+        /* Refused, not gone: it stays up and says why. */
+        cr_assert(e2e_relay_wait_log(r, "relaying stays refused until a restart", 30000),
+                  "relay %d did not close its connection after refusing (log %s)", i, r->log_path);
+        cr_assert(e2e_relay_alive(r), "relay %d exited after refusing (log %s)", i, r->log_path);
+        assert_readyz(r, 503, REFUSED_POOLED);
+        cJSON *doc = status_doc(r);
+        cJSON *pg = cJSON_GetObjectItem(doc, "postgres");
+        cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(pg, "refused")), "/status: not refused");
+        cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(pg, "via_proxy")), "/status: no proxy seen");
+        cJSON_Delete(doc);
+    }
+    if (lock_released)
+        cr_assert_eq(lock_holders(), 0, "a pooled server session still holds the leader lock");
+
+    cr_assert_eq(e2e_relay_stop(a, 30000), 0, "a refused relay did not exit 0 on SIGTERM");
+    cr_assert_eq(e2e_relay_stop(b, 30000), 0, "a refused relay did not exit 0 on SIGTERM");
+    /* Its server sessions end with PgBouncer, and any lock they kept. */
+    const char *stop[] = {bouncer_sh(), "stop", bouncer_dir, NULL};
+    cr_assert_eq(e2e_run_cmd(stop, 20000, NULL, NULL), 0);
+    bouncer_port = 0;
+
+    const char *direct[] = {"relay.poll_interval_ms=100", NULL};
+    struct e2e_relay *c = e2e_relay_start(&T, direct);
+    cr_assert(e2e_relay_wait_log(c, "msg=\"became leader\"", 30000),
+              "a directly connected relay did not lead (log %s)", c->log_path);
+    e2e_wait_all_sent(&T, 120000);
+    assert_exactly_once("relays refused behind a transaction pooler, then one direct relay");
+    cr_assert_eq(e2e_relay_stop(c, 30000), 0);
+}
+
+Test(e2e, transaction_pooling_with_one_server_connection_is_refused, .fini = fini, .timeout = 400)
+{
+    /* One server session for both relays: each would "hold" the lock. */
+    two_relays_are_refused("transaction", 1, true);
+}
+
+Test(e2e, transaction_pooling_with_several_server_connections_is_refused, .fini = fini,
+     .timeout = 400)
+{
+    two_relays_are_refused("transaction", 4, false);
+}
+
+Test(e2e, session_pooling_works, .fini = fini, .timeout = 300)
+{
+    e2e_setup(&T, "sessionpool");
+    e2e_migrate(&T);
+    enqueue(1, ROWS);
+    bouncer_start("session", 4);
+
+    const char *extra[] = {"relay.poll_interval_ms=100", pooled_conninfo(), NULL};
+    struct e2e_relay *a = e2e_relay_start(&T, extra);
+    cr_assert(e2e_relay_wait_log(a, "msg=\"became leader\"", 30000),
+              "a relay through session pooling did not lead (log %s)", a->log_path);
+    struct e2e_relay *b = e2e_relay_start(&T, extra);
+    cr_assert(e2e_relay_wait_log(b, "msg=\"standing by\"", 30000),
+              "the second relay did not stand by (log %s)", b->log_path);
+    e2e_wait_all_sent(&T, 120000);
+    enqueue(ROWS + 1, ROWS + 100);
+    e2e_wait_all_sent(&T, 60000);
+    for (int i = 0; i < 2; i++) {
+        struct e2e_relay *r = i == 0 ? a : b;
+        cr_assert(!e2e_relay_log_contains(r, "msg=\"refusing to relay\""),
+                  "session pooling was refused (log %s)", r->log_path);
+        cr_assert(e2e_relay_log_contains(r, "msg=\"connected through a pooler or proxy"),
+                  "the proxy went unnoticed (log %s)", r->log_path);
+        assert_readyz(r, 200, "[+]database ok");
+    }
+    cr_assert(!e2e_relay_log_contains(b, "msg=\"became leader\""), "both relays led");
+    assert_exactly_once("two relays through session pooling");
+
+    /* The leader's client goes: PgBouncer resets its server session (DISCARD
+     * ALL releases advisory locks) and the standby takes over. */
+    cr_assert_eq(e2e_relay_stop(a, 30000), 0);
+    cr_assert(e2e_relay_wait_log(b, "msg=\"became leader\"", 30000),
+              "the standby did not take over through session pooling (log %s)", b->log_path);
+    cr_assert_eq(e2e_relay_stop(b, 30000), 0);
+}
+
+Test(e2e, a_standby_names_the_pooled_session_that_kept_the_lock, .fini = fini, .timeout = 300)
+{
+    e2e_setup(&T, "stalelock");
+    e2e_migrate(&T);
+    enqueue(1, 100);
+    bouncer_start("transaction", 1);
+
+    /* A client takes the lock through the pooler and leaves; in transaction
+     * mode PgBouncer does not reset the server session, which keeps the lock. */
+    char ci[512];
+    char *db = conninfo_value("dbname");
+    snprintf(ci, sizeof(ci), "host=127.0.0.1 port=%d dbname=%s user=postgres application_name=outbox-relay",
+             bouncer_port, db);
+    free(db);
+    PGconn *pooled = PQconnectdb(ci);
+    cr_assert_eq(PQstatus(pooled), CONNECTION_OK, "%s", PQerrorMessage(pooled));
+    long long holder = e2e_query_int(pooled, "SELECT pg_backend_pid() FROM (SELECT pg_advisory_lock(%s)) AS l",
+                                     lock_key_sql());
+    PQfinish(pooled);
+    cr_assert_eq(lock_holders(), 1, "the pooled server session did not keep the lock");
+
+    const char *extra[] = {"relay.poll_interval_ms=100", NULL};
+    struct e2e_relay *r = e2e_relay_start(&T, extra);
+    cr_assert(e2e_relay_wait_log(r, "msg=\"standing by\"", 30000), "no standby (log %s)", r->log_path);
+
+    /* /status names the holder at once. */
+    int64_t deadline = e2e_now_ms() + 20000;
+    cJSON *h = NULL, *doc = NULL;
+    while (e2e_now_ms() < deadline) {
+        doc = status_doc(r);
+        h = cJSON_GetObjectItem(cJSON_GetObjectItem(doc, "leader_lock"), "holder");
+        if (cJSON_IsObject(h))
+            break;
+        cJSON_Delete(doc);
+        doc = NULL;
+        e2e_sleep_ms(200);
+    }
+    cr_assert(cJSON_IsObject(h), "/status never named the lock holder");
+    cr_assert_eq((long long)cJSON_GetObjectItem(h, "pid")->valuedouble, holder);
+    cr_assert_str_eq(cJSON_GetObjectItem(h, "client_addr")->valuestring, "127.0.0.1");
+    cr_assert(cJSON_IsString(cJSON_GetObjectItem(h, "backend_start")));
+    cr_assert(cJSON_IsString(cJSON_GetObjectItem(h, "application_name")));
+    cr_assert(cJSON_IsNumber(cJSON_GetObjectItem(h, "idle_seconds")));
+    cr_assert_str_eq(cJSON_GetObjectItem(doc, "role")->valuestring, "standby");
+    cJSON_Delete(doc);
+
+    /* A standby is ready, until it has waited long behind a session that
+     * runs nothing, as no live relay does: then readiness names it. */
+    assert_readyz(r, 200, "[+]role ok");
+    char needle[160];
+    snprintf(needle, sizeof(needle), "pg_terminate_backend(%lld)", holder);
+    deadline = e2e_now_ms() + 60000;
+    char *body = NULL;
+    int code = 0;
+    while (e2e_now_ms() < deadline) {
+        free(body);
+        code = http_get(r, "/readyz?verbose", &body);
+        if (code == 503)
+            break;
+        e2e_sleep_ms(1000);
+    }
+    cr_assert_eq(code, 503, "a standby stuck behind an idle holder stayed ready:\n%s", body);
+    fprintf(stderr, "e2e: readiness of the stuck standby:\n%s\n", body);
+    cr_assert(strstr(body, "[-]role standby for "), "%s", body);
+    cr_assert(strstr(body, "has run no statement"), "%s", body);
+    cr_assert(strstr(body, needle), "%s", body);
+    free(body);
+    doc = status_doc(r);
+    cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(cJSON_GetObjectItem(doc, "leader_lock"), "standby_stuck")));
+    cJSON_Delete(doc);
+    cr_assert(e2e_relay_log_contains(r, "msg=\"standing by behind a leader lock holder that does not look like a relay\""));
+
+    /* The operator ends that session: the standby leads and relays. */
+    e2e_exec(T.conn, "SELECT pg_terminate_backend(%lld)", holder);
+    cr_assert(e2e_relay_wait_log(r, "msg=\"became leader\"", 30000), "no takeover (log %s)", r->log_path);
+    e2e_wait_all_sent(&T, 60000);
+    assert_readyz(r, 200, "[+]role ok");
+    assert_exactly_once("standby after a stale pooled lock");
+    cr_assert_eq(e2e_relay_stop(r, 30000), 0);
+}
