@@ -217,9 +217,9 @@ bool http_ready(const struct http_context *ctx, struct strbuf *out)
     bool role = s->role != STATS_ROLE_UNKNOWN && !(s->role == STATS_ROLE_STANDBY && s->standby_stuck);
     ready &= role;
     check_line(out, role, "role",
-               s->role == STATS_ROLE_UNKNOWN
-                   ? "not known yet (leader lock not queried since connecting)"
-                   : s->standby_reason);
+               s->refused                     ? "none (relaying refused; see database)"
+               : s->role == STATS_ROLE_UNKNOWN ? "not known yet (leader lock not queried since connecting)"
+                                               : s->standby_reason);
 
     bool kafka = s->brokers_up > 0;
     ready &= kafka;

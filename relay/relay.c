@@ -920,8 +920,11 @@ static void notify_status(struct relay *r)
                                                           : "starting";
     if (r->st.halted)
         role = "halted";
-    if (r->st.refused)
-        role = "refused";
+    if (r->st.refused) {
+        snprintf(buf, sizeof(buf), "STATUS=refused: %.230s", r->st.refused_reason);
+        notify_send(buf);
+        return;
+    }
     snprintf(buf, sizeof(buf), "STATUS=%s; postgres %s; backlog %" PRId64 "; published %" PRIu64,
              role, r->st.pg_up ? "up" : "down", r->st.backlog_known ? r->st.backlog_rows : -1,
              r->st.published_total);
@@ -1013,6 +1016,12 @@ static void refuse(struct relay *r, const char *fmt, ...)
     r->refuse_deadline_ms = now_ms(r) + (uint64_t)r->cfg->shutdown_timeout_ms;
     log_error("refusing to relay", "reason=%s", log_quote(r->st.refused_reason));
     notify_status(r);
+    if (!r->ready_sent) {
+        /* Started, and staying up to say why: systemd must not wait for a
+         * role that will never come (and restart us into the same refusal). */
+        r->ready_sent = true;
+        notify_send("READY=1");
+    }
 }
 
 /* What a failed statement says about the session. A prepared statement that

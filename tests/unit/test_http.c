@@ -297,6 +297,9 @@ Test(http, readyz_says_why_relaying_was_refused)
     cr_assert(strstr(body(), "[-]database refused: the connection is pooled\n"), "%s", body());
     cr_assert(strstr(body(), "[-]postgres not connected (relaying refused; see database)\n"), "%s",
               body());
+    st.role = STATS_ROLE_UNKNOWN;
+    cr_assert_eq(exchange("GET /readyz HTTP/1.1\r\n\r\n"), 503);
+    cr_assert(strstr(body(), "[-]role none (relaying refused; see database)\n"), "%s", body());
     cr_assert_eq(exchange("GET /status HTTP/1.1\r\n\r\n"), 200);
     cJSON *doc = cJSON_Parse(body());
     cr_assert_not_null(doc);
