@@ -119,16 +119,47 @@ int pg_init(struct pg_conn *pg, uv_loop_t *loop, const char *conninfo,
     return pg->conninfo ? 0 : -ENOMEM;
 }
 
+/* PQconnectStart with a fallback application_name, so that a standby can
+ * tell a relay holding the leader lock from anything else holding it. The
+ * conninfo is parsed here, not handed over as an expandable dbname: that
+ * would take a malformed conninfo for a database name instead of failing
+ * with libpq's own syntax error. */
+static PGconn *start_named(const char *conninfo)
+{
+    PQconninfoOption *opts = PQconninfoParse(conninfo, NULL);
+    if (!opts)
+        return PQconnectStart(conninfo); /* reports the syntax error */
+    size_t n = 0;
+    for (const PQconninfoOption *o = opts; o->keyword; o++)
+        n++;
+    const char **keys = calloc(n + 2, sizeof(*keys));
+    const char **values = calloc(n + 2, sizeof(*values));
+    PGconn *conn = NULL;
+    if (keys && values) {
+        /* First, so that a fallback_application_name of the conninfo wins. */
+        size_t k = 0;
+        keys[k] = "fallback_application_name";
+        values[k++] = "outbox-relay";
+        for (const PQconninfoOption *o = opts; o->keyword; o++) {
+            if (o->val) {
+                keys[k] = o->keyword;
+                values[k++] = o->val;
+            }
+        }
+        keys[k] = NULL;
+        conn = PQconnectStartParams(keys, values, 0);
+    }
+    free(keys);
+    free(values);
+    PQconninfoFree(opts);
+    return conn;
+}
+
 int pg_connect(struct pg_conn *pg)
 {
     if (pg->state != PG_DISCONNECTED)
         return -EALREADY;
-    /* expand_dbname: the configured conninfo is used whole; the fallback
-     * names the session, so that a standby can tell a relay holding the
-     * leader lock from anything else holding it. */
-    const char *const keys[] = {"dbname", "fallback_application_name", NULL};
-    const char *const values[] = {pg->conninfo, "outbox-relay", NULL};
-    pg->conn = PQconnectStartParams(keys, values, 1);
+    pg->conn = start_named(pg->conninfo);
     if (!pg->conn)
         return -ENOMEM;
     PQsetNoticeProcessor(pg->conn, on_notice, pg);
