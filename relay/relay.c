@@ -1215,11 +1215,12 @@ static void judge_holder(struct relay *r)
     char started[32], idle_text[48] = "";
     if (h->idle_seconds >= 0)
         snprintf(idle_text, sizeof(idle_text), " for %.0f s", h->idle_seconds);
-    char why[96];
+    char why[128];
     if (not_relay)
         snprintf(why, sizeof(why), "is not an outbox-relay");
     else
-        snprintf(why, sizeof(why), "has run no statement for %.0f s, which a live relay does",
+        snprintf(why, sizeof(why),
+                 "has run no statement for %.0f s (a live relay runs one every few seconds)",
                  h->idle_seconds);
     snprintf(r->st.standby_reason, sizeof(r->st.standby_reason),
              "standby for %.0f s behind backend %d (application_name \"%s\", client_addr %s, "

@@ -370,6 +370,15 @@ Test(e2e, a_standby_names_the_pooled_session_that_kept_the_lock, .fini = fini, .
     cr_assert(e2e_relay_wait_log(r, "msg=\"became leader\"", 30000), "no takeover (log %s)", r->log_path);
     e2e_wait_all_sent(&T, 60000);
     assert_readyz(r, 200, "[+]role ok");
+    /* Its own session is named for what it is: other standbys judge by that name. */
+    doc = status_doc(r);
+    long long pid = (long long)cJSON_GetObjectItem(cJSON_GetObjectItem(doc, "postgres"),
+                                                   "backend_pid")->valuedouble;
+    cJSON_Delete(doc);
+    cr_assert(e2e_wait_sql(&T, 5000,
+                           "SELECT application_name = 'outbox-relay' FROM pg_stat_activity "
+                           "WHERE pid = %lld", pid),
+              "the relay's session %lld is not named outbox-relay", pid);
     assert_exactly_once("standby after a stale pooled lock");
     cr_assert_eq(e2e_relay_stop(r, 30000), 0);
 }
