@@ -31,11 +31,7 @@ static void fini(void)
 
 static void enqueue_range(int lo, int hi, int payload_bytes)
 {
-    e2e_exec(T.conn,
-        "SELECT count(%s('order', 'a' || (i %% %d), 'changed',"
-        "   jsonb_build_object('i', i, 'pad', repeat('x', %d))))"
-        "  FROM generate_series(%d, %d) AS i",
-        T.qenqueue, AGGREGATES, payload_bytes, lo, hi);
+    e2e_enqueue_series(&T, "order", "a", AGGREGATES, "changed", lo, hi, payload_bytes);
 }
 
 /* Reads everything back; every row but @p guilty (0: none) delivered, marked,

@@ -35,10 +35,7 @@ static void fini(void)
 
 static void enqueue_range(int lo, int hi)
 {
-    e2e_exec(T.conn,
-        "SELECT count(%s('order', 'a' || (i %% %d), 'changed', jsonb_build_object('i', i)))"
-        "  FROM generate_series(%d, %d) AS i",
-        T.qenqueue, AGGREGATES, lo, hi);
+    e2e_enqueue_series(&T, "order", "a", AGGREGATES, "changed", lo, hi, 0);
 }
 
 static struct e2e_relay *start_and_drain_a_little(void)
@@ -78,43 +75,41 @@ static void check_everything(const char *what, struct e2e_relay *r)
     e2e_rows_free(&rows);
 }
 
-Test(e2e, broker_killed_and_restarted, .fini = fini, .timeout = 500)
+static long long count_sent(void)
 {
-    e2e_setup(&T, "brokerkill");
+    return e2e_query_int(T.conn, "SELECT count(*) FROM %s WHERE sent_at IS NOT NULL", T.qtable);
+}
+
+/* The stack's only Kafka node gets @p fault (kill, pause) while rows keep
+ * coming; after @p settle_ms nothing more may be marked for @p hold_ms, then
+ * @p recover (restart, resume) brings it back and every row must arrive. */
+static void single_node_fault(const char *name, const char *fault, const char *recover, int settle_ms,
+                              int hold_ms, const char *what)
+{
+    e2e_setup(&T, name);
     if (!T.env->kafka_dir)
-        cr_skip_test("needs the stack's own Kafka broker (OUTBOX_RELAY_TEST_KAFKA_DIR) to kill it");
+        cr_skip_test("needs the stack's own Kafka broker (OUTBOX_RELAY_TEST_KAFKA_DIR) for faults");
     e2e_migrate(&T);
     struct e2e_relay *r = start_and_drain_a_little();
 
-    e2e_kafka_node(&T, "kill", 1);
+    e2e_kafka_node(&T, fault, 1);
     enqueue_range(ROWS + 1, ROWS + DURING);
-    e2e_sleep_ms(3000);
-    long long sent_while_down = e2e_query_int(T.conn, "SELECT count(*) FROM %s WHERE sent_at IS NOT NULL",
-                                              T.qtable);
-    e2e_sleep_ms(2000);
-    cr_assert_eq(e2e_query_int(T.conn, "SELECT count(*) FROM %s WHERE sent_at IS NOT NULL", T.qtable),
-                 sent_while_down, "rows were marked sent while the only broker was dead");
-    e2e_kafka_node(&T, "restart", 1);
-    check_everything("broker killed and restarted", r);
+    e2e_sleep_ms(settle_ms);
+    long long sent = count_sent();
+    e2e_sleep_ms(hold_ms);
+    cr_assert_eq(count_sent(), sent, "rows were marked sent while the only broker was down (%s)", fault);
+    e2e_kafka_node(&T, recover, 1);
+    check_everything(what, r);
+}
+
+Test(e2e, broker_killed_and_restarted, .fini = fini, .timeout = 500)
+{
+    single_node_fault("brokerkill", "kill", "restart", 3000, 2000, "broker killed and restarted");
 }
 
 Test(e2e, broker_hung_and_resumed, .fini = fini, .timeout = 500)
 {
-    e2e_setup(&T, "brokerhang");
-    if (!T.env->kafka_dir)
-        cr_skip_test("needs the stack's own Kafka broker (OUTBOX_RELAY_TEST_KAFKA_DIR) to pause it");
-    e2e_migrate(&T);
-    struct e2e_relay *r = start_and_drain_a_little();
-
-    e2e_kafka_node(&T, "pause", 1);
-    enqueue_range(ROWS + 1, ROWS + DURING);
-    e2e_sleep_ms(1000);
-    long long sent_at_hang = e2e_query_int(T.conn, "SELECT count(*) FROM %s WHERE sent_at IS NOT NULL", T.qtable);
-    e2e_sleep_ms(7000);
-    cr_assert_eq(e2e_query_int(T.conn, "SELECT count(*) FROM %s WHERE sent_at IS NOT NULL", T.qtable),
-                 sent_at_hang, "rows were marked sent while the only broker was hung");
-    e2e_kafka_node(&T, "resume", 1);
-    check_everything("broker hung 8 s and resumed", r);
+    single_node_fault("brokerhang", "pause", "resume", 1000, 7000, "broker hung 8 s and resumed");
 }
 
 Test(e2e, partition_leader_killed, .fini = fini, .timeout = 600)

@@ -234,6 +234,23 @@ PGresult *e2e_query(PGconn *conn, const char *fmt, ...)
     return res;
 }
 
+void e2e_enqueue_series(struct e2e_ctx *t, const char *type, const char *key_prefix, int n_keys,
+                        const char *event_type, int lo, int hi, int pad)
+{
+    char *qtype = PQescapeLiteral(t->conn, type, strlen(type));
+    char *qprefix = PQescapeLiteral(t->conn, key_prefix, strlen(key_prefix));
+    char *qevent = PQescapeLiteral(t->conn, event_type, strlen(event_type));
+    cr_assert(qtype && qprefix && qevent, "PQescapeLiteral: %s", PQerrorMessage(t->conn));
+    e2e_exec(t->conn,
+             "SELECT count(%s(%s, %s || (i %% %d), %s, CASE WHEN %d > 0"
+             "   THEN jsonb_build_object('i', i, 'pad', repeat('x', %d)) ELSE jsonb_build_object('i', i) END))"
+             "  FROM generate_series(%d, %d) AS i",
+             t->qenqueue, qtype, qprefix, n_keys, qevent, pad, pad, lo, hi);
+    PQfreemem(qtype);
+    PQfreemem(qprefix);
+    PQfreemem(qevent);
+}
+
 void e2e_exec(PGconn *conn, const char *fmt, ...)
 {
     va_list ap;

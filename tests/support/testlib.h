@@ -91,6 +91,13 @@ PGresult *e2e_query(PGconn *conn, const char *fmt, ...) __attribute__((format(pr
 /** Runs statements (printf format) and asserts success, discarding results. */
 void e2e_exec(PGconn *conn, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/** Enqueues rows @p lo..@p hi (the series number i is in each payload as "i") of
+ *  aggregate type @p type, spread over @p n_keys aggregates named @p key_prefix ||
+ *  (i % n_keys), with event type @p event_type; a payload member "pad" of @p pad
+ *  bytes when @p pad > 0. One statement, on @p t's connection. */
+void e2e_enqueue_series(struct e2e_ctx *t, const char *type, const char *key_prefix, int n_keys,
+                        const char *event_type, int lo, int hi, int pad);
+
 /** @return the first column of the first row as an integer (asserts one non-NULL value). */
 long long e2e_query_int(PGconn *conn, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
