@@ -6,7 +6,9 @@
  * Through each, a consumer checks every row: none lost, none duplicated (the
  * idempotent producer dedupes the retries the broker did persist), first and
  * last deliveries of every aggregate in id order, every row marked.
- * These faults exist only on a real broker: the tests skip on the mock. */
+ * A broker hung for longer than relay.ack_timeout_ms makes /readyz fail on its
+ * acks check. These faults exist only on a real broker: the tests skip on the
+ * mock. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,6 +53,22 @@ static struct e2e_relay *start_and_drain_a_little(void)
     return r;
 }
 
+/* GET /readyz?verbose with curl. @return the HTTP status; the body into @p body. */
+static int readyz(struct e2e_relay *r, char **body)
+{
+    char url[128];
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d/readyz?verbose", e2e_relay_http_port(r, 10000));
+    const char *argv[] = {"/usr/bin/curl", "-s", "-m", "5", "-w", "\n%{http_code}", url, NULL};
+    char *out = NULL;
+    cr_assert_eq(e2e_run_cmd(argv, 10000, &out, NULL), 0, "curl %s failed", url);
+    char *nl = strrchr(out, '\n');
+    cr_assert(nl, "curl printed no status");
+    int status = atoi(nl + 1);
+    *nl = '\0';
+    *body = out;
+    return status;
+}
+
 static void check_everything(const char *what, struct e2e_relay *r)
 {
     e2e_wait_all_sent(&T, 240000);
@@ -70,6 +88,16 @@ static void check_everything(const char *what, struct e2e_relay *r)
     e2e_check(&rep, dup == 0, "%zu rows delivered more than once although the relay never restarted", dup);
     fprintf(stderr, "%s: %zu rows, %zu messages, %zu duplicated\n", what, rows.n, msgs.n, dup);
     e2e_report_assert(&rep, what);
+    int status = 0;
+    char *body = NULL;
+    for (int i = 0; i < 30 && status != 200; i++) {
+        free(body);
+        if (i)
+            e2e_sleep_ms(500);
+        status = readyz(r, &body);
+    }
+    cr_assert_eq(status, 200, "/readyz still %d after the broker recovered:\n%s", status, body);
+    free(body);
     cr_assert_eq(e2e_relay_stop(r, 30000), 0, "the relay did not exit 0 on SIGTERM");
     e2e_msgs_free(&msgs);
     e2e_rows_free(&rows);
@@ -82,7 +110,8 @@ static long long count_sent(void)
 
 /* The stack's only Kafka node gets @p fault (kill, pause) while rows keep
  * coming; after @p settle_ms nothing more may be marked for @p hold_ms, then
- * @p recover (restart, resume) brings it back and every row must arrive. */
+ * @p recover (restart, resume) brings it back and every row must arrive.
+ * A hold longer than relay.ack_timeout_ms (10 s) must show in readiness. */
 static void single_node_fault(const char *name, const char *fault, const char *recover, int settle_ms,
                               int hold_ms, const char *what)
 {
@@ -98,6 +127,14 @@ static void single_node_fault(const char *name, const char *fault, const char *r
     long long sent = count_sent();
     e2e_sleep_ms(hold_ms);
     cr_assert_eq(count_sent(), sent, "rows were marked sent while the only broker was down (%s)", fault);
+    char *body = NULL;
+    if (settle_ms + hold_ms > 11000) {
+        int status = readyz(r, &body);
+        cr_assert(status == 503 && strstr(body, "[-]acks"),
+                  "/readyz answered %d without a failing acks check %.0f s into the fault:\n%s", status,
+                  (settle_ms + hold_ms) / 1000.0, body);
+        free(body);
+    }
     e2e_kafka_node(&T, recover, 1);
     check_everything(what, r);
 }
@@ -109,7 +146,7 @@ Test(e2e, broker_killed_and_restarted, .fini = fini, .timeout = 500)
 
 Test(e2e, broker_hung_and_resumed, .fini = fini, .timeout = 500)
 {
-    single_node_fault("brokerhang", "pause", "resume", 1000, 7000, "broker hung 8 s and resumed");
+    single_node_fault("brokerhang", "pause", "resume", 1000, 11000, "broker hung 12 s and resumed");
 }
 
 Test(e2e, partition_leader_killed, .fini = fini, .timeout = 600)
