@@ -145,7 +145,7 @@ Test(e2e, poison_rows_do_not_block_the_rest, .fini = fini, .timeout = 120)
     cr_assert_eq(e2e_relay_stop(relay, 30000), 0, "relay did not exit 0 on SIGTERM");
 }
 
-/* ---- failure semantics (issue 4) -------------------------------------------- */
+/* ---- failure semantics ----------------------------------------------------- */
 
 static long long count_where(const char *fmt_cond)
 {

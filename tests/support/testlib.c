@@ -1288,7 +1288,7 @@ void e2e_topics_free(char **topics)
     free(topics);
 }
 
-/* ---- failure handling (issue 4) ----------------------------------------- */
+/* ---- failure handling ------------------------------------------------------ */
 
 int e2e_relay_log_count(const struct e2e_relay *r, const char *needle)
 {

@@ -324,7 +324,7 @@ int64_t e2e_now_ms(void);
 
 void e2e_sleep_ms(int ms);
 
-/* ---- failure handling (issue 4) ----------------------------------------- */
+/* ---- failure handling ------------------------------------------------------ */
 
 /** @return how many times @p needle occurs in the relay's log. */
 int e2e_relay_log_count(const struct e2e_relay *r, const char *needle);
