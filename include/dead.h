@@ -10,23 +10,10 @@
 #ifndef OUTBOX_DEAD_H
 #define OUTBOX_DEAD_H
 
-#include <getopt.h>
-
 #include "config.h"
 
-/** Moves the words that follow the command word "dead" in @p argv (the
- *  action, ids and its --flags) to @p out, leaving in @p argv everything
- *  before "dead" and, after it, the program's options that take a value
- *  (per @p shortopts and @p longopts, as given to getopt_long: -c FILE,
- *  -X kv, …) with their values; *@p argc is updated. Does nothing when the
- *  command is not "dead".
- *  @return how many words went to @p out (at most @p max; further words
- *  stay in argv, where the command-line check reports them). */
-int dead_take_args(int *argc, char **argv, const char *shortopts,
-                   const struct option *longopts, char **out, int max);
-
 /** Runs one `dead` action for the table of @p cfg; @p argv holds what
- *  dead_take_args() collected (action first).
+ *  cli_take_args() collected (action first).
  *  @return a process exit status: 0, 64 usage (including drop without --yes),
  *  69 PostgreSQL unreachable, 78 the configured table does not exist,
  *  70 any other failure. */

@@ -42,9 +42,13 @@ int event_topic_check(const char *topic, char *errbuf, size_t errlen);
 /** @return true if event_topic_check() accepts @p topic. */
 bool event_topic_valid(const char *topic);
 
+/** The header `outbox-relay replay` adds to a message it publishes again
+ *  (its value: when, RFC 3339 UTC). Reserved like the relay's own. */
+#define EVENT_REPLAY_HEADER "replay"
+
 /** @return true if @p name (@p len bytes) is one of the relay's own header
  *  names (event_id, event_type, aggregate_type, aggregate_id, outbox_id,
- *  created_at), which a row's headers may not use. */
+ *  created_at) or EVENT_REPLAY_HEADER, which a row's headers may not use. */
 bool event_header_reserved(const char *name, size_t len);
 
 /** @return the name of the relay's @p i-th own header, or NULL past the last:

@@ -136,4 +136,23 @@ enum sql_dead_col {
 int sql_dead_init(struct sql_dead *q, const char *schema, const char *table);
 void sql_dead_free(struct sql_dead *q);
 
+/** Read-only statements of `verify` and `replay` for one outbox table. Every
+ *  window parameter may be NULL (open): $1 first id, $2 last id (inclusive),
+ *  $3 created_at from (inclusive), $4 created_at until (exclusive), all text. */
+struct sql_window {
+    char *bounds;   /* count(*), min(id), max(id) of the window; then $3 and $4 as epoch ms
+                       (NULL when open) */
+    char *rows;     /* the window's rows with id > $5, in id order, LIMIT $6; columns in
+                       enum sql_claim_col order, then ROWS_SENT, ROWS_DEAD */
+    char *replay;   /* as rows, and $7 aggregate_type, $8 aggregate_id, $9 event_type
+                       (each NULL = any): rows to replay, sent or not (ROWS_SENT tells) */
+};
+
+/** Columns after the claim's in the rows and replay results. */
+enum sql_rows_col { ROWS_SENT = CLAIM_NCOLS, ROWS_DEAD, ROWS_NCOLS };
+
+/** @return 0, -EINVAL (schema or table not a valid identifier) or -ENOMEM. */
+int sql_window_init(struct sql_window *q, const char *schema, const char *table);
+void sql_window_free(struct sql_window *q);
+
 #endif

@@ -11,6 +11,7 @@
 #include <uv.h>
 
 #include "build_config.h"
+#include "cli_args.h"
 #include "config.h"
 #include "dead.h"
 #include "errors.h"
@@ -19,6 +20,7 @@
 #include "producer.h"
 #include "relay.h"
 #include "status_cli.h"
+#include "verify.h"
 
 #define MAX_OVERRIDES 256
 
@@ -39,6 +41,9 @@ static void usage(FILE *out)
             "                 exit 0 ready, 1 not ready, 69 unreachable\n"
             "  dead list [--json] | dead requeue ID...|--all | dead drop ID... --yes\n"
             "                 show, retry or delete rows that could not be delivered\n"
+            "  verify [--since T] [--until T] [--from-id N] [--to-id N] [--json]\n"
+            "                 compare the table with what Kafka holds; exit 1 when rows\n"
+            "                 are missing, mismatched or out of order (verify --help)\n"
             "  version        print the version\n"
             "\n"
             "Options:\n"
@@ -115,11 +120,13 @@ int main(int argc, char **argv)
     static char *overrides[MAX_OVERRIDES];
     size_t n_overrides = 0;
 
-    /* `dead` has words and flags of its own (dead drop 7 --yes): take them
-     * out before getopt, which only knows the options of every command. */
-    char *dead_args[MAX_OVERRIDES];
+    /* Some commands have words and flags of their own (dead drop 7 --yes,
+     * verify --since 1h): take them out before getopt, which only knows the
+     * options of every command. */
+    char *cmd_args[MAX_OVERRIDES];
     static const char shortopts[] = "c:X:h";
-    int n_dead_args = dead_take_args(&argc, argv, shortopts, opts, dead_args, MAX_OVERRIDES);
+    static const char *const own_args[] = {"dead", "verify", "replay", "migrate", NULL};
+    int n_cmd_args = cli_take_args(&argc, argv, shortopts, opts, own_args, cmd_args, MAX_OVERRIDES);
 
     int c;
     while ((c = getopt_long(argc, argv, shortopts, opts, NULL)) != -1) {
@@ -191,7 +198,7 @@ int main(int argc, char **argv)
     if (strcmp(cmd, "status") == 0 && status_url)
         return status_cli_run(status_url, NULL, status_json);
     if (strcmp(cmd, "run") != 0 && strcmp(cmd, "migrate") != 0 && strcmp(cmd, "check-config") != 0 &&
-        strcmp(cmd, "dead") != 0 && strcmp(cmd, "status") != 0) {
+        strcmp(cmd, "dead") != 0 && strcmp(cmd, "status") != 0 && strcmp(cmd, "verify") != 0) {
         fprintf(stderr, "outbox-relay: unknown command \"%s\"\n", cmd);
         usage(stderr);
         return EXIT_USAGE;
@@ -221,7 +228,9 @@ int main(int argc, char **argv)
         config_dump(&cfg, stdout);
         status = EXIT_OK;
     } else if (strcmp(cmd, "dead") == 0) {
-        status = dead_main(&cfg, n_dead_args, dead_args);
+        status = dead_main(&cfg, n_cmd_args, cmd_args);
+    } else if (strcmp(cmd, "verify") == 0) {
+        status = verify_main(&cfg, n_cmd_args, cmd_args);
     } else if (strcmp(cmd, "migrate") == 0) {
         int rc = migrate_run(&cfg);
         status = rc == 0 ? EXIT_OK : rc == -EHOSTUNREACH ? EXIT_UNAVAILABLE : EXIT_SOFTWARE;

@@ -515,3 +515,63 @@ void sql_dead_free(struct sql_dead *q)
     free(q->drop);
     memset(q, 0, sizeof *q);
 }
+
+/* The claim's columns, so that verify and replay see a row exactly as the
+ * relay published it (created_at text and milliseconds included). */
+#define ROW_COLUMNS                                                                                \
+    "o.\"id\", o.\"event_id\"::text, o.\"aggregate_type\", o.\"aggregate_id\", "                   \
+    "o.\"event_type\", o.\"topic\", o.\"payload\"::text, o.\"headers\"::text, "                     \
+    "floor(extract(epoch FROM o.\"created_at\") * 1000)::bigint, "                                 \
+    "to_char(o.\"created_at\" AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'), "          \
+    "o.\"sent_at\" IS NOT NULL, o.\"dead_at\" IS NOT NULL"
+
+#define WINDOW                                                                                     \
+    "($1::bigint IS NULL OR o.\"id\" >= $1::bigint) "                                              \
+    "AND ($2::bigint IS NULL OR o.\"id\" <= $2::bigint) "                                          \
+    "AND ($3::timestamptz IS NULL OR o.\"created_at\" >= $3::timestamptz) "                        \
+    "AND ($4::timestamptz IS NULL OR o.\"created_at\" < $4::timestamptz)"
+
+int sql_window_init(struct sql_window *q, const char *schema, const char *table)
+{
+    memset(q, 0, sizeof *q);
+    if (!sql_ident_valid(schema) || !sql_ident_valid(table))
+        return -EINVAL;
+    char qschema[2 * CONFIG_IDENT_MAX + 4], qtable[2 * CONFIG_IDENT_MAX + 4];
+    char t[sizeof qschema + sizeof qtable];
+    sql_quote_ident(schema, qschema, sizeof qschema);
+    sql_quote_ident(table, qtable, sizeof qtable);
+    snprintf(t, sizeof t, "%s.%s", qschema, qtable);
+
+    int rc = 0;
+    rc |= build(&q->bounds,
+                "SELECT count(*), min(o.\"id\"), max(o.\"id\"), "
+                "floor(extract(epoch FROM $3::timestamptz) * 1000)::bigint, "
+                "floor(extract(epoch FROM $4::timestamptz) * 1000)::bigint "
+                "FROM %s AS o WHERE " WINDOW,
+                t);
+    /* Keyset pages through the primary key: each page is one index range. */
+    rc |= build(&q->rows,
+                "SELECT " ROW_COLUMNS " FROM %s AS o WHERE o.\"id\" > $5::bigint AND " WINDOW
+                " ORDER BY o.\"id\" LIMIT $6::int",
+                t);
+    rc |= build(&q->replay,
+                "SELECT " ROW_COLUMNS " FROM %s AS o WHERE o.\"id\" > $5::bigint AND " WINDOW
+                " AND ($7::text IS NULL OR o.\"aggregate_type\" = $7::text)"
+                " AND ($8::text IS NULL OR o.\"aggregate_id\" = $8::text)"
+                " AND ($9::text IS NULL OR o.\"event_type\" = $9::text)"
+                " ORDER BY o.\"id\" LIMIT $6::int",
+                t);
+    if (rc != 0) {
+        sql_window_free(q);
+        return -ENOMEM;
+    }
+    return 0;
+}
+
+void sql_window_free(struct sql_window *q)
+{
+    free(q->bounds);
+    free(q->rows);
+    free(q->replay);
+    memset(q, 0, sizeof *q);
+}
