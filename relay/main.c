@@ -19,6 +19,7 @@
 #include "migrate.h"
 #include "producer.h"
 #include "relay.h"
+#include "replay.h"
 #include "status_cli.h"
 #include "verify.h"
 
@@ -44,6 +45,8 @@ static void usage(FILE *out)
             "  verify [--since T] [--until T] [--from-id N] [--to-id N] [--json]\n"
             "                 compare the table with what Kafka holds; exit 1 when rows\n"
             "                 are missing, mismatched or out of order (verify --help)\n"
+            "  replay --from-id N --to-id N | --since T | --aggregate TYPE:ID | ...\n"
+            "                 publish sent rows again, with a replay header (replay --help)\n"
             "  version        print the version\n"
             "\n"
             "Options:\n"
@@ -198,7 +201,8 @@ int main(int argc, char **argv)
     if (strcmp(cmd, "status") == 0 && status_url)
         return status_cli_run(status_url, NULL, status_json);
     if (strcmp(cmd, "run") != 0 && strcmp(cmd, "migrate") != 0 && strcmp(cmd, "check-config") != 0 &&
-        strcmp(cmd, "dead") != 0 && strcmp(cmd, "status") != 0 && strcmp(cmd, "verify") != 0) {
+        strcmp(cmd, "dead") != 0 && strcmp(cmd, "status") != 0 && strcmp(cmd, "verify") != 0 &&
+        strcmp(cmd, "replay") != 0) {
         fprintf(stderr, "outbox-relay: unknown command \"%s\"\n", cmd);
         usage(stderr);
         return EXIT_USAGE;
@@ -231,6 +235,8 @@ int main(int argc, char **argv)
         status = dead_main(&cfg, n_cmd_args, cmd_args);
     } else if (strcmp(cmd, "verify") == 0) {
         status = verify_main(&cfg, n_cmd_args, cmd_args);
+    } else if (strcmp(cmd, "replay") == 0) {
+        status = replay_main(&cfg, n_cmd_args, cmd_args);
     } else if (strcmp(cmd, "migrate") == 0) {
         int rc = migrate_run(&cfg);
         status = rc == 0 ? EXIT_OK : rc == -EHOSTUNREACH ? EXIT_UNAVAILABLE : EXIT_SOFTWARE;
