@@ -6,6 +6,8 @@
 #ifndef OUTBOX_MIGRATE_H
 #define OUTBOX_MIGRATE_H
 
+#include <stdio.h>
+
 #include "config.h"
 
 struct migration {
@@ -16,6 +18,10 @@ struct migration {
 
 extern const struct migration migrations[];
 extern const unsigned n_migrations;
+
+/** The consumer's event ledger (schema/ledger_*.sql): {{table}} is its name. */
+extern const struct migration ledger_migrations[];
+extern const unsigned n_ledger_migrations;
 
 /** schema/objects.sql: a template (like the migrations) of a query returning
  *  one row naming each object the migrations should have left and that is
@@ -28,5 +34,19 @@ extern const char migration_objects_check[];
  *  @return 0, -EHOSTUNREACH when PostgreSQL cannot be reached, or -EIO when a
  *  migration failed (logged). */
 int migrate_run(const struct relay_config *cfg);
+
+/** Applies the ledger migrations to the ledger table @p name in relay.schema,
+ *  the same way (each once, recorded as "<schema>.<name> (ledger)").
+ *  @return as migrate_run(); -EINVAL when @p name is not a plain identifier. */
+int migrate_ledger(const struct relay_config *cfg, const char *name);
+
+/** Writes every migration, rendered for the configured table (or, with
+ *  @p ledger, for that ledger), to @p out as one SQL script, without
+ *  connecting. @return 0 or -EINVAL. */
+int migrate_print_sql(const struct relay_config *cfg, const char *ledger, FILE *out);
+
+/** The command: `migrate [--ledger NAME] [--print-sql]`, @p argv its words.
+ *  @return a process exit status (0, 64, 69, 70). */
+int migrate_main(const struct relay_config *cfg, int argc, char **argv);
 
 #endif

@@ -35,7 +35,9 @@ static void usage(FILE *out)
             "\n"
             "Commands:\n"
             "  run            relay until SIGTERM/SIGINT\n"
-            "  migrate        create or upgrade the outbox table (safe to run again)\n"
+            "  migrate [--ledger NAME] [--print-sql]\n"
+            "                 create or upgrade the outbox table, or a consumer's event\n"
+            "                 ledger (safe to run again); --print-sql prints the SQL\n"
             "  check-config   validate the configuration and print it, secrets redacted\n"
             "  status [--url URL] [--json]\n"
             "                 ask a running relay (/status, /readyz) and print a summary;\n"
@@ -238,8 +240,7 @@ int main(int argc, char **argv)
     } else if (strcmp(cmd, "replay") == 0) {
         status = replay_main(&cfg, n_cmd_args, cmd_args);
     } else if (strcmp(cmd, "migrate") == 0) {
-        int rc = migrate_run(&cfg);
-        status = rc == 0 ? EXIT_OK : rc == -EHOSTUNREACH ? EXIT_UNAVAILABLE : EXIT_SOFTWARE;
+        status = migrate_main(&cfg, n_cmd_args, cmd_args);
     } else {
         log_info("outbox-relay starting", "version=%s pid=%ld", OUTBOX_RELAY_VERSION, (long)getpid());
         /* Once, secrets redacted: what this process runs with, for the record. */

@@ -7,11 +7,13 @@
 #include "migrate.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <libpq-fe.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "errors.h"
 #include "log.h"
 #include "sql.h"
 
@@ -240,4 +242,112 @@ int migrate_run(const struct relay_config *cfg)
     sql_migrate_free(&q);
     PQfinish(conn);
     return rc;
+}
+
+#define LEDGER_SUFFIX " (ledger)"
+
+int migrate_ledger(const struct relay_config *cfg, const char *name)
+{
+    if (!sql_ident_valid(name)) {
+        log_error("ledger name is not a plain SQL identifier ([A-Za-z_][A-Za-z0-9_]*, at most "
+                  "48 bytes)", "ledger=%s", log_quote(name));
+        return -EINVAL;
+    }
+    PGconn *conn = PQconnectdb(cfg->pg_conninfo);
+    if (PQstatus(conn) != CONNECTION_OK) {
+        log_error("cannot connect to postgres", "error=%s",
+                  log_quote_pq(cfg->pg_conninfo, PQerrorMessage(conn)));
+        PQfinish(conn);
+        return -EHOSTUNREACH;
+    }
+    PQclear(PQexec(conn, "SET client_min_messages = warning"));
+    struct sql_migrate q;
+    if (sql_migrate_init(&q, cfg->schema) < 0) {
+        PQfinish(conn);
+        return -ENOMEM;
+    }
+    /* Its own key in the bookkeeping: an outbox table of the same name keeps its own. */
+    char qualified[200];
+    snprintf(qualified, sizeof qualified, "%s.%s" LEDGER_SUFFIX, cfg->schema, name);
+    int rc = 0, applied = 0;
+    for (unsigned i = 0; i < n_ledger_migrations && rc == 0; i++) {
+        rc = apply_one(conn, &ledger_migrations[i], &q, qualified, cfg->schema, name,
+                       cfg->notify_channel);
+        if (rc < 0)
+            log_error("migration failed", "ledger=%s version=%d name=%s", log_quote(qualified),
+                      ledger_migrations[i].version, ledger_migrations[i].name);
+        else if (rc == 1) {
+            applied++;
+            log_info("migration applied", "ledger=%s version=%d name=%s", log_quote(qualified),
+                     ledger_migrations[i].version, ledger_migrations[i].name);
+            rc = 0;
+        }
+    }
+    if (rc == 0)
+        log_info("ledger up to date", "ledger=%s applied=%d total=%u", log_quote(qualified), applied,
+                 n_ledger_migrations);
+    sql_migrate_free(&q);
+    PQfinish(conn);
+    return rc;
+}
+
+int migrate_print_sql(const struct relay_config *cfg, const char *ledger, FILE *out)
+{
+    const struct migration *set = ledger ? ledger_migrations : migrations;
+    unsigned n = ledger ? n_ledger_migrations : n_migrations;
+    const char *table = ledger ? ledger : cfg->table;
+    if (!sql_ident_valid(table))
+        return -EINVAL;
+    fprintf(out,
+            "-- outbox-relay %s schema for %s.%s, rendered by `outbox-relay migrate --print-sql%s%s`.\n"
+            "-- Every migration checks before it creates, so the script can run again. To\n"
+            "-- apply it with another tool (Flyway, Liquibase, sqitch), keep each migration\n"
+            "-- below as one versioned change, in order.\n",
+            ledger ? "ledger" : "outbox", cfg->schema, table, ledger ? " --ledger " : "",
+            ledger ? ledger : "");
+    for (unsigned i = 0; i < n; i++) {
+        char *sql = sql_render_template(set[i].sql, cfg->schema, table, cfg->notify_channel);
+        if (!sql)
+            return -EINVAL;
+        fprintf(out, "\n-- ---- migration %d: %s\n\n%s", set[i].version, set[i].name, sql);
+        free(sql);
+    }
+    return 0;
+}
+
+int migrate_main(const struct relay_config *cfg, int argc, char **argv)
+{
+    const char *ledger = NULL;
+    bool print = false;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--print-sql") == 0) {
+            print = true;
+        } else if (strcmp(argv[i], "--ledger") == 0 && i + 1 < argc) {
+            ledger = argv[++i];
+        } else if (strncmp(argv[i], "--ledger=", 9) == 0) {
+            ledger = argv[i] + 9;
+        } else {
+            fprintf(stderr,
+                    "outbox-relay migrate: unexpected \"%s\"\n"
+                    "Usage: outbox-relay migrate [--ledger NAME] [--print-sql]\n"
+                    "  (no option)     create or upgrade the outbox table (relay.schema, relay.table)\n"
+                    "  --ledger NAME   create or upgrade the consumer's event ledger NAME instead\n"
+                    "  --print-sql     print the SQL instead of applying it\n",
+                    argv[i]);
+            return EXIT_USAGE;
+        }
+    }
+    if (ledger && !sql_ident_valid(ledger)) {
+        fprintf(stderr, "outbox-relay migrate: --ledger: \"%s\" is not a plain SQL identifier "
+                        "([A-Za-z_][A-Za-z0-9_]*, at most 48 bytes)\n", ledger);
+        return EXIT_USAGE;
+    }
+    if (print) {
+        int rc = migrate_print_sql(cfg, ledger, stdout);
+        if (fflush(stdout) != 0)
+            rc = -EIO;
+        return rc == 0 ? EXIT_OK : EXIT_SOFTWARE;
+    }
+    int rc = ledger ? migrate_ledger(cfg, ledger) : migrate_run(cfg);
+    return rc == 0 ? EXIT_OK : rc == -EHOSTUNREACH ? EXIT_UNAVAILABLE : EXIT_SOFTWARE;
 }

@@ -2,7 +2,8 @@
 """Writes a C file holding the migration templates, in version order, and
 the objects check (objects.sql).
 
-Each migration is named NNN_name.sql; NNN is its version."""
+Each migration of the outbox is named NNN_name.sql, each of the consumer's
+ledger ledger_NNN_name.sql; NNN is its version."""
 import os
 import sys
 
@@ -16,6 +17,7 @@ def c_string(text):
 
 out, inputs = sys.argv[1], sys.argv[2:]
 rows = []
+ledger = []
 check = None
 for path in sorted(inputs, key=os.path.basename):
     base = os.path.basename(path)
@@ -23,6 +25,10 @@ for path in sorted(inputs, key=os.path.basename):
         text = f.read()
     if base == 'objects.sql':
         check = c_string(text)
+        continue
+    if base.startswith('ledger_'):
+        version = int(base[len('ledger_'):].split('_', 1)[0])
+        ledger.append((version, base[:-4], c_string(text)))
         continue
     version = int(base.split('_', 1)[0])
     rows.append((version, base[:-4], c_string(text)))
@@ -37,4 +43,9 @@ with open(out, 'w', encoding='utf-8') as f:
         f.write('  { %d, "%s",\n%s },\n' % (version, name, lits))
     f.write('};\n')
     f.write('const unsigned n_migrations = %d;\n' % len(rows))
+    f.write('const struct migration ledger_migrations[] = {\n')
+    for version, name, lits in ledger:
+        f.write('  { %d, "%s",\n%s },\n' % (version, name, lits))
+    f.write('};\n')
+    f.write('const unsigned n_ledger_migrations = %d;\n' % len(ledger))
     f.write('const char migration_objects_check[] =\n%s;\n' % check)
