@@ -59,6 +59,11 @@ struct relay_config {
     /* [log] */
     int log_level;              /* enum log_level, default info */
     char *log_format;           /* "logfmt" (default) or "json" */
+
+    /* [verify]: the daemon's periodic verify (durations as config_parse_duration reads) */
+    char *verify_interval;      /* default "0": off */
+    char *verify_lag;           /* default "5m": the window ends this long ago */
+    char *verify_window;        /* default "1h": and starts this long before its end */
 };
 
 /** Fills @p cfg with the defaults of the parameter table. */

@@ -54,6 +54,20 @@ enum stats_fail_reason {
     STATS_FAIL_NREASONS
 };
 
+/** The daemon's periodic verify ([verify] interval), the last run's figures. */
+struct stats_verify {
+    bool enabled;
+    uint64_t runs_total;           /* runs finished, with a result or not */
+    uint64_t errors_total;         /* runs that could not finish (PostgreSQL, Kafka) */
+    double last_time;              /* unix seconds of the last finished run, 0 = none */
+    double last_duration;          /* seconds */
+    bool have_result;              /* the figures below come from a run that finished */
+    bool ok;                       /* nothing missing, mismatched or out of order */
+    uint64_t rows, pending, missing, duplicates, out_of_order, mismatched, unknown;
+    double window_start, window_end; /* unix seconds */
+    char last_error[256];          /* of the last run, "" when it finished */
+};
+
 struct relay_stats {
     double start_time;             /* unix seconds */
     enum stats_role role;
@@ -104,6 +118,8 @@ struct relay_stats {
     struct stats_lock_holder holder;  /* standby: who holds the leader lock */
     bool standby_stuck;            /* standby long, the holder does not look like a relay */
     char standby_reason[512];
+
+    struct stats_verify verify;
 };
 
 /** Sets the bounds and zeroes everything; role unknown, brokers not known. */

@@ -76,7 +76,7 @@ _Static_assert(LOG_LVL_DEBUG == 3, "log_level_names must follow enum log_level")
      .reloadable = rel, .desc = d}
 
 /* Sections in dump order; [kafka] has no rows: its keys go to librdkafka. */
-static const char *const sections[] = {"postgres", "kafka", "relay", "http", "log"};
+static const char *const sections[] = {"postgres", "kafka", "relay", "http", "log", "verify"};
 
 /* The one table of parameters: defaults, parsing, reload rules and the dump
  * all come from here. Sorted by section, then key. */
@@ -119,6 +119,13 @@ static const struct param params[] = {
 
     ENUM("log", "format", log_format, "logfmt", log_formats, RESTART, "logfmt or json"),
     LEVEL("log", "level", log_level, "info", RELOAD, "error, warn, info or debug"),
+
+    STR("verify", "interval", verify_interval, "0", check_duration, RESTART,
+        "run verify on a trailing window this often (0 = never)"),
+    STR("verify", "lag", verify_lag, "5m", check_duration, RESTART,
+        "the window ends this long ago: rows younger than this are not checked yet"),
+    STR("verify", "window", verify_window, "1h", check_duration, RESTART,
+        "how far back from its end the periodic verify window reaches"),
 };
 
 #define N_PARAMS (sizeof params / sizeof params[0])
@@ -558,7 +565,7 @@ static int apply_env(struct relay_config *cfg, const char *entry, char *errbuf, 
     if (!section)
         return errbuf_fail(errbuf, errlen,
                     "unknown environment variable %.*s (expected OUTBOX_RELAY_<SECTION>_<KEY>, "
-                    "SECTION one of POSTGRES, KAFKA, RELAY, HTTP, LOG)",
+                    "SECTION one of POSTGRES, KAFKA, RELAY, HTTP, LOG, VERIFY)",
                     vlen, entry);
 
     /* The key is the rest in lower case. librdkafka's property names use

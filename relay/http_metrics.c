@@ -8,6 +8,7 @@
 #include "http.h"
 
 #include <dirent.h>
+#include <stddef.h>
 #include <inttypes.h>
 #include <librdkafka/rdkafka.h>
 #include <stdio.h>
@@ -106,6 +107,52 @@ static void process_metrics(const struct relay_stats *s, struct strbuf *out)
               (double)rl.rlim_cur);
 }
 
+/* ---- the periodic verify ([verify] interval), when enabled -------------- */
+
+static void verify_metrics(const struct stats_verify *v, struct strbuf *out)
+{
+    if (!v->enabled)
+        return;
+    counter(out, "outbox_relay_verify_runs_total", "Periodic verify runs finished.", v->runs_total);
+    counter(out, "outbox_relay_verify_errors_total",
+            "Periodic verify runs that could not finish (PostgreSQL or Kafka unreachable).",
+            v->errors_total);
+    gauge(out, "outbox_relay_verify_last_run_timestamp_seconds",
+          "When the last periodic verify finished, since the unix epoch (0 = none yet).",
+          v->last_time);
+    gauge(out, "outbox_relay_verify_last_run_duration_seconds",
+          "How long the last periodic verify took.", v->last_duration);
+    /* Absent until a run finished: 0 would claim a clean check. */
+    static const struct {
+        const char *name, *help;
+        size_t off;
+    } figures[] = {
+        {"outbox_relay_verify_missing_rows",
+         "Rows marked sent that Kafka does not hold, in the last verify window.",
+         offsetof(struct stats_verify, missing)},
+        {"outbox_relay_verify_duplicate_events",
+         "Event ids delivered more than once, in the last verify window.",
+         offsetof(struct stats_verify, duplicates)},
+        {"outbox_relay_verify_out_of_order_aggregates",
+         "Aggregates whose first deliveries are not in id order, in the last verify window.",
+         offsetof(struct stats_verify, out_of_order)},
+        {"outbox_relay_verify_mismatched_messages",
+         "Messages whose key, value or headers differ from their row, in the last verify window.",
+         offsetof(struct stats_verify, mismatched)},
+        {"outbox_relay_verify_unknown_messages",
+         "Messages of the last verify window whose event_id no row has (e.g. after retention).",
+         offsetof(struct stats_verify, unknown)},
+        {"outbox_relay_verify_rows", "Rows in the last verify window.",
+         offsetof(struct stats_verify, rows)},
+    };
+    for (size_t i = 0; i < sizeof figures / sizeof figures[0]; i++) {
+        head(out, figures[i].name, "gauge", figures[i].help);
+        if (v->have_result)
+            strbuf_printf(out, "%s %" PRIu64 "\n", figures[i].name,
+                          *(const uint64_t *)((const char *)v + figures[i].off));
+    }
+}
+
 void http_metrics(const struct http_context *ctx, struct strbuf *out)
 {
     const struct relay_stats *s = ctx->stats;
@@ -195,6 +242,8 @@ void http_metrics(const struct http_context *ctx, struct strbuf *out)
          "When the backlog figures were measured, since the unix epoch.");
     if (s->backlog_known)
         strbuf_printf(out, "outbox_relay_backlog_timestamp_seconds %.17g\n", s->backlog_time);
+
+    verify_metrics(&s->verify, out);
 
     if (ctx->server) {
         const struct http_server_stats *h = ctx->server;

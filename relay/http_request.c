@@ -448,6 +448,36 @@ static cJSON *status_json(const struct http_context *ctx)
     else
         cJSON_AddNullToObject(root, "dead_letter_count");
 
+    /* The periodic verify: null when [verify] interval is 0. */
+    const struct stats_verify *sv = &s->verify;
+    cJSON *vj = sv->enabled ? cJSON_AddObjectToObject(root, "verify") : NULL;
+    if (!sv->enabled)
+        cJSON_AddNullToObject(root, "verify");
+    if (vj) {
+        cJSON_AddNumberToObject(vj, "runs_total", (double)sv->runs_total);
+        cJSON_AddNumberToObject(vj, "errors_total", (double)sv->errors_total);
+        add_time(vj, "last_run", sv->last_time);
+        cJSON_AddNumberToObject(vj, "last_duration_seconds", round(sv->last_duration * 1000) / 1000);
+        if (sv->last_error[0])
+            cJSON_AddStringToObject(vj, "last_error", sv->last_error);
+        else
+            cJSON_AddNullToObject(vj, "last_error");
+        if (sv->have_result) {
+            cJSON_AddBoolToObject(vj, "ok", sv->ok);
+            add_time(vj, "window_start", sv->window_start);
+            add_time(vj, "window_end", sv->window_end);
+            cJSON_AddNumberToObject(vj, "rows", (double)sv->rows);
+            cJSON_AddNumberToObject(vj, "pending", (double)sv->pending);
+            cJSON_AddNumberToObject(vj, "missing", (double)sv->missing);
+            cJSON_AddNumberToObject(vj, "duplicates", (double)sv->duplicates);
+            cJSON_AddNumberToObject(vj, "out_of_order", (double)sv->out_of_order);
+            cJSON_AddNumberToObject(vj, "mismatched", (double)sv->mismatched);
+            cJSON_AddNumberToObject(vj, "unknown", (double)sv->unknown);
+        } else {
+            cJSON_AddNullToObject(vj, "ok");
+        }
+    }
+
     cJSON *cfg = ctx->cfg ? config_to_json(ctx->cfg) : NULL;
     if (cfg)
         cJSON_AddItemToObject(root, "config", cfg);

@@ -29,6 +29,7 @@
 #include "sql.h"
 #include "stats.h"
 #include "strbuf.h"
+#include "verify_task.h"
 
 enum phase {
     PHASE_EMPTY = 0,   /* nothing claimed */
@@ -145,6 +146,7 @@ struct relay {
     bool may_hold_lock;         /* the lock was taken on this connection */
     int release_tries;          /* refused: attempts to give the lock back before closing */
     uint64_t refuse_deadline_ms; /* refused: close even if batches in flight are not marked */
+    struct verify_task *verify; /* [verify] interval; NULL when off */
 };
 
 static void step(struct relay *r);
@@ -1669,6 +1671,8 @@ static void finish(struct relay *r)
     /* issue 3: the status endpoint answers until here */
     http_stop(r->http);
     r->http = NULL;
+    verify_task_stop(r->verify);
+    r->verify = NULL;
     uint64_t failed = 0;
     for (int i = 0; i < STATS_FAIL_NREASONS; i++)
         failed += r->st.failed_total[i];
@@ -1747,6 +1751,8 @@ int relay_run(struct relay_config *cfg, relay_reload_fn reload, void *reload_arg
         return EXIT_CONFIG;
     }
     /* ---- end issue 3 */
+    if (verify_task_start(&r.verify, r.loop, cfg, &r.st) < 0)
+        log_error("out of memory starting the periodic verify; running without it", "");
 
     struct pg_callbacks cb = {
         .on_connected = on_pg_connected,
