@@ -457,9 +457,10 @@ Test(e2e, periodic_verify_reports_missing_rows, .fini = fini, .timeout = 300)
     cr_assert_eq(clean, 0, "outbox_relay_verify_missing_rows is %g after a clean run", clean);
 
     /* Two rows "sent" that Kafka never got, old enough for the window. */
-    enqueue_rows(101, 102);
-    e2e_exec(T.conn, "UPDATE %s SET sent_at = now(), created_at = now() - interval '5 s'"
-                     " WHERE id > 100", T.qtable);
+    /* Written already marked, so the running relay never claims them. */
+    e2e_exec(T.conn, "INSERT INTO %s (aggregate_type, aggregate_id, event_type, payload, created_at, sent_at)"
+                     " SELECT 'account', 'acct-' || i, 'credited', '{}', now() - interval '5 s', now()"
+                     " FROM generate_series(1, 2) AS i", T.qtable);
     int64_t fault = e2e_now_ms();
     double missing = 0;
     while (e2e_now_ms() - fault < 2000 + 3000 && (missing = metric(port, "outbox_relay_verify_missing_rows")) < 2)
