@@ -39,6 +39,8 @@ struct verify_meta {
     unsigned slices;
     double duration;              /* seconds */
     size_t missing_topics;        /* topics of sent rows that Kafka does not have */
+    size_t truncated_partitions;  /* partitions read from their first message, after deleted
+                                     ones: retention may have removed what the window needs */
 };
 
 /** Runs one check of the window @p o->w of the table of @p cfg into @p v

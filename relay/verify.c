@@ -457,6 +457,10 @@ static int read_slice(struct run *r, int64_t from_ms, size_t slice_rows)
                 frac += share / (double)l->cnt;
                 continue;
             }
+            /* Reading from the first message still there, after deleted
+             * ones: Kafka's retention may have removed some the window needs. */
+            if (start <= lo && lo > 0)
+                r->meta->truncated_partitions++;
             if (start < lo)
                 start = lo;
             rc = read_partition(r, name, (uint32_t)t, tp->partition, start, hi, slice_rows, &frac,
@@ -710,6 +714,7 @@ static void print_json(const struct relay_config *cfg, const struct verify_windo
     cJSON_AddNumberToObject(root, "window_rows", (double)meta->window_rows);
     cJSON_AddNumberToObject(root, "messages_read", (double)meta->messages_read);
     cJSON_AddNumberToObject(root, "slices", meta->slices);
+    cJSON_AddNumberToObject(root, "truncated_partitions", (double)meta->truncated_partitions);
     cJSON_AddNumberToObject(root, "duration_seconds", meta->duration);
     cJSON_AddItemToObject(root, "total", counts_json(&v->total));
     cJSON *topics = cJSON_AddArrayToObject(root, "topics");
@@ -821,6 +826,10 @@ static void print_human(const struct relay_config *cfg, const struct vcheck *v,
             }
         }
     }
+    if (c->missing && meta->truncated_partitions)
+        printf("\nnote: %zu partition%s had to be read from the first message Kafka still holds "
+               "(its retention deleted older ones): rows sent before that are reported missing\n",
+               meta->truncated_partitions, meta->truncated_partitions == 1 ? "" : "s");
     printf("\n%s\n", vcheck_ok(v) ? "OK: nothing missing, mismatched or out of order"
                                   : "FAILED: see above");
 }

@@ -17,6 +17,8 @@
 #include "log.h"
 #include "verify.h"
 
+#define VERIFY_TASK_SLICE_ROWS 100000
+
 struct verify_task {
     uv_timer_t timer;           /* first member: the close callback gets the task back */
     uv_work_t work;
@@ -54,7 +56,9 @@ static void stamp(double t, char *out, size_t len)
 static void work(uv_work_t *w)
 {
     struct verify_task *t = w->data;
-    struct verify_opts o = {.w = {.since = t->since, .until = t->until}, .stop = &t->stop};
+    /* Smaller slices than the command's: this memory is the daemon's. */
+    struct verify_opts o = {.w = {.since = t->since, .until = t->until},
+                            .slice_rows = VERIFY_TASK_SLICE_ROWS, .stop = &t->stop};
     vcheck_init(&t->v, 3);
     t->rc = verify_run(t->cfg, &o, &t->v, &t->meta, t->err, sizeof t->err);
 }
