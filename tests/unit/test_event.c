@@ -310,3 +310,17 @@ Test(event, headers_error_quotes_a_bounded_printable_name)
     for (const char *p = small; *p; p++)
         cr_assert_lt((unsigned char)*p, 0x80, "%s", small);
 }
+
+/* The header replay adds is reserved like the relay's own: a row that forged
+ * it would pass a first delivery off as a replay. */
+Test(event, replay_header_is_reserved)
+{
+    cr_assert(event_header_reserved(EVENT_REPLAY_HEADER, strlen(EVENT_REPLAY_HEADER)));
+    cr_assert_not(event_header_reserved("Replay", 6));
+    struct event_row row = {.id = 1, .event_id = "e", .aggregate_type = "t", .aggregate_id = "a",
+                            .event_type = "x", .created_at = "c", .headers_json = "{\"replay\": \"x\"}"};
+    rd_kafka_headers_t *h = NULL;
+    char err[256];
+    cr_assert_eq(event_headers_build(&row, &h, err, sizeof err), -EINVAL);
+    cr_assert_null(h);
+}
