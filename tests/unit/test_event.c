@@ -320,7 +320,7 @@ Test(event, replay_header_is_reserved)
     struct event_row row = {.id = 1, .event_id = "e", .aggregate_type = "t", .aggregate_id = "a",
                             .event_type = "x", .created_at = "c", .headers_json = "{\"replay\": \"x\"}"};
     rd_kafka_headers_t *h = NULL;
-    char err[256];
-    cr_assert_eq(event_headers_build(&row, &h, err, sizeof err), -EINVAL);
+    char why[256];
+    cr_assert_eq(event_headers_build(&row, &h, why, sizeof why), -EINVAL);
     cr_assert_null(h);
 }
