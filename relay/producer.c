@@ -164,6 +164,10 @@ static void on_log(const rd_kafka_t *rk, int level, const char *fac, const char 
     (void)rk;
     enum log_level l = level <= 3 ? LOG_LVL_ERROR : level <= 5 ? LOG_LVL_WARN
                      : level == 6 ? LOG_LVL_INFO : LOG_LVL_DEBUG;
+    /* librdkafka warns that a property the relay sets on purpose is
+     * experimental (enable.gapless.guarantee): not the operator's concern. */
+    if (!strcmp(fac, "CONFWARN") && strstr(buf, "enable.gapless.guarantee is experimental"))
+        l = LOG_LVL_DEBUG;
     log_write(l, "librdkafka", "facility=%s detail=%s", fac, log_quote(buf));
 }
 
