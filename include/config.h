@@ -142,6 +142,16 @@ void config_scrub_override(char *override);
 /** Writes the effective configuration as INI, secrets redacted. */
 void config_dump(const struct relay_config *cfg, FILE *out);
 
+/** config_dump() that calls @p kafka_extra (unless NULL) at the end of the
+ *  [kafka] section, for what the producer sets itself. */
+void config_dump_ext(const struct relay_config *cfg, FILE *out,
+                     void (*kafka_extra)(const struct relay_config *cfg, FILE *out));
+
+/** `run` and `check-config` need brokers; migrate, dead and status do not.
+ *  @return 0 if kafka.bootstrap.servers (or metadata.broker.list) names at
+ *  least one, else -EINVAL with errbuf naming the key. */
+int config_require_brokers(const struct relay_config *cfg, char *errbuf, size_t errlen);
+
 struct cJSON;
 
 /** The effective configuration as a JSON object {"postgres": {…}, "kafka":

@@ -797,6 +797,21 @@ int config_validate(const struct relay_config *cfg, char *errbuf, size_t errlen)
     return 0;
 }
 
+int config_require_brokers(const struct relay_config *cfg, char *errbuf, size_t errlen)
+{
+    /* metadata.broker.list is librdkafka's other name for it. */
+    for (size_t i = 0; i < cfg->n_kafka; i++) {
+        const char *k = cfg->kafka[i].key;
+        if ((!strcmp(k, "bootstrap.servers") || !strcmp(k, "metadata.broker.list")) &&
+            cfg->kafka[i].value[strspn(cfg->kafka[i].value, " \t,")] != '\0')
+            return 0;
+    }
+    return errbuf_fail(errbuf, errlen,
+                       "kafka.bootstrap.servers is not set: the relay needs the brokers to "
+                       "publish to (host:port[,host:port...]; environment: "
+                       "OUTBOX_RELAY_KAFKA_BOOTSTRAP_SERVERS)");
+}
+
 int config_reload_check(const struct relay_config *cur, const struct relay_config *next,
                         char *errbuf, size_t errlen)
 {
@@ -945,6 +960,12 @@ static void dump_param(const struct relay_config *cfg, const struct param *p, FI
 
 void config_dump(const struct relay_config *cfg, FILE *out)
 {
+    config_dump_ext(cfg, out, NULL);
+}
+
+void config_dump_ext(const struct relay_config *cfg, FILE *out,
+                     void (*kafka_extra)(const struct relay_config *cfg, FILE *out))
+{
     fputs("# outbox-relay effective configuration (secrets redacted)\n", out);
     for (size_t s = 0; s < sizeof sections / sizeof sections[0]; s++) {
         fprintf(out, "\n[%s]\n", sections[s]);
@@ -955,6 +976,8 @@ void config_dump(const struct relay_config *cfg, FILE *out)
                 fprintf(out, "%s = %s\n", kv->key,
                         config_key_is_secret(kv->key) ? REDACTED : kv->value);
             }
+            if (kafka_extra)
+                kafka_extra(cfg, out);
             continue;
         }
         for (size_t i = 0; i < N_PARAMS; i++) {

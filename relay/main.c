@@ -224,6 +224,12 @@ int main(int argc, char **argv)
         config_free(&cfg);
         return EXIT_CONFIG;
     }
+    if ((!strcmp(cmd, "run") || !strcmp(cmd, "check-config")) &&
+        config_require_brokers(&cfg, err, sizeof(err)) != 0) {
+        fprintf(stderr, "outbox-relay: configuration rejected: %s\n", err);
+        config_free(&cfg);
+        return EXIT_CONFIG;
+    }
     log_set_level((enum log_level)cfg.log_level);
     log_set_format((enum log_format)log_format_parse(cfg.log_format));
 
@@ -231,7 +237,7 @@ int main(int argc, char **argv)
     if (strcmp(cmd, "status") == 0) {
         status = status_cli_run(NULL, &cfg, status_json);
     } else if (strcmp(cmd, "check-config") == 0) {
-        config_dump(&cfg, stdout);
+        config_dump_ext(&cfg, stdout, producer_dump_settings);
         status = EXIT_OK;
     } else if (strcmp(cmd, "dead") == 0) {
         status = dead_main(&cfg, n_cmd_args, cmd_args);

@@ -323,3 +323,44 @@ Test(e2e, kubernetes_service_links_are_not_configuration, .fini = fini_links, .t
     free(out);
     free(err);
 }
+
+/* check-config names the missing brokers instead of printing an empty [kafka]
+ * section, and prints what the relay sets on its producer. */
+Test(e2e, check_config_requires_brokers_and_shows_the_producer_settings, .fini = fini, .timeout = 60)
+{
+    e2e_setup(&T, "brokers");
+    char *out = NULL, *err = NULL;
+    const char *none[] = {"check-config", "-c", T.empty_conf, NULL};
+    int rc = e2e_run_relay(none, 30000, &out, &err);
+    cr_expect_eq(rc, 78, "check-config without brokers exited %d, expected 78", rc);
+    cr_expect(err && strstr(err, "kafka.bootstrap.servers"), "the message does not name the key: %.400s",
+              err ? err : "");
+    free(out);
+    free(err);
+
+    const char *run[] = {"run", "-c", T.empty_conf, NULL};
+    out = err = NULL;
+    rc = e2e_run_relay(run, 30000, &out, &err);
+    cr_expect_eq(rc, 78, "run without brokers exited %d, expected 78", rc);
+    free(out);
+    free(err);
+
+    const char *some[] = {"check-config", "-c", T.empty_conf, "-X", "kafka.bootstrap.servers=127.0.0.1:9092",
+                          "-X", "kafka.linger.ms=5", NULL};
+    out = err = NULL;
+    rc = e2e_run_relay(some, 30000, &out, &err);
+    cr_assert_eq(rc, 0, "check-config exited %d: %.400s", rc, err ? err : "");
+    static const char *const want[] = {
+        "bootstrap.servers = 127.0.0.1:9092\n",
+        "# enforced by the relay (the guarantees depend on it)\nenable.idempotence = true\n",
+        "# enforced by the relay (the guarantees depend on it)\nacks = all\n",
+        "# default of the relay (may be set here)\nmax.in.flight.requests.per.connection = 1\n",
+        "linger.ms = 5\n",
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        cr_expect(out && strstr(out, want[i]), "check-config does not print \"%s\": %.2000s", want[i],
+                  out ? out : "");
+    cr_expect(out && !strstr(out, "linger.ms = 0"), "the relay's linger.ms shown over the operator's");
+    free(out);
+    free(err);
+}

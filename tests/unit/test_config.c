@@ -779,3 +779,19 @@ Test(config, layers_need_no_file)
                  0, "%s", err);
     cr_assert_str_eq(cfg.table, "t");
 }
+
+Test(config, brokers_are_required_for_run_and_check_config)
+{
+    cr_assert_eq(config_require_brokers(&cfg, err, sizeof err), -EINVAL);
+    assert_err_has("kafka.bootstrap.servers");
+    cr_assert_eq(config_set(&cfg, "kafka", "bootstrap.servers", " , ", err, sizeof err), 0, "%s", err);
+    cr_assert_eq(config_require_brokers(&cfg, err, sizeof err), -EINVAL, "a list of nothing");
+    cr_assert_eq(config_set(&cfg, "kafka", "bootstrap.servers", "k1:9092", err, sizeof err), 0, "%s", err);
+    cr_assert_eq(config_require_brokers(&cfg, err, sizeof err), 0, "%s", err);
+}
+
+Test(config, brokers_may_be_given_as_metadata_broker_list)
+{
+    cr_assert_eq(config_set(&cfg, "kafka", "metadata.broker.list", "k1:9092", err, sizeof err), 0, "%s", err);
+    cr_assert_eq(config_require_brokers(&cfg, err, sizeof err), 0, "%s", err);
+}
