@@ -97,6 +97,8 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
     (void)rk;
     struct producer *p = opaque;
     ack_clock_report(p, m->err == RD_KAFKA_RESP_ERR_NO_ERROR);
+    if (p->stats && m->err == RD_KAFKA_RESP_ERR_NO_ERROR)
+        stats_count_published(p->stats, rd_kafka_topic_name(m->rkt));
     if (p->report)
         p->report(m->_private, m->err, p->arg);
 }
