@@ -987,6 +987,38 @@ void config_dump_ext(const struct relay_config *cfg, FILE *out,
     }
 }
 
+/* --- the table, for the documentation ------------------------------------ */
+
+bool config_param_info(size_t i, struct config_param_info *info)
+{
+    if (i >= N_PARAMS)
+        return false;
+    const struct param *p = &params[i];
+    static const char *const level_choices[] = {"error", "warn", "info", "debug", NULL};
+    static const char *const bool_choices[] = {"true", "false", NULL};
+    *info = (struct config_param_info){
+        .section = p->section,
+        .key = p->key,
+        .def = p->def,
+        .desc = p->desc,
+        .is_int = p->type == PARAM_INT,
+        .min = p->min,
+        .max = p->max,
+        .choices = p->type == PARAM_ENUM ? p->choices
+                   : p->type == PARAM_LOG_LEVEL ? level_choices
+                   : p->type == PARAM_BOOL ? bool_choices : NULL,
+        .reloadable = p->reloadable,
+        .secret = config_key_is_secret(p->key),
+    };
+    return true;
+}
+
+const char *const *config_sections(size_t *n)
+{
+    *n = sizeof sections / sizeof sections[0];
+    return sections;
+}
+
 /* --- the effective configuration as data --------------------------------- */
 
 /* The value of @p p as text, secrets masked the way config_dump() masks them.

@@ -100,6 +100,7 @@ dpkg-query -W -f='${Conffiles}\n' outbox-relay | grep -q " $CONF " || fail "$CON
     fail "the service user cannot load the installed configuration"
 man -w outbox-relay >/dev/null 2>&1 || [ -f /usr/share/man/man8/outbox-relay.8.gz ] ||
     fail "no man page outbox-relay(8)"
+[ -f /usr/share/man/man5/outbox-relay.conf.5.gz ] || fail "no man page outbox-relay.conf(5)"
 [ -f /usr/share/outbox-relay/schema/001_outbox.sql ] || fail "schema files not installed"
 if [ -e /etc/systemd/system/multi-user.target.wants/outbox-relay.service ]; then
     fail "installing enabled outbox-relay.service (it must wait for a configured database)"
@@ -194,6 +195,7 @@ expect /usr/lib/systemd/system/outbox-relay@.service
 expect /usr/lib/sysusers.d/outbox-relay.conf
 expect /etc/outbox-relay/outbox-relay.conf
 expect /usr/share/man/man8/outbox-relay.8
+expect /usr/share/man/man5/outbox-relay.conf.5
 expect /usr/share/outbox-relay/schema/001_outbox.sql
 expect /usr/share/licenses/outbox-relay/LICENSE
 expect "preinstall scriptlet"
