@@ -102,6 +102,9 @@ man -w outbox-relay >/dev/null 2>&1 || [ -f /usr/share/man/man8/outbox-relay.8.g
     fail "no man page outbox-relay(8)"
 [ -f /usr/share/man/man5/outbox-relay.conf.5.gz ] || fail "no man page outbox-relay.conf(5)"
 [ -f /usr/share/outbox-relay/schema/001_outbox.sql ] || fail "schema files not installed"
+for f in outbox-relay.rules.yml outbox-relay-dashboard.json; do
+    [ -f "/usr/share/outbox-relay/monitoring/$f" ] || fail "monitoring/$f not installed"
+done
 if [ -e /etc/systemd/system/multi-user.target.wants/outbox-relay.service ]; then
     fail "installing enabled outbox-relay.service (it must wait for a configured database)"
 fi
@@ -196,6 +199,8 @@ expect /usr/lib/sysusers.d/outbox-relay.conf
 expect /etc/outbox-relay/outbox-relay.conf
 expect /usr/share/man/man8/outbox-relay.8
 expect /usr/share/man/man5/outbox-relay.conf.5
+expect /usr/share/outbox-relay/monitoring/outbox-relay.rules.yml
+expect /usr/share/outbox-relay/monitoring/outbox-relay-dashboard.json
 expect /usr/share/outbox-relay/schema/001_outbox.sql
 expect /usr/share/licenses/outbox-relay/LICENSE
 expect "preinstall scriptlet"
