@@ -15,7 +15,8 @@
 #    relay as the service user with the installed configuration overridden
 #    by -X, and waits until the rows it was given are marked sent.
 # 4. Purges the package and checks that nothing is left: no file of the
-#    package, no /etc/outbox-relay, no user or group, no systemd state.
+#    package, no /etc/outbox-relay, no systemd state; the user and group
+#    stay, as Debian and Fedora do.
 # 5. Builds the .rpm with packaging/build-rpm and checks its file list,
 #    scriptlets and requirements (rpm -qp --list --scripts --requires).
 #
@@ -177,8 +178,10 @@ for f in "${files[@]}"; do
 done
 [ ! -e /etc/outbox-relay ] || fail "/etc/outbox-relay is left after purge"
 [ ! -e /usr/bin/outbox-relay ] || fail "/usr/bin/outbox-relay is left after purge"
-! getent passwd outbox-relay >/dev/null || fail "user outbox-relay is left after purge"
-! getent group outbox-relay >/dev/null || fail "group outbox-relay is left after purge"
+# The user and group stay (Debian's and Fedora's practice: files they owned
+# may outlive the package); installing again reuses them.
+getent passwd outbox-relay >/dev/null || fail "purge removed the user outbox-relay (it must stay)"
+getent group outbox-relay >/dev/null || fail "purge removed the group outbox-relay (it must stay)"
 left=$(find /etc/systemd /var/lib/systemd -name '*outbox-relay*' 2>/dev/null || true)
 [ -z "$left" ] || fail "systemd state left after purge: $left"
 ! dpkg-query -W outbox-relay >/dev/null 2>&1 || fail "dpkg still knows outbox-relay"
@@ -204,7 +207,10 @@ expect /usr/share/outbox-relay/monitoring/outbox-relay-dashboard.json
 expect /usr/share/outbox-relay/schema/001_outbox.sql
 expect /usr/share/licenses/outbox-relay/LICENSE
 expect "preinstall scriptlet"
-expect "useradd -r -g outbox-relay"
+# The %pre commands come from the sysusers.d file (its GECOS and home), not a
+# second, hand-written definition.
+expect "useradd -r -g 'outbox-relay' -d '/nonexistent' -s '/usr/sbin/nologin' -c 'outbox-relay daemon' 'outbox-relay'"
+rpm -qp --qf '%{URL}\n' "$RPM" | grep -q '^https://' || fail "the rpm has no URL"
 expect "postinstall scriptlet"
 expect "systemctl --no-reload preset outbox-relay.service"
 expect "preuninstall scriptlet"
