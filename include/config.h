@@ -142,6 +142,35 @@ void config_scrub_override(char *override);
 /** Writes the effective configuration as INI, secrets redacted. */
 void config_dump(const struct relay_config *cfg, FILE *out);
 
+/** config_dump() that calls @p kafka_extra (unless NULL) at the end of the
+ *  [kafka] section, for what the producer sets itself. */
+void config_dump_ext(const struct relay_config *cfg, FILE *out,
+                     void (*kafka_extra)(const struct relay_config *cfg, FILE *out));
+
+/** `run` and `check-config` need brokers; migrate, dead and status do not.
+ *  @return 0 if kafka.bootstrap.servers (or metadata.broker.list) names at
+ *  least one, else -EINVAL with errbuf naming the key. */
+int config_require_brokers(const struct relay_config *cfg, char *errbuf, size_t errlen);
+
+/** One row of the parameter table, for generated documentation. */
+struct config_param_info {
+    const char *section, *key;
+    const char *def;              /* as written in the file */
+    const char *desc;             /* one line */
+    bool is_int;                  /* then min..max apply */
+    long min, max;
+    const char *const *choices;   /* NULL-terminated, or NULL */
+    bool reloadable;              /* takes effect on SIGHUP */
+    bool secret;                  /* masked in dumps */
+};
+
+/** Fills @p info with row @p i of the table (sorted by section, then key).
+ *  @return false past the last row. */
+bool config_param_info(size_t i, struct config_param_info *info);
+
+/** @return the sections in file order; *@p n receives their count. */
+const char *const *config_sections(size_t *n);
+
 struct cJSON;
 
 /** The effective configuration as a JSON object {"postgres": {…}, "kafka":

@@ -36,6 +36,10 @@
 struct http_server;
 
 /** What the server counts about itself, for /metrics. */
+/** The statuses the endpoint answers with, one label value each. */
+#define HTTP_STATUS_CODES 8
+extern const int http_status_codes[HTTP_STATUS_CODES];
+
 struct http_server_stats {
     int connections;              /* open right now */
     uint64_t connections_total;   /* accepted, including rejected ones */
@@ -43,7 +47,12 @@ struct http_server_stats {
     uint64_t evicted_total;       /* closed to make room for a new connection */
     uint64_t timeouts_total;      /* closed for being idle or slow */
     uint64_t requests_total;      /* responses sent (any status) */
+    uint64_t by_code[HTTP_STATUS_CODES + 1]; /* per http_status_codes[]; last: any other */
 };
+
+/** Counts one response of status @p code in @p st (requests_total and the
+ *  per-code count of outbox_relay_http_requests_total{code}). */
+void http_server_count(struct http_server_stats *st, int code);
 
 /** Everything a response is rendered from. */
 struct http_context {

@@ -8,6 +8,7 @@
 
 #include <librdkafka/rdkafka.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <uv.h>
 
 #include "config.h"
@@ -41,6 +42,22 @@ struct producer {
 int producer_start(struct producer *p, uv_loop_t *loop, const struct relay_config *cfg,
                    producer_report_cb report, void *arg, struct relay_stats *stats,
                    char *errbuf, size_t errlen);
+
+/** One producer property the relay sets before the [kafka] section's own. */
+struct producer_setting {
+    const char *key;
+    const char *value;
+    bool enforced;       /* config_validate() refuses another value */
+};
+
+/** The relay's producer properties, in the order they are applied; *@p n
+ *  receives their count. */
+const struct producer_setting *producer_settings(size_t *n);
+
+/** Writes, as "key = value    # enforced|default" lines, what the relay sets
+ *  on its producer and the [kafka] section of @p cfg does not: the rest of
+ *  the [kafka] section of check-config. */
+void producer_dump_settings(const struct relay_config *cfg, FILE *out);
 
 /** Builds the rd_kafka_conf_t the relay uses (defaults, then the [kafka]
  *  section). @return the conf, or NULL with errbuf naming the property. */

@@ -33,6 +33,19 @@ struct stats_broker {
     char state[16];                /* librdkafka's state: UP, DOWN, CONNECT, AUTH, … */
 };
 
+/* Topics counted one by one in outbox_relay_events_published_by_topic_total;
+ * rows to further topics are counted under STATS_TOPIC_OTHER, so a template
+ * with ${event_type} cannot grow the metric without bound. */
+#define STATS_MAX_TOPICS 64
+#define STATS_MAX_TOPICS_TEXT "64"
+/** The label of the rest; topics starting with "__" are never published. */
+#define STATS_TOPIC_OTHER "__other__"
+
+struct stats_topic {
+    char name[250];                /* Kafka's limit is 249 bytes */
+    uint64_t published;
+};
+
 /** Who holds the leader lock, as pg_locks and pg_stat_activity showed it to
  *  a standby (pg_stat_activity hides most columns of other roles' sessions). */
 struct stats_lock_holder {
@@ -120,10 +133,23 @@ struct relay_stats {
     char standby_reason[512];
 
     struct stats_verify verify;
+
+    int n_topics;                  /* entries of topics[] in use */
+    struct stats_topic topics[STATS_MAX_TOPICS];
+    uint64_t published_other;      /* to topics beyond the first STATS_MAX_TOPICS */
+
+    bool reload_ok;                /* the last reload (or the start) succeeded */
+    double reload_time;            /* unix seconds of the last successful load */
 };
 
 /** Sets the bounds and zeroes everything; role unknown, brokers not known. */
 void stats_init(struct relay_stats *s);
+
+/** Counts one row acknowledged on @p topic (see STATS_MAX_TOPICS). */
+void stats_count_published(struct relay_stats *s, const char *topic);
+
+/** Records the outcome of a configuration reload (SIGHUP). */
+void stats_reloaded(struct relay_stats *s, bool ok);
 
 /** Adds one observation. */
 void stats_observe(struct stats_histogram *h, double value);

@@ -529,6 +529,93 @@ static bool env_reserved(const char *name, size_t len)
     return false;
 }
 
+static bool all_digits(const char *s, size_t n)
+{
+    if (n == 0)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return false;
+    }
+    return true;
+}
+
+/* @return the length of "TCP"/"UDP"/"SCTP" at @p s (upper case, as in the
+ * variable's name; lower case, as in its value), or 0. */
+static size_t proto_len(const char *s, size_t n, bool upper)
+{
+    static const char *const protos[] = {"tcp", "udp", "sctp"};
+    for (size_t i = 0; i < sizeof protos / sizeof protos[0]; i++) {
+        size_t m = strlen(protos[i]);
+        if (m > n)
+            continue;
+        size_t j = 0;
+        while (j < m && s[j] == (upper ? protos[i][j] - 'a' + 'A' : protos[i][j]))
+            j++;
+        if (j == m)
+            return m;
+    }
+    return 0;
+}
+
+/* "proto://host:port", as Kubernetes writes <SVC>_PORT and <SVC>_PORT_<n>_<PROTO>. */
+static bool is_service_url(const char *v)
+{
+    size_t n = proto_len(v, strlen(v), false);
+    if (!n || strncmp(v + n, "://", 3) != 0)
+        return false;
+    const char *colon = strrchr(v, ':');
+    return colon > v + n + 3 && all_digits(colon + 1, strlen(colon + 1));
+}
+
+/* Kubernetes injects the address of every Service of the pod's namespace as
+ * <NAME>_SERVICE_HOST, <NAME>_SERVICE_PORT[_<PORTNAME>], <NAME>_PORT and
+ * <NAME>_PORT_<n>_<PROTO>[_PROTO|_PORT|_ADDR] (NAME the Service's name in upper
+ * case, '-' as '_'): a Service called outbox-relay, or outbox-relay-metrics,
+ * puts OUTBOX_RELAY_* names into the relay's environment that no operator
+ * wrote. They are recognised by name *and* value (an address, a port number,
+ * a proto:// URL), so that a typo such as OUTBOX_RELAY_HTTP_PORT=8423 is still
+ * rejected. @p name is the part after the prefix, @p len its length. */
+static bool env_service_link(const char *name, size_t len, const char *value)
+{
+    for (size_t i = 0; i < len; i++) {
+        if (name[i] != '_' && i != 0)
+            continue;
+        const char *rest = name + i + (i ? 1 : 0);
+        size_t n = len - (size_t)(rest - name);
+        if (n == 12 && !strncmp(rest, "SERVICE_HOST", 12))
+            return *value != '\0' && strspn(value, "0123456789abcdefABCDEF.:") == strlen(value);
+        if (n >= 12 && !strncmp(rest, "SERVICE_PORT", 12) && (n == 12 || rest[12] == '_'))
+            return all_digits(value, strlen(value));
+        if (n == 4 && !strncmp(rest, "PORT", 4))
+            return is_service_url(value);
+        if (n > 5 && !strncmp(rest, "PORT_", 5)) {
+            /* PORT_<n>_<PROTO>[_PROTO|_PORT|_ADDR] */
+            const char *d = rest + 5;
+            size_t digits = strspn(d, "0123456789");
+            if (!digits || d[digits] != '_')
+                continue;
+            const char *p = d + digits + 1;
+            size_t left = n - 5 - digits - 1;
+            size_t pl = proto_len(p, left, true);
+            if (!pl)
+                continue;
+            if (left == pl)
+                return is_service_url(value);
+            const char *sfx = p + pl;
+            size_t sl = left - pl;
+            if (sl == 6 && !strncmp(sfx, "_PROTO", 6))
+                return proto_len(value, strlen(value), false) == strlen(value) && *value;
+            if (sl == 5 && !strncmp(sfx, "_PORT", 5))
+                return all_digits(value, strlen(value));
+            if (sl == 5 && !strncmp(sfx, "_ADDR", 5))
+                return *value != '\0' &&
+                       strspn(value, "0123456789abcdefABCDEF.:") == strlen(value);
+        }
+    }
+    return false;
+}
+
 /* Applies one OUTBOX_RELAY_<SECTION>_<KEY>=value entry of the environment.
  * Messages name the variable, as a file error names the line: that is what
  * the operator has to find and fix. */
@@ -539,7 +626,7 @@ static int apply_env(struct relay_config *cfg, const char *entry, char *errbuf, 
     size_t len = (size_t)(eq - name);
     int vlen = (int)(eq - entry); /* the variable's name, for messages */
 
-    if (env_reserved(name, len))
+    if (env_reserved(name, len) || env_service_link(name, len, eq + 1))
         return 0;
 
     /* Upper case only: variable names are case-sensitive, and a lower-case
@@ -710,6 +797,21 @@ int config_validate(const struct relay_config *cfg, char *errbuf, size_t errlen)
     return 0;
 }
 
+int config_require_brokers(const struct relay_config *cfg, char *errbuf, size_t errlen)
+{
+    /* metadata.broker.list is librdkafka's other name for it. */
+    for (size_t i = 0; i < cfg->n_kafka; i++) {
+        const char *k = cfg->kafka[i].key;
+        if ((!strcmp(k, "bootstrap.servers") || !strcmp(k, "metadata.broker.list")) &&
+            cfg->kafka[i].value[strspn(cfg->kafka[i].value, " \t,")] != '\0')
+            return 0;
+    }
+    return errbuf_fail(errbuf, errlen,
+                       "kafka.bootstrap.servers is not set: the relay needs the brokers to "
+                       "publish to (host:port[,host:port...]; environment: "
+                       "OUTBOX_RELAY_KAFKA_BOOTSTRAP_SERVERS)");
+}
+
 int config_reload_check(const struct relay_config *cur, const struct relay_config *next,
                         char *errbuf, size_t errlen)
 {
@@ -858,6 +960,12 @@ static void dump_param(const struct relay_config *cfg, const struct param *p, FI
 
 void config_dump(const struct relay_config *cfg, FILE *out)
 {
+    config_dump_ext(cfg, out, NULL);
+}
+
+void config_dump_ext(const struct relay_config *cfg, FILE *out,
+                     void (*kafka_extra)(const struct relay_config *cfg, FILE *out))
+{
     fputs("# outbox-relay effective configuration (secrets redacted)\n", out);
     for (size_t s = 0; s < sizeof sections / sizeof sections[0]; s++) {
         fprintf(out, "\n[%s]\n", sections[s]);
@@ -868,6 +976,8 @@ void config_dump(const struct relay_config *cfg, FILE *out)
                 fprintf(out, "%s = %s\n", kv->key,
                         config_key_is_secret(kv->key) ? REDACTED : kv->value);
             }
+            if (kafka_extra)
+                kafka_extra(cfg, out);
             continue;
         }
         for (size_t i = 0; i < N_PARAMS; i++) {
@@ -875,6 +985,38 @@ void config_dump(const struct relay_config *cfg, FILE *out)
                 dump_param(cfg, &params[i], out);
         }
     }
+}
+
+/* --- the table, for the documentation ------------------------------------ */
+
+bool config_param_info(size_t i, struct config_param_info *info)
+{
+    if (i >= N_PARAMS)
+        return false;
+    const struct param *p = &params[i];
+    static const char *const level_choices[] = {"error", "warn", "info", "debug", NULL};
+    static const char *const bool_choices[] = {"true", "false", NULL};
+    *info = (struct config_param_info){
+        .section = p->section,
+        .key = p->key,
+        .def = p->def,
+        .desc = p->desc,
+        .is_int = p->type == PARAM_INT,
+        .min = p->min,
+        .max = p->max,
+        .choices = p->type == PARAM_ENUM ? p->choices
+                   : p->type == PARAM_LOG_LEVEL ? level_choices
+                   : p->type == PARAM_BOOL ? bool_choices : NULL,
+        .reloadable = p->reloadable,
+        .secret = config_key_is_secret(p->key),
+    };
+    return true;
+}
+
+const char *const *config_sections(size_t *n)
+{
+    *n = sizeof sections / sizeof sections[0];
+    return sections;
 }
 
 /* --- the effective configuration as data --------------------------------- */

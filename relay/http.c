@@ -233,7 +233,7 @@ static void respond(struct http_conn *c)
     };
     c->responded = true;
     int status = http_respond(&c->req, &ctx, &c->resp);
-    srv->st.requests_total++;
+    http_server_count(&srv->st, status);
     if (log_enabled(LOG_LVL_DEBUG))
         log_debug("http request", "method=%s target=%s status=%d",
                   c->req.state == HTTP_REQ_DONE

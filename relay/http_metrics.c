@@ -18,6 +18,17 @@
 
 #include "build_config.h"
 
+const int http_status_codes[HTTP_STATUS_CODES] = {200, 400, 404, 405, 431, 500, 503, 505};
+
+void http_server_count(struct http_server_stats *st, int code)
+{
+    st->requests_total++;
+    int i = 0;
+    while (i < HTTP_STATUS_CODES && http_status_codes[i] != code)
+        i++;
+    st->by_code[i]++;
+}
+
 static void head(struct strbuf *out, const char *name, const char *type, const char *help)
 {
     strbuf_printf(out, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
@@ -166,6 +177,13 @@ void http_metrics(const struct http_context *ctx, struct strbuf *out)
     strbuf_printf(out, "\"} 1\n");
     process_metrics(s, out);
 
+    gauge(out, "outbox_relay_config_last_reload_success",
+          "1 if the last configuration reload (SIGHUP) succeeded, or none was tried.",
+          s->reload_ok ? 1 : 0);
+    gauge(out, "outbox_relay_config_last_reload_success_timestamp_seconds",
+          "When the configuration was last loaded successfully (start or SIGHUP), since the "
+          "unix epoch.",
+          s->reload_time);
     gauge(out, "outbox_relay_ready", "1 when every readiness check of /readyz passes.",
           http_ready(ctx, NULL) ? 1 : 0);
     gauge(out, "outbox_relay_leader", "1 while this relay holds the leader lock.",
@@ -200,6 +218,19 @@ void http_metrics(const struct http_context *ctx, struct strbuf *out)
 
     counter(out, "outbox_relay_events_published_total",
             "Outbox rows acknowledged by Kafka.", s->published_total);
+    head(out, "outbox_relay_events_published_by_topic_total", "counter",
+         "Outbox rows acknowledged by Kafka, by topic (the first " STATS_MAX_TOPICS_TEXT
+         " topics; the rest as topic=\"" STATS_TOPIC_OTHER "\").");
+    for (int i = 0; i < s->n_topics; i++) {
+        strbuf_printf(out, "outbox_relay_events_published_by_topic_total{topic=\"");
+        label_value(out, s->topics[i].name);
+        strbuf_printf(out, "\"} %" PRIu64 "\n", s->topics[i].published);
+    }
+    if (s->published_other)
+        strbuf_printf(out,
+                      "outbox_relay_events_published_by_topic_total{topic=\"" STATS_TOPIC_OTHER
+                      "\"} %" PRIu64 "\n",
+                      s->published_other);
     head(out, "outbox_relay_events_failed_total", "counter",
          "Outbox rows that failed, by reason: invalid (before producing), permanent or "
          "retriable (Kafka's verdict).");
@@ -258,7 +289,15 @@ void http_metrics(const struct http_context *ctx, struct strbuf *out)
                 "that had its answer or had not sent its request.", h->evicted_total);
         counter(out, "outbox_relay_http_timeouts_total",
                 "Connections closed because the client was idle or too slow.", h->timeouts_total);
-        counter(out, "outbox_relay_http_requests_total", "Responses sent by the status endpoint.",
-                h->requests_total);
+        head(out, "outbox_relay_http_requests_total", "counter",
+             "Responses sent by the status endpoint, by status code.");
+        for (int i = 0; i <= HTTP_STATUS_CODES; i++) {
+            if (i < HTTP_STATUS_CODES)
+                strbuf_printf(out, "outbox_relay_http_requests_total{code=\"%d\"} %" PRIu64 "\n",
+                              http_status_codes[i], h->by_code[i]);
+            else if (h->by_code[i])
+                strbuf_printf(out, "outbox_relay_http_requests_total{code=\"other\"} %" PRIu64 "\n",
+                              h->by_code[i]);
+        }
     }
 }

@@ -13,6 +13,7 @@
 #include "build_config.h"
 #include "cli_args.h"
 #include "config.h"
+#include "config_doc.h"
 #include "dead.h"
 #include "errors.h"
 #include "log.h"
@@ -114,9 +115,11 @@ int main(int argc, char **argv)
         { "log-format", required_argument, NULL, 'L' },
         { "url", required_argument, NULL, 'U' },
         { "json", no_argument, NULL, 'J' },
+        { "format", required_argument, NULL, 'F' },
         { NULL, 0, NULL, 0 },
     };
     const char *status_url = NULL;
+    const char *doc_format = NULL;
     bool status_json = false;
     char log_format_override[64] = "";
     const char *config_path = NULL;
@@ -177,6 +180,9 @@ int main(int argc, char **argv)
         case 'J':
             status_json = true;
             break;
+        case 'F':
+            doc_format = optarg;
+            break;
         default:
             usage(stderr);
             return EXIT_USAGE;
@@ -197,6 +203,15 @@ int main(int argc, char **argv)
     const char *cmd = argv[optind];
     if (strcmp(cmd, "version") == 0) {
         print_version();
+        return EXIT_OK;
+    }
+    /* Not in the help: it prints the documentation of the configuration keys
+     * for the source tree's generated files (conffile, man page, README). */
+    if (strcmp(cmd, "config-doc") == 0) {
+        if (!doc_format || config_doc(doc_format, stdout) != 0) {
+            fprintf(stderr, "outbox-relay: config-doc --format conf|man|markdown\n");
+            return EXIT_USAGE;
+        }
         return EXIT_OK;
     }
     /* With --url, status needs no configuration: it asks the relay that has one. */
@@ -224,6 +239,12 @@ int main(int argc, char **argv)
         config_free(&cfg);
         return EXIT_CONFIG;
     }
+    if ((!strcmp(cmd, "run") || !strcmp(cmd, "check-config")) &&
+        config_require_brokers(&cfg, err, sizeof(err)) != 0) {
+        fprintf(stderr, "outbox-relay: configuration rejected: %s\n", err);
+        config_free(&cfg);
+        return EXIT_CONFIG;
+    }
     log_set_level((enum log_level)cfg.log_level);
     log_set_format((enum log_format)log_format_parse(cfg.log_format));
 
@@ -231,7 +252,7 @@ int main(int argc, char **argv)
     if (strcmp(cmd, "status") == 0) {
         status = status_cli_run(NULL, &cfg, status_json);
     } else if (strcmp(cmd, "check-config") == 0) {
-        config_dump(&cfg, stdout);
+        config_dump_ext(&cfg, stdout, producer_dump_settings);
         status = EXIT_OK;
     } else if (strcmp(cmd, "dead") == 0) {
         status = dead_main(&cfg, n_cmd_args, cmd_args);

@@ -15,34 +15,37 @@
 
 /* Defaults the relay needs for its guarantees, or that suit a relay better
  * than librdkafka's own; the [kafka] section may override all but the
- * guarantees (config_validate rejects those). */
-static const char *const producer_defaults[][2] = {
-    { "enable.idempotence", "true" },
-    { "acks", "all" },
+ * guarantees (config_validate rejects those: ENFORCED marks them, for
+ * check-config and the documentation). */
+#define ENFORCED true
+#define DEFAULT false
+static const struct producer_setting producer_defaults[] = {
+    { "enable.idempotence", "true", ENFORCED },
+    { "acks", "all", ENFORCED },
     /* Same key → same partition as Java clients, so consumers may mix producers. */
-    { "partitioner", "murmur2_random" },
+    { "partitioner", "murmur2_random", DEFAULT },
     /* The relay already batches (a claim is up to batch_size rows, produced
      * in one go): waiting longer only adds latency. Measured with
      * tests/bench/run: linger.ms=5 puts p50 above 10 ms at 1,000 events/s. */
-    { "linger.ms", "0" },
+    { "linger.ms", "0", DEFAULT },
     /* As Java clients do: small produce requests must not wait for Nagle. */
-    { "socket.nagle.disable", "true" },
+    { "socket.nagle.disable", "true", DEFAULT },
     /* One produce request per broker connection at a time. The relay keeps
      * two batches in flight itself, so more requests per connection buy
      * little: measured with tests/bench/run against a real Kafka 3.9 node,
      * 5 drained no faster than 1 (within the noise of a shared machine), and
      * with 1 the order within a partition never depends on the broker
      * checking idempotent sequence numbers (librdkafka's mock does not). */
-    { "max.in.flight.requests.per.connection", "1" },
+    { "max.in.flight.requests.per.connection", "1", DEFAULT },
     /* A produce request the broker rejects fails all its messages while later
      * requests of the partition may already be on their way: a gap, and the
      * failed rows would be published after later rows of their aggregates.
      * With this, librdkafka raises a fatal error instead of sending on; the
      * relay replaces the producer and produces the failed rows alone first. */
-    { "enable.gapless.guarantee", "true" },
-    { "client.id", "outbox-relay" },
+    { "enable.gapless.guarantee", "true", DEFAULT },
+    { "client.id", "outbox-relay", DEFAULT },
     /* Broker states and queue depth for readiness and metrics. */
-    { "statistics.interval.ms", "1000" },
+    { "statistics.interval.ms", "1000", DEFAULT },
 };
 
 /* ---- acknowledgements ---------------------------------------------------
@@ -94,6 +97,8 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
     (void)rk;
     struct producer *p = opaque;
     ack_clock_report(p, m->err == RD_KAFKA_RESP_ERR_NO_ERROR);
+    if (p->stats && m->err == RD_KAFKA_RESP_ERR_NO_ERROR)
+        stats_count_published(p->stats, rd_kafka_topic_name(m->rkt));
     if (p->report)
         p->report(m->_private, m->err, p->arg);
 }
@@ -176,9 +181,9 @@ rd_kafka_conf_t *producer_conf_new(const struct relay_config *cfg, char *errbuf,
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
     char err[512];
     for (size_t i = 0; i < sizeof(producer_defaults) / sizeof(producer_defaults[0]); i++) {
-        if (rd_kafka_conf_set(conf, producer_defaults[i][0], producer_defaults[i][1], err,
+        if (rd_kafka_conf_set(conf, producer_defaults[i].key, producer_defaults[i].value, err,
                               sizeof(err)) != RD_KAFKA_CONF_OK) {
-            snprintf(errbuf, errlen, "kafka.%s: %s", producer_defaults[i][0], err);
+            snprintf(errbuf, errlen, "kafka.%s: %s", producer_defaults[i].key, err);
             rd_kafka_conf_destroy(conf);
             return NULL;
         }
@@ -200,6 +205,41 @@ rd_kafka_conf_t *producer_conf_new(const struct relay_config *cfg, char *errbuf,
         }
     }
     return conf;
+}
+
+const struct producer_setting *producer_settings(size_t *n)
+{
+    *n = sizeof(producer_defaults) / sizeof(producer_defaults[0]);
+    return producer_defaults;
+}
+
+static const char *kafka_set_by_operator(const struct relay_config *cfg, const char *key)
+{
+    for (size_t i = 0; i < cfg->n_kafka; i++) {
+        if (!strcmp(cfg->kafka[i].key, key))
+            return cfg->kafka[i].value;
+    }
+    return NULL;
+}
+
+void producer_dump_settings(const struct relay_config *cfg, FILE *out)
+{
+    size_t n;
+    const struct producer_setting *s = producer_settings(&n);
+    for (size_t i = 0; i < n; i++) {
+        if (kafka_set_by_operator(cfg, s[i].key))
+            continue; /* printed above, as configured */
+        fprintf(out, "# %s\n%s = %s\n",
+                s[i].enforced ? "enforced by the relay (the guarantees depend on it)"
+                              : "default of the relay (may be set here)",
+                s[i].key, s[i].value);
+    }
+    /* As producer_conf_new() sizes it. */
+    long need = (long)cfg->batch_size * RELAY_BATCHES_IN_FLIGHT;
+    if (need > PRODUCER_QUEUE_MESSAGES_DEFAULT &&
+        !kafka_set_by_operator(cfg, "queue.buffering.max.messages"))
+        fprintf(out, "# sized by the relay for %d batches in flight\nqueue.buffering.max.messages = %ld\n",
+                RELAY_BATCHES_IN_FLIGHT, need);
 }
 
 static void on_pipe(uv_poll_t *h, int status, int events)

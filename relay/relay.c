@@ -1629,6 +1629,7 @@ static void on_sighup(uv_signal_t *s, int signum)
     char err[1024];
     config_init(&next);
     int rc = r->reload(&next, err, sizeof(err), r->reload_arg);
+    stats_reloaded(&r->st, rc >= 0);
     if (rc < 0) {
         log_error("configuration reload rejected; keeping the running configuration",
                   "error=%s", log_quote(err));

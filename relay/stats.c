@@ -21,6 +21,34 @@ void stats_init(struct relay_stats *s)
     s->delivery_latency.bounds = latency_bounds;
     s->brokers_up = -1;
     s->start_time = stats_now();
+    /* The process runs with a configuration that loaded: that counts as
+     * the first success, as Prometheus itself reports it. */
+    s->reload_ok = true;
+    s->reload_time = s->start_time;
+}
+
+void stats_count_published(struct relay_stats *s, const char *topic)
+{
+    for (int i = 0; i < s->n_topics; i++) {
+        if (!strcmp(s->topics[i].name, topic)) {
+            s->topics[i].published++;
+            return;
+        }
+    }
+    if (s->n_topics < STATS_MAX_TOPICS && strlen(topic) < sizeof s->topics[0].name) {
+        struct stats_topic *t = &s->topics[s->n_topics++];
+        memcpy(t->name, topic, strlen(topic) + 1);
+        t->published = 1;
+        return;
+    }
+    s->published_other++;
+}
+
+void stats_reloaded(struct relay_stats *s, bool ok)
+{
+    s->reload_ok = ok;
+    if (ok)
+        s->reload_time = stats_now();
 }
 
 void stats_observe(struct stats_histogram *h, double value)

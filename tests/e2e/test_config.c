@@ -2,6 +2,7 @@
  * rejected configuration exits 78 naming the key, bad usage exits 64,
  * check-config accepts a good file and never prints its secrets. */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -254,6 +255,112 @@ Test(e2e, check_config_redacts_kafka_secrets, .fini = fini, .timeout = 60)
     cr_expect(!(out && strstr(out, "kafkasecret456")) && !(err && strstr(err, "kafkasecret456")),
               "check-config printed kafka.sasl.password: stdout %.400s stderr %.400s", out ? out : "",
               err ? err : "");
+    free(out);
+    free(err);
+}
+
+/* The variables the kubelet injects for a Service named outbox-relay (port
+ * 8423 named status), as a pod of that namespace sees them. */
+static const char *const service_links[][2] = {
+    {"OUTBOX_RELAY_SERVICE_HOST", "10.96.12.7"},
+    {"OUTBOX_RELAY_SERVICE_PORT", "8423"},
+    {"OUTBOX_RELAY_SERVICE_PORT_STATUS", "8423"},
+    {"OUTBOX_RELAY_PORT", "tcp://10.96.12.7:8423"},
+    {"OUTBOX_RELAY_PORT_8423_TCP", "tcp://10.96.12.7:8423"},
+    {"OUTBOX_RELAY_PORT_8423_TCP_PROTO", "tcp"},
+    {"OUTBOX_RELAY_PORT_8423_TCP_PORT", "8423"},
+    {"OUTBOX_RELAY_PORT_8423_TCP_ADDR", "10.96.12.7"},
+};
+#define N_LINKS (sizeof service_links / sizeof service_links[0])
+
+static void service_links_set(bool on)
+{
+    for (size_t i = 0; i < N_LINKS; i++) {
+        if (on)
+            setenv(service_links[i][0], service_links[i][1], 1);
+        else
+            unsetenv(service_links[i][0]);
+    }
+}
+
+static void fini_links(void)
+{
+    service_links_set(false);
+    unsetenv("OUTBOX_RELAY_RELAY_TABEL");
+    e2e_teardown(&T);
+}
+
+/* A Service named like the relay must not crash-loop it: the relay starts with
+ * those variables in its environment and relays; a typo next to them is still
+ * rejected with exit 78 naming the variable. */
+Test(e2e, kubernetes_service_links_are_not_configuration, .fini = fini_links, .timeout = 120)
+{
+    e2e_setup(&T, "svclinks");
+    e2e_migrate(&T);
+    service_links_set(true);
+
+    char *out = NULL, *err = NULL;
+    const char *check[] = {"check-config", "-c", T.empty_conf, "-X", "kafka.bootstrap.servers=127.0.0.1:9092", NULL};
+    int rc = e2e_run_relay(check, 30000, &out, &err);
+    cr_expect_eq(rc, 0, "check-config with the service variables exited %d: %.400s", rc, err ? err : "");
+    free(out);
+    free(err);
+
+    struct e2e_relay *relay = e2e_relay_start(&T, NULL);
+    cr_assert(e2e_relay_wait_log(relay, "msg=\"became leader\"", 30000),
+              "the relay did not become leader with the service variables set (log %s)",
+              relay->log_path);
+    e2e_exec(T.conn, "SELECT %s('order', '1', 'OrderPaid', '{}', NULL, NULL)", T.qenqueue);
+    e2e_wait_all_sent(&T, 30000);
+    cr_expect_eq(e2e_relay_stop(relay, 20000), 0, "the relay did not stop cleanly");
+
+    setenv("OUTBOX_RELAY_RELAY_TABEL", "events", 1);
+    out = err = NULL;
+    rc = e2e_run_relay(check, 30000, &out, &err);
+    cr_expect_eq(rc, 78, "a typo next to the service variables: exit %d, expected 78", rc);
+    cr_expect(err && strstr(err, "OUTBOX_RELAY_RELAY_TABEL"), "the message does not name the typo: %.400s",
+              err ? err : "");
+    free(out);
+    free(err);
+}
+
+/* check-config names the missing brokers instead of printing an empty [kafka]
+ * section, and prints what the relay sets on its producer. */
+Test(e2e, check_config_requires_brokers_and_shows_the_producer_settings, .fini = fini, .timeout = 60)
+{
+    e2e_setup(&T, "brokers");
+    char *out = NULL, *err = NULL;
+    const char *none[] = {"check-config", "-c", T.empty_conf, NULL};
+    int rc = e2e_run_relay(none, 30000, &out, &err);
+    cr_expect_eq(rc, 78, "check-config without brokers exited %d, expected 78", rc);
+    cr_expect(err && strstr(err, "kafka.bootstrap.servers"), "the message does not name the key: %.400s",
+              err ? err : "");
+    free(out);
+    free(err);
+
+    const char *run[] = {"run", "-c", T.empty_conf, NULL};
+    out = err = NULL;
+    rc = e2e_run_relay(run, 30000, &out, &err);
+    cr_expect_eq(rc, 78, "run without brokers exited %d, expected 78", rc);
+    free(out);
+    free(err);
+
+    const char *some[] = {"check-config", "-c", T.empty_conf, "-X", "kafka.bootstrap.servers=127.0.0.1:9092",
+                          "-X", "kafka.linger.ms=5", NULL};
+    out = err = NULL;
+    rc = e2e_run_relay(some, 30000, &out, &err);
+    cr_assert_eq(rc, 0, "check-config exited %d: %.400s", rc, err ? err : "");
+    static const char *const want[] = {
+        "bootstrap.servers = 127.0.0.1:9092\n",
+        "# enforced by the relay (the guarantees depend on it)\nenable.idempotence = true\n",
+        "# enforced by the relay (the guarantees depend on it)\nacks = all\n",
+        "# default of the relay (may be set here)\nmax.in.flight.requests.per.connection = 1\n",
+        "linger.ms = 5\n",
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        cr_expect(out && strstr(out, want[i]), "check-config does not print \"%s\": %.2000s", want[i],
+                  out ? out : "");
+    cr_expect(out && !strstr(out, "linger.ms = 0"), "the relay's linger.ms shown over the operator's");
     free(out);
     free(err);
 }

@@ -15,7 +15,8 @@
 #    relay as the service user with the installed configuration overridden
 #    by -X, and waits until the rows it was given are marked sent.
 # 4. Purges the package and checks that nothing is left: no file of the
-#    package, no /etc/outbox-relay, no user or group, no systemd state.
+#    package, no /etc/outbox-relay, no systemd state; the user and group
+#    stay, as Debian and Fedora do.
 # 5. Builds the .rpm with packaging/build-rpm and checks its file list,
 #    scriptlets and requirements (rpm -qp --list --scripts --requires).
 #
@@ -93,11 +94,18 @@ CONF=/etc/outbox-relay/outbox-relay.conf
 [ "$(stat -c '%a %U %G' "$CONF")" = "640 root outbox-relay" ] ||
     fail "$CONF is $(stat -c '%a %U %G' "$CONF"), expected 640 root outbox-relay"
 dpkg-query -W -f='${Conffiles}\n' outbox-relay | grep -q " $CONF " || fail "$CONF is not a conffile"
-"${AS_SERVICE_USER[@]}" /usr/bin/outbox-relay check-config >/dev/null ||
+# The shipped file names no broker (check-config requires one): the
+# environment gives it, as a container would.
+"${AS_SERVICE_USER[@]}" OUTBOX_RELAY_KAFKA_BOOTSTRAP_SERVERS=localhost:9092 \
+    /usr/bin/outbox-relay check-config >/dev/null ||
     fail "the service user cannot load the installed configuration"
 man -w outbox-relay >/dev/null 2>&1 || [ -f /usr/share/man/man8/outbox-relay.8.gz ] ||
     fail "no man page outbox-relay(8)"
+[ -f /usr/share/man/man5/outbox-relay.conf.5.gz ] || fail "no man page outbox-relay.conf(5)"
 [ -f /usr/share/outbox-relay/schema/001_outbox.sql ] || fail "schema files not installed"
+for f in outbox-relay.rules.yml outbox-relay-dashboard.json; do
+    [ -f "/usr/share/outbox-relay/monitoring/$f" ] || fail "monitoring/$f not installed"
+done
 if [ -e /etc/systemd/system/multi-user.target.wants/outbox-relay.service ]; then
     fail "installing enabled outbox-relay.service (it must wait for a configured database)"
 fi
@@ -170,8 +178,10 @@ for f in "${files[@]}"; do
 done
 [ ! -e /etc/outbox-relay ] || fail "/etc/outbox-relay is left after purge"
 [ ! -e /usr/bin/outbox-relay ] || fail "/usr/bin/outbox-relay is left after purge"
-! getent passwd outbox-relay >/dev/null || fail "user outbox-relay is left after purge"
-! getent group outbox-relay >/dev/null || fail "group outbox-relay is left after purge"
+# The user and group stay (Debian's and Fedora's practice: files they owned
+# may outlive the package); installing again reuses them.
+getent passwd outbox-relay >/dev/null || fail "purge removed the user outbox-relay (it must stay)"
+getent group outbox-relay >/dev/null || fail "purge removed the group outbox-relay (it must stay)"
 left=$(find /etc/systemd /var/lib/systemd -name '*outbox-relay*' 2>/dev/null || true)
 [ -z "$left" ] || fail "systemd state left after purge: $left"
 ! dpkg-query -W outbox-relay >/dev/null 2>&1 || fail "dpkg still knows outbox-relay"
@@ -191,10 +201,16 @@ expect /usr/lib/systemd/system/outbox-relay@.service
 expect /usr/lib/sysusers.d/outbox-relay.conf
 expect /etc/outbox-relay/outbox-relay.conf
 expect /usr/share/man/man8/outbox-relay.8
+expect /usr/share/man/man5/outbox-relay.conf.5
+expect /usr/share/outbox-relay/monitoring/outbox-relay.rules.yml
+expect /usr/share/outbox-relay/monitoring/outbox-relay-dashboard.json
 expect /usr/share/outbox-relay/schema/001_outbox.sql
 expect /usr/share/licenses/outbox-relay/LICENSE
 expect "preinstall scriptlet"
-expect "useradd -r -g outbox-relay"
+# The %pre commands come from the sysusers.d file (its GECOS and home), not a
+# second, hand-written definition.
+expect "useradd -r -g 'outbox-relay' -d '/nonexistent' -s '/usr/sbin/nologin' -c 'outbox-relay daemon' 'outbox-relay'"
+rpm -qp --qf '%{URL}\n' "$RPM" | grep -q '^https://' || fail "the rpm has no URL"
 expect "postinstall scriptlet"
 expect "systemctl --no-reload preset outbox-relay.service"
 expect "preuninstall scriptlet"

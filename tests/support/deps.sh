@@ -8,6 +8,7 @@ OUTBOX_RELAY_DEBS=(
     postgresql postgresql-client kcat curl
     pgbouncer   # the pooler tests run the real one in front of the test cluster
     libhttp-parser-dev prometheus   # prometheus: for promtool (the only package that has it)
+    python3-yaml groff-base         # the manifest and man page checks (tests/packaging)
     debhelper dpkg-dev lintian rpm systemd
     openjdk-17-jre-headless maven   # the real Kafka broker (tests/support/kafka.sh)
 )

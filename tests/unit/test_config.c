@@ -627,6 +627,61 @@ Test(config, env_ignores_the_test_tools_variables)
     cr_assert_str_eq(cfg.pg_conninfo, "");
 }
 
+/* What the kubelet puts into every pod of a namespace with a Service named
+ * outbox-relay (port 8423 named status) and one named outbox-relay-metrics
+ * (UDP, for the variety): none of it is configuration. */
+Test(config, env_ignores_kubernetes_service_links)
+{
+    char *const envp[] = {
+        "OUTBOX_RELAY_SERVICE_HOST=10.96.12.7",
+        "OUTBOX_RELAY_SERVICE_PORT=8423",
+        "OUTBOX_RELAY_SERVICE_PORT_STATUS=8423",
+        "OUTBOX_RELAY_PORT=tcp://10.96.12.7:8423",
+        "OUTBOX_RELAY_PORT_8423_TCP=tcp://10.96.12.7:8423",
+        "OUTBOX_RELAY_PORT_8423_TCP_PROTO=tcp",
+        "OUTBOX_RELAY_PORT_8423_TCP_PORT=8423",
+        "OUTBOX_RELAY_PORT_8423_TCP_ADDR=10.96.12.7",
+        "OUTBOX_RELAY_METRICS_SERVICE_HOST=fd00:10:96::c",
+        "OUTBOX_RELAY_METRICS_SERVICE_PORT=9000",
+        "OUTBOX_RELAY_METRICS_PORT=udp://[fd00:10:96::c]:9000",
+        "OUTBOX_RELAY_METRICS_PORT_9000_UDP=udp://[fd00:10:96::c]:9000",
+        "OUTBOX_RELAY_METRICS_PORT_9000_UDP_PROTO=udp",
+        "OUTBOX_RELAY_METRICS_PORT_9000_UDP_PORT=9000",
+        "OUTBOX_RELAY_METRICS_PORT_9000_UDP_ADDR=fd00:10:96::c",
+        "OUTBOX_RELAY_HTTP_PORT_9_SCTP=sctp://10.0.0.1:9",
+        "OUTBOX_RELAY_RELAY_TABLE=events",
+        NULL,
+    };
+    cr_assert_eq(load_env(envp), 0, "%s", err);
+    cr_assert_str_eq(cfg.table, "events");
+    cr_assert_eq(cfg.n_kafka, 0);
+}
+
+/* The same names with values Kubernetes never writes are an operator's
+ * mistakes, and still rejected. */
+Test(config, env_still_rejects_typos_that_look_like_service_links)
+{
+    const char *bad[] = {
+        "OUTBOX_RELAY_HTTP_PORT=8423",               /* no such key; not a tcp:// URL */
+        "OUTBOX_RELAY_SERVICE_HOST=db.internal",     /* a host name, not an address */
+        "OUTBOX_RELAY_SERVICE_PORT=http",
+        "OUTBOX_RELAY_PORT_8423_TCP=8423",
+        "OUTBOX_RELAY_PORT_8423_TCP_PROTO=http",
+        "OUTBOX_RELAY_PORT_X_TCP_PORT=8423",
+        "OUTBOX_RELAY_PORT_8423_HTTP_PORT=8423",
+        "OUTBOX_RELAY_RELAY_PORT=5432",
+        "OUTBOX_RELAY_KAFKA_SERVICE_HOST_NAME=10.0.0.1",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char *const envp[] = {(char *)bad[i], NULL};
+        config_free(&cfg);
+        config_init(&cfg);
+        cr_expect_eq(load_env(envp), -EINVAL, "%s was accepted", bad[i]);
+        cr_expect(strstr(err, "OUTBOX_RELAY_") != NULL,
+                  "%s: the message does not name the variable: %s", bad[i], err);
+    }
+}
+
 Test(config, env_rejects_an_unknown_key_naming_the_variable)
 {
     char *const envp[] = {"OUTBOX_RELAY_RELAY_TABEL=events", NULL};
@@ -723,4 +778,20 @@ Test(config, layers_need_no_file)
                                      0, err, sizeof err),
                  0, "%s", err);
     cr_assert_str_eq(cfg.table, "t");
+}
+
+Test(config, brokers_are_required_for_run_and_check_config)
+{
+    cr_assert_eq(config_require_brokers(&cfg, err, sizeof err), -EINVAL);
+    assert_err_has("kafka.bootstrap.servers");
+    cr_assert_eq(config_set(&cfg, "kafka", "bootstrap.servers", " , ", err, sizeof err), 0, "%s", err);
+    cr_assert_eq(config_require_brokers(&cfg, err, sizeof err), -EINVAL, "a list of nothing");
+    cr_assert_eq(config_set(&cfg, "kafka", "bootstrap.servers", "k1:9092", err, sizeof err), 0, "%s", err);
+    cr_assert_eq(config_require_brokers(&cfg, err, sizeof err), 0, "%s", err);
+}
+
+Test(config, brokers_may_be_given_as_metadata_broker_list)
+{
+    cr_assert_eq(config_set(&cfg, "kafka", "metadata.broker.list", "k1:9092", err, sizeof err), 0, "%s", err);
+    cr_assert_eq(config_require_brokers(&cfg, err, sizeof err), 0, "%s", err);
 }

@@ -483,6 +483,61 @@ Test(http, metrics_has_every_documented_family)
         cr_assert(strstr(body(), want[i]), "/metrics lacks \"%s\":\n%s", want[i], body());
 }
 
+Test(http, metrics_count_responses_by_status_code)
+{
+    struct http_server_stats srv = {0};
+    http_server_count(&srv, 200);
+    http_server_count(&srv, 200);
+    http_server_count(&srv, 503);
+    http_server_count(&srv, 418); /* never sent; counted, not lost */
+    cr_assert_eq(srv.requests_total, 4);
+    ctx.server = &srv;
+    cr_assert_eq(exchange("GET /metrics HTTP/1.1\r\n\r\n"), 200);
+    const char *want[] = {
+        "# TYPE outbox_relay_http_requests_total counter\n",
+        "\noutbox_relay_http_requests_total{code=\"200\"} 2\n",
+        "\noutbox_relay_http_requests_total{code=\"503\"} 1\n",
+        "\noutbox_relay_http_requests_total{code=\"404\"} 0\n",
+        "\noutbox_relay_http_requests_total{code=\"other\"} 1\n",
+    };
+    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
+        cr_assert(strstr(body(), want[i]), "/metrics lacks \"%s\":\n%s", want[i], body());
+}
+
+Test(http, metrics_count_published_rows_per_topic_within_a_bound)
+{
+    stats_count_published(&st, "orders.order");
+    stats_count_published(&st, "orders.order");
+    stats_count_published(&st, "we\"ird");
+    char name[32];
+    for (int i = 0; i < STATS_MAX_TOPICS + 10; i++) {
+        snprintf(name, sizeof name, "t%d", i);
+        stats_count_published(&st, name);
+    }
+    cr_assert_eq(st.n_topics, STATS_MAX_TOPICS);
+    cr_assert_eq(st.published_other, 12); /* 2 of the 64 slots went to the first topics */
+    cr_assert_eq(exchange("GET /metrics HTTP/1.1\r\n\r\n"), 200);
+    cr_assert(strstr(body(), "\noutbox_relay_events_published_by_topic_total{topic=\"orders.order\"} 2\n"),
+              "%s", body());
+    cr_assert(strstr(body(), "{topic=\"we\\\"ird\"} 1\n"), "label not escaped:\n%s", body());
+    cr_assert(strstr(body(), "{topic=\"__other__\"} 12\n"), "%s", body());
+    cr_assert_null(strstr(body(), "{topic=\"t70\"}"));
+}
+
+Test(http, metrics_say_whether_the_last_reload_succeeded)
+{
+    cr_assert_eq(exchange("GET /metrics HTTP/1.1\r\n\r\n"), 200);
+    cr_assert(strstr(body(), "\noutbox_relay_config_last_reload_success 1\n"), "%s", body());
+    cr_assert(strstr(body(), "\noutbox_relay_config_last_reload_success_timestamp_seconds "), "%s", body());
+    double before = st.reload_time;
+    stats_reloaded(&st, false);
+    cr_assert_eq(st.reload_time, before, "a failed reload moved the success timestamp");
+    cr_assert_eq(exchange("GET /metrics HTTP/1.1\r\n\r\n"), 200);
+    cr_assert(strstr(body(), "\noutbox_relay_config_last_reload_success 0\n"), "%s", body());
+    stats_reloaded(&st, true);
+    cr_assert(st.reload_ok && st.reload_time >= before);
+}
+
 Test(http, metrics_leave_out_an_unknown_backlog)
 {
     cr_assert_eq(exchange("GET /metrics HTTP/1.1\r\n\r\n"), 200);
