@@ -52,6 +52,8 @@ struct relay_config {
                                    an acknowledgement; 0 = never */
     int allow_row_security;     /* bool, default false: relay although row-level security hides
                                    rows from the relay's role (backlog then unknown) */
+    char *fencing;              /* "transactional" (default) or "none": see relay_fencing_of() */
+    char *transactional_id;     /* "" (default) = derived from schema and table */
 
     /* [http] */
     char *http_listen;          /* status endpoint, default "127.0.0.1:8423"; "" = disabled */
@@ -65,6 +67,24 @@ struct relay_config {
     char *verify_lag;           /* default "5m": the window ends this long ago */
     char *verify_window;        /* default "1h": and starts this long before its end */
 };
+
+/** How a leader that lost its leadership is kept from publishing (relay.fencing). */
+enum relay_fencing {
+    /* Each batch is a Kafka transaction under one transactional.id: a new
+     * leader's init_transactions fences the old one, whose writes stay
+     * invisible to read_committed consumers. */
+    RELAY_FENCING_TRANSACTIONAL = 0,
+    /* The idempotent producer alone: a paused old leader may still publish
+     * what it had queued after the new leader took over. */
+    RELAY_FENCING_NONE,
+};
+
+/** @return relay.fencing as the enum (parse once, at start). */
+enum relay_fencing relay_fencing_of(const struct relay_config *cfg);
+
+/** Writes the transactional.id the relay uses into @p buf: relay.transactional_id,
+ *  or "outbox-relay.<schema>.<table>" when that is empty. */
+void config_transactional_id(const struct relay_config *cfg, char *buf, size_t len);
 
 /** Fills @p cfg with the defaults of the parameter table. */
 void config_init(struct relay_config *cfg);

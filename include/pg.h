@@ -13,7 +13,8 @@
 struct pg_conn;
 
 /** Called with the final result of a statement (NULL if the connection was
- *  lost before it completed). The result is freed after the callback returns. */
+ *  lost before it completed). The result is freed after the callback returns,
+ *  unless the callback called pg_result_keep(). */
 typedef void (*pg_result_cb)(struct pg_conn *pg, PGresult *res, void *arg);
 
 struct pg_callbacks {
@@ -36,8 +37,13 @@ struct pg_conn {
     pg_result_cb result_cb;
     void *result_arg;
     PGresult *last;           /* last non-NULL result of the running statement */
+    bool keep;                /* the running result callback keeps its result */
     char *conninfo;
 };
+
+/** From a result callback only: the callback owns the result now and
+ *  PQclears it when done with it. */
+void pg_result_keep(struct pg_conn *pg);
 
 /** Prepares @p pg; does not connect. @return 0 or -ENOMEM. */
 int pg_init(struct pg_conn *pg, uv_loop_t *loop, const char *conninfo,

@@ -1,13 +1,18 @@
-/* producer.h — the idempotent librdkafka producer, served on the libuv loop.
+/* producer.h — the idempotent (and, with relay.fencing=transactional,
+ * transactional) librdkafka producer, served on the libuv loop.
  *
- * Delivery reports arrive through librdkafka's main queue, which wakes the
- * loop through a pipe; the report callback therefore always runs on the loop
- * thread and may touch relay state without locks. */
+ * Delivery reports, errors and statistics arrive as events on librdkafka's
+ * main queue, which wakes the loop through a pipe; they are only ever served
+ * by producer_poll() on the loop thread, so the report callback may touch
+ * relay state without locks, even while a blocking transaction call runs on
+ * a worker thread (librdkafka's flush inside commit and abort then waits for
+ * the loop instead of serving callbacks itself). */
 #ifndef OUTBOX_PRODUCER_H
 #define OUTBOX_PRODUCER_H
 
 #include <librdkafka/rdkafka.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <uv.h>
 
@@ -17,6 +22,30 @@
 
 /** Called once per message produced with producer_send(), with its opaque. */
 typedef void (*producer_report_cb)(void *opaque, rd_kafka_resp_err_t err, void *arg);
+
+/** Where the instance's Kafka transactions are (relay.fencing=transactional). */
+enum producer_txn_state {
+    PRODUCER_TXN_OFF = 0,   /* not transactional: an acknowledged row is published */
+    PRODUCER_TXN_UNINIT,    /* init_transactions not done on this instance yet */
+    PRODUCER_TXN_OPEN,      /* a transaction is open: rows may be produced into it */
+    PRODUCER_TXN_BUSY,      /* init, commit or abort runs on a worker thread */
+    PRODUCER_TXN_DEAD,      /* fenced or fatal: the instance must be replaced */
+};
+
+/** How a transaction call ended. */
+enum producer_txn_result {
+    PRODUCER_TXN_DONE = 0,  /* initialised, or committed: what was produced is visible */
+    PRODUCER_TXN_ABORTED,   /* aborted (an abortable error): nothing of it is visible */
+    PRODUCER_TXN_RETRY,     /* init timed out: call again later */
+    PRODUCER_TXN_FAILED,    /* fenced or fatal: nothing of it is visible, replace the instance */
+};
+
+/** Called on the loop thread when a transaction call ended: @p gen is the
+ *  generation (producer_txn_gen) the call ended, @p why a message on failure. */
+typedef void (*producer_txn_cb)(void *arg, unsigned gen, enum producer_txn_result res,
+                                const char *why);
+
+struct txn_job;
 
 struct producer {
     uv_poll_t *poll;           /* the pipe's watcher; allocated, freed in its close callback,
@@ -34,6 +63,13 @@ struct producer {
     int64_t in_flight;         /* produced, no delivery report yet */
     bool ack_stalled;          /* the stall was logged; its end will be */
     bool started;
+    enum producer_txn_state txn;
+    unsigned txn_gen;          /* counts transactions begun on this instance */
+    int txn_msgs;              /* messages produced into the open transaction */
+    bool txn_doomed;           /* a report of the open transaction failed: it can only abort */
+    uint64_t txn_retry_ms;     /* loop time before which init is not tried again */
+    struct txn_job *job;       /* the call running on a worker thread, if any */
+    char txn_id[256];
 };
 
 /** Creates the producer from the [kafka] section on top of the relay's
@@ -84,7 +120,37 @@ int producer_outq_len(const struct producer *p);
  *  the next producer_poll with an error). */
 void producer_purge(struct producer *p);
 
-/** Destroys the instance (reports of purged messages are served first). */
+/** Destroys the instance (reports of purged messages are served first). With
+ *  a transaction call still running on a worker thread, the destruction waits
+ *  for it (the loop keeps running until then). */
 void producer_stop(struct producer *p);
+
+/* ---- transactions (relay.fencing=transactional) -------------------------- */
+
+/** @return the instance's transaction state (PRODUCER_TXN_OFF without fencing). */
+enum producer_txn_state producer_txn_state(const struct producer *p);
+
+/** @return the generation of the open transaction: rows produced under the
+ *  same generation are committed or aborted together. */
+unsigned producer_txn_gen(const struct producer *p);
+
+/** @return true once a message of the open transaction failed: librdkafka
+ *  then makes it abortable, so nothing of it will ever be visible. */
+bool producer_txn_doomed(const struct producer *p);
+
+/** @return true when nothing was produced into the open transaction. */
+bool producer_txn_empty(const struct producer *p);
+
+/** Starts init_transactions (which fences every older producer of the same
+ *  transactional.id and aborts its open transaction) and then opens the
+ *  first transaction, on a worker thread; @p cb follows on the loop.
+ *  @return 0; -EALREADY unless PRODUCER_TXN_UNINIT; -EAGAIN while a timed-out
+ *  init waits before its retry; -ENOMEM. */
+int producer_txn_init(struct producer *p, producer_txn_cb cb, void *arg);
+
+/** Commits the open transaction (aborting it if librdkafka says it must be
+ *  aborted) and opens the next one, on a worker thread; @p cb follows.
+ *  @return 0; -EALREADY unless PRODUCER_TXN_OPEN; -ENOMEM. */
+int producer_txn_commit(struct producer *p, producer_txn_cb cb, void *arg);
 
 #endif

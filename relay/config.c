@@ -50,6 +50,9 @@ static int check_ident(const char *value, char *errbuf, size_t errlen);
 static const char *const log_formats[] = {"logfmt", "json", NULL};
 static const char *const poison_policies[] = {"hold_aggregate", "dead_letter", "halt", NULL};
 static const char *const sent_actions[] = {"mark", "delete", NULL};
+/* Indexed by enum relay_fencing. */
+static const char *const fencing_modes[] = {"transactional", "none", NULL};
+_Static_assert(RELAY_FENCING_NONE == 1, "fencing_modes must follow enum relay_fencing");
 static int check_duration(const char *value, char *errbuf, size_t errlen);
 /* Indexed by enum log_level; log_level_parse() is the parser. */
 static const char *const log_level_names[] = {"error", "warn", "info", "debug"};
@@ -91,6 +94,8 @@ static const struct param params[] = {
          "published; the backlog is then unknown)"),
     INT("relay", "batch_size", batch_size, "1000", 1, 100000, RELOAD,
         "rows claimed and produced per round"),
+    ENUM("relay", "fencing", fencing, "transactional", fencing_modes, RESTART,
+         "keep a deposed leader from publishing: transactional (Kafka transactions) or none"),
     INT("relay", "max_attempts", max_attempts, "10", 1, 1000000, RELOAD,
         "retriable failures of a row before on_poison applies (permanent errors: 1)"),
     ENUM("relay", "on_poison", on_poison, "hold_aggregate", poison_policies, RESTART,
@@ -111,6 +116,8 @@ static const struct param params[] = {
     INT("relay", "shutdown_timeout_ms", shutdown_timeout_ms, "10000", 0, 600000, RELOAD,
         "how long to wait for in-flight messages on shutdown"),
     STR("relay", "table", table, "outbox", check_ident, RESTART, "name of the outbox table"),
+    STR("relay", "transactional_id", transactional_id, "", NULL, RESTART,
+        "Kafka transactional.id of relay.fencing=transactional (\"\" = outbox-relay.<schema>.<table>)"),
     STR("relay", "topic", topic, "outbox.${aggregate_type}", event_topic_template_check, RESTART,
         "topic template for rows without a topic (${aggregate_type}, ${event_type})"),
 
@@ -130,6 +137,25 @@ static const struct param params[] = {
 
 #define N_PARAMS (sizeof params / sizeof params[0])
 
+
+enum relay_fencing relay_fencing_of(const struct relay_config *cfg)
+{
+    for (int i = 0; fencing_modes[i]; i++)
+        if (cfg->fencing && !strcmp(cfg->fencing, fencing_modes[i]))
+            return (enum relay_fencing)i;
+    return RELAY_FENCING_TRANSACTIONAL; /* config_set accepts nothing else */
+}
+
+void config_transactional_id(const struct relay_config *cfg, char *buf, size_t len)
+{
+    /* schema and table are plain identifiers: the id needs no quoting. Two
+     * relays of one table must share it (that is what fences the old one);
+     * relays of different tables on one Kafka cluster must not. */
+    if (cfg->transactional_id && *cfg->transactional_id)
+        snprintf(buf, len, "%s", cfg->transactional_id);
+    else
+        snprintf(buf, len, "outbox-relay.%s.%s", cfg->schema, cfg->table);
+}
 
 long config_parse_duration(const char *text)
 {
@@ -766,8 +792,7 @@ static int check_kafka_kv(const struct config_kv *kv, char *errbuf, size_t errle
                     v);
     if (!strcmp(k, "transactional.id"))
         return errbuf_fail(errbuf, errlen,
-                    "kafka.%s is not supported (the relay uses the idempotent producer, not "
-                    "transactions)",
+                    "kafka.%s is set by the relay (see relay.fencing and relay.transactional_id)",
                     k);
     if (!strcmp(k, "queuing.strategy") && !strcasecmp(v, "lifo"))
         return errbuf_fail(errbuf, errlen,

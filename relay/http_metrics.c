@@ -240,6 +240,9 @@ void http_metrics(const struct http_context *ctx, struct strbuf *out)
                       reasons[i], s->failed_total[i]);
     counter(out, "outbox_relay_events_dead_lettered_total",
             "Outbox rows this process moved to the dead letter state.", s->dead_total);
+    counter(out, "outbox_relay_transactions_aborted_total",
+            "Kafka transactions aborted (relay.fencing=transactional); their rows are produced again.",
+            s->txn_aborted_total);
     counter(out, "outbox_relay_batches_total", "Batches claimed, produced and marked.",
             s->batches_total);
     histogram(out, "outbox_relay_batch_duration_seconds",

@@ -234,10 +234,18 @@ static void collect_results(struct pg_conn *pg)
         pg->result_cb = NULL;
         pg->state = PG_READY;
         /* The callback may send the next statement or even close us. */
+        pg->keep = false;
         if (cb)
             cb(pg, final, arg);
-        PQclear(final);
+        if (!pg->keep)
+            PQclear(final);
+        pg->keep = false;
     }
+}
+
+void pg_result_keep(struct pg_conn *pg)
+{
+    pg->keep = true;
 }
 
 static void on_poll(uv_poll_t *h, int status, int events)

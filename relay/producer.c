@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -92,46 +93,39 @@ static void ack_clock_watch(struct producer *p)
     p->ack_stalled = stalled;
 }
 
-static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
+/* A fatal error (an idempotent or transactional producer that cannot go on,
+ * e.g. fenced by a newer producer of the same transactional.id). */
+static void on_fatal(struct producer *p)
 {
-    (void)rk;
-    struct producer *p = opaque;
-    ack_clock_report(p, m->err == RD_KAFKA_RESP_ERR_NO_ERROR);
-    if (p->stats && m->err == RD_KAFKA_RESP_ERR_NO_ERROR)
-        stats_count_published(p->stats, rd_kafka_topic_name(m->rkt));
-    if (p->report)
-        p->report(m->_private, m->err, p->arg);
+    char buf[512];
+    rd_kafka_resp_err_t orig = rd_kafka_fatal_error(p->rk, buf, sizeof(buf));
+    p->fatal = true;
+    if (p->stats)
+        p->stats->producer_fatal = true;
+    log_error("kafka producer fatal error", "error=%s reason=%s", rd_kafka_err2name(orig),
+              log_quote(buf));
 }
 
-static void on_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
+static void on_error(struct producer *p, rd_kafka_event_t *ev)
 {
-    struct producer *p = opaque;
-    if (err == RD_KAFKA_RESP_ERR__FATAL) {
-        char buf[512];
-        rd_kafka_resp_err_t orig = rd_kafka_fatal_error(rk, buf, sizeof(buf));
-        p->fatal = true;
-        if (p->stats)
-            p->stats->producer_fatal = true;
-        log_error("kafka producer fatal error", "error=%s reason=%s",
-                  rd_kafka_err2name(orig), log_quote(buf));
+    if (rd_kafka_event_error_is_fatal(ev)) {
+        on_fatal(p);
         return;
     }
     /* Transport errors and "all brokers down" are retried by librdkafka itself. */
-    log_warn("kafka error", "error=%s reason=%s",
-             rd_kafka_err2name((rd_kafka_resp_err_t)err), log_quote(reason));
+    log_warn("kafka error", "error=%s reason=%s", rd_kafka_err2name(rd_kafka_event_error(ev)),
+             log_quote(rd_kafka_event_error_string(ev)));
 }
 
-/* librdkafka's statistics JSON, served on the loop thread by rd_kafka_poll. */
-static int on_stats(rd_kafka_t *rk, char *json, size_t len, void *opaque)
+/* librdkafka's statistics JSON, served on the loop thread by producer_poll. */
+static void on_stats(struct producer *p, const char *json)
 {
-    (void)rk;
-    struct producer *p = opaque;
-    if (!p->stats)
-        return 0;
+    if (!p->stats || !json)
+        return;
     ack_clock_watch(p);
-    cJSON *root = cJSON_ParseWithLength(json, len);
+    cJSON *root = cJSON_Parse(json);
     if (!root)
-        return 0;
+        return;
     const cJSON *msg_cnt = cJSON_GetObjectItemCaseSensitive(root, "msg_cnt");
     if (cJSON_IsNumber(msg_cnt))
         p->stats->producer_queue_msgs = (int64_t)msg_cnt->valuedouble;
@@ -161,8 +155,18 @@ static int on_stats(rd_kafka_t *rk, char *json, size_t len, void *opaque)
     p->stats->brokers_up = up;
     p->stats->brokers_total = total;
     cJSON_Delete(root);
-    return 0; /* we did not keep json: librdkafka frees it */
 }
+
+/* relay.fencing=transactional: every batch is a transaction of one
+ * transactional.id (NULL here: the relay's, see config_transactional_id), so
+ * a new leader's init_transactions fences the old leader. 60 s is Kafka's
+ * default too; it bounds how long a paused leader's open transaction can hold
+ * back read_committed consumers (the last stable offset) before the
+ * coordinator aborts it. kafka.transaction.timeout.ms may change it. */
+static const char *const txn_defaults[][2] = {
+    { "transactional.id", NULL },
+    { "transaction.timeout.ms", "60000" },
+};
 
 static void on_log(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
 {
@@ -195,6 +199,19 @@ rd_kafka_conf_t *producer_conf_new(const struct relay_config *cfg, char *errbuf,
         char v[24];
         snprintf(v, sizeof(v), "%ld", need);
         rd_kafka_conf_set(conf, "queue.buffering.max.messages", v, err, sizeof(err));
+    }
+    if (relay_fencing_of(cfg) == RELAY_FENCING_TRANSACTIONAL) {
+        char id[256];
+        config_transactional_id(cfg, id, sizeof(id));
+        for (size_t i = 0; i < sizeof(txn_defaults) / sizeof(txn_defaults[0]); i++) {
+            const char *v = txn_defaults[i][1] ? txn_defaults[i][1] : id;
+            if (rd_kafka_conf_set(conf, txn_defaults[i][0], v, err, sizeof(err)) !=
+                RD_KAFKA_CONF_OK) {
+                snprintf(errbuf, errlen, "kafka.%s: %s", txn_defaults[i][0], err);
+                rd_kafka_conf_destroy(conf);
+                return NULL;
+            }
+        }
     }
     for (size_t i = 0; i < cfg->n_kafka; i++) {
         if (rd_kafka_conf_set(conf, cfg->kafka[i].key, cfg->kafka[i].value, err, sizeof(err)) !=
@@ -277,10 +294,15 @@ int producer_start(struct producer *p, uv_loop_t *loop, const struct relay_confi
     if (!conf)
         return -EINVAL;
     rd_kafka_conf_set_opaque(conf, p);
-    rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
-    rd_kafka_conf_set_error_cb(conf, on_error);
+    /* Events, not callbacks: librdkafka's flush (inside commit_transaction
+     * and abort_transaction, which run on a worker thread) would otherwise
+     * serve callbacks on that thread. Events are served by producer_poll only. */
+    rd_kafka_conf_set_events(conf, RD_KAFKA_EVENT_DR | RD_KAFKA_EVENT_ERROR | RD_KAFKA_EVENT_STATS);
     rd_kafka_conf_set_log_cb(conf, on_log);
-    rd_kafka_conf_set_stats_cb(conf, on_stats);
+    if (relay_fencing_of(cfg) == RELAY_FENCING_TRANSACTIONAL) {
+        p->txn = PRODUCER_TXN_UNINIT;
+        config_transactional_id(cfg, p->txn_id, sizeof(p->txn_id));
+    }
 
     char err[512];
     p->rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
@@ -342,6 +364,7 @@ int producer_send(struct producer *p, const struct event_row *row, const char *t
         RD_KAFKA_V_END);
     if (err == RD_KAFKA_RESP_ERR_NO_ERROR) {
         ack_clock_sent(p);
+        p->txn_msgs++;
         return 0; /* the message owns the headers now */
     }
 
@@ -352,6 +375,9 @@ int producer_send(struct producer *p, const struct event_row *row, const char *t
         return -ENOBUFS;
     case RD_KAFKA_RESP_ERR__FATAL:
         p->fatal = true;
+        return -EIO;
+    case RD_KAFKA_RESP_ERR__STATE:
+        /* No transaction open (failed, or being ended): not the row's fault. */
         return -EIO;
     default:
         /* MSG_SIZE_TOO_LARGE, invalid topic, …: this row will never go. */
@@ -366,8 +392,37 @@ bool producer_fatal(const struct producer *p)
 
 void producer_poll(struct producer *p)
 {
-    if (p->rk)
-        rd_kafka_poll(p->rk, 0);
+    if (!p->rk)
+        return;
+    rd_kafka_event_t *ev;
+    while ((ev = rd_kafka_queue_poll(p->mainq, 0)) != NULL) {
+        switch (rd_kafka_event_type(ev)) {
+        case RD_KAFKA_EVENT_DR: {
+            const rd_kafka_message_t *m;
+            while ((m = rd_kafka_event_message_next(ev)) != NULL) {
+                ack_clock_report(p, m->err == RD_KAFKA_RESP_ERR_NO_ERROR);
+                if (p->stats && m->err == RD_KAFKA_RESP_ERR_NO_ERROR)
+                    stats_count_published(p->stats, rd_kafka_topic_name(m->rkt));
+                if (m->err && p->txn != PRODUCER_TXN_OFF)
+                    p->txn_doomed = true;
+                if (p->report)
+                    p->report(m->_private, m->err, p->arg);
+            }
+            break;
+        }
+        case RD_KAFKA_EVENT_ERROR:
+            on_error(p, ev);
+            break;
+        case RD_KAFKA_EVENT_STATS:
+            on_stats(p, rd_kafka_event_stats(ev));
+            break;
+        default:
+            break;
+        }
+        /* Destroying a report's event releases its messages: only then does
+         * a flush waiting on another thread see them gone. */
+        rd_kafka_event_destroy(ev);
+    }
 }
 
 int producer_outq_len(const struct producer *p)
@@ -386,11 +441,220 @@ static void free_close(uv_handle_t *h)
     free(h);
 }
 
+/* ---- transactions ------------------------------------------------------- */
+
+/* librdkafka's init_transactions, commit_transaction and abort_transaction
+ * block (a round trip to the transaction coordinator, and a flush): they run
+ * on libuv's thread pool, one at a time, and touch nothing but the instance,
+ * which librdkafka makes safe to share between threads. */
+enum txn_op { TXN_INIT, TXN_COMMIT };
+
+/* Each blocking call waits at most this long; a retriable failure is tried
+ * again until TXN_TOTAL_MS have passed, unless the producer is being stopped. */
+#define TXN_CALL_MS 5000
+#define TXN_TOTAL_MS 30000
+/* A timed-out init (no coordinator yet) is tried again after this long. */
+#define TXN_INIT_RETRY_MS 1000
+
+struct txn_job {
+    uv_work_t work;
+    struct producer *p;       /* read on the loop thread only */
+    rd_kafka_t *rk;
+    enum txn_op op;
+    unsigned gen;             /* the generation this call ends */
+    atomic_int cancel;        /* producer_stop: give up retrying */
+    bool stop_pending;        /* producer_stop ran meanwhile: destroy after the call */
+    producer_txn_cb cb;
+    void *arg;
+    enum producer_txn_result res;
+    char why[512];
+};
+
+/* Repeats @p call while it fails retriably, within TXN_TOTAL_MS. */
+static rd_kafka_error_t *txn_call(struct txn_job *j, rd_kafka_error_t *(*call)(rd_kafka_t *, int))
+{
+    uint64_t deadline = uv_hrtime() / 1000000 + TXN_TOTAL_MS;
+    for (;;) {
+        rd_kafka_error_t *e = call(j->rk, TXN_CALL_MS);
+        if (!e || !rd_kafka_error_is_retriable(e) || j->cancel ||
+            uv_hrtime() / 1000000 >= deadline)
+            return e;
+        rd_kafka_error_destroy(e);
+    }
+}
+
+static void txn_fail(struct txn_job *j, rd_kafka_error_t *e, const char *what)
+{
+    rd_kafka_resp_err_t code = rd_kafka_error_code(e);
+    char fatal[256] = "";
+    if (rd_kafka_error_is_fatal(e) || code == RD_KAFKA_RESP_ERR__FATAL)
+        rd_kafka_fatal_error(j->rk, fatal, sizeof(fatal));
+    snprintf(j->why, sizeof(j->why), "%s: %s%s%s", what, rd_kafka_error_string(e),
+             *fatal ? "; " : "", fatal);
+}
+
+/* On a worker thread. */
+static void txn_work(uv_work_t *w)
+{
+    struct txn_job *j = w->data;
+    rd_kafka_error_t *e;
+    j->res = PRODUCER_TXN_DONE;
+    if (j->op == TXN_INIT) {
+        e = txn_call(j, rd_kafka_init_transactions);
+        if (e) {
+            txn_fail(j, e, "init_transactions");
+            j->res = rd_kafka_error_is_retriable(e) && !rd_kafka_error_is_fatal(e)
+                         ? PRODUCER_TXN_RETRY
+                         : PRODUCER_TXN_FAILED;
+            rd_kafka_error_destroy(e);
+            return;
+        }
+    } else {
+        e = txn_call(j, rd_kafka_commit_transaction);
+        if (e) {
+            txn_fail(j, e, "commit_transaction");
+            bool fatal = rd_kafka_error_is_fatal(e);
+            rd_kafka_error_destroy(e);
+            if (fatal) {
+                j->res = PRODUCER_TXN_FAILED;
+                return;
+            }
+            /* Abortable (a produce failed, messages timed out), or the commit
+             * itself could not finish in time: abort, so that nothing of this
+             * transaction becomes visible, and produce the rows again. */
+            j->res = PRODUCER_TXN_ABORTED;
+            e = txn_call(j, rd_kafka_abort_transaction);
+            if (e) {
+                txn_fail(j, e, "abort_transaction");
+                j->res = PRODUCER_TXN_FAILED;
+                rd_kafka_error_destroy(e);
+                return;
+            }
+        }
+    }
+    e = rd_kafka_begin_transaction(j->rk);
+    if (e) {
+        txn_fail(j, e, "begin_transaction");
+        j->res = PRODUCER_TXN_FAILED;
+        rd_kafka_error_destroy(e);
+    }
+}
+
+static void producer_destroy(struct producer *p);
+
+/* Back on the loop thread. */
+static void txn_after(uv_work_t *w, int status)
+{
+    (void)status;
+    struct txn_job *j = w->data;
+    struct producer *p = j->p;
+    p->job = NULL;
+    if (j->stop_pending) {
+        /* The relay is gone or replaced this instance: nobody waits for the answer. */
+        producer_destroy(p);
+        free(j);
+        return;
+    }
+    switch (j->res) {
+    case PRODUCER_TXN_DONE:
+    case PRODUCER_TXN_ABORTED:
+        p->txn = PRODUCER_TXN_OPEN;
+        p->txn_gen++;
+        p->txn_msgs = 0;
+        p->txn_doomed = false;
+        break;
+    case PRODUCER_TXN_RETRY:
+        p->txn = PRODUCER_TXN_UNINIT;
+        p->txn_retry_ms = uv_now(p->loop) + TXN_INIT_RETRY_MS;
+        break;
+    case PRODUCER_TXN_FAILED:
+        p->txn = PRODUCER_TXN_DEAD;
+        p->fatal = true;
+        if (p->stats)
+            p->stats->producer_fatal = true;
+        break;
+    }
+    /* The outcome first: reports served later must find their batches settled. */
+    j->cb(j->arg, j->gen, j->res, j->why);
+    free(j);
+}
+
+static int txn_start(struct producer *p, enum txn_op op, producer_txn_cb cb, void *arg)
+{
+    struct txn_job *j = calloc(1, sizeof(*j));
+    if (!j)
+        return -ENOMEM;
+    j->p = p;
+    j->rk = p->rk;
+    j->op = op;
+    j->gen = p->txn_gen;
+    j->cb = cb;
+    j->arg = arg;
+    j->work.data = j;
+    int rc = uv_queue_work(p->loop, &j->work, txn_work, txn_after);
+    if (rc < 0) {
+        free(j);
+        return rc;
+    }
+    p->job = j;
+    p->txn = PRODUCER_TXN_BUSY;
+    return 0;
+}
+
+enum producer_txn_state producer_txn_state(const struct producer *p)
+{
+    return p->txn;
+}
+
+unsigned producer_txn_gen(const struct producer *p)
+{
+    return p->txn_gen;
+}
+
+bool producer_txn_doomed(const struct producer *p)
+{
+    return p->txn_doomed;
+}
+
+bool producer_txn_empty(const struct producer *p)
+{
+    return p->txn_msgs == 0;
+}
+
+int producer_txn_init(struct producer *p, producer_txn_cb cb, void *arg)
+{
+    if (p->txn != PRODUCER_TXN_UNINIT)
+        return -EALREADY;
+    if (uv_now(p->loop) < p->txn_retry_ms)
+        return -EAGAIN;
+    return txn_start(p, TXN_INIT, cb, arg);
+}
+
+int producer_txn_commit(struct producer *p, producer_txn_cb cb, void *arg)
+{
+    if (p->txn != PRODUCER_TXN_OPEN)
+        return -EALREADY;
+    return txn_start(p, TXN_COMMIT, cb, arg);
+}
+
 void producer_stop(struct producer *p)
 {
     if (!p->started)
         return;
     p->started = false;
+    if (p->job) {
+        /* librdkafka is blocked in a transaction call on a worker thread:
+         * destroy the instance when the call has returned. */
+        p->job->cancel = 1;
+        p->job->stop_pending = true;
+        p->report = NULL;
+        return;
+    }
+    producer_destroy(p);
+}
+
+static void producer_destroy(struct producer *p)
+{
     producer_purge(p);
     producer_poll(p);
     rd_kafka_queue_io_event_enable(p->mainq, -1, NULL, 0);

@@ -69,6 +69,10 @@ struct batch {
     bool alone;                 /* one row, produced while nothing else was: a failure is its own */
     unsigned claim_gen;         /* r->truncations when the claim was sent */
     bool rescan_after_mark;     /* a claim skipped this batch's id range: claim again after */
+    unsigned txn_gen;           /* fencing: the Kafka transaction its rows were produced in */
+    bool committed;             /* fencing: that transaction committed: its delivered rows may be marked */
+    bool aborted;               /* fencing: that transaction was aborted: nothing of it is visible */
+    PGresult *held;             /* fencing: claimed rows waiting for the open transaction to end */
     int64_t min_id, max_id;     /* the id range the other batch's claim must skip */
     uint64_t start_ms;
     int cap;                    /* rows the per-row arrays hold (batch_size may grow on SIGHUP) */
@@ -131,6 +135,7 @@ struct relay {
     long retention_s;
     uint64_t last_retention_ms;
     uint64_t backlog_due_ms;    /* next backlog query */
+    uint64_t txn_start_ms;      /* the running transaction call began */
 
     struct batch b[N_BATCHES];
     struct strbuf params[3];    /* array literals for the mark and failure statements */
@@ -152,6 +157,7 @@ struct relay {
 static void step(struct relay *r);
 static void finish(struct relay *r);
 static bool session_evidence(struct relay *r, const PGresult *res, const char *statement);
+static bool txn_hold(struct relay *r, struct batch *b, struct pg_conn *pg, PGresult *res);
 
 /* ---- batch ------------------------------------------------------------- */
 
@@ -207,6 +213,12 @@ static void batch_reset(struct batch *b)
     b->rescan_after_mark = false;
     b->record_each = false;
     b->record_lost = false;
+    b->committed = false;
+    b->aborted = false;
+    if (b->held) {
+        PQclear(b->held);
+        b->held = NULL;
+    }
 }
 
 static void batch_free(struct batch *b)
@@ -319,7 +331,9 @@ static bool err_is_permanent(rd_kafka_resp_err_t err)
 static bool err_is_ours(rd_kafka_resp_err_t err)
 {
     return err == RD_KAFKA_RESP_ERR__PURGE_QUEUE || err == RD_KAFKA_RESP_ERR__PURGE_INFLIGHT ||
-           err == RD_KAFKA_RESP_ERR__FATAL;
+           err == RD_KAFKA_RESP_ERR__FATAL || err == RD_KAFKA_RESP_ERR__FENCED ||
+           err == RD_KAFKA_RESP_ERR_PRODUCER_FENCED ||
+           err == RD_KAFKA_RESP_ERR_INVALID_PRODUCER_EPOCH;
 }
 
 /* A reason cut to fit its buffer may end inside a UTF-8 character; as
@@ -564,7 +578,6 @@ static void produce_rows(struct relay *r, struct batch *b, PGresult *res)
 
 static void on_claimed(struct pg_conn *pg, PGresult *res, void *arg)
 {
-    (void)pg;
     struct batch *b = arg;
     struct relay *r = relay_of(b);
     if (!res) {
@@ -604,6 +617,11 @@ static void on_claimed(struct pg_conn *pg, PGresult *res, void *arg)
      * producing this batch, so the database works while we do. */
     batch_load(b, res);
     b->phase = PHASE_PRODUCING;
+    if (txn_hold(r, b, pg, res)) {
+        step(r);
+        return;
+    }
+    b->txn_gen = producer_txn_gen(&r->prod);
     step(r);
     produce_rows(r, b, res);
     step(r);
@@ -1363,7 +1381,199 @@ static bool replace_producer(struct relay *r)
         r->backoff = true;
         return false;
     }
+    /* Fenced means another relay may lead now: the new instance initialises
+     * transactions (fencing in turn) only once the lock says we still lead. */
+    if (producer_txn_state(&r->prod) != PRODUCER_TXN_OFF && r->st.role == STATS_ROLE_LEADER)
+        r->st.role = STATS_ROLE_UNKNOWN;
     return true;
+}
+
+/* ---- fencing: Kafka transactions --------------------------------------- */
+
+/* With relay.fencing=transactional the rows of the batches in flight are one
+ * Kafka transaction, committed once a batch has all its reports; a batch is
+ * marked only after its transaction committed. A leader initialises
+ * transactions before its first produce, which aborts whatever an older
+ * leader still had open and fences it: a paused leader that wakes up cannot
+ * make anything visible to read_committed consumers, nor mark it. */
+
+/* A claim may run while a transaction is open or ending (its rows wait in
+ * txn_hold), not before transactions are initialised nor into one that must
+ * abort. */
+static bool txn_may_claim(const struct relay *r)
+{
+    enum producer_txn_state st = producer_txn_state(&r->prod);
+    return st == PRODUCER_TXN_OFF ||
+           ((st == PRODUCER_TXN_OPEN || st == PRODUCER_TXN_BUSY) && !producer_txn_doomed(&r->prod));
+}
+
+/* A batch whose transaction has not committed yet is still with Kafka. */
+static bool txn_with_kafka(const struct relay *r, const struct batch *b)
+{
+    return b->phase == PHASE_DELIVERED && producer_txn_state(&r->prod) != PRODUCER_TXN_OFF &&
+           !b->committed;
+}
+
+/* One transaction per batch: rows claimed while another batch's transaction
+ * is open or ending wait (the claim result is kept), so that a batch's commit
+ * and marks never wait for the next batch's acknowledgements, and the next
+ * batch is produced the moment the previous one committed. @return true when
+ * @p b waits. */
+static bool txn_hold(struct relay *r, struct batch *b, struct pg_conn *pg, PGresult *res)
+{
+    const struct producer *p = &r->prod;
+    if (producer_txn_state(p) == PRODUCER_TXN_OFF)
+        return false;
+    bool others_held = false;
+    for (int k = 0; k < N_BATCHES; k++)
+        others_held |= r->b[k].held != NULL && &r->b[k] != b;
+    if (producer_txn_state(p) == PRODUCER_TXN_OPEN && !producer_txn_doomed(p) &&
+        producer_txn_empty(p) && !others_held)
+        return false;
+    b->held = res;
+    pg_result_keep(pg);
+    return true;
+}
+
+/* Held rows whose predecessor aborted would overtake its rows: they are
+ * released unproduced and claimed again. */
+static void txn_drop_held(struct relay *r)
+{
+    for (int k = 0; k < N_BATCHES; k++) {
+        if (!r->b[k].held)
+            continue;
+        batch_reset(&r->b[k]);
+        r->wake = true;
+    }
+}
+
+/* Produces the oldest held batch into the open, empty transaction. */
+static void txn_release(struct relay *r)
+{
+    struct batch *b = NULL;
+    for (int k = 0; k < N_BATCHES; k++)
+        if (r->b[k].held && (!b || r->b[k].start_ms < b->start_ms))
+            b = &r->b[k];
+    if (!b)
+        return;
+    PGresult *res = b->held;
+    b->held = NULL;
+    b->txn_gen = producer_txn_gen(&r->prod);
+    produce_rows(r, b, res);
+    PQclear(res);
+}
+
+static bool txn_settled(const struct relay *r, const struct batch *b)
+{
+    return producer_txn_state(&r->prod) == PRODUCER_TXN_OFF || b->committed;
+}
+
+/* The batch's transaction was aborted: what Kafka acknowledged is invisible,
+ * so none of it is marked; the rows are produced again without an attempt
+ * counted (rows that failed on their own still count theirs). */
+static void txn_unpublish(struct relay *r, struct batch *b)
+{
+    for (int i = 0; i < b->n_rows; i++) {
+        if (b->state[i] != ROW_DELIVERED)
+            continue;
+        row_failed(r, b, i, STATS_FAIL_RETRIABLE, LIMIT_NONE, NULL);
+        r->st.published_total--;
+    }
+    b->n_delivered = 0;
+    b->committed = true; /* settled: mark() records what failed and releases the rest */
+}
+
+static void on_txn_ended(void *arg, unsigned gen, enum producer_txn_result res, const char *why)
+{
+    struct relay *r = arg;
+    for (int k = 0; k < N_BATCHES; k++) {
+        struct batch *b = &r->b[k];
+        if ((b->phase != PHASE_PRODUCING && b->phase != PHASE_DELIVERED) || b->txn_gen != gen ||
+            b->committed || b->held)
+            continue;
+        if (res == PRODUCER_TXN_DONE)
+            b->committed = true;
+        else if (res != PRODUCER_TXN_RETRY)
+            b->aborted = true;
+    }
+    if (res == PRODUCER_TXN_ABORTED || res == PRODUCER_TXN_FAILED)
+        txn_drop_held(r);
+    uint64_t ms = now_ms(r) - r->txn_start_ms;
+    switch (res) {
+    case PRODUCER_TXN_DONE:
+        if (gen == 0)
+            log_info("kafka transactions initialised; older leaders are fenced",
+                     "transactional_id=%s ms=%" PRIu64, r->prod.txn_id, ms);
+        else
+            log_debug("transaction committed", "ms=%" PRIu64, ms);
+        break;
+    case PRODUCER_TXN_ABORTED:
+        r->st.txn_aborted_total++;
+        log_warn("kafka transaction aborted; its rows stay unsent and are produced again",
+                 "error=%s", log_quote(why));
+        break;
+    case PRODUCER_TXN_RETRY:
+        log_warn("kafka transactions not initialised yet; retrying", "error=%s", log_quote(why));
+        break;
+    case PRODUCER_TXN_FAILED:
+        log_error("kafka producer fenced or failed: nothing of its open transaction is visible "
+                  "or marked; leadership is checked again before producing",
+                  "transactional_id=%s error=%s", r->prod.txn_id, log_quote(why));
+        break;
+    }
+    step(r);
+}
+
+/* Initialises, commits and settles; needs no PostgreSQL. */
+static void fence_step(struct relay *r)
+{
+    struct producer *p = &r->prod;
+    enum producer_txn_state st = producer_txn_state(p);
+    if (st == PRODUCER_TXN_OFF)
+        return;
+    /* A dead producer's open transaction is never committed, nor one in which
+     * a message failed: settle their batches as aborted at once, so that the
+     * failures are recorded while the abort waits for the coordinator (which
+     * may be down: the outage then costs no attempt and marks nothing). */
+    bool doomed = producer_txn_doomed(p);
+    for (int k = 0; k < N_BATCHES; k++) {
+        struct batch *b = &r->b[k];
+        if (b->phase != PHASE_DELIVERED || b->committed)
+            continue;
+        if (b->aborted || st == PRODUCER_TXN_DEAD || (doomed && b->txn_gen == producer_txn_gen(p)))
+            txn_unpublish(r, b);
+    }
+    if (st == PRODUCER_TXN_UNINIT) {
+        /* Before the first produce of a leader, never for a standby. */
+        if (r->st.role == STATS_ROLE_LEADER && !r->stopping && producer_txn_init(p, on_txn_ended, r) == 0)
+            r->txn_start_ms = now_ms(r);
+        return;
+    }
+    if (st == PRODUCER_TXN_DEAD || r->stopping)
+        txn_drop_held(r);
+    if (st != PRODUCER_TXN_OPEN)
+        return;
+    bool due = false;
+    for (int k = 0; k < N_BATCHES; k++) {
+        struct batch *b = &r->b[k];
+        if (b->phase != PHASE_DELIVERED || b->committed)
+            continue;
+        if (b->txn_gen != producer_txn_gen(p))
+            continue; /* its transaction ended: on_txn_ended settles it */
+        if (producer_txn_empty(p))
+            b->committed = true; /* nothing of it reached the producer: nothing to commit */
+        else
+            due = true;
+    }
+    /* Commits what is in flight too: commit_transaction waits for its reports.
+     * A doomed transaction is ended at once: the commit call aborts it. */
+    if (due || doomed) {
+        if (producer_txn_commit(p, on_txn_ended, r) == 0)
+            r->txn_start_ms = now_ms(r);
+        return;
+    }
+    if (producer_txn_empty(p))
+        txn_release(r);
 }
 
 /* ---- the decision ------------------------------------------------------ */
@@ -1399,7 +1609,10 @@ static void on_prepared(struct pg_conn *pg, PGresult *res, void *arg)
 
 static void step(struct relay *r)
 {
-    if (r->finished || !pg_ready(&r->pg))
+    if (r->finished)
+        return;
+    fence_step(r);
+    if (!pg_ready(&r->pg))
         return;
     /* Before anything else: is this connection a session of its own, and
      * may this role see every row? */
@@ -1426,7 +1639,7 @@ static void step(struct relay *r)
     /* Delivered rows are marked whatever our role: a mark records a fact.
      * The older batch first, so marks follow the order rows were claimed. */
     for (int k = 0; k < N_BATCHES; k++) {
-        if (r->b[k].phase == PHASE_DELIVERED && !r->backoff) {
+        if (r->b[k].phase == PHASE_DELIVERED && !r->backoff && txn_settled(r, &r->b[k])) {
             mark(r, &r->b[k]);
             return;
         }
@@ -1436,10 +1649,15 @@ static void step(struct relay *r)
             finish(r);
         return;
     }
-    if (r->backoff || any_phase(r, PHASE_DELIVERED) || r->st.refused)
+    /* A batch still being committed is with Kafka, not waiting for its marks. */
+    bool to_mark = false;
+    for (int k = 0; k < N_BATCHES; k++)
+        to_mark |= r->b[k].phase == PHASE_DELIVERED && txn_settled(r, &r->b[k]);
+    if (r->backoff || to_mark || r->st.refused)
         return; /* refused: the batches in flight are marked first */
     if (producer_fatal(&r->prod)) {
-        if (!all_empty(r) || !replace_producer(r))
+        if (!all_empty(r) || producer_txn_state(&r->prod) == PRODUCER_TXN_BUSY ||
+            !replace_producer(r))
             return; /* the batches in flight fail with __FATAL first */
     }
 
@@ -1468,7 +1686,7 @@ static void step(struct relay *r)
     for (int k = 0; k < N_BATCHES; k++) {
         if (r->b[k].phase == PHASE_EMPTY)
             free_slot = free_slot ? free_slot : &r->b[k];
-        else if (r->b[k].phase != PHASE_PRODUCING)
+        else if (r->b[k].phase != PHASE_PRODUCING && !txn_with_kafka(r, &r->b[k]))
             busy = true;
     }
     if (in_flight(r) == 0)
@@ -1476,7 +1694,8 @@ static void step(struct relay *r)
     /* Rows produced alone go one at a time: nothing else may share their request. */
     if (r->isolating && !all_empty(r))
         busy = true;
-    if (r->wake && !r->st.halted && !r->halt_pending && !r->queue_full && free_slot && !busy) {
+    if (r->wake && !r->st.halted && !r->halt_pending && !r->queue_full && free_slot && !busy &&
+        txn_may_claim(r)) {
         claim(r, free_slot);
         return;
     }

@@ -272,20 +272,19 @@ Test(e2e, kafka_outage_longer_than_message_timeout, .fini = fini, .timeout = 200
 }
 
 /* One broker of three down for longer than message.timeout.ms: the messages
- * for the partitions it leads time out while the rest of each batch is
- * acknowledged. Still an outage, not the rows' fault: no attempt may be
- * counted, no row dead-lettered (max_attempts=3 makes that quick), and after
- * the broker is back every row arrives. */
-Test(e2e, one_broker_down_longer_than_message_timeout, .fini = fini, .timeout = 200)
+ * for the partitions it leads time out. Still an outage, not the rows' fault:
+ * no attempt may be counted, no row dead-lettered (max_attempts=3 makes that
+ * quick), and after the broker is back every row arrives. Without fencing the
+ * rest of each batch is acknowledged and marked meanwhile; with transactional
+ * fencing a batch is one transaction, all or nothing, so every batch holding
+ * a row of the missing partition is aborted and nothing flows until it is back. */
+static void one_broker_down(const char *fencing, bool others_flow)
 {
-    e2e_setup(&T, "brokerdown");
-    if (!T.env->mock_control)
-        cr_skip_test("needs the mock broker to take a broker down");
     e2e_migrate(&T);
     char topic[128];
     create_topic_with_leaders(topic, sizeof(topic));
     const char *extra[] = {"relay.poll_interval_ms=100", "relay.batch_size=100", "kafka.message.timeout.ms=2000",
-                           "relay.max_attempts=3", NULL};
+                           "relay.max_attempts=3", fencing, NULL};
     struct e2e_relay *relay = e2e_relay_start(&T, extra);
     enqueue_range(T.conn, 1, 400);
     e2e_wait_all_sent(&T, 60000);
@@ -296,16 +295,36 @@ Test(e2e, one_broker_down_longer_than_message_timeout, .fini = fini, .timeout = 
     e2e_sleep_ms(12000);
     long long new_sent = e2e_query_int(T.conn, "SELECT count(*) FROM %s WHERE sent_at IS NOT NULL AND id > "
                                        "(SELECT min(id) + 399 FROM %s)", T.qtable, T.qtable);
-    fprintf(stderr, "e2e: broker 2 down: %lld of 400 new rows sent\n", new_sent);
-    cr_assert(new_sent > 0 && new_sent < 400,
-              "%lld of 400 rows sent with one broker down: expected the other partitions to flow and "
-              "partition 1 to wait", new_sent);
+    fprintf(stderr, "e2e: broker 2 down (%s): %lld of 400 new rows sent\n", fencing, new_sent);
+    if (others_flow)
+        cr_assert(new_sent > 0 && new_sent < 400,
+                  "%lld of 400 rows sent with one broker down: expected the other partitions to flow and "
+                  "partition 1 to wait", new_sent);
+    else
+        cr_assert(new_sent == 0, "%lld of 400 rows marked while every batch's transaction had to abort",
+                  new_sent);
     assert_no_attempts("one broker down longer than message.timeout.ms");
 
     cr_assert(e2e_mock_command(&T, "up 2"));
     e2e_wait_all_sent(&T, 60000);
     verify_at_least_once("one broker down");
     cr_assert_eq(e2e_relay_stop(relay, 30000), 0, "relay did not exit 0 on SIGTERM");
+}
+
+Test(e2e, one_broker_down_longer_than_message_timeout, .fini = fini, .timeout = 200)
+{
+    e2e_setup(&T, "brokerdown");
+    if (!T.env->mock_control)
+        cr_skip_test("needs the mock broker to take a broker down");
+    one_broker_down("relay.fencing=transactional", false);
+}
+
+Test(e2e, one_broker_down_longer_than_message_timeout_unfenced, .fini = fini, .timeout = 200)
+{
+    e2e_setup(&T, "brokerdownnone");
+    if (!T.env->mock_control)
+        cr_skip_test("needs the mock broker to take a broker down");
+    one_broker_down("relay.fencing=none", true);
 }
 
 /* Produce requests failing with retriable errors, and partition leaders
