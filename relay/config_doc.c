@@ -40,6 +40,15 @@ static const struct {
      "hidden rows would never be published. `true` relays the visible rows anyway; the backlog "
      "is then reported as unknown."},
     {"relay.batch_size", "Rows claimed and produced per round."},
+    {"relay.fencing",
+     "How a leader that lost its leadership (paused, stalled, cut off from PostgreSQL but not from "
+     "Kafka) is kept from publishing what it still had queued after another relay took over:\n\n"
+     "- `transactional`: each batch is a Kafka transaction of `transactional_id`; a new leader "
+     "initialises transactions before producing, which fences the old one: its late writes are "
+     "aborted and never reach consumers reading with `isolation.level=read_committed` "
+     "(librdkafka's default; the Java client's default is `read_uncommitted`).\n"
+     "- `none`: the idempotent producer alone; a deposed leader may publish older events after "
+     "newer ones of the same aggregate."},
     {"relay.max_attempts",
      "Retriable failures of a row before `on_poison` applies; a permanent failure applies it "
      "after the first."},
@@ -76,6 +85,11 @@ static const struct {
      "On SIGTERM, how long (milliseconds) to wait for Kafka to acknowledge the batches in "
      "flight; what is not acknowledged stays unsent for the next start."},
     {"relay.table", "Name of the outbox table (a plain identifier)."},
+    {"relay.transactional_id",
+     "The Kafka `transactional.id` of `fencing = transactional`; empty means "
+     "`outbox-relay.<schema>.<table>`. Every relay of one outbox table must use the same id, "
+     "relays of different tables on one Kafka cluster different ones (two databases with an "
+     "outbox of the same schema and name: set it)."},
     {"relay.topic",
      "Topic for rows whose `topic` column is NULL. Placeholders: `${aggregate_type}` and "
      "`${event_type}`. Topics starting with `__` are Kafka's own and refused."},
@@ -147,7 +161,9 @@ static const char kafka_intro[] =
     "`bootstrap.servers` is required by `run` and `check-config`. The relay sets the "
     "properties below before this section's; those marked enforced cannot be changed "
     "(delivery depends on them), the others can. Also refused: `acks` other than `all`, more "
-    "than 5 requests in flight, `retries=0`, `transactional.id`.";
+    "than 5 requests in flight, `retries=0`, and `transactional.id`: with "
+    "`relay.fencing = transactional` the relay sets it (from `relay.transactional_id`) and "
+    "`transaction.timeout.ms=60000`.";
 
 /* Examples in the [kafka] section of the conffile (commented out). */
 static const char *const kafka_examples[][3] = {
