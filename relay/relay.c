@@ -1456,6 +1456,12 @@ static void txn_release(struct relay *r)
             b = &r->b[k];
     if (!b)
         return;
+    if (b->claim_gen != r->truncations) {
+        /* Another batch was cut after this claim skipped its whole range. */
+        batch_reset(b);
+        r->wake = true;
+        return;
+    }
     PGresult *res = b->held;
     b->held = NULL;
     b->txn_gen = producer_txn_gen(&r->prod);
