@@ -136,6 +136,7 @@ struct relay {
     uint64_t last_retention_ms;
     uint64_t backlog_due_ms;    /* next backlog query */
     uint64_t txn_start_ms;      /* the running transaction call began */
+    bool lead_unverified;       /* fencing: a replaced producer waits for the lock check */
 
     struct batch b[N_BATCHES];
     struct strbuf params[3];    /* array literals for the mark and failure statements */
@@ -1172,6 +1173,7 @@ static void on_lock(struct pg_conn *pg, PGresult *res, void *arg)
     }
     if (col_true(res, 3)) {
         r->may_hold_lock = true;
+        r->lead_unverified = false;
         set_role(r, STATS_ROLE_LEADER);
         r->wake = true; /* catch up: notifications were not heard before */
         log_info("became leader", "schema=%s table=%s backend_pid=%d", r->cfg->schema,
@@ -1207,6 +1209,7 @@ static void on_verified(struct pg_conn *pg, PGresult *res, void *arg)
                pid);
         return;
     }
+    r->lead_unverified = false;
     step(r);
 }
 
@@ -1382,9 +1385,12 @@ static bool replace_producer(struct relay *r)
         return false;
     }
     /* Fenced means another relay may lead now: the new instance initialises
-     * transactions (fencing in turn) only once the lock says we still lead. */
-    if (producer_txn_state(&r->prod) != PRODUCER_TXN_OFF && r->st.role == STATS_ROLE_LEADER)
-        r->st.role = STATS_ROLE_UNKNOWN;
+     * transactions (fencing in turn) only once the lock check says this
+     * session still holds the lock (it fails if the session is gone). */
+    if (producer_txn_state(&r->prod) != PRODUCER_TXN_OFF && r->st.role == STATS_ROLE_LEADER) {
+        r->lead_unverified = true;
+        r->lock_due = true;
+    }
     return true;
 }
 
@@ -1551,7 +1557,8 @@ static void fence_step(struct relay *r)
     }
     if (st == PRODUCER_TXN_UNINIT) {
         /* Before the first produce of a leader, never for a standby. */
-        if (r->st.role == STATS_ROLE_LEADER && !r->stopping && producer_txn_init(p, on_txn_ended, r) == 0)
+        if (r->st.role == STATS_ROLE_LEADER && !r->lead_unverified && !r->stopping &&
+            producer_txn_init(p, on_txn_ended, r) == 0)
             r->txn_start_ms = now_ms(r);
         return;
     }
