@@ -99,6 +99,11 @@ void producer_dump_settings(const struct relay_config *cfg, FILE *out);
  *  section). @return the conf, or NULL with errbuf naming the property. */
 rd_kafka_conf_t *producer_conf_new(const struct relay_config *cfg, char *errbuf, size_t errlen);
 
+/** producer_conf_new() without the relay's transactional.id: for one-shot
+ *  tools (replay) that must neither need a transaction nor fence the leader. */
+rd_kafka_conf_t *producer_conf_new_untransactional(const struct relay_config *cfg, char *errbuf,
+                                                   size_t errlen);
+
 /** Produces one row to @p topic; its report comes later through the callback.
  *  @return 0; -ENOBUFS when the local queue is full (try again after reports);
  *  -EINVAL when this row can never be produced (errbuf says why); -EIO on a

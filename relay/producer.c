@@ -180,7 +180,8 @@ static void on_log(const rd_kafka_t *rk, int level, const char *fac, const char 
     log_write(l, "librdkafka", "facility=%s detail=%s", fac, log_quote(buf));
 }
 
-rd_kafka_conf_t *producer_conf_new(const struct relay_config *cfg, char *errbuf, size_t errlen)
+static rd_kafka_conf_t *conf_build(const struct relay_config *cfg, bool transactional, char *errbuf,
+                                   size_t errlen)
 {
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
     char err[512];
@@ -200,7 +201,7 @@ rd_kafka_conf_t *producer_conf_new(const struct relay_config *cfg, char *errbuf,
         snprintf(v, sizeof(v), "%ld", need);
         rd_kafka_conf_set(conf, "queue.buffering.max.messages", v, err, sizeof(err));
     }
-    if (relay_fencing_of(cfg) == RELAY_FENCING_TRANSACTIONAL) {
+    if (transactional && relay_fencing_of(cfg) == RELAY_FENCING_TRANSACTIONAL) {
         char id[256];
         config_transactional_id(cfg, id, sizeof(id));
         for (size_t i = 0; i < sizeof(txn_defaults) / sizeof(txn_defaults[0]); i++) {
@@ -222,6 +223,17 @@ rd_kafka_conf_t *producer_conf_new(const struct relay_config *cfg, char *errbuf,
         }
     }
     return conf;
+}
+
+rd_kafka_conf_t *producer_conf_new(const struct relay_config *cfg, char *errbuf, size_t errlen)
+{
+    return conf_build(cfg, true, errbuf, errlen);
+}
+
+rd_kafka_conf_t *producer_conf_new_untransactional(const struct relay_config *cfg, char *errbuf,
+                                                   size_t errlen)
+{
+    return conf_build(cfg, false, errbuf, errlen);
 }
 
 const struct producer_setting *producer_settings(size_t *n)

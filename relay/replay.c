@@ -187,8 +187,10 @@ static rd_kafka_t *producer_new(const struct relay_config *cfg, struct delivery 
                                 size_t errlen)
 {
     /* The relay's producer settings: idempotence, acks=all, one request in
-     * flight, the same partitioner (so a key lands where it did). */
-    rd_kafka_conf_t *conf = producer_conf_new(cfg, err, errlen);
+     * flight, the same partitioner (so a key lands where it did). Not its
+     * transactional.id: initialising it would fence the running leader, and
+     * a replay is a deliberate republication that needs no fencing. */
+    rd_kafka_conf_t *conf = producer_conf_new_untransactional(cfg, err, errlen);
     if (!conf)
         return NULL;
     char why[512];
