@@ -263,6 +263,16 @@ void producer_dump_settings(const struct relay_config *cfg, FILE *out)
                               : "default of the relay (may be set here)",
                 s[i].key, s[i].value);
     }
+    if (relay_fencing_of(cfg) == RELAY_FENCING_TRANSACTIONAL) {
+        /* Comments, not keys: kafka.transactional.id is refused in this section. */
+        char id[256];
+        config_transactional_id(cfg, id, sizeof(id));
+        fprintf(out, "# set by the relay for relay.fencing=transactional (relay.transactional_id):\n"
+                     "#   transactional.id = %s\n", id);
+        if (!kafka_set_by_operator(cfg, "transaction.timeout.ms"))
+            fprintf(out, "# set by the relay for relay.fencing=transactional (may be set here):\n"
+                         "#   transaction.timeout.ms = 60000\n");
+    }
     /* As producer_conf_new() sizes it. */
     long need = (long)cfg->batch_size * RELAY_BATCHES_IN_FLIGHT;
     if (need > PRODUCER_QUEUE_MESSAGES_DEFAULT &&
