@@ -34,6 +34,7 @@ struct producer {
     int64_t in_flight;         /* produced, no delivery report yet */
     bool ack_stalled;          /* the stall was logged; its end will be */
     bool started;
+    char known_topic[256];     /* the last topic asked about (see producer_send) */
 };
 
 /** Creates the producer from the [kafka] section on top of the relay's
