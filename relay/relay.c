@@ -131,6 +131,8 @@ struct relay {
     long retention_s;
     uint64_t last_retention_ms;
     uint64_t backlog_due_ms;    /* next backlog query */
+    bool claim_first;           /* new leader: its first claim goes before the backlog
+                                   count, which takes a while on a large backlog */
 
     struct batch b[N_BATCHES];
     struct strbuf params[3];    /* array literals for the mark and failure statements */
@@ -642,6 +644,7 @@ static void claim(struct relay *r, struct batch *b)
     snprintf(his, sizeof(his), "%" PRId64, hi);
     const char *params[] = { limit, los, his };
     r->wake = false;
+    r->claim_first = false;
     b->phase = PHASE_CLAIMING;
     b->start_ms = now_ms(r);
     if (pg_query_prepared(&r->pg, "claim", 3, params, on_claimed, b) < 0)
@@ -1156,6 +1159,7 @@ static void on_lock(struct pg_conn *pg, PGresult *res, void *arg)
         r->may_hold_lock = true;
         set_role(r, STATS_ROLE_LEADER);
         r->wake = true; /* catch up: notifications were not heard before */
+        r->claim_first = true;
         log_info("became leader", "schema=%s table=%s backend_pid=%d", r->cfg->schema,
                  r->cfg->table, pid);
     } else {
@@ -1451,7 +1455,7 @@ static void step(struct relay *r)
         notify_send("READY=1");
     }
     /* Under row-level security the relay would count only what it sees. */
-    if (now_ms(r) >= r->backlog_due_ms && !r->st.row_security) {
+    if (now_ms(r) >= r->backlog_due_ms && !r->st.row_security && !r->claim_first) {
         r->backlog_due_ms = now_ms(r) + BACKLOG_EVERY_MS;
         pg_query(&r->pg, r->sql.backlog, 0, NULL, on_backlog, r);
         return;
