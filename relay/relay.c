@@ -1159,7 +1159,7 @@ static void on_lock(struct pg_conn *pg, PGresult *res, void *arg)
         r->may_hold_lock = true;
         set_role(r, STATS_ROLE_LEADER);
         r->wake = true; /* catch up: notifications were not heard before */
-        r->claim_first = true;
+        r->claim_first = !r->st.halted; /* a halted relay claims nothing */
         log_info("became leader", "schema=%s table=%s backend_pid=%d", r->cfg->schema,
                  r->cfg->table, pid);
     } else {
