@@ -70,6 +70,7 @@ struct producer {
     uint64_t txn_retry_ms;     /* loop time before which init is not tried again */
     struct txn_job *job;       /* the call running on a worker thread, if any */
     char txn_id[256];
+    char known_topic[256];     /* the last topic asked about (see producer_send) */
 };
 
 /** Creates the producer from the [kafka] section on top of the relay's

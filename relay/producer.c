@@ -368,6 +368,17 @@ int producer_send(struct producer *p, const struct event_row *row, const char *t
     if (p->fatal)
         return -EIO;
 
+    /* librdkafka before 2.10.1 asks for the metadata of a topic that
+     * rd_kafka_producev() names for the first time only on its 1 s timer, so
+     * the first batch after start waited up to a second for it.
+     * rd_kafka_topic_new() asks at once; later calls find the topic known. */
+    if (strcmp(topic, p->known_topic) != 0) {
+        rd_kafka_topic_t *rkt = rd_kafka_topic_new(p->rk, topic, NULL);
+        if (rkt)
+            rd_kafka_topic_destroy(rkt);
+        snprintf(p->known_topic, sizeof(p->known_topic), "%s", topic);
+    }
+
     rd_kafka_headers_t *hdrs = NULL;
     int rc = event_headers_build(row, &hdrs, errbuf, errlen);
     if (rc < 0)

@@ -21,7 +21,7 @@
 
 #include "errors.h"
 #include "event.h"
-#include "http.h" /* issue 3: status endpoint */
+#include "http.h"
 #include "log.h"
 #include "notify.h"
 #include "pg.h"
@@ -137,6 +137,9 @@ struct relay {
     uint64_t backlog_due_ms;    /* next backlog query */
     uint64_t txn_start_ms;      /* the running transaction call began */
     bool lead_unverified;       /* fencing: a replaced producer waits for the lock check */
+    bool claim_first;           /* new leader: its first claim goes before the backlog
+                                   count, which takes a while on a large backlog */
+    uint64_t claim_first_until; /* ... but no longer than this: Kafka may be away */
 
     struct batch b[N_BATCHES];
     struct strbuf params[3];    /* array literals for the mark and failure statements */
@@ -661,6 +664,7 @@ static void claim(struct relay *r, struct batch *b)
     snprintf(his, sizeof(his), "%" PRId64, hi);
     const char *params[] = { limit, los, his };
     r->wake = false;
+    r->claim_first = false;
     b->phase = PHASE_CLAIMING;
     b->start_ms = now_ms(r);
     if (pg_query_prepared(&r->pg, "claim", 3, params, on_claimed, b) < 0)
@@ -1176,6 +1180,8 @@ static void on_lock(struct pg_conn *pg, PGresult *res, void *arg)
         r->lead_unverified = false;
         set_role(r, STATS_ROLE_LEADER);
         r->wake = true; /* catch up: notifications were not heard before */
+        r->claim_first = !r->st.halted; /* a halted relay claims nothing */
+        r->claim_first_until = now_ms(r) + 2000;
         log_info("became leader", "schema=%s table=%s backend_pid=%d", r->cfg->schema,
                  r->cfg->table, pid);
     } else {
@@ -1682,7 +1688,8 @@ static void step(struct relay *r)
         notify_send("READY=1");
     }
     /* Under row-level security the relay would count only what it sees. */
-    if (now_ms(r) >= r->backlog_due_ms && !r->st.row_security) {
+    if (now_ms(r) >= r->backlog_due_ms && !r->st.row_security &&
+        !(r->claim_first && now_ms(r) < r->claim_first_until)) {
         r->backlog_due_ms = now_ms(r) + BACKLOG_EVERY_MS;
         pg_query(&r->pg, r->sql.backlog, 0, NULL, on_backlog, r);
         return;
@@ -1901,7 +1908,7 @@ static void finish(struct relay *r)
     uv_close((uv_handle_t *)&r->sighup, NULL);
     pg_close(&r->pg);
     producer_stop(&r->prod);
-    /* issue 3: the status endpoint answers until here */
+    /* the status endpoint answers until here */
     http_stop(r->http);
     r->http = NULL;
     verify_task_stop(r->verify);
@@ -1974,7 +1981,7 @@ int relay_run(struct relay_config *cfg, relay_reload_fn reload, void *reload_arg
         return EXIT_CONFIG;
     }
 
-    /* ---- issue 3: the status endpoint; an address we cannot listen on is a
+    /* ---- the status endpoint; an address we cannot listen on is a
      * configuration error, like any other rejected key. */
     if (http_start(&r.http, r.loop, cfg, &r.st, err, sizeof(err)) < 0) {
         log_error("cannot start the status endpoint", "error=%s", log_quote(err));
@@ -1983,7 +1990,7 @@ int relay_run(struct relay_config *cfg, relay_reload_fn reload, void *reload_arg
         relay_free(&r);
         return EXIT_CONFIG;
     }
-    /* ---- end issue 3 */
+    /* ---- end of the status endpoint */
     if (verify_task_start(&r.verify, r.loop, cfg, &r.st) < 0)
         log_error("out of memory starting the periodic verify; running without it", "");
 
