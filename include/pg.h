@@ -10,6 +10,8 @@
 #include <stdbool.h>
 #include <uv.h>
 
+#include "event.h"
+
 struct pg_conn;
 
 /** Called with the final result of a statement (NULL if the connection was
@@ -86,5 +88,9 @@ void pg_close(struct pg_conn *pg);
 
 /** pg_close, then frees the conninfo. */
 void pg_free(struct pg_conn *pg);
+
+/** Points @p out at row @p i of a result with the claim statement's columns
+ *  (CLAIM_* in sql.h): valid as long as the result is. */
+void pg_claim_row(const PGresult *res, int i, struct event_row *out);
 
 #endif

@@ -11,6 +11,7 @@
 
 #include "log.h"
 #include "redact.h"
+#include "sql.h"
 
 static void on_poll(uv_poll_t *h, int status, int events);
 
@@ -371,4 +372,21 @@ void pg_free(struct pg_conn *pg)
     pg_close(pg);
     free(pg->conninfo);
     pg->conninfo = NULL;
+}
+
+void pg_claim_row(const PGresult *res, int i, struct event_row *out)
+{
+    *out = (struct event_row){
+        .id = strtoll(PQgetvalue(res, i, CLAIM_ID), NULL, 10),
+        .event_id = PQgetvalue(res, i, CLAIM_EVENT_ID),
+        .aggregate_type = PQgetvalue(res, i, CLAIM_AGGREGATE_TYPE),
+        .aggregate_id = PQgetvalue(res, i, CLAIM_AGGREGATE_ID),
+        .event_type = PQgetvalue(res, i, CLAIM_EVENT_TYPE),
+        .topic = PQgetisnull(res, i, CLAIM_TOPIC) ? NULL : PQgetvalue(res, i, CLAIM_TOPIC),
+        .payload = PQgetisnull(res, i, CLAIM_PAYLOAD) ? NULL : PQgetvalue(res, i, CLAIM_PAYLOAD),
+        .payload_len = (size_t)PQgetlength(res, i, CLAIM_PAYLOAD),
+        .headers_json = PQgetisnull(res, i, CLAIM_HEADERS) ? NULL : PQgetvalue(res, i, CLAIM_HEADERS),
+        .created_ms = strtoll(PQgetvalue(res, i, CLAIM_CREATED_MS), NULL, 10),
+        .created_at = PQgetvalue(res, i, CLAIM_CREATED_AT),
+    };
 }

@@ -513,20 +513,8 @@ static void produce_rows(struct relay *r, struct batch *b, PGresult *res)
             free(key);
         }
 
-        struct event_row row = {
-            .id = b->ids[i],
-            .event_id = PQgetvalue(res, i, CLAIM_EVENT_ID),
-            .aggregate_type = PQgetvalue(res, i, CLAIM_AGGREGATE_TYPE),
-            .aggregate_id = PQgetvalue(res, i, CLAIM_AGGREGATE_ID),
-            .event_type = PQgetvalue(res, i, CLAIM_EVENT_TYPE),
-            .topic = PQgetisnull(res, i, CLAIM_TOPIC) ? NULL : PQgetvalue(res, i, CLAIM_TOPIC),
-            .payload = PQgetisnull(res, i, CLAIM_PAYLOAD) ? NULL : PQgetvalue(res, i, CLAIM_PAYLOAD),
-            .payload_len = (size_t)PQgetlength(res, i, CLAIM_PAYLOAD),
-            .headers_json = PQgetisnull(res, i, CLAIM_HEADERS) ? NULL
-                                                                : PQgetvalue(res, i, CLAIM_HEADERS),
-            .created_ms = b->created_ms[i],
-            .created_at = PQgetvalue(res, i, CLAIM_CREATED_AT),
-        };
+        struct event_row row;
+        pg_claim_row(res, i, &row);
 
         int rc;
         if (row.topic && *row.topic)

@@ -24,6 +24,7 @@
 #include "errors.h"
 #include "event.h"
 #include "log.h"
+#include "pg.h"
 #include "producer.h"
 #include "sql.h"
 #include "stats.h"
@@ -213,20 +214,7 @@ static rd_kafka_t *producer_new(const struct relay_config *cfg, struct delivery 
 
 static void row_of(PGresult *res, int i, struct event_row *e)
 {
-    *e = (struct event_row){
-        .id = strtoll(PQgetvalue(res, i, CLAIM_ID), NULL, 10),
-        .event_id = PQgetvalue(res, i, CLAIM_EVENT_ID),
-        .aggregate_type = PQgetvalue(res, i, CLAIM_AGGREGATE_TYPE),
-        .aggregate_id = PQgetvalue(res, i, CLAIM_AGGREGATE_ID),
-        .event_type = PQgetvalue(res, i, CLAIM_EVENT_TYPE),
-        .topic = PQgetisnull(res, i, CLAIM_TOPIC) ? NULL : PQgetvalue(res, i, CLAIM_TOPIC),
-        .payload = PQgetisnull(res, i, CLAIM_PAYLOAD) ? NULL : PQgetvalue(res, i, CLAIM_PAYLOAD),
-        .payload_len = (size_t)PQgetlength(res, i, CLAIM_PAYLOAD),
-        .headers_json =
-            PQgetisnull(res, i, CLAIM_HEADERS) ? NULL : PQgetvalue(res, i, CLAIM_HEADERS),
-        .created_ms = strtoll(PQgetvalue(res, i, CLAIM_CREATED_MS), NULL, 10),
-        .created_at = PQgetvalue(res, i, CLAIM_CREATED_AT),
-    };
+    pg_claim_row(res, i, e);
 }
 
 /* Waits for every message produced so far; SIGINT does not cut this short:

@@ -27,6 +27,7 @@
 #include "errors.h"
 #include "event.h"
 #include "log.h"
+#include "pg.h"
 #include "sql.h"
 #include "stats.h"
 
@@ -181,20 +182,8 @@ static int pg_fail(struct run *r, PGresult *res, const char *what)
 /* Reduces row @p i of a rows result to what the comparison keeps. */
 static int row_add(struct run *r, PGresult *res, int i)
 {
-    struct event_row e = {
-        .id = strtoll(PQgetvalue(res, i, CLAIM_ID), NULL, 10),
-        .event_id = PQgetvalue(res, i, CLAIM_EVENT_ID),
-        .aggregate_type = PQgetvalue(res, i, CLAIM_AGGREGATE_TYPE),
-        .aggregate_id = PQgetvalue(res, i, CLAIM_AGGREGATE_ID),
-        .event_type = PQgetvalue(res, i, CLAIM_EVENT_TYPE),
-        .topic = PQgetisnull(res, i, CLAIM_TOPIC) ? NULL : PQgetvalue(res, i, CLAIM_TOPIC),
-        .payload = PQgetisnull(res, i, CLAIM_PAYLOAD) ? NULL : PQgetvalue(res, i, CLAIM_PAYLOAD),
-        .payload_len = (size_t)PQgetlength(res, i, CLAIM_PAYLOAD),
-        .headers_json =
-            PQgetisnull(res, i, CLAIM_HEADERS) ? NULL : PQgetvalue(res, i, CLAIM_HEADERS),
-        .created_ms = strtoll(PQgetvalue(res, i, CLAIM_CREATED_MS), NULL, 10),
-        .created_at = PQgetvalue(res, i, CLAIM_CREATED_AT),
-    };
+    struct event_row e;
+    pg_claim_row(res, i, &e);
     struct vcheck_row row = {.id = e.id};
     const char *sent = PQgetvalue(res, i, ROWS_SENT), *dead = PQgetvalue(res, i, ROWS_DEAD);
     row.state = sent[0] == 't' ? VCHECK_SENT : dead[0] == 't' ? VCHECK_DEAD : VCHECK_PENDING;
