@@ -454,6 +454,16 @@ void sql_migrate_free(struct sql_migrate *q)
     memset(q, 0, sizeof *q);
 }
 
+/* "schema"."table" of two valid identifiers (no quotes in them: no overflow). */
+#define QUALIFIED_MAX (4 * CONFIG_IDENT_MAX + 10)
+static void qualified_name(const char *schema, const char *table, char *out, size_t len)
+{
+    char qschema[2 * CONFIG_IDENT_MAX + 4], qtable[2 * CONFIG_IDENT_MAX + 4];
+    sql_quote_ident(schema, qschema, sizeof qschema);
+    sql_quote_ident(table, qtable, sizeof qtable);
+    snprintf(out, len, "%s.%s", qschema, qtable);
+}
+
 /* The rows an operator acts on, for table alias @p a: dead (dead_at set) or
  * failing (not dead but attempts > 0), never sent ones. Each arm repeats the
  * predicate of a partial index (dead_key_idx, pending_idx), so the planner can
@@ -468,11 +478,8 @@ int sql_dead_init(struct sql_dead *q, const char *schema, const char *table)
     if (!sql_ident_valid(schema) || !sql_ident_valid(table))
         return -EINVAL;
 
-    char qschema[2 * CONFIG_IDENT_MAX + 4], qtable[2 * CONFIG_IDENT_MAX + 4];
-    char t[sizeof qschema + sizeof qtable];
-    sql_quote_ident(schema, qschema, sizeof qschema);
-    sql_quote_ident(table, qtable, sizeof qtable);
-    snprintf(t, sizeof t, "%s.%s", qschema, qtable);
+    char t[QUALIFIED_MAX];
+    qualified_name(schema, table, t, sizeof t);
 
     int rc = 0;
     /* "waiting" counts the later rows of the aggregate that are neither sent
@@ -536,11 +543,8 @@ int sql_window_init(struct sql_window *q, const char *schema, const char *table)
     memset(q, 0, sizeof *q);
     if (!sql_ident_valid(schema) || !sql_ident_valid(table))
         return -EINVAL;
-    char qschema[2 * CONFIG_IDENT_MAX + 4], qtable[2 * CONFIG_IDENT_MAX + 4];
-    char t[sizeof qschema + sizeof qtable];
-    sql_quote_ident(schema, qschema, sizeof qschema);
-    sql_quote_ident(table, qtable, sizeof qtable);
-    snprintf(t, sizeof t, "%s.%s", qschema, qtable);
+    char t[QUALIFIED_MAX];
+    qualified_name(schema, table, t, sizeof t);
 
     int rc = 0;
     rc |= build(&q->bounds,
