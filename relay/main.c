@@ -62,7 +62,7 @@ static void usage(FILE *out)
             "      --url URL       status: the relay to ask (default: from http.listen)\n"
             "      --json          status: print the relay's /status JSON as it is\n"
             "  -h, --help          show this help\n"
-            "      --version       print the version\n"
+            "  -V, --version       print the version\n"
             "\n"
             "Environment: OUTBOX_RELAY_<SECTION>_<KEY>=value sets section.key, over the\n"
             "file and under -X (e.g. OUTBOX_RELAY_POSTGRES_CONNINFO,\n"
@@ -132,7 +132,7 @@ int main(int argc, char **argv)
      * verify --since 1h): take them out before getopt, which only knows the
      * options of every command. */
     char *cmd_args[MAX_OVERRIDES];
-    static const char shortopts[] = "c:X:h";
+    static const char shortopts[] = "c:X:hV";
     static const char *const own_args[] = {"dead", "verify", "replay", "migrate", NULL};
     int n_cmd_args = cli_take_args(&argc, argv, shortopts, opts, own_args, cmd_args, MAX_OVERRIDES);
 
