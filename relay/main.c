@@ -26,6 +26,13 @@
 
 #define MAX_OVERRIDES 256
 
+/* A usage mistake gets one line pointing at the help, not the whole help:
+ * the message above it is what the user needs to see. */
+static void usage_hint(void)
+{
+    fputs("Try 'outbox-relay --help' for more information.\n", stderr);
+}
+
 static void usage(FILE *out)
 {
     fprintf(out,
@@ -184,7 +191,7 @@ int main(int argc, char **argv)
             doc_format = optarg;
             break;
         default:
-            usage(stderr);
+            usage_hint();
             return EXIT_USAGE;
         }
     }
@@ -197,7 +204,7 @@ int main(int argc, char **argv)
     }
     if (optind != argc - 1) {
         fprintf(stderr, "outbox-relay: %s\n", optind >= argc ? "no command given" : "one command at a time");
-        usage(stderr);
+        usage_hint();
         return EXIT_USAGE;
     }
     const char *cmd = argv[optind];
@@ -221,7 +228,7 @@ int main(int argc, char **argv)
         strcmp(cmd, "dead") != 0 && strcmp(cmd, "status") != 0 && strcmp(cmd, "verify") != 0 &&
         strcmp(cmd, "replay") != 0) {
         fprintf(stderr, "outbox-relay: unknown command \"%s\"\n", cmd);
-        usage(stderr);
+        usage_hint();
         return EXIT_USAGE;
     }
 

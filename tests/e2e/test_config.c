@@ -140,6 +140,8 @@ Test(e2e, bad_usage, .fini = fini, .timeout = 60)
     static const char *const cases[][4] = {
         {"frobnicate", NULL},
         {"frobnicate", "-c", "/dev/null", NULL},
+        {"--no-such-flag", "run", NULL},
+        {NULL},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         char *err = NULL;
@@ -150,6 +152,13 @@ Test(e2e, bad_usage, .fini = fini, .timeout = 60)
         e2e_check(&rep, rc == 64, "outbox-relay%s: exit %d, expected 64 (stderr: %.200s)", shown, rc,
                   err ? err : "");
         e2e_check(&rep, err && *err, "outbox-relay%s: nothing on stderr", shown);
+        /* The mistake and a pointer to --help, not the whole help. */
+        size_t lines = 0;
+        for (const char *p = err; p && *p; p++)
+            lines += *p == '\n';
+        e2e_check(&rep, err && strstr(err, "--help") && lines <= 3,
+                  "outbox-relay%s: expected the mistake and a hint at --help, got %zu lines: %.300s", shown, lines,
+                  err ? err : "");
         free(err);
     }
 
