@@ -154,6 +154,13 @@ int main(int argc, char **argv)
                 fprintf(stderr, "outbox-relay: too many -X options (at most %d)\n", MAX_OVERRIDES);
                 return EXIT_USAGE;
             }
+            /* A malformed -X is a command-line mistake, not a configuration one. */
+            if (!strchr(optarg, '=') || !strchr(optarg, '.') || strchr(optarg, '.') > strchr(optarg, '=') ||
+                *optarg == '.') {
+                fprintf(stderr, "outbox-relay: -X %s: expected section.key=value\n", optarg);
+                usage_hint();
+                return EXIT_USAGE;
+            }
             overrides[n_overrides] = strdup(optarg);
             if (!overrides[n_overrides]) {
                 fprintf(stderr, "outbox-relay: out of memory\n");
@@ -208,6 +215,16 @@ int main(int argc, char **argv)
         return EXIT_USAGE;
     }
     const char *cmd = argv[optind];
+    /* Options that belong to one command are a mistake anywhere else. */
+    const char *misplaced = status_url && strcmp(cmd, "status") != 0    ? "--url applies to status only"
+                            : status_json && strcmp(cmd, "status") != 0 ? "--json applies to status (and dead list)"
+                            : doc_format && strcmp(cmd, "config-doc") != 0 ? "--format applies to config-doc only"
+                                                                           : NULL;
+    if (misplaced) {
+        fprintf(stderr, "outbox-relay: %s\n", misplaced);
+        usage_hint();
+        return EXIT_USAGE;
+    }
     if (strcmp(cmd, "version") == 0) {
         print_version();
         return EXIT_OK;

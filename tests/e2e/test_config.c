@@ -182,11 +182,15 @@ Test(e2e, bad_usage_more, .fini = fini, .timeout = 60)
 {
     e2e_setup(&T, "usage2");
     struct e2e_report rep = {0};
-    static const char *const cases[][4] = {
+    static const char *const cases[][5] = {
         {NULL},
         {"run", "--no-such-option", NULL},
         {"check-config", "-X", NULL},
         {"check-config", "-c", NULL},
+        {"check-config", "-X", "foo", NULL},
+        {"check-config", "--json", NULL},
+        {"check-config", "--url", "http://127.0.0.1:1/", NULL},
+        {"migrate", "--format", "man", NULL},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         char *err = NULL;
