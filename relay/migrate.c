@@ -196,7 +196,9 @@ out:
     return rc;
 }
 
-int migrate_run(const struct relay_config *cfg)
+/* Connects for migrating and prepares the bookkeeping statements.
+ * @return 0, -EHOSTUNREACH (logged) or -ENOMEM. */
+static int migrate_open(const struct relay_config *cfg, PGconn **connp, struct sql_migrate *q)
 {
     PGconn *conn = PQconnectdb(cfg->pg_conninfo);
     if (PQstatus(conn) != CONNECTION_OK) {
@@ -207,12 +209,21 @@ int migrate_run(const struct relay_config *cfg)
     }
     /* Keep NOTICEs such as "relation already exists, skipping" out of the output. */
     PQclear(PQexec(conn, "SET client_min_messages = warning"));
-
-    struct sql_migrate q;
-    if (sql_migrate_init(&q, cfg->schema) < 0) {
+    if (sql_migrate_init(q, cfg->schema) < 0) {
         PQfinish(conn);
         return -ENOMEM;
     }
+    *connp = conn;
+    return 0;
+}
+
+int migrate_run(const struct relay_config *cfg)
+{
+    PGconn *conn;
+    struct sql_migrate q;
+    int orc = migrate_open(cfg, &conn, &q);
+    if (orc < 0)
+        return orc;
     char qualified[160];
     snprintf(qualified, sizeof(qualified), "%s.%s", cfg->schema, cfg->table);
 
@@ -253,19 +264,11 @@ int migrate_ledger(const struct relay_config *cfg, const char *name)
                   "48 bytes)", "ledger=%s", log_quote(name));
         return -EINVAL;
     }
-    PGconn *conn = PQconnectdb(cfg->pg_conninfo);
-    if (PQstatus(conn) != CONNECTION_OK) {
-        log_error("cannot connect to postgres", "error=%s",
-                  log_quote_pq(cfg->pg_conninfo, PQerrorMessage(conn)));
-        PQfinish(conn);
-        return -EHOSTUNREACH;
-    }
-    PQclear(PQexec(conn, "SET client_min_messages = warning"));
+    PGconn *conn;
     struct sql_migrate q;
-    if (sql_migrate_init(&q, cfg->schema) < 0) {
-        PQfinish(conn);
-        return -ENOMEM;
-    }
+    int orc = migrate_open(cfg, &conn, &q);
+    if (orc < 0)
+        return orc;
     /* Its own key in the bookkeeping: an outbox table of the same name keeps its own. */
     char qualified[200];
     snprintf(qualified, sizeof qualified, "%s.%s" LEDGER_SUFFIX, cfg->schema, name);

@@ -187,6 +187,16 @@ static int build(char **dst, const char *fmt, ...)
     return 0;
 }
 
+/* "schema"."table" of two valid identifiers (no quotes in them: no overflow). */
+#define QUALIFIED_MAX (4 * CONFIG_IDENT_MAX + 10)
+static void qualified_name(const char *schema, const char *table, char *out, size_t len)
+{
+    char qschema[2 * CONFIG_IDENT_MAX + 4], qtable[2 * CONFIG_IDENT_MAX + 4];
+    sql_quote_ident(schema, qschema, sizeof qschema);
+    sql_quote_ident(table, qtable, sizeof qtable);
+    snprintf(out, len, "%s.%s", qschema, qtable);
+}
+
 int sql_statements_init(struct sql_statements *s, const char *schema, const char *table,
                         const char *channel, unsigned flags)
 {
@@ -194,14 +204,11 @@ int sql_statements_init(struct sql_statements *s, const char *schema, const char
     if (!sql_ident_valid(schema) || !sql_ident_valid(table) || !sql_ident_valid(channel))
         return -EINVAL;
 
-    char qschema[2 * CONFIG_IDENT_MAX + 4], qtable[2 * CONFIG_IDENT_MAX + 4];
-    char qchannel[2 * CONFIG_IDENT_MAX + 4], q[sizeof qschema + sizeof qtable];
+    char qchannel[2 * CONFIG_IDENT_MAX + 4], q[QUALIFIED_MAX];
 
     /* Valid identifiers contain no quotes, so these cannot overflow. */
-    sql_quote_ident(schema, qschema, sizeof qschema);
-    sql_quote_ident(table, qtable, sizeof qtable);
+    qualified_name(schema, table, q, sizeof q);
     sql_quote_ident(channel, qchannel, sizeof qchannel);
-    snprintf(q, sizeof q, "%s.%s", qschema, qtable);
 
     /* Under hold_aggregate a dead row blocks the later rows of its aggregate
      * until an operator requeues or drops it; the dead-row index keeps the
@@ -295,13 +302,10 @@ int sql_session_init(struct sql_session *q, const char *schema, const char *tabl
     if (!sql_ident_valid(schema) || !sql_ident_valid(table))
         return -EINVAL;
 
-    char qschema[2 * CONFIG_IDENT_MAX + 4], qtable[2 * CONFIG_IDENT_MAX + 4];
-    char qualified[sizeof qschema + sizeof qtable], regclass[2 * sizeof qualified + 4];
+    char qualified[QUALIFIED_MAX], regclass[2 * sizeof qualified + 4];
     char plain[2 * CONFIG_IDENT_MAX + 2], lock_key[2 * sizeof plain + 4];
     /* Valid identifiers contain no quotes, so these cannot overflow. */
-    sql_quote_ident(schema, qschema, sizeof qschema);
-    sql_quote_ident(table, qtable, sizeof qtable);
-    snprintf(qualified, sizeof qualified, "%s.%s", qschema, qtable);
+    qualified_name(schema, table, qualified, sizeof qualified);
     sql_quote_literal(qualified, regclass, sizeof regclass);
     snprintf(plain, sizeof plain, "%s.%s", schema, table);
     sql_quote_literal(plain, lock_key, sizeof lock_key);
@@ -454,15 +458,6 @@ void sql_migrate_free(struct sql_migrate *q)
     memset(q, 0, sizeof *q);
 }
 
-/* "schema"."table" of two valid identifiers (no quotes in them: no overflow). */
-#define QUALIFIED_MAX (4 * CONFIG_IDENT_MAX + 10)
-static void qualified_name(const char *schema, const char *table, char *out, size_t len)
-{
-    char qschema[2 * CONFIG_IDENT_MAX + 4], qtable[2 * CONFIG_IDENT_MAX + 4];
-    sql_quote_ident(schema, qschema, sizeof qschema);
-    sql_quote_ident(table, qtable, sizeof qtable);
-    snprintf(out, len, "%s.%s", qschema, qtable);
-}
 
 /* The rows an operator acts on, for table alias @p a: dead (dead_at set) or
  * failing (not dead but attempts > 0), never sent ones. Each arm repeats the
