@@ -73,10 +73,13 @@ cmd_fetch() {
     echo "$dir/libs"
 }
 
-# The JVM's command line, into the array JAVA (the class path stays one word).
+# The JVM's command line for jars $1 and cluster $2, into the array JAVA (the
+# class path stays one word). The logging config is the cluster's copy: the
+# nodes' user may not be able to read the checkout (a clone in a 0700 folder),
+# and without it the line that says a node started is never logged.
 java_cmd() {
     JAVA=(java -Xmx"$HEAP" -Xms64m -XX:+UseSerialGC -Djava.awt.headless=true
-          -Dlog4j.configuration="file:$HERE/kafka/log4j.properties" -cp "$1/*")
+          -Dlog4j.configuration="file:$2/log4j.properties" -cp "$1/*")
 }
 
 write_config() {
@@ -139,7 +142,7 @@ wait_started() {
 start_nodes() {
     local dir=$1 libs=$2; shift 2
     local node drop=() JAVA
-    java_cmd "$libs"
+    java_cmd "$libs" "$dir"
     # As root the JVM runs unprivileged.
     [ "$(id -u)" = 0 ] && drop=(setpriv --reuid="$RUN_AS" --regid="$(id -g "$RUN_AS")" --clear-groups --)
     for node in "$@"; do
@@ -169,10 +172,11 @@ cmd_start() {
         free_port > "$dir/node-$node/controller_port" || die "no free port"
         voters="$voters${voters:+,}$node@127.0.0.1:$(cat "$dir/node-$node/controller_port")"
     done
+    install -m 0644 "$HERE/kafka/log4j.properties" "$dir/log4j.properties"
     cluster_id=$(java -cp "$libs/*" kafka.tools.StorageTool random-uuid 2>/dev/null | tail -n 1)
     for node in $(seq 1 "$n"); do
         write_config "$dir" "$node" "$n" "$voters"
-        java -cp "$libs/*" -Dlog4j.configuration="file:$HERE/kafka/log4j.properties" \
+        java -cp "$libs/*" -Dlog4j.configuration="file:$dir/log4j.properties" \
             kafka.tools.StorageTool format --ignore-formatted -t "$cluster_id" \
             -c "$dir/node-$node/server.properties" >"$dir/node-$node/format.log" 2>&1 ||
             { cat "$dir/node-$node/format.log" >&2; die "formatting node $node failed"; }
