@@ -36,6 +36,9 @@
 #define KAFKA_TIMEOUT_MS 15000
 /* A partition that yields nothing for this long before its end is an outage. */
 #define PARTITION_STALL_MS 30000
+/* How long a partition's stable offset may trail its end before the rows past
+ * it are counted: a commit's markers land a moment after the commit returned. */
+#define TXN_SETTLE_MS 10000
 #define EXAMPLES_DEFAULT 10
 
 void verify_time_arg(const char *arg, double now, char *out, size_t outlen)
@@ -70,16 +73,16 @@ static void on_consumer_log(const rd_kafka_t *rk, int level, const char *fac, co
     log_write(l, "librdkafka", "facility=%s detail=%s", fac, log_quote(buf));
 }
 
-static rd_kafka_t *consumer_new(const struct relay_config *cfg, char *err, size_t errlen)
+static rd_kafka_t *consumer_new(const struct relay_config *cfg, const char *isolation, char *err,
+                                size_t errlen)
 {
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
     char why[512];
     /* Connection and security settings come from [kafka] as for the relay. */
     for (size_t i = 0; i < cfg->n_kafka; i++)
         rd_kafka_conf_set(conf, cfg->kafka[i].key, cfg->kafka[i].value, why, sizeof why);
-    static const char *const settings[][2] = {
-        /* What a consumer of the outbox must see: committed data only. */
-        {"isolation.level", "read_committed"},
+    const char *const settings[][2] = {
+        {"isolation.level", isolation},
         /* Partitions are assigned by hand; no group is joined, nothing committed. */
         {"group.id", "outbox-relay-verify"},
         {"enable.auto.commit", "false"},
@@ -124,6 +127,7 @@ struct run {
     struct verify_meta *meta;
     PGconn *conn;
     rd_kafka_t *rk;
+    rd_kafka_t *rk_end;          /* read_uncommitted: where each partition really ends */
     struct sql_window q;
     const char *params[6];
     char page_after[24], page_limit[16];
@@ -355,6 +359,36 @@ static int64_t timestamp_at(struct run *r, const char *topic, int32_t part, int6
     return ts;
 }
 
+/* The partition's first offset and its stable offset, where reading
+ * committed data ends. A transaction the relay committed becomes readable
+ * only once the coordinator has written its markers, a moment after the
+ * commit returned and the rows were marked: the stable offset is given that
+ * moment, bounded, to catch up with the partition's end as it was on entry.
+ * @return 0 or negative. */
+static int stable_end(struct run *r, const char *topic, int32_t part, int64_t *lo, int64_t *lso)
+{
+    int64_t end_lo, end;
+    rd_kafka_resp_err_t e = rd_kafka_query_watermark_offsets(r->rk_end, topic, part, &end_lo, &end,
+                                                             KAFKA_TIMEOUT_MS);
+    if (!e)
+        e = rd_kafka_query_watermark_offsets(r->rk, topic, part, lo, lso, KAFKA_TIMEOUT_MS);
+    double until = stats_now() + TXN_SETTLE_MS / 1000.0;
+    while (!e && *lso < end && stats_now() < until && !stopped(r)) {
+        usleep(50 * 1000);
+        e = rd_kafka_query_watermark_offsets(r->rk, topic, part, lo, lso, KAFKA_TIMEOUT_MS);
+    }
+    if (e) {
+        snprintf(r->err, r->errlen, "kafka: watermarks of %s [%d]: %s", topic, (int)part,
+                 rd_kafka_err2str(e));
+        return -ENETUNREACH;
+    }
+    if (*lso < end)
+        log_warn("verify: an open Kafka transaction holds the partition back; rows in it count "
+                 "as missing", "topic=%s partition=%d stable_offset=%" PRId64 " end_offset=%" PRId64
+                 " waited_ms=%d", topic, (int)part, *lso, end, TXN_SETTLE_MS);
+    return 0;
+}
+
 /* Reads every partition of every topic of the slice from @p from_ms on. */
 static int read_slice(struct run *r, int64_t from_ms, size_t slice_rows)
 {
@@ -395,19 +429,27 @@ static int read_slice(struct run *r, int64_t from_ms, size_t slice_rows)
             return -ENETUNREACH;
         }
         int32_t *ids = n_parts ? calloc((size_t)n_parts, sizeof *ids) : NULL;
+        int64_t *bounds = n_parts ? calloc((size_t)n_parts * 2, sizeof *bounds) : NULL;
         for (int p = 0; p < n_parts && ids; p++)
             ids[p] = md->topics[0].partitions[p].id;
         rd_kafka_metadata_destroy(md);
-        if (n_parts && !ids)
+        if (n_parts && (!ids || !bounds)) {
+            free(ids);
+            free(bounds);
             return -ENOMEM;
+        }
+        /* Before the lookup by time, which a read_committed reader is
+         * answered only below the stable offset. */
+        int rc = 0;
+        for (int p = 0; rc == 0 && p < n_parts; p++)
+            rc = stable_end(r, name, ids[p], &bounds[2 * p], &bounds[2 * p + 1]);
 
         /* The first offset at or after the slice's oldest created_at: every
          * message of the slice's rows is there or later. */
         rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(n_parts ? n_parts : 1);
         for (int p = 0; p < n_parts; p++)
             rd_kafka_topic_partition_list_add(l, name, ids[p])->offset = from_ms;
-        e = n_parts ? rd_kafka_offsets_for_times(r->rk, l, KAFKA_TIMEOUT_MS) : 0;
-        int rc = 0;
+        e = n_parts && rc == 0 ? rd_kafka_offsets_for_times(r->rk, l, KAFKA_TIMEOUT_MS) : 0;
         if (e) {
             snprintf(r->err, r->errlen, "kafka: offsets for times of %s: %s", name,
                      rd_kafka_err2str(e));
@@ -415,18 +457,10 @@ static int read_slice(struct run *r, int64_t from_ms, size_t slice_rows)
         }
         for (int p = 0; rc == 0 && p < l->cnt; p++) {
             rd_kafka_topic_partition_t *tp = &l->elems[p];
-            int64_t lo, hi;
+            int64_t lo = bounds[2 * p], hi = bounds[2 * p + 1];
             if (tp->err) {
                 snprintf(r->err, r->errlen, "kafka: offsets for times of %s [%d]: %s", name,
                          (int)tp->partition, rd_kafka_err2str(tp->err));
-                rc = -ENETUNREACH;
-                break;
-            }
-            e = rd_kafka_query_watermark_offsets(r->rk, name, tp->partition, &lo, &hi,
-                                                 KAFKA_TIMEOUT_MS);
-            if (e) {
-                snprintf(r->err, r->errlen, "kafka: watermarks of %s [%d]: %s", name,
-                         (int)tp->partition, rd_kafka_err2str(e));
                 rc = -ENETUNREACH;
                 break;
             }
@@ -457,6 +491,7 @@ static int read_slice(struct run *r, int64_t from_ms, size_t slice_rows)
         }
         rd_kafka_topic_partition_list_destroy(l);
         free(ids);
+        free(bounds);
         if (rc)
             return rc;
         if (n_parts == 0)
@@ -580,8 +615,11 @@ int verify_run(const struct relay_config *cfg, const struct verify_opts *o, stru
     int64_t until_ms = PQgetisnull(res, 0, 4) ? INT64_MAX : strtoll(PQgetvalue(res, 0, 4), NULL, 10);
     PQclear(res);
 
-    r.rk = consumer_new(cfg, err, errlen);
-    if (!r.rk) {
+    /* What a consumer of the outbox must see: committed data only. */
+    r.rk = consumer_new(cfg, "read_committed", err, errlen);
+    if (r.rk)
+        r.rk_end = consumer_new(cfg, "read_uncommitted", err, errlen);
+    if (!r.rk || !r.rk_end) {
         rc = -EIO;
         goto out;
     }
@@ -613,6 +651,8 @@ out:
         rd_kafka_consumer_close(r.rk);
         rd_kafka_destroy(r.rk);
     }
+    if (r.rk_end)
+        rd_kafka_destroy(r.rk_end);
     PQfinish(r.conn);
     sql_window_free(&r.q);
     free(r.topic_used);
