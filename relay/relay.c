@@ -72,6 +72,7 @@ struct batch {
     unsigned txn_gen;           /* fencing: the Kafka transaction its rows were produced in */
     bool committed;             /* fencing: that transaction committed: its delivered rows may be marked */
     bool aborted;               /* fencing: that transaction was aborted: nothing of it is visible */
+    bool unpublished;           /* fencing: its rows go back unsent; no claim until it is done */
     PGresult *held;             /* fencing: claimed rows waiting for the open transaction to end */
     int64_t min_id, max_id;     /* the id range the other batch's claim must skip */
     uint64_t start_ms;
@@ -219,6 +220,7 @@ static void batch_reset(struct batch *b)
     b->record_lost = false;
     b->committed = false;
     b->aborted = false;
+    b->unpublished = false;
     if (b->held) {
         PQclear(b->held);
         b->held = NULL;
@@ -602,8 +604,10 @@ static void on_claimed(struct pg_conn *pg, PGresult *res, void *arg)
         step(r);
         return;
     }
-    /* A full batch means more rows are probably waiting. */
-    if (n >= r->cfg->batch_size)
+    /* A full batch means more rows are probably waiting; so does a row
+     * produced alone while suspects remain: the poll interval would pace
+     * the isolation at one row per interval. */
+    if (n >= (b->alone ? 1 : r->cfg->batch_size))
         r->wake = true;
     /* Send PostgreSQL its next statement (the next claim, or a mark) before
      * producing this batch, so the database works while we do. */
@@ -1402,6 +1406,9 @@ static bool replace_producer(struct relay *r)
  * abort. */
 static bool txn_may_claim(const struct relay *r)
 {
+    for (int k = 0; k < N_BATCHES; k++)
+        if (r->b[k].unpublished)
+            return false; /* its rows come first: they are claimed again once it is done */
     enum producer_txn_state st = producer_txn_state(&r->prod);
     return st == PRODUCER_TXN_OFF ||
            ((st == PRODUCER_TXN_OPEN || st == PRODUCER_TXN_BUSY) && !producer_txn_doomed(&r->prod));
@@ -1487,6 +1494,11 @@ static void txn_unpublish(struct relay *r, struct batch *b)
     }
     b->n_delivered = 0;
     b->committed = true; /* settled: mark() records what failed and releases the rest */
+    /* A claim sent while this batch was in flight skipped its ids: its rows
+     * would overtake these, so its result is dropped and claimed again. */
+    b->unpublished = true;
+    r->truncations++;
+    r->wake = true;
 }
 
 static void on_txn_ended(void *arg, unsigned gen, enum producer_txn_result res, const char *why)
