@@ -19,6 +19,9 @@ struct migration {
 extern const struct migration migrations[];
 extern const unsigned n_migrations;
 
+/** The newest schema version this binary knows (its last migration's). */
+int migrate_known_version(void);
+
 /** The consumer's event ledger (schema/ledger_*.sql): {{table}} is its name. */
 extern const struct migration ledger_migrations[];
 extern const unsigned n_ledger_migrations;

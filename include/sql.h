@@ -71,6 +71,8 @@ struct sql_session {
     char *verify;       /* $1 = token: backend pid, marker ours, lock held by this backend */
     char *release;      /* $1 = backend pid: unlocks when that backend answers and holds it */
     char *holder;       /* who holds the lock: columns of enum sql_holder_col; no row if nobody */
+    char *version;      /* $1 = "schema.table": the newest migration recorded for it (0: none);
+                           only once the check saw the bookkeeping table */
 };
 
 /** Column order of sql_session.check. */
@@ -80,7 +82,10 @@ enum sql_session_col {
     SESSION_RLS_ACTIVE,       /* row_security_active(): policies filter what this role sees */
     SESSION_RELROWSECURITY, SESSION_RELFORCEROWSECURITY, SESSION_ROLBYPASSRLS, SESSION_ROLSUPER,
     SESSION_OWNER,            /* the role has the privileges of the table's owner */
-    SESSION_USER, SESSION_NCOLS
+    SESSION_USER,
+    SESSION_LEDGER_EXISTS,    /* the schema's "outbox_relay_migrations" exists */
+    SESSION_LEDGER_READABLE,  /* and this role may read it */
+    SESSION_NCOLS
 };
 
 /** Column order of sql_session.holder (NULL where pg_stat_activity hides it). */

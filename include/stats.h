@@ -121,6 +121,10 @@ struct relay_stats {
     double kafka_ack_clock;        /* stats_mono(): the last acknowledgement, or when
                                       kafka_in_flight rose from 0, whichever is later */
 
+    /* The outbox table's schema: what this binary needs before relaying. */
+    int schema_version;            /* recorded by migrate; -1 = not read yet */
+    char schema_problem[384];      /* why relaying waits for the schema; empty when it is fit */
+
     /* The database session: fit for relaying, and the leader lock. */
     bool refused;                  /* relaying refused for good (pooled session, row security) */
     char refused_reason[512];

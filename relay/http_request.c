@@ -212,12 +212,18 @@ bool http_ready(const struct http_context *ctx, struct strbuf *out)
         check_line(out, true, "database", "");
     }
 
+    /* The table is the one this binary's statements were written for. */
+    bool schema = s->schema_problem[0] == '\0';
+    ready &= schema;
+    check_line(out, schema, "schema", s->schema_problem);
+
     /* A standby is ready to take over, unless it waits behind something
      * that will not let go: then it names the holder. */
     bool role = s->role != STATS_ROLE_UNKNOWN && !(s->role == STATS_ROLE_STANDBY && s->standby_stuck);
     ready &= role;
     check_line(out, role, "role",
                s->refused                     ? "none (relaying refused; see database)"
+               : !schema                       ? "none (waiting for the schema; see schema)"
                : s->role == STATS_ROLE_UNKNOWN ? "not known yet (leader lock not queried since connecting)"
                                                : s->standby_reason);
 
@@ -308,6 +314,8 @@ static void add_session(cJSON *pg, const struct relay_stats *s)
     cJSON_AddBoolToObject(pg, "refused", s->refused);
     add_string_or_null(pg, "refused_reason", s->refused ? s->refused_reason : NULL);
     add_time(pg, "refused_at", s->refused ? s->refused_time : 0);
+    add_number_or_null(pg, "schema_version", s->schema_version >= 0, s->schema_version);
+    add_string_or_null(pg, "schema_problem", s->schema_problem);
 }
 
 /* "leader_lock": our role since when, and for a standby who holds the lock. */

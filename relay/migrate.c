@@ -17,6 +17,11 @@
 #include "log.h"
 #include "sql.h"
 
+int migrate_known_version(void)
+{
+    return n_migrations ? migrations[n_migrations - 1].version : 0;
+}
+
 static int exec_ok(PGconn *conn, const char *what, PGresult *res)
 {
     ExecStatusType st = PQresultStatus(res);
@@ -143,7 +148,7 @@ static int check_objects(PGconn *conn, const struct sql_migrate *q, const char *
     }
     int newest = atoi(PQgetvalue(res, 0, 0));
     PQclear(res);
-    int known = n_migrations ? migrations[n_migrations - 1].version : 0;
+    int known = migrate_known_version();
     if (newest > known) {
         log_warn("schema is newer than this outbox-relay; its objects are not checked",
                  "table=%s schema_version=%d known_version=%d", qualified, newest, known);

@@ -23,6 +23,7 @@
 #include "event.h"
 #include "http.h"
 #include "log.h"
+#include "migrate.h"
 #include "notify.h"
 #include "pg.h"
 #include "producer.h"
@@ -152,6 +153,10 @@ struct relay {
     struct sql_session ssql;
     char token[48];             /* the marker this relay sets in its session at connect */
     bool session_checked;       /* the session check ran on this connection */
+    bool table_exists, ledger_exists, ledger_readable; /* what the session check saw */
+    bool warned_ledger;         /* said once that the schema version cannot be read */
+    bool schema_checked;        /* the table's schema version is the one this binary knows */
+    uint64_t schema_logged_ms;  /* when the schema problem was last logged */
     bool holder_due;            /* standby: ask who holds the leader lock */
     bool may_hold_lock;         /* the lock was taken on this connection */
     int release_tries;          /* refused: attempts to give the lock back before closing */
@@ -1008,6 +1013,7 @@ static void session_reset(struct relay *r)
     snprintf(r->token, sizeof(r->token), "%d-%016" PRIx64, (int)getpid(),
              uv_hrtime() ^ ((uint64_t)rand() << 32) ^ (uint64_t)rand());
     r->session_checked = false;
+    r->schema_checked = false;
     r->holder_due = false;
     r->may_hold_lock = false;
     r->release_tries = 0;
@@ -1102,6 +1108,9 @@ static void on_session_checked(struct pg_conn *pg, PGresult *res, void *arg)
         return;
     }
     r->session_checked = true;
+    r->table_exists = col_true(res, SESSION_TABLE_EXISTS);
+    r->ledger_exists = col_true(res, SESSION_LEDGER_EXISTS);
+    r->ledger_readable = col_true(res, SESSION_LEDGER_READABLE);
     r->st.backend_pid = atoi(PQgetvalue(res, 0, SESSION_PID));
     /* A pooler or proxy answers the startup with a pid of its own. Session
      * pooling is fine, so this alone refuses nothing; the lock's checks decide. */
@@ -1136,6 +1145,111 @@ static void on_session_checked(struct pg_conn *pg, PGresult *res, void *arg)
         }
     }
     step(r);
+}
+
+/* ---- the schema -------------------------------------------------------- */
+
+/* How often a schema that stays unfit is named again in the log; it is
+ * checked again every poll interval, so a migrate run later is picked up. */
+#define SCHEMA_LOG_EVERY_MS 60000
+
+/* Relaying waits for `outbox-relay migrate`: said once (and every minute),
+ * not once per poll; readiness and /status say it meanwhile. */
+static void schema_wait(struct relay *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void schema_wait(struct relay *r, const char *fmt, ...)
+{
+    char why[sizeof r->st.schema_problem];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
+    bool changed = strcmp(why, r->st.schema_problem) != 0;
+    if (changed || now_ms(r) - r->schema_logged_ms >= SCHEMA_LOG_EVERY_MS) {
+        log_error("waiting for the outbox table's schema; nothing is relayed until then",
+                  "reason=%s", log_quote(why));
+        r->schema_logged_ms = now_ms(r);
+    }
+    memcpy(r->st.schema_problem, why, sizeof why);
+    /* Checked afresh next tick: the session check sees a table created since. */
+    r->session_checked = false;
+    r->backoff = true;
+    if (!r->ready_sent) {
+        /* Started, and staying up to say why (as for a refusal). */
+        r->ready_sent = true;
+        notify_send("READY=1");
+    }
+}
+
+static void on_schema_version(struct pg_conn *pg, PGresult *res, void *arg)
+{
+    (void)pg;
+    struct relay *r = arg;
+    if (!res)
+        return;
+    if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1) {
+        log_error("reading the schema version failed", "error=%s",
+                  log_quote(PQresultErrorMessage(res)));
+        r->backoff = true;
+        return;
+    }
+    int version = atoi(PQgetvalue(res, 0, 0)), known = migrate_known_version();
+    r->st.schema_version = version;
+    if (version < known) {
+        schema_wait(r, "\"%s\".\"%s\" is at schema version %d and this outbox-relay needs %d: "
+                       "run `outbox-relay migrate` with this configuration",
+                    r->cfg->schema, r->cfg->table, version, known);
+        return;
+    }
+    if (version > known) {
+        /* A newer schema may have renamed or dropped what this binary's
+         * statements name, or changed what a column means. */
+        refuse(r, "\"%s\".\"%s\" is at schema version %d, newer than this outbox-relay knows "
+                  "(%d): upgrade outbox-relay",
+               r->cfg->schema, r->cfg->table, version, known);
+        step(r);
+        return;
+    }
+    if (r->st.schema_problem[0])
+        log_info("the outbox table's schema is fit; relaying", "schema_version=%d", version);
+    r->st.schema_problem[0] = '\0';
+    r->schema_checked = true;
+    step(r);
+}
+
+static void schema_check(struct relay *r)
+{
+    if (!r->table_exists) {
+        schema_wait(r, "the outbox table \"%s\".\"%s\" does not exist: run `outbox-relay "
+                       "migrate` with this configuration",
+                    r->cfg->schema, r->cfg->table);
+        return;
+    }
+    if (!r->ledger_exists) {
+        schema_wait(r, "\"%s\".\"%s\" was not made by `outbox-relay migrate` (no "
+                       "\"%s\".\"outbox_relay_migrations\"): run it with this configuration",
+                    r->cfg->schema, r->cfg->table, r->cfg->schema);
+        return;
+    }
+    if (!r->ledger_readable) {
+        /* A role granted only the outbox table (as deployments before this
+         * check were told) still relays; the version is simply unknown. */
+        if (!r->warned_ledger)
+            log_warn("cannot read the outbox table's schema version: this role may not read "
+                     "the migrations table; relaying on the table as it is",
+                     "fix=%s", log_quote("GRANT SELECT ON \"outbox_relay_migrations\" (in relay.schema) "
+                                         "to the relay's role"));
+        r->warned_ledger = true;
+        r->st.schema_problem[0] = '\0';
+        r->schema_checked = true;
+        step(r);
+        return;
+    }
+    /* Valid identifiers (sql_session_init checked them) are short. */
+    char plain[256];
+    snprintf(plain, sizeof plain, "%s.%s", r->cfg->schema, r->cfg->table);
+    const char *params[] = { plain };
+    pg_query(&r->pg, r->ssql.version, 1, params, on_schema_version, r);
 }
 
 static void session_check(struct relay *r)
@@ -1633,6 +1747,12 @@ static void step(struct relay *r)
     fence_step(r);
     if (!pg_ready(&r->pg))
         return;
+    /* Stopped before the checks below passed: nothing was claimed on this
+     * connection nor the lock taken, so nothing is waited for. */
+    if (r->stopping && all_empty(r) && (!r->session_checked || !r->schema_checked)) {
+        finish(r);
+        return;
+    }
     /* Before anything else: is this connection a session of its own, and
      * may this role see every row? */
     if (!r->session_checked) {
@@ -1643,6 +1763,12 @@ static void step(struct relay *r)
     if (r->st.refused &&
         (r->prepared < N_HOT || all_empty(r) || now_ms(r) >= r->refuse_deadline_ms)) {
         wind_down(r);
+        return;
+    }
+    /* Then: is the table the one this binary's statements were written for? */
+    if (!r->schema_checked) {
+        if (!r->backoff)
+            schema_check(r);
         return;
     }
     if (r->prepared < N_HOT) {

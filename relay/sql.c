@@ -187,6 +187,16 @@ static int build(char **dst, const char *fmt, ...)
     return 0;
 }
 
+/* The highest migration recorded for $1 = "schema.table" (0: none), in the
+ * bookkeeping table of @p qschema (quoted): read by migrate and by run. */
+static int build_newest(char **dst, const char *qschema)
+{
+    return build(dst,
+                 "SELECT coalesce(max(\"version\"), 0) FROM %s.\"outbox_relay_migrations\" "
+                 "WHERE \"table_name\" = $1",
+                 qschema);
+}
+
 /* "schema"."table" of two valid identifiers (no quotes in them: no overflow). */
 #define QUALIFIED_MAX (4 * CONFIG_IDENT_MAX + 10)
 static void qualified_name(const char *schema, const char *table, char *out, size_t len)
@@ -303,6 +313,11 @@ int sql_session_init(struct sql_session *q, const char *schema, const char *tabl
         return -EINVAL;
 
     char qualified[QUALIFIED_MAX], regclass[2 * sizeof qualified + 4];
+    char qschema[2 * CONFIG_IDENT_MAX + 4], ledger[sizeof qschema + 30];
+    char ledger_regclass[2 * sizeof ledger + 4];
+    sql_quote_ident(schema, qschema, sizeof qschema);
+    snprintf(ledger, sizeof ledger, "%s.\"outbox_relay_migrations\"", qschema);
+    sql_quote_literal(ledger, ledger_regclass, sizeof ledger_regclass);
     char plain[2 * CONFIG_IDENT_MAX + 2], lock_key[2 * sizeof plain + 4];
     /* Valid identifiers contain no quotes, so these cannot overflow. */
     qualified_name(schema, table, qualified, sizeof qualified);
@@ -341,11 +356,13 @@ int sql_session_init(struct sql_session *q, const char *schema, const char *tabl
                 "c.oid IS NOT NULL, COALESCE(row_security_active(c.oid), false), "
                 "COALESCE(c.relrowsecurity, false), COALESCE(c.relforcerowsecurity, false), "
                 "r.rolbypassrls, r.rolsuper, COALESCE(pg_has_role(c.relowner, 'USAGE'), false), "
-                "current_user::text "
+                "current_user::text, to_regclass(%s) IS NOT NULL, "
+                "COALESCE(has_table_privilege(to_regclass(%s), 'SELECT'), false) "
                 "FROM pg_catalog.pg_roles AS r "
                 "LEFT JOIN pg_catalog.pg_class AS c ON c.oid = to_regclass(%s) "
                 "WHERE r.rolname = current_user",
-                regclass);
+                ledger_regclass, ledger_regclass, regclass);
+    rc |= build_newest(&q->version, qschema);
     /* MATERIALIZED: pg_locks is read before the lock is tried, so a backend
      * that already held it (another client's, behind a pooler) is seen, and
      * is not handed the lock a second time. */
@@ -387,6 +404,7 @@ void sql_session_free(struct sql_session *q)
     free(q->verify);
     free(q->release);
     free(q->holder);
+    free(q->version);
     memset(q, 0, sizeof *q);
 }
 
@@ -426,13 +444,8 @@ int sql_migrate_init(struct sql_migrate *q, const char *schema)
         q->applied = NULL;
         goto nomem;
     }
-    if (asprintf(&q->newest,
-                 "SELECT coalesce(max(\"version\"), 0) FROM %s.\"outbox_relay_migrations\" "
-                 "WHERE \"table_name\" = $1",
-                 qschema) < 0) {
-        q->newest = NULL;
+    if (build_newest(&q->newest, qschema) < 0)
         goto nomem;
-    }
     if (asprintf(&q->record,
                  "INSERT INTO %s.\"outbox_relay_migrations\" (\"table_name\", \"version\", "
                  "\"name\") VALUES ($1, $2::int, $3)",

@@ -20,6 +20,7 @@ void stats_init(struct relay_stats *s)
     s->batch_duration.bounds = batch_bounds;
     s->delivery_latency.bounds = latency_bounds;
     s->brokers_up = -1;
+    s->schema_version = -1;
     s->start_time = stats_now();
     /* The process runs with a configuration that loaded: that counts as
      * the first success, as Prometheus itself reports it. */

@@ -53,22 +53,6 @@ static struct e2e_relay *start_and_drain_a_little(void)
     return r;
 }
 
-/* GET /readyz?verbose with curl. @return the HTTP status; the body into @p body. */
-static int readyz(struct e2e_relay *r, char **body)
-{
-    char url[128];
-    snprintf(url, sizeof(url), "http://127.0.0.1:%d/readyz?verbose", e2e_relay_http_port(r, 10000));
-    const char *argv[] = {"/usr/bin/curl", "-s", "-m", "5", "-w", "\n%{http_code}", url, NULL};
-    char *out = NULL;
-    cr_assert_eq(e2e_run_cmd(argv, 10000, &out, NULL), 0, "curl %s failed", url);
-    char *nl = strrchr(out, '\n');
-    cr_assert(nl, "curl printed no status");
-    int status = atoi(nl + 1);
-    *nl = '\0';
-    *body = out;
-    return status;
-}
-
 static void check_everything(const char *what, struct e2e_relay *r)
 {
     e2e_wait_all_sent(&T, 240000);
@@ -94,7 +78,7 @@ static void check_everything(const char *what, struct e2e_relay *r)
         free(body);
         if (i)
             e2e_sleep_ms(500);
-        status = readyz(r, &body);
+        status = e2e_relay_http_get(r, "/readyz?verbose", &body);
     }
     cr_assert_eq(status, 200, "/readyz still %d after the broker recovered:\n%s", status, body);
     free(body);
@@ -129,7 +113,7 @@ static void single_node_fault(const char *name, const char *fault, const char *r
     cr_assert_eq(count_sent(), sent, "rows were marked sent while the only broker was down (%s)", fault);
     char *body = NULL;
     if (settle_ms + hold_ms > 11000) {
-        int status = readyz(r, &body);
+        int status = e2e_relay_http_get(r, "/readyz?verbose", &body);
         cr_assert(status == 503 && strstr(body, "[-]acks"),
                   "/readyz answered %d without a failing acks check %.0f s into the fault:\n%s", status,
                   (settle_ms + hold_ms) / 1000.0, body);

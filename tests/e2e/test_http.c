@@ -372,7 +372,7 @@ Test(e2e, endpoints_with_curl_and_promtool, .fini = fini, .timeout = 180)
     reply_free(&r);
     r = http(port, "GET", "/readyz?verbose");
     cr_assert_eq(r.code, 200);
-    cr_assert_str_eq(r.body, "[+]postgres ok\n[+]database ok\n[+]role ok\n[+]kafka ok\n"
+    cr_assert_str_eq(r.body, "[+]postgres ok\n[+]database ok\n[+]schema ok\n[+]role ok\n[+]kafka ok\n"
                              "[+]acks ok\n[+]producer ok\n[+]relaying ok\n[+]shutdown ok\n"
                              "readyz check passed\n");
     reply_free(&r);

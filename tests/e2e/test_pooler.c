@@ -17,7 +17,6 @@
 #include "testlib.h"
 
 #define PGBOUNCER "/usr/sbin/pgbouncer"
-#define CURL "/usr/bin/curl"
 #define ROWS 2000
 #define REFUSED_POOLED "[-]database refused: the connection to PostgreSQL is pooled per transaction"
 
@@ -103,51 +102,10 @@ static void enqueue(int lo, int hi)
              T.qenqueue, lo, hi);
 }
 
-/* GET http://127.0.0.1:PORT/PATH with curl: @return the status (-1: no answer); body in *@p body. */
-static int http_get(struct e2e_relay *r, const char *path, char **body)
-{
-    int port = e2e_relay_http_port(r, 20000);
-    cr_assert(port > 0, "no status endpoint port in %s", r->log_path);
-    char url[128];
-    snprintf(url, sizeof(url), "http://127.0.0.1:%d%s", port, path);
-    const char *argv[] = {CURL, "-s", "-m", "10", "-w", "\n%{http_code}", url, NULL};
-    char *out = NULL;
-    int rc = e2e_run_cmd(argv, 15000, &out, NULL);
-    int code = -1;
-    if (rc == 0 && out) {
-        char *nl = strrchr(out, '\n');
-        if (nl) {
-            code = atoi(nl + 1);
-            *nl = '\0';
-        }
-    }
-    *body = out ? out : strdup("");
-    return code;
-}
-
-/* Polls /readyz?verbose until it answers @p code with a line containing
- * @p needle (other checks, e.g. kafka's first statistics, may take a moment). */
-static void assert_readyz(struct e2e_relay *r, int code, const char *needle)
-{
-    int64_t deadline = e2e_now_ms() + 20000;
-    char *body = NULL;
-    int got;
-    for (;;) {
-        free(body);
-        got = http_get(r, "/readyz?verbose", &body);
-        if ((got == code && (!needle || strstr(body, needle))) || e2e_now_ms() >= deadline)
-            break;
-        e2e_sleep_ms(200);
-    }
-    cr_assert_eq(got, code, "/readyz answered %d, expected %d:\n%s", got, code, body);
-    cr_assert(!needle || strstr(body, needle), "/readyz lacks \"%s\":\n%s", needle, body);
-    free(body);
-}
-
 static cJSON *status_doc(struct e2e_relay *r)
 {
     char *body;
-    int code = http_get(r, "/status", &body);
+    int code = e2e_relay_http_get(r, "/status", &body);
     cr_assert_eq(code, 200, "/status answered %d: %s", code, body);
     cJSON *doc = cJSON_Parse(body);
     cr_assert_not_null(doc, "/status is not JSON: %s", body);
@@ -219,7 +177,7 @@ static void two_relays_are_refused(const char *mode, int pool_size, bool lock_re
         cr_assert(e2e_relay_wait_log(r, "relaying stays refused until a restart", 30000),
                   "relay %d did not close its connection after refusing (log %s)", i, r->log_path);
         cr_assert(e2e_relay_alive(r), "relay %d exited after refusing (log %s)", i, r->log_path);
-        assert_readyz(r, 503, REFUSED_POOLED);
+        e2e_assert_readyz(r, 503, REFUSED_POOLED);
         cJSON *doc = status_doc(r);
         cJSON *pg = cJSON_GetObjectItem(doc, "postgres");
         cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(pg, "refused")), "/status: not refused");
@@ -280,7 +238,7 @@ Test(e2e, session_pooling_works, .fini = fini, .timeout = 300)
                   "session pooling was refused (log %s)", r->log_path);
         cr_assert(e2e_relay_log_contains(r, "msg=\"connected through a pooler or proxy"),
                   "the proxy went unnoticed (log %s)", r->log_path);
-        assert_readyz(r, 200, "[+]database ok");
+        e2e_assert_readyz(r, 200, "[+]database ok");
     }
     cr_assert(!e2e_relay_log_contains(b, "msg=\"became leader\""), "both relays led");
     assert_exactly_once("two relays through session pooling");
@@ -341,7 +299,7 @@ Test(e2e, a_standby_names_the_pooled_session_that_kept_the_lock, .fini = fini, .
 
     /* A standby is ready, until it has waited long behind a session that
      * runs nothing, as no live relay does: then readiness names it. */
-    assert_readyz(r, 200, "[+]role ok");
+    e2e_assert_readyz(r, 200, "[+]role ok");
     char needle[160];
     snprintf(needle, sizeof(needle), "pg_terminate_backend(%lld)", holder);
     deadline = e2e_now_ms() + 60000;
@@ -349,7 +307,7 @@ Test(e2e, a_standby_names_the_pooled_session_that_kept_the_lock, .fini = fini, .
     int code = 0;
     while (e2e_now_ms() < deadline) {
         free(body);
-        code = http_get(r, "/readyz?verbose", &body);
+        code = e2e_relay_http_get(r, "/readyz?verbose", &body);
         if (code == 503)
             break;
         e2e_sleep_ms(1000);
@@ -369,7 +327,7 @@ Test(e2e, a_standby_names_the_pooled_session_that_kept_the_lock, .fini = fini, .
     e2e_exec(T.conn, "SELECT pg_terminate_backend(%lld)", holder);
     cr_assert(e2e_relay_wait_log(r, "msg=\"became leader\"", 30000), "no takeover (log %s)", r->log_path);
     e2e_wait_all_sent(&T, 60000);
-    assert_readyz(r, 200, "[+]role ok");
+    e2e_assert_readyz(r, 200, "[+]role ok");
     /* Its own session is named for what it is: other standbys judge by that name. */
     doc = status_doc(r);
     long long pid = (long long)cJSON_GetObjectItem(cJSON_GetObjectItem(doc, "postgres"),

@@ -1,7 +1,9 @@
 /* test_schema_repair.c — `outbox-relay migrate` checks the objects its
  * migrations create, not only its ledger: what was dropped by hand comes
  * back, what cannot come back is reported, and a relay then works on the
- * repaired table. */
+ * repaired table. `run` checks the schema version before relaying: it waits,
+ * saying so once, for a table that is missing or older, and refuses one that
+ * is newer than it knows. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -197,4 +199,101 @@ Test(e2e, migrate_leaves_a_newer_schema_alone, .fini = fini, .timeout = 60)
     e2e_exec(T.conn, "DELETE FROM \"public\".\"outbox_relay_migrations\" WHERE table_name = 'public.%s'",
              T.table);
     e2e_report_assert(&rep, "newer schema");
+}
+
+/* How many times @p needle occurs in the relay's log. */
+static int log_count(const struct e2e_relay *r, const char *needle)
+{
+    char *log = e2e_relay_log(r);
+    int n = 0;
+    for (const char *p = strstr(log, needle); p; p = strstr(p + 1, needle))
+        n++;
+    free(log);
+    return n;
+}
+
+/* Forgetting migrate: one clear error naming it (not one per poll), readiness
+ * saying the same; migrate run later is picked up without a restart; and a
+ * relay stopped while it waits stops at once, with nothing to abandon. */
+Test(e2e, run_waits_for_migrate, .fini = fini, .timeout = 120)
+{
+    e2e_setup(&T, "nomigrate");
+    const char *fast[] = {"relay.poll_interval_ms=100", NULL};
+    struct e2e_relay *r = e2e_relay_start(&T, fast);
+    cr_assert(e2e_relay_wait_log(r, "waiting for the outbox table's schema", 20000),
+              "no error about the missing table (log %s)", r->log_path);
+    e2e_assert_readyz(r, 503, "[-]schema the outbox table");
+    e2e_assert_readyz(r, 503, "run `outbox-relay migrate`");
+    e2e_sleep_ms(2000); /* twenty polls */
+    struct e2e_report rep = {0};
+    e2e_check(&rep, log_count(r, "waiting for the outbox table's schema") == 1,
+              "the missing table was logged %d times in 2 s", log_count(r, "waiting for the outbox table's schema"));
+    e2e_check(&rep, !e2e_relay_log_contains(r, "does not exist\\nLINE"), "a raw SQL error reached the log");
+    e2e_check(&rep, !e2e_relay_log_contains(r, "preparing a statement failed"), "statements were prepared");
+
+    e2e_migrate(&T);
+    e2e_enqueue_series(&T, "order", "a", 5, "changed", 1, 50, 0);
+    e2e_wait_all_sent(&T, 30000);
+    e2e_check(&rep, e2e_relay_log_contains(r, "schema is fit; relaying"), "no line saying relaying began");
+    e2e_assert_readyz(r, 200, "[+]schema ok");
+    cr_assert_eq(e2e_relay_stop(r, 30000), 0);
+
+    /* Stopped while waiting: quick and quiet. */
+    e2e_exec(T.conn, "DROP TABLE %s CASCADE", T.qtable);
+    e2e_exec(T.conn, "DELETE FROM \"public\".\"outbox_relay_migrations\" WHERE table_name = 'public.%s'",
+             T.table);
+    r = e2e_relay_start(&T, fast);
+    cr_assert(e2e_relay_wait_log(r, "waiting for the outbox table's schema", 20000));
+    int64_t t0 = e2e_now_ms();
+    int rc = e2e_relay_stop(r, 30000);
+    int64_t took = e2e_now_ms() - t0;
+    e2e_check(&rep, rc == 0, "exit %d", rc);
+    e2e_check(&rep, took < 2000, "stopping a relay that waits for its table took %lld ms", (long long)took);
+    e2e_check(&rep, !e2e_relay_log_contains(r, "pending marks"), "shutdown spoke of marks with nothing in flight");
+    e2e_report_assert(&rep, "waiting for migrate");
+}
+
+/* A table recorded at an older version (a new binary before its migrate)
+ * waits the same way, naming both versions. */
+Test(e2e, run_waits_for_an_older_schema, .fini = fini, .timeout = 120)
+{
+    e2e_setup(&T, "older");
+    e2e_migrate(&T);
+    long long newest = e2e_query_int(T.conn, "SELECT max(version) FROM \"public\".\"outbox_relay_migrations\" "
+                                     "WHERE table_name = 'public.%s'", T.table);
+    e2e_exec(T.conn, "DELETE FROM \"public\".\"outbox_relay_migrations\" WHERE table_name = 'public.%s' "
+             "AND version = %lld", T.table, newest);
+    e2e_enqueue_series(&T, "order", "a", 5, "changed", 1, 10, 0);
+    struct e2e_relay *r = e2e_relay_start(&T, NULL);
+    char want[160];
+    snprintf(want, sizeof want, "is at schema version %lld and this outbox-relay needs %lld", newest - 1, newest);
+    e2e_assert_readyz(r, 503, want);
+    cr_assert_eq(e2e_query_int(T.conn, "SELECT count(*) FROM %s WHERE sent_at IS NOT NULL", T.qtable), 0,
+                 "rows were relayed from a table at an older schema");
+    e2e_migrate(&T);
+    e2e_wait_all_sent(&T, 30000);
+    cr_assert_eq(e2e_relay_stop(r, 30000), 0);
+}
+
+/* A schema newer than this binary knows: refused, said in the log and by
+ * readiness; nothing relayed; the process stays up (a sidecar never loops). */
+Test(e2e, run_refuses_a_newer_schema, .fini = fini, .timeout = 120)
+{
+    e2e_setup(&T, "runnewer");
+    e2e_migrate(&T);
+    e2e_exec(T.conn, "INSERT INTO \"public\".\"outbox_relay_migrations\" (table_name, version, name) "
+             "VALUES ('public.%s', 999, '999_from_the_future')", T.table);
+    e2e_enqueue_series(&T, "order", "a", 5, "changed", 1, 10, 0);
+    struct e2e_relay *r = e2e_relay_start(&T, NULL);
+    cr_assert(e2e_relay_wait_log(r, "refusing to relay", 20000), "no refusal (log %s)", r->log_path);
+    e2e_assert_readyz(r, 503, "is at schema version 999, newer than this outbox-relay knows");
+    e2e_sleep_ms(1500);
+    struct e2e_report rep = {0};
+    e2e_check(&rep, e2e_relay_alive(r), "the relay exited");
+    e2e_check(&rep, e2e_query_int(T.conn, "SELECT count(*) FROM %s WHERE sent_at IS NOT NULL", T.qtable) == 0,
+              "rows were relayed from a newer schema");
+    e2e_check(&rep, e2e_relay_stop(r, 30000) == 0, "exit status");
+    e2e_exec(T.conn, "DELETE FROM \"public\".\"outbox_relay_migrations\" WHERE table_name = 'public.%s'",
+             T.table);
+    e2e_report_assert(&rep, "newer schema at run");
 }

@@ -416,3 +416,41 @@ int e2e_dead(struct e2e_ctx *t, const char *const *words, const char *const *ext
     args[n] = NULL;
     return e2e_run_relay(args, 30000, out, err);
 }
+
+int e2e_relay_http_get(struct e2e_relay *r, const char *path, char **body)
+{
+    int port = e2e_relay_http_port(r, 20000);
+    cr_assert(port > 0, "no status endpoint port in %s", r->log_path);
+    char url[128];
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d%s", port, path);
+    const char *argv[] = {"/usr/bin/curl", "-s", "-m", "10", "-w", "\n%{http_code}", url, NULL};
+    char *out = NULL;
+    int rc = e2e_run_cmd(argv, 15000, &out, NULL);
+    int code = -1;
+    if (rc == 0 && out) {
+        char *nl = strrchr(out, '\n');
+        if (nl) {
+            code = atoi(nl + 1);
+            *nl = '\0';
+        }
+    }
+    *body = out ? out : strdup("");
+    return code;
+}
+
+void e2e_assert_readyz(struct e2e_relay *r, int code, const char *needle)
+{
+    int64_t deadline = e2e_now_ms() + 20000;
+    char *body = NULL;
+    int got;
+    for (;;) {
+        free(body);
+        got = e2e_relay_http_get(r, "/readyz?verbose", &body);
+        if ((got == code && (!needle || strstr(body, needle))) || e2e_now_ms() >= deadline)
+            break;
+        e2e_sleep_ms(200);
+    }
+    cr_assert_eq(got, code, "/readyz answered %d, expected %d:\n%s", got, code, body);
+    cr_assert(!needle || strstr(body, needle), "/readyz lacks \"%s\":\n%s", needle, body);
+    free(body);
+}

@@ -146,6 +146,14 @@ bool e2e_relay_alive(struct e2e_relay *r);
  *  it does not appear within @p timeout_ms. */
 int e2e_relay_http_port(struct e2e_relay *r, int timeout_ms);
 
+/** GET http://127.0.0.1:PORT/PATH of the relay's status endpoint with curl.
+ *  @return the HTTP status (-1: no answer); the body into *@p body (caller frees). */
+int e2e_relay_http_get(struct e2e_relay *r, const char *path, char **body);
+
+/** Polls /readyz?verbose for up to 20 s until it answers @p code with a line
+ *  containing @p needle (NULL: any); asserts that it did. */
+void e2e_assert_readyz(struct e2e_relay *r, int code, const char *needle);
+
 /** SIGTERM, then waits up to @p timeout_ms (SIGKILL after that).
  *  @return the exit code, 128+signal if it died of a signal, or -1 if it had to be killed. */
 int e2e_relay_stop(struct e2e_relay *r, int timeout_ms);

@@ -199,7 +199,7 @@ Test(http, readyz_passes_when_everything_is_up)
     cr_assert_eq(exchange("GET /readyz HTTP/1.1\r\n\r\n"), 200);
     cr_assert_str_eq(body(), "ok\n");
     cr_assert_eq(exchange("GET /readyz?verbose HTTP/1.1\r\n\r\n"), 200);
-    cr_assert_str_eq(body(), "[+]postgres ok\n[+]database ok\n[+]role ok\n[+]kafka ok\n"
+    cr_assert_str_eq(body(), "[+]postgres ok\n[+]database ok\n[+]schema ok\n[+]role ok\n[+]kafka ok\n"
                              "[+]acks ok\n[+]producer ok\n[+]relaying ok\n[+]shutdown ok\n"
                              "readyz check passed\n");
     cr_assert_eq(exchange("GET /readyz?verbose=0 HTTP/1.1\r\n\r\n"), 200);
