@@ -80,17 +80,6 @@ int producer_start(struct producer *p, uv_loop_t *loop, const struct relay_confi
                    producer_report_cb report, void *arg, struct relay_stats *stats,
                    char *errbuf, size_t errlen);
 
-/** One producer property the relay sets before the [kafka] section's own. */
-struct producer_setting {
-    const char *key;
-    const char *value;
-    bool enforced;       /* config_validate() refuses another value */
-};
-
-/** The relay's producer properties, in the order they are applied; *@p n
- *  receives their count. */
-const struct producer_setting *producer_settings(size_t *n);
-
 /** Writes, as "key = value    # enforced|default" lines, what the relay sets
  *  on its producer and the [kafka] section of @p cfg does not: the rest of
  *  the [kafka] section of check-config. */

@@ -12,7 +12,9 @@
 #include <string.h>
 #include <strings.h>
 
+#include "engine.h"
 #include "errors.h"
+#include "kafka_rules.h"
 #include "event.h"
 #include "http.h"
 #include "log.h"
@@ -48,7 +50,6 @@ struct param {
 static int check_ident(const char *value, char *errbuf, size_t errlen);
 
 static const char *const log_formats[] = {"logfmt", "json", NULL};
-static const char *const poison_policies[] = {"hold_aggregate", "dead_letter", "halt", NULL};
 static const char *const sent_actions[] = {"mark", "delete", NULL};
 /* Indexed by enum relay_fencing. */
 static const char *const fencing_modes[] = {"transactional", "none", NULL};
@@ -98,7 +99,7 @@ static const struct param params[] = {
          "keep a deposed leader from publishing: transactional (Kafka transactions) or none"),
     INT("relay", "max_attempts", max_attempts, "10", 1, 1000000, RELOAD,
         "retriable failures of a row before on_poison applies (permanent errors: 1)"),
-    ENUM("relay", "on_poison", on_poison, "hold_aggregate", poison_policies, RESTART,
+    ENUM("relay", "on_poison", on_poison, "hold_aggregate", poison_policy_names, RESTART,
          "a row Kafka will not take: hold_aggregate, dead_letter or halt"),
     ENUM("relay", "on_sent", on_sent, "mark", sent_actions, RESTART,
          "after Kafka acknowledged a row: mark it sent, or delete it"),
@@ -762,50 +763,12 @@ int config_load_layered(struct relay_config *cfg, const char *path, bool path_re
 
 /* --- validation ---------------------------------------------------------- */
 
-static bool is_true(const char *v)
-{
-    /* librdkafka's spelling of a true boolean */
-    return !strcasecmp(v, "true") || !strcasecmp(v, "t") || !strcmp(v, "1");
-}
-
-static int check_kafka_kv(const struct config_kv *kv, char *errbuf, size_t errlen)
-{
-    const char *k = kv->key, *v = kv->value;
-
-    if (!strcmp(k, "enable.idempotence") && !is_true(v))
-        return errbuf_fail(errbuf, errlen,
-                    "kafka.%s=%s conflicts with the idempotent producer (needs "
-                    "enable.idempotence=true)",
-                    k, v);
-    if ((!strcmp(k, "acks") || !strcmp(k, "request.required.acks")) &&
-        strcasecmp(v, "all") != 0 && strcmp(v, "-1") != 0)
-        return errbuf_fail(errbuf, errlen,
-                    "kafka.%s=%s conflicts with the idempotent producer (needs acks=all)", k, v);
-    if ((!strcmp(k, "max.in.flight.requests.per.connection") || !strcmp(k, "max.in.flight")) &&
-        strtol(v, NULL, 10) > 5)
-        return errbuf_fail(errbuf, errlen,
-                    "kafka.%s=%s conflicts with the idempotent producer (needs at most 5)", k, v);
-    if ((!strcmp(k, "retries") || !strcmp(k, "message.send.max.retries")) &&
-        strtol(v, NULL, 10) == 0)
-        return errbuf_fail(errbuf, errlen,
-                    "kafka.%s=%s conflicts with the idempotent producer (needs retries > 0)", k,
-                    v);
-    if (!strcmp(k, "transactional.id"))
-        return errbuf_fail(errbuf, errlen,
-                    "kafka.%s is set by the relay (see relay.fencing and relay.transactional_id)",
-                    k);
-    if (!strcmp(k, "queuing.strategy") && !strcasecmp(v, "lifo"))
-        return errbuf_fail(errbuf, errlen,
-                    "kafka.%s=%s conflicts with the idempotent producer (needs fifo)", k, v);
-    return 0;
-}
-
 int config_validate(const struct relay_config *cfg, char *errbuf, size_t errlen)
 {
     /* Unset, the producer sizes its queue for the batches in flight. */
     long queue = LONG_MAX;
     for (size_t i = 0; i < cfg->n_kafka; i++) {
-        int rc = check_kafka_kv(&cfg->kafka[i], errbuf, errlen);
+        int rc = kafka_check_property(cfg->kafka[i].key, cfg->kafka[i].value, errbuf, errlen);
         if (rc < 0)
             return rc;
         if (!strcmp(cfg->kafka[i].key, "queue.buffering.max.messages"))

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "config.h"
+#include "kafka_rules.h"
 #include "producer.h"
 
 /* A key without an entry is documented by its table row's description. */
@@ -343,7 +344,7 @@ static void gen_conf(FILE *out)
         if (!strcmp(sec[s], "kafka")) {
             conf_doc(out, kafka_intro);
             size_t n;
-            const struct producer_setting *ps = producer_settings(&n);
+            const struct kafka_setting *ps = kafka_producer_settings(&n);
             for (int enforced = 1; enforced >= 0; enforced--) {
                 fputs(enforced ? "#\n# Set by the relay, enforced:\n"
                                : "#\n# Set by the relay, may be changed here:\n",
@@ -436,7 +437,7 @@ static void gen_man(FILE *out)
         if (!strcmp(sec[s], "kafka")) {
             roff_para(out, kafka_intro, strlen(kafka_intro));
             size_t n;
-            const struct producer_setting *ps = producer_settings(&n);
+            const struct kafka_setting *ps = kafka_producer_settings(&n);
             for (size_t i = 0; i < n; i++) {
                 fputs(".TP\n.B ", out);
                 man_literal(out, ps[i].key);
@@ -543,7 +544,7 @@ static void gen_markdown(FILE *out)
           "cannot change them):",
           out);
     size_t n;
-    const struct producer_setting *ps = producer_settings(&n);
+    const struct kafka_setting *ps = kafka_producer_settings(&n);
     for (size_t i = 0; i < n; i++)
         fprintf(out, "%s `%s=%s`%s", i ? "," : "", ps[i].key, ps[i].value,
                 ps[i].enforced ? " (enforced)" : "");

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine.h"
 #include "errors.h"
 #include "log.h"
 #include "sql.h"
@@ -298,7 +299,7 @@ static void list_table(PGresult *res, const struct relay_config *cfg)
     printf("%d row%s in %s.%s: %d dead, %d failing (on_poison=%s, max_attempts=%d)\n", n,
            n == 1 ? "" : "s", cfg->schema, cfg->table, n_dead, n - n_dead, cfg->on_poison,
            cfg->max_attempts);
-    if (strcmp(cfg->on_poison, "hold_aggregate") == 0)
+    if (poison_rules_of(poison_policy_parse(cfg->on_poison))->hold_claim)
         printf("WAITING rows are held until their dead row is requeued or dropped.\n");
     if (agg)
         for (int i = 0; i < n; i++)

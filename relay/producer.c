@@ -10,44 +10,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "kafka_rules.h"
 #include "log.h"
 
 #include <cjson/cJSON.h>
 
-/* Defaults the relay needs for its guarantees, or that suit a relay better
- * than librdkafka's own; the [kafka] section may override all but the
- * guarantees (config_validate rejects those: ENFORCED marks them, for
- * check-config and the documentation). */
-#define ENFORCED true
-#define DEFAULT false
-static const struct producer_setting producer_defaults[] = {
-    { "enable.idempotence", "true", ENFORCED },
-    { "acks", "all", ENFORCED },
-    /* Same key → same partition as Java clients, so consumers may mix producers. */
-    { "partitioner", "murmur2_random", DEFAULT },
-    /* The relay already batches (a claim is up to batch_size rows, produced
-     * in one go): waiting longer only adds latency. Measured with
-     * tests/bench/run: linger.ms=5 puts p50 above 10 ms at 1,000 events/s. */
-    { "linger.ms", "0", DEFAULT },
-    /* As Java clients do: small produce requests must not wait for Nagle. */
-    { "socket.nagle.disable", "true", DEFAULT },
-    /* One produce request per broker connection at a time. The relay keeps
-     * two batches in flight itself, so more requests per connection buy
-     * little: measured with tests/bench/run against a real Kafka 3.9 node,
-     * 5 drained no faster than 1 (within the noise of a shared machine), and
-     * with 1 the order within a partition never depends on the broker
-     * checking idempotent sequence numbers (librdkafka's mock does not). */
-    { "max.in.flight.requests.per.connection", "1", DEFAULT },
-    /* A produce request the broker rejects fails all its messages while later
-     * requests of the partition may already be on their way: a gap, and the
-     * failed rows would be published after later rows of their aggregates.
-     * With this, librdkafka raises a fatal error instead of sending on; the
-     * relay replaces the producer and produces the failed rows alone first. */
-    { "enable.gapless.guarantee", "true", DEFAULT },
-    { "client.id", "outbox-relay", DEFAULT },
-    /* Broker states and queue depth for readiness and metrics. */
-    { "statistics.interval.ms", "1000", DEFAULT },
-};
 
 /* ---- acknowledgements ---------------------------------------------------
  * A broker that accepts requests and never answers stays UP in librdkafka's
@@ -157,16 +124,6 @@ static void on_stats(struct producer *p, const char *json)
     cJSON_Delete(root);
 }
 
-/* relay.fencing=transactional: every batch is a transaction of one
- * transactional.id (NULL here: the relay's, see config_transactional_id), so
- * a new leader's init_transactions fences the old leader. 60 s is Kafka's
- * default too; it bounds how long a paused leader's open transaction can hold
- * back read_committed consumers (the last stable offset) before the
- * coordinator aborts it. kafka.transaction.timeout.ms may change it. */
-static const char *const txn_defaults[][2] = {
-    { "transactional.id", NULL },
-    { "transaction.timeout.ms", "60000" },
-};
 
 static void on_log(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
 {
@@ -185,10 +142,11 @@ static rd_kafka_conf_t *conf_build(const struct relay_config *cfg, bool transact
 {
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
     char err[512];
-    for (size_t i = 0; i < sizeof(producer_defaults) / sizeof(producer_defaults[0]); i++) {
-        if (rd_kafka_conf_set(conf, producer_defaults[i].key, producer_defaults[i].value, err,
-                              sizeof(err)) != RD_KAFKA_CONF_OK) {
-            snprintf(errbuf, errlen, "kafka.%s: %s", producer_defaults[i].key, err);
+    size_t n;
+    const struct kafka_setting *s = kafka_producer_settings(&n);
+    for (size_t i = 0; i < n; i++) {
+        if (rd_kafka_conf_set(conf, s[i].key, s[i].value, err, sizeof(err)) != RD_KAFKA_CONF_OK) {
+            snprintf(errbuf, errlen, "kafka.%s: %s", s[i].key, err);
             rd_kafka_conf_destroy(conf);
             return NULL;
         }
@@ -204,11 +162,11 @@ static rd_kafka_conf_t *conf_build(const struct relay_config *cfg, bool transact
     if (transactional && relay_fencing_of(cfg) == RELAY_FENCING_TRANSACTIONAL) {
         char id[256];
         config_transactional_id(cfg, id, sizeof(id));
-        for (size_t i = 0; i < sizeof(txn_defaults) / sizeof(txn_defaults[0]); i++) {
-            const char *v = txn_defaults[i][1] ? txn_defaults[i][1] : id;
-            if (rd_kafka_conf_set(conf, txn_defaults[i][0], v, err, sizeof(err)) !=
-                RD_KAFKA_CONF_OK) {
-                snprintf(errbuf, errlen, "kafka.%s: %s", txn_defaults[i][0], err);
+        s = kafka_transaction_settings(&n);
+        for (size_t i = 0; i < n; i++) {
+            const char *v = s[i].value ? s[i].value : id;
+            if (rd_kafka_conf_set(conf, s[i].key, v, err, sizeof(err)) != RD_KAFKA_CONF_OK) {
+                snprintf(errbuf, errlen, "kafka.%s: %s", s[i].key, err);
                 rd_kafka_conf_destroy(conf);
                 return NULL;
             }
@@ -236,12 +194,6 @@ rd_kafka_conf_t *producer_conf_new_untransactional(const struct relay_config *cf
     return conf_build(cfg, false, errbuf, errlen);
 }
 
-const struct producer_setting *producer_settings(size_t *n)
-{
-    *n = sizeof(producer_defaults) / sizeof(producer_defaults[0]);
-    return producer_defaults;
-}
-
 static const char *kafka_set_by_operator(const struct relay_config *cfg, const char *key)
 {
     for (size_t i = 0; i < cfg->n_kafka; i++) {
@@ -254,7 +206,7 @@ static const char *kafka_set_by_operator(const struct relay_config *cfg, const c
 void producer_dump_settings(const struct relay_config *cfg, FILE *out)
 {
     size_t n;
-    const struct producer_setting *s = producer_settings(&n);
+    const struct kafka_setting *s = kafka_producer_settings(&n);
     for (size_t i = 0; i < n; i++) {
         if (kafka_set_by_operator(cfg, s[i].key))
             continue; /* printed above, as configured */

@@ -22,6 +22,8 @@
 #include "errors.h"
 #include "event.h"
 #include "http.h"
+#include "engine.h"
+#include "kafka_rules.h"
 #include "log.h"
 #include "migrate.h"
 #include "notify.h"
@@ -48,8 +50,6 @@ enum row_state {
     ROW_SKIPPED,   /* held behind a failed row of its aggregate, or not produced: stays unsent */
 };
 
-enum poison_policy { POISON_HOLD_AGGREGATE = 0, POISON_DEAD_LETTER, POISON_HALT };
-
 /* Several batches may be in flight: while Kafka acknowledges some,
  * PostgreSQL claims or marks another, so neither side waits for the other. */
 #define N_BATCHES RELAY_BATCHES_IN_FLIGHT
@@ -75,7 +75,7 @@ struct batch {
     bool aborted;               /* fencing: that transaction was aborted: nothing of it is visible */
     bool unpublished;           /* fencing: its rows go back unsent; no claim until it is done */
     PGresult *held;             /* fencing: claimed rows waiting for the open transaction to end */
-    int64_t min_id, max_id;     /* the id range the other batch's claim must skip */
+    struct id_span span;        /* the id range the other batch's claim must skip */
     uint64_t start_ms;
     int cap;                    /* rows the per-row arrays hold (batch_size may grow on SIGHUP) */
     int64_t *ids;
@@ -133,7 +133,7 @@ struct relay {
     bool queue_full;
     unsigned truncations;
     unsigned reconnect_attempt; /* consecutive failed connects: drives the back-off */
-    enum poison_policy policy;
+    const struct poison_rules *poison; /* relay.on_poison */
     long retention_s;
     uint64_t last_retention_ms;
     uint64_t backlog_due_ms;    /* next backlog query */
@@ -286,67 +286,6 @@ static void batch_done(struct relay *r, struct batch *b)
     batch_reset(b);
 }
 
-/* How many attempts a failure may cost before on_poison applies. */
-enum attempt_limit {
-    LIMIT_ONE = 0,    /* permanent: retrying the same message cannot cure it */
-    LIMIT_MAX,        /* retriable and maybe the row's own (e.g. its topic does not exist) */
-    LIMIT_NONE,       /* Kafka itself is (partly) unavailable: no attempt is counted */
-};
-
-/* Brokers down or moving, replicas short, time-outs: an outage, even when it
- * hits only the partitions of one broker while the others deliver. */
-static bool err_is_outage(rd_kafka_resp_err_t err)
-{
-    switch (err) {
-    case RD_KAFKA_RESP_ERR__MSG_TIMED_OUT:
-    case RD_KAFKA_RESP_ERR__TIMED_OUT:
-    case RD_KAFKA_RESP_ERR__TIMED_OUT_QUEUE:
-    case RD_KAFKA_RESP_ERR__TRANSPORT:
-    case RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN:
-    case RD_KAFKA_RESP_ERR__NODE_UPDATE:
-    case RD_KAFKA_RESP_ERR_REQUEST_TIMED_OUT:
-    case RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS:
-    case RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS_AFTER_APPEND:
-    case RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION:
-    case RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE:
-    case RD_KAFKA_RESP_ERR_NETWORK_EXCEPTION:
-    case RD_KAFKA_RESP_ERR_KAFKA_STORAGE_ERROR:
-    case RD_KAFKA_RESP_ERR_BROKER_NOT_AVAILABLE:
-        return true;
-    default:
-        return false;
-    }
-}
-
-static bool err_is_permanent(rd_kafka_resp_err_t err)
-{
-    switch (err) {
-    case RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE:
-    case RD_KAFKA_RESP_ERR_INVALID_MSG:
-    case RD_KAFKA_RESP_ERR_INVALID_MSG_SIZE:
-    case RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE:
-    case RD_KAFKA_RESP_ERR_INVALID_RECORD:
-    case RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED:
-    case RD_KAFKA_RESP_ERR_TOPIC_EXCEPTION:
-    case RD_KAFKA_RESP_ERR_INVALID_REQUIRED_ACKS:
-    case RD_KAFKA_RESP_ERR__INVALID_ARG:
-    case RD_KAFKA_RESP_ERR__BAD_MSG:
-        return true;
-    default:
-        return false;
-    }
-}
-
-/* Failures that are not the row's fault (shutdown purge, a fatal producer that
- * is about to be replaced): the row is simply produced again later. */
-static bool err_is_ours(rd_kafka_resp_err_t err)
-{
-    return err == RD_KAFKA_RESP_ERR__PURGE_QUEUE || err == RD_KAFKA_RESP_ERR__PURGE_INFLIGHT ||
-           err == RD_KAFKA_RESP_ERR__FATAL || err == RD_KAFKA_RESP_ERR__FENCED ||
-           err == RD_KAFKA_RESP_ERR_PRODUCER_FENCED ||
-           err == RD_KAFKA_RESP_ERR_INVALID_PRODUCER_EPOCH;
-}
-
 /* A reason cut to fit its buffer may end inside a UTF-8 character; as
  * last_error that would make the failure record itself fail. */
 static void utf8_trim_partial(char *s)
@@ -395,26 +334,22 @@ static void on_report(void *opaque, rd_kafka_resp_err_t err, void *arg)
          * OUT_OF_ORDER_SEQUENCE_NUMBER), possibly before error_cb has run. */
         /* After a fatal error, the messages that were merely caught in it are
          * ours; the one(s) whose error caused it are suspects like any other. */
-        bool ours = err_is_ours(err) || (producer_fatal(&r->prod) && err_is_outage(err));
-        bool permanent = err_is_permanent(err), outage = !permanent && err_is_outage(err);
-        /* Not proven the row's own until it fails produced alone. */
-        bool suspect = !ours && !outage && !b->alone;
-        /* An outage is nobody's attempt: the row is simply produced again. */
-        row_failed(r, b, i, permanent ? STATS_FAIL_PERMANENT : STATS_FAIL_RETRIABLE,
-                   permanent ? LIMIT_ONE : outage ? LIMIT_NONE : LIMIT_MAX,
-                   ours || outage || suspect ? NULL : rd_kafka_err2name(err));
-        if ((outage || suspect) && !ours)
-            r->st.failed_total[permanent ? STATS_FAIL_PERMANENT : STATS_FAIL_RETRIABLE]++;
-        if (suspect) {
+        enum kafka_fault fault = kafka_fault_of(err, producer_fatal(&r->prod));
+        struct failure_verdict verdict = engine_judge_failure(fault, b->alone);
+        enum stats_fail_reason kind = verdict.permanent ? STATS_FAIL_PERMANENT : STATS_FAIL_RETRIABLE;
+        row_failed(r, b, i, kind, verdict.limit, verdict.charged ? rd_kafka_err2name(err) : NULL);
+        if (verdict.counted && !verdict.charged)
+            r->st.failed_total[kind]++; /* row_failed counts the charged ones */
+        if (verdict.suspect) {
             b->n_suspects++;
             r->isolating = true;
             r->wake = true;
             if (b->ids[i] > r->isolate_until_id)
                 r->isolate_until_id = b->ids[i];
             b->suspect_err = err;
-        } else if (!ours) {
+        } else if (fault != KAFKA_FAULT_OURS) {
             log_warn("delivery failed", "outbox_id=%" PRId64 " error=%s permanent=%s", b->ids[i],
-                     rd_kafka_err2name(err), permanent ? "true" : "false");
+                     rd_kafka_err2name(err), verdict.permanent ? "true" : "false");
         }
     }
     if (--b->n_outstanding == 0) {
@@ -423,7 +358,7 @@ static void on_report(void *opaque, rd_kafka_resp_err_t err, void *arg)
         if (b->n_suspects > 0)
             log_warn("delivery failed; retrying the rows one at a time before any is charged",
                      "rows=%d error=%s first_outbox_id=%" PRId64 " retry_up_to_outbox_id=%" PRId64,
-                     b->n_suspects, rd_kafka_err2name(b->suspect_err), b->min_id, r->isolate_until_id);
+                     b->n_suspects, rd_kafka_err2name(b->suspect_err), b->span.lo, r->isolate_until_id);
         r->queue_full = false; /* this batch's messages left the queue */
         b->phase = PHASE_DELIVERED;
         step(r);
@@ -462,17 +397,12 @@ static void batch_load(struct batch *b, PGresult *res)
 {
     int n = PQntuples(res);
     b->n_rows = n;
-    b->min_id = INT64_MAX;
-    b->max_id = INT64_MIN;
     for (int i = 0; i < n; i++) {
         b->ids[i] = strtoll(PQgetvalue(res, i, CLAIM_ID), NULL, 10);
         b->created_ms[i] = strtoll(PQgetvalue(res, i, CLAIM_CREATED_MS), NULL, 10);
         b->state[i] = ROW_SKIPPED;
-        if (b->ids[i] < b->min_id)
-            b->min_id = b->ids[i];
-        if (b->ids[i] > b->max_id)
-            b->max_id = b->ids[i];
     }
+    b->span = id_span_of(b->ids, n);
 }
 
 /* The batch ends before row @p i: the rows from @p i on stay unsent, so the
@@ -480,14 +410,7 @@ static void batch_load(struct batch *b, PGresult *res)
  * their aggregates would be claimed and produced first. */
 static void batch_cut(struct relay *r, struct batch *b, int i, bool queue_full)
 {
-    b->max_id = INT64_MIN;
-    b->min_id = INT64_MAX;
-    for (int j = 0; j < i; j++) {
-        if (b->ids[j] < b->min_id)
-            b->min_id = b->ids[j];
-        if (b->ids[j] > b->max_id)
-            b->max_id = b->ids[j];
-    }
+    b->span = id_span_of(b->ids, i);
     r->queue_full = queue_full;
     r->truncations++;
     r->wake = true;
@@ -502,7 +425,7 @@ static void produce_rows(struct relay *r, struct batch *b, PGresult *res)
     int n = PQntuples(res);
     char topic[256];
     char err[512];
-    bool holding = r->policy != POISON_DEAD_LETTER;
+    bool holding = r->poison->hold_in_flight;
     bool any_held = false;
     for (int k = 0; k < N_BATCHES && holding; k++)
         for (int j = 0; j < r->b[k].n_rows && !any_held; j++)
@@ -558,7 +481,7 @@ static void produce_rows(struct relay *r, struct batch *b, PGresult *res)
         }
         if (rc < 0) {
             row_failed(r, b, i, STATS_FAIL_INVALID, LIMIT_ONE, err);
-            if (r->policy == POISON_HALT)
+            if (r->poison->halts)
                 r->halt_pending = true; /* permanent: one attempt exhausts it */
             if (holding) {
                 b->agg[i] = agg_key(res, i);
@@ -639,26 +562,20 @@ static void claim(struct relay *r, struct batch *b)
         r->backoff = true;
         return;
     }
-    int64_t lo = 1, hi = 0; /* an empty range: nothing to skip */
+    struct id_span skip = id_span_empty();
     for (int k = 0; k < N_BATCHES; k++) {
         struct batch *other = &r->b[k];
         if (other == b || other->phase == PHASE_EMPTY || other->n_rows == 0)
             continue;
-        if (lo > hi) {
-            lo = other->min_id;
-            hi = other->max_id;
-        } else {
-            lo = other->min_id < lo ? other->min_id : lo;
-            hi = other->max_id > hi ? other->max_id : hi;
-        }
+        skip = id_span_union(skip, other->span);
         other->rescan_after_mark = true;
     }
     char limit[16], los[24], his[24];
     b->alone = r->isolating;
     b->claim_gen = r->truncations;
     snprintf(limit, sizeof(limit), "%d", b->alone ? 1 : r->cfg->batch_size);
-    snprintf(los, sizeof(los), "%" PRId64, lo);
-    snprintf(his, sizeof(his), "%" PRId64, hi);
+    snprintf(los, sizeof(los), "%" PRId64, skip.lo);
+    snprintf(his, sizeof(his), "%" PRId64, skip.hi);
     const char *params[] = { limit, los, his };
     r->wake = false;
     r->claim_first = false;
@@ -718,7 +635,7 @@ static void failures_send(struct relay *r, struct batch *b, int n)
         return;
     }
     const char *params[] = { strbuf_str(ids), strbuf_str(errs), strbuf_str(max),
-                             r->policy == POISON_HALT ? "f" : "t" };
+                             r->poison->dead_letters ? "t" : "f" };
     b->phase = PHASE_RECORDING;
     if (pg_query(&r->pg, r->sql.record_failures, 4, params, on_recorded, b) < 0)
         batch_reset(b);
@@ -767,11 +684,8 @@ static void on_recorded(struct pg_conn *pg, PGresult *res, void *arg)
                 why = b->reason[i];
         if (dead) {
             r->st.dead_total++;
-            log_error(r->policy == POISON_HOLD_AGGREGATE
-                          ? "row dead-lettered; later rows of its aggregate are held"
-                          : "row dead-lettered; later rows of its aggregate continue",
-                      "outbox_id=%s attempts=%s error=%s", id, attempts, log_quote(why));
-        } else if (exhausted && r->policy == POISON_HALT && !r->st.halted) {
+            log_error(r->poison->dead_msg, "outbox_id=%s attempts=%s error=%s", id, attempts, log_quote(why));
+        } else if (exhausted && r->poison->halts && !r->st.halted) {
             r->st.halted = true;
             snprintf(r->st.halt_reason, sizeof(r->st.halt_reason),
                      "outbox row %s cannot be delivered after %s attempts: %s", id, attempts, why);
@@ -2047,15 +1961,6 @@ static void finish(struct relay *r)
              r->st.published_total, failed, r->st.dead_total);
 }
 
-static enum poison_policy parse_policy(const char *name)
-{
-    if (strcmp(name, "dead_letter") == 0)
-        return POISON_DEAD_LETTER;
-    if (strcmp(name, "halt") == 0)
-        return POISON_HALT;
-    return POISON_HOLD_AGGREGATE;
-}
-
 static void relay_free(struct relay *r)
 {
     pg_free(&r->pg);
@@ -2076,11 +1981,11 @@ int relay_run(struct relay_config *cfg, relay_reload_fn reload, void *reload_arg
     r.reload_arg = reload_arg;
     r.loop = uv_default_loop();
     stats_init(&r.st);
-    r.policy = parse_policy(cfg->on_poison);
+    r.poison = poison_rules_of(poison_policy_parse(cfg->on_poison));
     r.retention_s = strcmp(cfg->on_sent, "delete") == 0 ? 0 : config_parse_duration(cfg->retention);
     srand((unsigned)uv_hrtime() ^ (unsigned)getpid());
 
-    unsigned flags = (r.policy == POISON_HOLD_AGGREGATE ? SQL_HOLD_AGGREGATE : 0) |
+    unsigned flags = (r.poison->hold_claim ? SQL_HOLD_AGGREGATE : 0) |
                      (strcmp(cfg->on_sent, "delete") == 0 ? SQL_DELETE_SENT : 0);
     if (sql_statements_init(&r.sql, cfg->schema, cfg->table, cfg->notify_channel, flags) < 0) {
         log_error("cannot build SQL statements", "schema=%s table=%s", cfg->schema, cfg->table);

@@ -1,0 +1,48 @@
+/* kafka_rules.h — what the relay knows about Kafka, in one place: the
+ * producer properties it sets (and which of them its guarantees depend on),
+ * the properties an operator may not change, and what a delivery error means
+ * for the row that got it.
+ *
+ * The header names no librdkafka type, so decisions that only need an
+ * error's class (the engine) do not depend on librdkafka. */
+#ifndef OUTBOX_KAFKA_RULES_H
+#define OUTBOX_KAFKA_RULES_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/** One producer property the relay sets before the [kafka] section's own. */
+struct kafka_setting {
+    const char *key;
+    const char *value;
+    bool enforced;       /* kafka_check_property() refuses another value */
+};
+
+/** The relay's producer properties, in the order they are applied; *@p n
+ *  receives their count. */
+const struct kafka_setting *kafka_producer_settings(size_t *n);
+
+/** What relay.fencing=transactional adds: transactional.id (value NULL: the
+ *  relay's id, config_transactional_id) and the transaction time-out. */
+const struct kafka_setting *kafka_transaction_settings(size_t *n);
+
+/** Refuses a [kafka] property that would break the idempotent producer's
+ *  guarantees, or that the relay sets itself. @return 0, or -EINVAL with
+ *  @p errbuf naming the property and what it needs. */
+int kafka_check_property(const char *key, const char *value, char *errbuf, size_t errlen);
+
+/** Whose fault a failed delivery is. */
+enum kafka_fault {
+    KAFKA_FAULT_OURS = 0,    /* the relay's own doing (shutdown purge, a fatal or fenced
+                                producer being replaced): produced again, charged nothing */
+    KAFKA_FAULT_OUTAGE,      /* Kafka (partly) unavailable: produced again, charged nothing */
+    KAFKA_FAULT_PERMANENT,   /* the message can never be accepted as it is */
+    KAFKA_FAULT_RETRIABLE,   /* anything else: may be the row's own, may pass on retry */
+};
+
+/** The class of delivery error @p err (an rd_kafka_resp_err_t, not 0).
+ *  @p producer_fatal: the producer raised a fatal error, after which outage
+ *  errors are the fatal error's echo, not an outage. */
+enum kafka_fault kafka_fault_of(int err, bool producer_fatal);
+
+#endif

@@ -1,0 +1,103 @@
+/* engine.c — the relay's decisions about rows; see engine.h. No I/O. */
+#include "engine.h"
+
+#include <string.h>
+
+/* ---- poison policies ------------------------------------------------------ */
+
+/* A new policy is a row here (and its name in the config's documentation);
+ * the relay reads only these columns. */
+static const struct poison_rules policies[POISON_N] = {
+    [POISON_HOLD_AGGREGATE] = {
+        .name = "hold_aggregate", .hold_claim = true, .hold_in_flight = true,
+        .dead_letters = true, .halts = false,
+        .dead_msg = "row dead-lettered; later rows of its aggregate are held",
+    },
+    [POISON_DEAD_LETTER] = {
+        .name = "dead_letter", .hold_claim = false, .hold_in_flight = false,
+        .dead_letters = true, .halts = false,
+        .dead_msg = "row dead-lettered; later rows of its aggregate continue",
+    },
+    /* The row stays where it is (no dead_at), and so does everything after it. */
+    [POISON_HALT] = {
+        .name = "halt", .hold_claim = false, .hold_in_flight = true,
+        .dead_letters = false, .halts = true,
+        .dead_msg = "row dead-lettered",
+    },
+};
+
+const char *const poison_policy_names[POISON_N + 1] = {
+    [POISON_HOLD_AGGREGATE] = "hold_aggregate",
+    [POISON_DEAD_LETTER] = "dead_letter",
+    [POISON_HALT] = "halt",
+    [POISON_N] = NULL,
+};
+
+const struct poison_rules *poison_rules_of(enum poison_policy p)
+{
+    return &policies[p < POISON_N ? p : POISON_HOLD_AGGREGATE];
+}
+
+enum poison_policy poison_policy_parse(const char *name)
+{
+    for (int p = 0; p < POISON_N; p++)
+        if (strcmp(name, policies[p].name) == 0)
+            return (enum poison_policy)p;
+    return POISON_N;
+}
+
+/* ---- a failed delivery ---------------------------------------------------- */
+
+struct failure_verdict engine_judge_failure(enum kafka_fault fault, bool alone)
+{
+    struct failure_verdict v = {0};
+    v.permanent = fault == KAFKA_FAULT_PERMANENT;
+    v.limit = v.permanent ? LIMIT_ONE : fault == KAFKA_FAULT_OUTAGE ? LIMIT_NONE : LIMIT_MAX;
+    switch (fault) {
+    case KAFKA_FAULT_OURS:
+        /* Purged at shutdown, or caught in a fatal error the relay recovers
+         * from: nobody's failure, not even a failed delivery to count. */
+        break;
+    case KAFKA_FAULT_OUTAGE:
+        /* Counted as a failed delivery, charged to nobody. */
+        v.counted = true;
+        break;
+    case KAFKA_FAULT_PERMANENT:
+    case KAFKA_FAULT_RETRIABLE:
+        /* A broker rejects a whole produce request with one error: every
+         * row in it gets it, though at most one may be at fault. */
+        v.counted = true;
+        v.suspect = !alone;
+        v.charged = alone;
+        break;
+    }
+    return v;
+}
+
+/* ---- id spans ------------------------------------------------------------- */
+
+struct id_span id_span_empty(void)
+{
+    return (struct id_span){ .lo = 1, .hi = 0 };
+}
+
+struct id_span id_span_of(const int64_t *ids, int n)
+{
+    struct id_span s = { .lo = INT64_MAX, .hi = INT64_MIN };
+    for (int i = 0; i < n; i++) {
+        if (ids[i] < s.lo)
+            s.lo = ids[i];
+        if (ids[i] > s.hi)
+            s.hi = ids[i];
+    }
+    return n > 0 ? s : id_span_empty();
+}
+
+struct id_span id_span_union(struct id_span a, struct id_span b)
+{
+    if (id_span_is_empty(a))
+        return b;
+    if (id_span_is_empty(b))
+        return a;
+    return (struct id_span){ .lo = a.lo < b.lo ? a.lo : b.lo, .hi = a.hi > b.hi ? a.hi : b.hi };
+}
