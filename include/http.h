@@ -106,14 +106,6 @@ bool http_ready(const struct http_context *ctx, struct strbuf *verbose_out);
 /** Appends the Prometheus text exposition (format 0.0.4) to @p out. */
 void http_metrics(const struct http_context *ctx, struct strbuf *out);
 
-/** Parses an http.listen value: "IPv4:port" or "[IPv6]:port" (literals, port
- *  0..65535; 0 = any free port). @return 0, or -EINVAL with errbuf saying why. */
-int http_listen_parse(const char *listen, struct sockaddr_storage *addr, char *errbuf,
-                      size_t errlen);
-
-/** The config table's check for http.listen: "" (disabled) or http_listen_parse(). */
-int http_listen_check(const char *value, char *errbuf, size_t errlen);
-
 /** Starts listening on cfg->http_listen (an empty value disables the endpoint:
  *  *out = NULL, return 0). @p cfg and @p stats are read at each request and
  *  must outlive the server. Logs the address actually bound (port 0 picks one).

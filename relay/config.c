@@ -16,7 +16,7 @@
 #include "errors.h"
 #include "kafka_rules.h"
 #include "event.h"
-#include "http.h"
+#include "listen_addr.h"
 #include "log.h"
 #include "redact.h"
 #include "sql.h"
@@ -122,7 +122,7 @@ static const struct param params[] = {
     STR("relay", "topic", topic, "outbox.${aggregate_type}", event_topic_template_check, RESTART,
         "topic template for rows without a topic (${aggregate_type}, ${event_type})"),
 
-    STR("http", "listen", http_listen, "127.0.0.1:8423", http_listen_check, RESTART,
+    STR("http", "listen", http_listen, "127.0.0.1:8423", listen_addr_check, RESTART,
         "IPv4:port or [IPv6]:port of the status endpoint (\"\" = disabled)"),
 
     ENUM("log", "format", log_format, "logfmt", log_formats, RESTART, "logfmt or json"),

@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "errors.h"
+#include "listen_addr.h"
 #include "log.h"
 
 #define SWEEP_EVERY_MS 1000
@@ -77,70 +78,6 @@ struct http_server {
      * buffer serves every connection. */
     char readbuf[16384];
 };
-
-/* ---- http.listen --------------------------------------------------------- */
-
-
-int http_listen_parse(const char *listen, struct sockaddr_storage *addr, char *errbuf,
-                      size_t errlen)
-{
-    char host[INET6_ADDRSTRLEN + 32];
-    const char *port;
-    bool v6 = listen[0] == '[';
-
-    if (v6) {
-        const char *close = strchr(listen, ']');
-        if (!close || close[1] != ':')
-            return errbuf_fail(errbuf, errlen, "\"%s\" is not [IPv6]:port", listen);
-        size_t n = (size_t)(close - listen - 1);
-        if (n == 0 || n >= sizeof(host))
-            return errbuf_fail(errbuf, errlen, "\"%s\": bad IPv6 address", listen);
-        memcpy(host, listen + 1, n);
-        host[n] = '\0';
-        port = close + 2;
-    } else {
-        const char *colon = strrchr(listen, ':');
-        if (!colon)
-            return errbuf_fail(errbuf, errlen, "\"%s\" has no port (expected IPv4:port or [IPv6]:port)",
-                        listen);
-        size_t n = (size_t)(colon - listen);
-        if (memchr(listen, ':', n))
-            return errbuf_fail(errbuf, errlen, "\"%s\": an IPv6 address needs brackets ([::1]:port)",
-                        listen);
-        if (n == 0)
-            return errbuf_fail(errbuf, errlen,
-                        "\"%s\" has no address (0.0.0.0 or [::] listens on every interface)",
-                        listen);
-        if (n >= sizeof(host))
-            return errbuf_fail(errbuf, errlen, "\"%s\": bad IPv4 address", listen);
-        memcpy(host, listen, n);
-        host[n] = '\0';
-        port = colon + 1;
-    }
-
-    long p = 0;
-    size_t digits = strspn(port, "0123456789");
-    if (digits == 0 || digits > 5 || port[digits] != '\0' || (p = strtol(port, NULL, 10)) > 65535)
-        return errbuf_fail(errbuf, errlen, "\"%s\": the port must be a number 0..65535", listen);
-
-    struct sockaddr_storage scratch;
-    if (!addr)
-        addr = &scratch;
-    memset(addr, 0, sizeof(*addr));
-    int rc = v6 ? uv_ip6_addr(host, (int)p, (struct sockaddr_in6 *)addr)
-                : uv_ip4_addr(host, (int)p, (struct sockaddr_in *)addr);
-    if (rc != 0)
-        return errbuf_fail(errbuf, errlen, "\"%s\": \"%s\" is not an IP%s address literal", listen, host,
-                    v6 ? "v6" : "v4");
-    return 0;
-}
-
-int http_listen_check(const char *value, char *errbuf, size_t errlen)
-{
-    if (!*value)
-        return 0;
-    return http_listen_parse(value, NULL, errbuf, errlen);
-}
 
 /* ---- connections --------------------------------------------------------- */
 
@@ -449,7 +386,7 @@ int http_start(struct http_server **out, uv_loop_t *loop, const struct relay_con
         return 0;
 
     struct sockaddr_storage addr;
-    int rc = http_listen_parse(cfg->http_listen, &addr, errbuf, errlen);
+    int rc = listen_addr_parse(cfg->http_listen, &addr, errbuf, errlen);
     if (rc < 0)
         return rc;
 

@@ -19,7 +19,7 @@
 
 #include "build_config.h"
 #include "errors.h"
-#include "http.h"
+#include "listen_addr.h"
 #include "strbuf.h"
 
 #define EXIT_NOT_READY 1
@@ -90,7 +90,7 @@ static int target_from_config(const struct relay_config *cfg, char *url, size_t 
         return -ENOENT;
     }
     char err[256];
-    if (http_listen_parse(listen, NULL, err, sizeof(err)) < 0) {
+    if (listen_addr_parse(listen, NULL, err, sizeof(err)) < 0) {
         fprintf(stderr, "outbox-relay status: http.listen: %s\n", err);
         return -EINVAL;
     }

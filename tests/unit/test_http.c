@@ -11,6 +11,7 @@
 
 #include "config.h"
 #include "http.h"
+#include "listen_addr.h"
 #include "stats.h"
 #include "strbuf.h"
 
@@ -549,23 +550,23 @@ Test(http, listen_addresses)
 {
     struct sockaddr_storage a;
     char err[256];
-    cr_assert_eq(http_listen_parse("127.0.0.1:8423", &a, err, sizeof(err)), 0, "%s", err);
+    cr_assert_eq(listen_addr_parse("127.0.0.1:8423", &a, err, sizeof(err)), 0, "%s", err);
     cr_assert_eq(a.ss_family, AF_INET);
     cr_assert_eq(ntohs(((struct sockaddr_in *)&a)->sin_port), 8423);
-    cr_assert_eq(http_listen_parse("[::1]:9", &a, err, sizeof(err)), 0, "%s", err);
+    cr_assert_eq(listen_addr_parse("[::1]:9", &a, err, sizeof(err)), 0, "%s", err);
     cr_assert_eq(a.ss_family, AF_INET6);
-    cr_assert_eq(http_listen_parse("[::]:0", &a, err, sizeof(err)), 0, "%s", err);
-    cr_assert_eq(http_listen_parse("0.0.0.0:65535", &a, err, sizeof(err)), 0, "%s", err);
+    cr_assert_eq(listen_addr_parse("[::]:0", &a, err, sizeof(err)), 0, "%s", err);
+    cr_assert_eq(listen_addr_parse("0.0.0.0:65535", &a, err, sizeof(err)), 0, "%s", err);
 
     const char *bad[] = {"8423", ":8423", "::1:8423", "[::1]8423", "[::1]", "localhost:8423",
                          "127.0.0.1:", "127.0.0.1:65536", "127.0.0.1:-1", "127.0.0.1:80x",
                          "[]:80", "1.2.3:80", "127.0.0.1:123456"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         err[0] = '\0';
-        cr_assert_eq(http_listen_parse(bad[i], &a, err, sizeof(err)), -EINVAL, "%s accepted", bad[i]);
+        cr_assert_eq(listen_addr_parse(bad[i], &a, err, sizeof(err)), -EINVAL, "%s accepted", bad[i]);
         cr_assert(strstr(err, bad[i]), "error for %s does not quote it: %s", bad[i], err);
     }
-    cr_assert_eq(http_listen_check("", err, sizeof(err)), 0);
+    cr_assert_eq(listen_addr_check("", err, sizeof(err)), 0);
 }
 
 Test(http, listen_is_checked_by_the_config_table)
