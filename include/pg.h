@@ -83,6 +83,12 @@ const char *pg_sqlstate(const PGresult *res);
 /** @return true when a statement can be sent now. */
 bool pg_ready(const struct pg_conn *pg);
 
+/** @return true while a statement's result is awaited. */
+bool pg_busy(const struct pg_conn *pg);
+
+/** @return the server's version number (e.g. 150018), 0 when not connected. */
+int pg_server_version(const struct pg_conn *pg);
+
 /** Drops the connection (no on_lost callback) and releases the uv handle. */
 void pg_close(struct pg_conn *pg);
 

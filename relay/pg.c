@@ -307,6 +307,16 @@ bool pg_ready(const struct pg_conn *pg)
     return pg->state == PG_READY;
 }
 
+bool pg_busy(const struct pg_conn *pg)
+{
+    return pg->state == PG_BUSY;
+}
+
+int pg_server_version(const struct pg_conn *pg)
+{
+    return pg->conn ? PQserverVersion(pg->conn) : 0;
+}
+
 enum send_kind { SEND_QUERY, SEND_PREPARE, SEND_PREPARED };
 
 /* The one way a statement goes out: libpq queues it, we flush what the

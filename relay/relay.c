@@ -1805,7 +1805,7 @@ static void start_connect(struct relay *r)
 static void on_pg_connected(struct pg_conn *pg, void *arg)
 {
     struct relay *r = arg;
-    log_info("postgres connected", "server_version=%d", PQserverVersion(pg->conn));
+    log_info("postgres connected", "server_version=%d", pg_server_version(pg));
     set_role(r, STATS_ROLE_UNKNOWN);
     session_reset(r);
     r->listening = false;
@@ -1888,7 +1888,7 @@ static void on_signal(uv_signal_t *s, int signum)
     uv_timer_stop(&r->tick);
     uv_timer_stop(&r->reconnect);
     uv_timer_start(&r->shutdown, on_shutdown_timer, (uint64_t)r->cfg->shutdown_timeout_ms, 0);
-    if (!pg_ready(&r->pg) && r->pg.state != PG_BUSY && !any_phase(r, PHASE_PRODUCING))
+    if (!pg_ready(&r->pg) && !pg_busy(&r->pg) && !any_phase(r, PHASE_PRODUCING))
         finish(r);
     else
         step(r);
