@@ -1654,36 +1654,34 @@ static void on_prepared(struct pg_conn *pg, PGresult *res, void *arg)
     step(r);
 }
 
-static void step(struct relay *r)
+/* A new connection's checks and preparations, in order: the session, the
+ * schema, the hot statements. @return true while they are not all done (a
+ * statement may have gone out). */
+static bool connection_step(struct relay *r)
 {
-    if (r->finished)
-        return;
-    fence_step(r);
-    if (!pg_ready(&r->pg))
-        return;
-    /* Stopped before the checks below passed: nothing was claimed on this
+    /* Stopped before the checks passed: nothing was claimed on this
      * connection nor the lock taken, so nothing is waited for. */
     if (r->stopping && all_empty(r) && (!r->session_checked || !r->schema_checked)) {
         finish(r);
-        return;
+        return true;
     }
     /* Before anything else: is this connection a session of its own, and
      * may this role see every row? */
     if (!r->session_checked) {
         if (!r->backoff)
             session_check(r);
-        return;
+        return true;
     }
     if (r->st.refused &&
         (r->prepared < N_HOT || all_empty(r) || now_ms(r) >= r->refuse_deadline_ms)) {
         wind_down(r);
-        return;
+        return true;
     }
     /* Then: is the table the one this binary's statements were written for? */
     if (!r->schema_checked) {
         if (!r->backoff)
             schema_check(r);
-        return;
+        return true;
     }
     if (r->prepared < N_HOT) {
         if (!r->backoff) {
@@ -1692,55 +1690,40 @@ static void step(struct relay *r)
             pg_prepare(&r->pg, hot_statements[r->prepared].name, sql,
                        hot_statements[r->prepared].nparams, on_prepared, r);
         }
-        return;
+        return true;
     }
+    return false;
+}
 
-    /* Delivered rows are marked whatever our role: a mark records a fact.
-     * The older batch first, so marks follow the order rows were claimed. */
+/* Delivered rows are marked whatever our role: a mark records a fact. The
+ * older batch first, so marks follow the order rows were claimed.
+ * @return true when nothing else may run now (a mark went out, marks are
+ * due, back-off, stopping, refused). */
+static bool marks_step(struct relay *r)
+{
     for (int k = 0; k < N_BATCHES; k++) {
         if (r->b[k].phase == PHASE_DELIVERED && !r->backoff && txn_settled(r, &r->b[k])) {
             mark(r, &r->b[k]);
-            return;
+            return true;
         }
     }
     if (r->stopping) {
         if (all_empty(r))
             finish(r);
-        return;
+        return true;
     }
     /* A batch still being committed is with Kafka, not waiting for its marks. */
     bool to_mark = false;
     for (int k = 0; k < N_BATCHES; k++)
         to_mark |= r->b[k].phase == PHASE_DELIVERED && txn_settled(r, &r->b[k]);
-    if (r->backoff || to_mark || r->st.refused)
-        return; /* refused: the batches in flight are marked first */
-    if (producer_fatal(&r->prod)) {
-        if (!all_empty(r) || producer_txn_state(&r->prod) == PRODUCER_TXN_BUSY ||
-            !replace_producer(r))
-            return; /* the batches in flight fail with __FATAL first */
-    }
+    /* refused: the batches in flight are marked first */
+    return r->backoff || to_mark || r->st.refused;
+}
 
-    if (leadership_step(r))
-        return;
-    if (!r->ready_sent) {
-        /* Connected and the role is known: what systemd's Type=notify waits for. */
-        r->ready_sent = true;
-        notify_send("READY=1");
-    }
-    /* Under row-level security the relay would count only what it sees. */
-    if (now_ms(r) >= r->backlog_due_ms && !r->st.row_security &&
-        !(r->claim_first && now_ms(r) < r->claim_first_until)) {
-        r->backlog_due_ms = now_ms(r) + BACKLOG_EVERY_MS;
-        pg_query(&r->pg, r->sql.backlog, 0, NULL, on_backlog, r);
-        return;
-    }
-    if (r->st.role != STATS_ROLE_LEADER)
-        return;
-    if (!r->listening) {
-        pg_query(&r->pg, r->sql.listen, 0, NULL, on_listen, r);
-        return;
-    }
-    /* Another batch is claimed only while the others are with Kafka. */
+/* Another batch is claimed only while the others are with Kafka; retention
+ * runs when nothing is in flight. */
+static void claim_step(struct relay *r)
+{
     struct batch *free_slot = NULL;
     bool busy = false;
     for (int k = 0; k < N_BATCHES; k++) {
@@ -1761,6 +1744,43 @@ static void step(struct relay *r)
     }
     if (r->retention_due && all_empty(r))
         retention(r);
+}
+
+/* The one decision point: called after every event, it sends at most one
+ * statement (the connection runs one at a time), in order of priority. */
+static void step(struct relay *r)
+{
+    if (r->finished)
+        return;
+    fence_step(r);
+    if (!pg_ready(&r->pg) || connection_step(r) || marks_step(r))
+        return;
+    if (producer_fatal(&r->prod)) {
+        if (!all_empty(r) || producer_txn_state(&r->prod) == PRODUCER_TXN_BUSY ||
+            !replace_producer(r))
+            return; /* the batches in flight fail with __FATAL first */
+    }
+    if (leadership_step(r))
+        return;
+    if (!r->ready_sent) {
+        /* Connected and the role is known: what systemd's Type=notify waits for. */
+        r->ready_sent = true;
+        notify_send("READY=1");
+    }
+    /* Under row-level security the relay would count only what it sees. */
+    if (now_ms(r) >= r->backlog_due_ms && !r->st.row_security &&
+        !(r->claim_first && now_ms(r) < r->claim_first_until)) {
+        r->backlog_due_ms = now_ms(r) + BACKLOG_EVERY_MS;
+        pg_query(&r->pg, r->sql.backlog, 0, NULL, on_backlog, r);
+        return;
+    }
+    if (r->st.role != STATS_ROLE_LEADER)
+        return;
+    if (!r->listening) {
+        pg_query(&r->pg, r->sql.listen, 0, NULL, on_listen, r);
+        return;
+    }
+    claim_step(r);
 }
 
 /* ---- PostgreSQL connection --------------------------------------------- */
@@ -1972,6 +1992,31 @@ static void relay_free(struct relay *r)
         strbuf_free(&r->params[i]);
 }
 
+/* The timers and signal handlers of the loop. */
+static void loop_start(struct relay *r)
+{
+    uv_timer_init(r->loop, &r->tick);
+    uv_timer_init(r->loop, &r->reconnect);
+    uv_timer_init(r->loop, &r->shutdown);
+    r->tick.data = r->reconnect.data = r->shutdown.data = r;
+    uv_signal_init(r->loop, &r->sigterm);
+    uv_signal_init(r->loop, &r->sigint);
+    r->sigterm.data = r->sigint.data = r;
+    uv_signal_start(&r->sigterm, on_signal, SIGTERM);
+    uv_signal_start(&r->sigint, on_signal, SIGINT);
+    uv_signal_init(r->loop, &r->sighup);
+    r->sighup.data = r;
+    uv_signal_start(&r->sighup, on_sighup, SIGHUP);
+    uv_timer_init(r->loop, &r->watchdog);
+    uint64_t wd_usec = notify_watchdog_usec();
+    if (wd_usec > 0) /* twice per interval, as sd_watchdog_enabled(3) advises */
+        uv_timer_start(&r->watchdog, on_watchdog, wd_usec / 2000, wd_usec / 2000);
+    uv_timer_start(&r->tick, on_tick, (uint64_t)r->cfg->poll_interval_ms,
+                   (uint64_t)r->cfg->poll_interval_ms);
+    /* First retention pass a minute after start, not during the catch-up. */
+    r->last_retention_ms = uv_now(r->loop);
+}
+
 int relay_run(struct relay_config *cfg, relay_reload_fn reload, void *reload_arg)
 {
     struct relay r;
@@ -2032,27 +2077,7 @@ int relay_run(struct relay_config *cfg, relay_reload_fn reload, void *reload_arg
         .arg = &r,
     };
     pg_init(&r.pg, r.loop, cfg->pg_conninfo, &cb);
-
-    uv_timer_init(r.loop, &r.tick);
-    uv_timer_init(r.loop, &r.reconnect);
-    uv_timer_init(r.loop, &r.shutdown);
-    r.tick.data = r.reconnect.data = r.shutdown.data = &r;
-    uv_signal_init(r.loop, &r.sigterm);
-    uv_signal_init(r.loop, &r.sigint);
-    r.sigterm.data = r.sigint.data = &r;
-    uv_signal_start(&r.sigterm, on_signal, SIGTERM);
-    uv_signal_start(&r.sigint, on_signal, SIGINT);
-    uv_signal_init(r.loop, &r.sighup);
-    r.sighup.data = &r;
-    uv_signal_start(&r.sighup, on_sighup, SIGHUP);
-    uv_timer_init(r.loop, &r.watchdog);
-    uint64_t wd_usec = notify_watchdog_usec();
-    if (wd_usec > 0) /* twice per interval, as sd_watchdog_enabled(3) advises */
-        uv_timer_start(&r.watchdog, on_watchdog, wd_usec / 2000, wd_usec / 2000);
-    uv_timer_start(&r.tick, on_tick, (uint64_t)cfg->poll_interval_ms,
-                   (uint64_t)cfg->poll_interval_ms);
-    /* First retention pass a minute after start, not during the catch-up. */
-    r.last_retention_ms = uv_now(r.loop);
+    loop_start(&r);
 
     log_info("relay starting",
              "schema=%s table=%s topic=%s batch_size=%d poll_interval_ms=%d on_poison=%s "
