@@ -8,6 +8,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "hex.h"
 #include "strbuf.h"
 
 /* Case-insensitive search of @p needle in the @p n bytes at @p s. */
@@ -19,17 +20,6 @@ static bool span_has(const char *s, size_t n, const char *needle)
             return true;
     }
     return false;
-}
-
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
 }
 
 static bool conn_space(char c)
@@ -60,8 +50,8 @@ static bool uri_key_is_secret(const char *k, size_t n)
         if (len + 1 >= sizeof key)
             return true; /* no libpq keyword is this long; mask rather than guess */
         char c = k[i];
-        if (c == '%' && i + 2 < n && hexval(k[i + 1]) >= 0 && hexval(k[i + 2]) >= 0) {
-            c = (char)(hexval(k[i + 1]) * 16 + hexval(k[i + 2]));
+        if (c == '%' && i + 2 < n && hex_value(k[i + 1]) >= 0 && hex_value(k[i + 2]) >= 0) {
+            c = (char)(hex_value(k[i + 1]) * 16 + hex_value(k[i + 2]));
             i += 2;
         }
         key[len++] = c;
@@ -295,8 +285,8 @@ static char *uri_decode(const char *s, size_t len)
         return NULL;
     size_t n = 0;
     for (size_t i = 0; i < len; i++) {
-        if (s[i] == '%' && i + 2 < len && hexval(s[i + 1]) >= 0 && hexval(s[i + 2]) >= 0) {
-            char c = (char)(hexval(s[i + 1]) * 16 + hexval(s[i + 2]));
+        if (s[i] == '%' && i + 2 < len && hex_value(s[i + 1]) >= 0 && hex_value(s[i + 2]) >= 0) {
+            char c = (char)(hex_value(s[i + 1]) * 16 + hex_value(s[i + 2]));
             if (c) {
                 out[n++] = c;
                 i += 2;

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "hex.h"
+
 #define FNV_PRIME 0x100000001b3ULL
 #define ROW_REPORTED_MISMATCH 0x1u
 
@@ -46,17 +48,6 @@ uint64_t vcheck_digest_timestamp(uint64_t h, int64_t timestamp_ms)
     return vcheck_hash(h, &timestamp_ms, sizeof timestamp_ms);
 }
 
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 bool vcheck_uuid_parse(const char *text, size_t len, uint8_t out[16])
 {
     if (!text || len != 36)
@@ -69,7 +60,7 @@ bool vcheck_uuid_parse(const char *text, size_t len, uint8_t out[16])
             i++;
             continue;
         }
-        int hi = hexval(text[i]), lo = hexval(text[i + 1]);
+        int hi = hex_value(text[i]), lo = hex_value(text[i + 1]);
         if (hi < 0 || lo < 0)
             return false;
         out[o++] = (uint8_t)(hi << 4 | lo);
