@@ -207,6 +207,15 @@ static void qualified_name(const char *schema, const char *table, char *out, siz
     snprintf(out, len, "%s.%s", qschema, qtable);
 }
 
+/* What a claim reads of a row, in the order of CLAIM_ID…: the text the
+ * message carries, and created_at as milliseconds (floor(), not a cast: a cast
+ * rounds, and a timestamp 1 ms after created_at would be wrong) and as text. */
+#define CLAIM_COLUMNS                                                                              \
+    "o.\"id\", o.\"event_id\"::text, o.\"aggregate_type\", o.\"aggregate_id\", "                   \
+    "o.\"event_type\", o.\"topic\", o.\"payload\"::text, o.\"headers\"::text, "                     \
+    "floor(extract(epoch FROM o.\"created_at\") * 1000)::bigint, "                                 \
+    "to_char(o.\"created_at\" AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
+
 int sql_statements_init(struct sql_statements *s, const char *schema, const char *table,
                         const char *channel, unsigned flags)
 {
@@ -236,14 +245,8 @@ int sql_statements_init(struct sql_statements *s, const char *schema, const char
                  q);
 
     int rc = 0;
-    /* floor(), not a cast: a cast rounds, and a timestamp 1 ms after created_at
-     * would be wrong. */
     rc |= build(&s->claim,
-                "SELECT o.\"id\", o.\"event_id\"::text, o.\"aggregate_type\", o.\"aggregate_id\", "
-                "o.\"event_type\", o.\"topic\", o.\"payload\"::text, o.\"headers\"::text, "
-                "floor(extract(epoch FROM o.\"created_at\") * 1000)::bigint, "
-                "to_char(o.\"created_at\" AT TIME ZONE 'UTC', "
-                "'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') "
+                "SELECT " CLAIM_COLUMNS " "
                 "FROM %s AS o WHERE o.\"sent_at\" IS NULL AND o.\"dead_at\" IS NULL "
                 "AND o.\"id\" NOT BETWEEN $2::bigint AND $3::bigint%s "
                 "ORDER BY o.\"id\" LIMIT $1",
@@ -533,12 +536,7 @@ void sql_dead_free(struct sql_dead *q)
 
 /* The claim's columns, so that verify and replay see a row exactly as the
  * relay published it (created_at text and milliseconds included). */
-#define ROW_COLUMNS                                                                                \
-    "o.\"id\", o.\"event_id\"::text, o.\"aggregate_type\", o.\"aggregate_id\", "                   \
-    "o.\"event_type\", o.\"topic\", o.\"payload\"::text, o.\"headers\"::text, "                     \
-    "floor(extract(epoch FROM o.\"created_at\") * 1000)::bigint, "                                 \
-    "to_char(o.\"created_at\" AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'), "          \
-    "o.\"sent_at\" IS NOT NULL, o.\"dead_at\" IS NOT NULL"
+#define ROW_COLUMNS CLAIM_COLUMNS ", o.\"sent_at\" IS NOT NULL, o.\"dead_at\" IS NOT NULL"
 
 #define WINDOW                                                                                     \
     "($1::bigint IS NULL OR o.\"id\" >= $1::bigint) "                                              \
