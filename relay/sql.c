@@ -207,7 +207,7 @@ static void qualified_name(const char *schema, const char *table, char *out, siz
     snprintf(out, len, "%s.%s", qschema, qtable);
 }
 
-/* What a claim reads of a row, in the order of CLAIM_ID…: the text the
+/* What a claim reads of a row, in the order of enum sql_claim_col: the text the
  * message carries, and created_at as milliseconds (floor(), not a cast: a cast
  * rounds, and a timestamp 1 ms after created_at would be wrong) and as text. */
 #define CLAIM_COLUMNS                                                                              \
