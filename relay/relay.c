@@ -22,6 +22,7 @@
 #include "errors.h"
 #include "event.h"
 #include "http.h"
+#include "batch.h"
 #include "engine.h"
 #include "kafka_rules.h"
 #include "log.h"
@@ -34,22 +35,6 @@
 #include "strbuf.h"
 #include "verify_task.h"
 
-enum phase {
-    PHASE_EMPTY = 0,   /* nothing claimed */
-    PHASE_CLAIMING,    /* claim statement running */
-    PHASE_PRODUCING,   /* rows handed to librdkafka, waiting for reports */
-    PHASE_DELIVERED,   /* every report is in; marks not yet written */
-    PHASE_MARKING,     /* mark statement running */
-    PHASE_RECORDING,   /* failure bookkeeping statement running */
-};
-
-enum row_state {
-    ROW_PENDING = 0,
-    ROW_DELIVERED,
-    ROW_FAILED,    /* reason set: counts as an attempt; reason NULL: not the row's fault */
-    ROW_SKIPPED,   /* held behind a failed row of its aggregate, or not produced: stays unsent */
-};
-
 /* Several batches may be in flight: while Kafka acknowledges some,
  * PostgreSQL claims or marks another, so neither side waits for the other. */
 #define N_BATCHES RELAY_BATCHES_IN_FLIGHT
@@ -57,37 +42,6 @@ enum row_state {
 /* A delivery report's opaque: the batch slot in the top bits, the row below. */
 #define OPAQUE_ROW_BITS 20
 _Static_assert(100000 < (1 << OPAQUE_ROW_BITS), "batch_size must fit the opaque's row bits");
-
-struct batch {
-    enum phase phase;
-    int slot;
-    int n_rows;
-    int n_outstanding;
-    int n_delivered;
-    int n_suspects;             /* rows failed with an error not yet proven their own */
-    rd_kafka_resp_err_t suspect_err;
-    bool marked;                /* the delivered rows of this batch are marked */
-    bool alone;                 /* one row, produced while nothing else was: a failure is its own */
-    unsigned claim_gen;         /* r->truncations when the claim was sent */
-    bool rescan_after_mark;     /* a claim skipped this batch's id range: claim again after */
-    unsigned txn_gen;           /* fencing: the Kafka transaction its rows were produced in */
-    bool committed;             /* fencing: that transaction committed: its delivered rows may be marked */
-    bool aborted;               /* fencing: that transaction was aborted: nothing of it is visible */
-    bool unpublished;           /* fencing: its rows go back unsent; no claim until it is done */
-    PGresult *held;             /* fencing: claimed rows waiting for the open transaction to end */
-    struct id_span span;        /* the id range the other batch's claim must skip */
-    uint64_t start_ms;
-    int cap;                    /* rows the per-row arrays hold (batch_size may grow on SIGHUP) */
-    int64_t *ids;
-    int64_t *created_ms;        /* for the delivery latency histogram */
-    unsigned char *state;
-    unsigned char *limit;       /* ROW_FAILED: enum attempt_limit of its error */
-    char **reason;              /* ROW_FAILED: why (allocated; failures are rare) */
-    char **agg;                 /* ROW_FAILED/held: "type\x1fid" of the aggregate (allocated) */
-    bool record_each;           /* the batch's failure record failed: one statement per row */
-    int record_row;             /* record_each: the row being recorded */
-    bool record_lost;           /* record_each: some row's failure could not be recorded */
-};
 
 struct relay {
     uv_loop_t *loop;
@@ -206,69 +160,19 @@ static bool all_empty(const struct relay *r)
     return true;
 }
 
+/* Empties @p b, releasing a claim result it held. */
 static void batch_reset(struct batch *b)
 {
-    for (int i = 0; i < b->n_rows; i++) {
-        free(b->reason[i]);
-        free(b->agg[i]);
-        b->reason[i] = b->agg[i] = NULL;
-    }
-    b->phase = PHASE_EMPTY;
-    b->n_rows = 0;
-    b->n_outstanding = 0;
-    b->n_delivered = 0;
-    b->n_suspects = 0;
-    b->alone = false;
-    b->marked = false;
-    b->rescan_after_mark = false;
-    b->record_each = false;
-    b->record_lost = false;
-    b->committed = false;
-    b->aborted = false;
-    b->unpublished = false;
-    if (b->held) {
+    if (b->held)
         PQclear(b->held);
-        b->held = NULL;
-    }
+    batch_clear(b);
 }
 
-static void batch_free(struct batch *b)
+static void row_failed(struct relay *r, struct batch *b, int i, enum stats_fail_reason kind,
+                       enum attempt_limit limit, const char *why)
 {
-    batch_reset(b);
-    free(b->ids);
-    free(b->created_ms);
-    free(b->state);
-    free(b->limit);
-    free(b->reason);
-    free(b->agg);
-    memset(b, 0, sizeof(*b));
-}
-
-static int grow(void **p, size_t n, size_t size)
-{
-    void *q = realloc(*p, n * size);
-    if (!q)
-        return -ENOMEM;
-    *p = q;
-    return 0;
-}
-
-/* Sizes the per-row arrays for @p n rows; only called on an empty batch. */
-static int batch_reserve(struct batch *b, int n)
-{
-    if (n <= b->cap)
-        return 0;
-    if (grow((void **)&b->ids, (size_t)n, sizeof(*b->ids)) < 0 ||
-        grow((void **)&b->created_ms, (size_t)n, sizeof(*b->created_ms)) < 0 ||
-        grow((void **)&b->state, (size_t)n, sizeof(*b->state)) < 0 ||
-        grow((void **)&b->limit, (size_t)n, sizeof(*b->limit)) < 0 ||
-        grow((void **)&b->reason, (size_t)n, sizeof(*b->reason)) < 0 ||
-        grow((void **)&b->agg, (size_t)n, sizeof(*b->agg)) < 0)
-        return -ENOMEM;
-    for (int i = b->cap; i < n; i++)
-        b->reason[i] = b->agg[i] = NULL;
-    b->cap = n;
-    return 0;
+    if (batch_row_failed(b, i, limit, why))
+        r->st.failed_total[kind]++;
 }
 
 /* The batch is complete (marks and failure records written): account for it. */
@@ -284,34 +188,6 @@ static void batch_done(struct relay *r, struct batch *b)
     if (b->rescan_after_mark)
         r->wake = true; /* rows inside this batch's id range were skipped by the other claim */
     batch_reset(b);
-}
-
-/* A reason cut to fit its buffer may end inside a UTF-8 character; as
- * last_error that would make the failure record itself fail. */
-static void utf8_trim_partial(char *s)
-{
-    size_t n = strlen(s), k = n;
-    while (k > 0 && ((unsigned char)s[k - 1] & 0xC0) == 0x80 && n - k < 3)
-        k--;
-    if (k == 0 || (unsigned char)s[k - 1] < 0xC0)
-        return; /* ends in ASCII or complete continuation bytes only */
-    unsigned char lead = (unsigned char)s[k - 1];
-    size_t want = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : 2;
-    if (n - (k - 1) < want)
-        s[k - 1] = '\0';
-}
-
-static void row_failed(struct relay *r, struct batch *b, int i, enum stats_fail_reason kind,
-                       enum attempt_limit limit, const char *why)
-{
-    b->state[i] = ROW_FAILED;
-    b->limit[i] = (unsigned char)limit;
-    free(b->reason[i]);
-    b->reason[i] = why ? strdup(why) : NULL;
-    if (b->reason[i])
-        utf8_trim_partial(b->reason[i]);
-    if (why)
-        r->st.failed_total[kind]++;
 }
 
 static void on_report(void *opaque, rd_kafka_resp_err_t err, void *arg)
@@ -377,32 +253,16 @@ static char *agg_key(PGresult *res, int i)
     return k;
 }
 
-/* True when row @p i of @p res belongs to an aggregate that has a failed or
- * held row earlier in this batch or in the other batch in flight: under
- * hold_aggregate (and halt) it must wait behind that row. */
-static bool held(struct relay *r, const char *key)
-{
-    for (int k = 0; k < N_BATCHES; k++) {
-        const struct batch *b = &r->b[k];
-        for (int j = 0; j < b->n_rows; j++)
-            if (b->agg[j] && strcmp(b->agg[j], key) == 0)
-                return true;
-    }
-    return false;
-}
-
 /* Takes the ids of a claim result: what the next claim must skip is known
  * before a single row is produced. */
 static void batch_load(struct batch *b, PGresult *res)
 {
     int n = PQntuples(res);
-    b->n_rows = n;
     for (int i = 0; i < n; i++) {
         b->ids[i] = strtoll(PQgetvalue(res, i, CLAIM_ID), NULL, 10);
         b->created_ms[i] = strtoll(PQgetvalue(res, i, CLAIM_CREATED_MS), NULL, 10);
-        b->state[i] = ROW_SKIPPED;
     }
-    b->span = id_span_of(b->ids, n);
+    batch_loaded(b, n);
 }
 
 /* The batch ends before row @p i: the rows from @p i on stay unsent, so the
@@ -410,7 +270,7 @@ static void batch_load(struct batch *b, PGresult *res)
  * their aggregates would be claimed and produced first. */
 static void batch_cut(struct relay *r, struct batch *b, int i, bool queue_full)
 {
-    b->span = id_span_of(b->ids, i);
+    batch_cut_at(b, i);
     r->queue_full = queue_full;
     r->truncations++;
     r->wake = true;
@@ -436,7 +296,7 @@ static void produce_rows(struct relay *r, struct batch *b, PGresult *res)
             break; /* the rest stays ROW_SKIPPED: claimed again after a restart */
         if (any_held) {
             char *key = agg_key(res, i);
-            if (key && held(r, key)) {
+            if (key && batch_holds(r->b, N_BATCHES, key)) {
                 b->agg[i] = key; /* held too: later rows of it wait as well */
                 continue;
             }
@@ -589,22 +449,6 @@ static void on_recorded(struct pg_conn *pg, PGresult *res, void *arg);
 static void record_failure_from(struct relay *r, struct batch *b, int from);
 
 /* Rows whose failure counts as an attempt (ROW_FAILED with a reason). */
-static int failures_to_record(const struct batch *b)
-{
-    int n = 0;
-    for (int i = 0; i < b->n_rows; i++)
-        n += b->state[i] == ROW_FAILED && b->reason[i];
-    return n;
-}
-
-static int first_failure(const struct batch *b)
-{
-    for (int i = 0; i < b->n_rows; i++)
-        if (b->state[i] == ROW_FAILED && b->reason[i])
-            return i;
-    return 0;
-}
-
 /* The record statement's parameters are three array literals, built row by
  * row: begin, add each row (the @p n-th so far), send. */
 static void failures_begin(struct relay *r)
@@ -651,7 +495,7 @@ static void on_recorded(struct pg_conn *pg, PGresult *res, void *arg)
         return;
     }
     if (PQresultStatus(res) != PGRES_TUPLES_OK) {
-        if (!b->record_each && failures_to_record(b) > 1) {
+        if (!b->record_each && batch_failures_to_record(b) > 1) {
             /* One row (a value the table refuses, a trigger) must not lose
              * the bookkeeping of the others: record them one by one. */
             log_warn("recording the failures of a batch failed; recording them row by row",
@@ -662,7 +506,7 @@ static void on_recorded(struct pg_conn *pg, PGresult *res, void *arg)
         }
         log_error("recording the failure of a row failed; it stays unsent and is tried again",
                   "outbox_id=%" PRId64 " error=%s", b->ids[b->record_each ? b->record_row
-                                                                          : first_failure(b)],
+                                                                          : batch_first_failure(b)],
                   log_quote(PQresultErrorMessage(res)));
         if (!b->record_each) {
             batch_reset(b);
@@ -1986,8 +1830,10 @@ static void relay_free(struct relay *r)
     pg_free(&r->pg);
     sql_statements_free(&r->sql);
     sql_session_free(&r->ssql);
-    for (int k = 0; k < N_BATCHES; k++)
+    for (int k = 0; k < N_BATCHES; k++) {
+        batch_reset(&r->b[k]); /* the claim result a batch may hold */
         batch_free(&r->b[k]);
+    }
     for (size_t i = 0; i < sizeof(r->params) / sizeof(r->params[0]); i++)
         strbuf_free(&r->params[i]);
 }

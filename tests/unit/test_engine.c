@@ -1,12 +1,15 @@
 /* test_engine.c — the relay's decisions about rows, without PostgreSQL or a
  * broker: what a failed delivery costs the row, what each on_poison policy
- * does, the id range a claim skips, and the Kafka rules they rest on. */
+ * does, the id range a claim skips, how each row of a batch ends, and the
+ * Kafka rules they rest on. */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <criterion/criterion.h>
 #include <librdkafka/rdkafka.h>
 
+#include "batch.h"
 #include "config.h"
 #include "engine.h"
 #include "kafka_rules.h"
@@ -175,4 +178,97 @@ Test(engine, spans_of_batches_in_flight)
     cr_assert(cut.lo == 12 && cut.hi == 40);
     cut = id_span_of(a, 1);
     cr_assert(cut.lo == 40 && cut.hi == 40);
+}
+
+/* ---- a batch in flight ---------------------------------------------------- */
+
+static struct batch claimed(int64_t first, int n)
+{
+    struct batch b = {0};
+    cr_assert_eq(batch_reserve(&b, n), 0);
+    for (int i = 0; i < n; i++) {
+        b.ids[i] = first + i;
+        b.created_ms[i] = 1000 + i;
+    }
+    batch_loaded(&b, n);
+    return b;
+}
+
+/* Every row ends in exactly one way: delivered ones are marked, failures of
+ * their own are charged, and everything else is simply claimed again. */
+Test(batch, every_row_ends_in_exactly_one_state)
+{
+    struct batch b = claimed(100, 6);
+    cr_assert(b.span.lo == 100 && b.span.hi == 105);
+    for (int i = 0; i < 6; i++)
+        cr_assert_eq(batch_row_end(&b, i), ROW_END_CLAIMABLE, "row %d before producing", i);
+    b.state[0] = ROW_DELIVERED;
+    b.state[1] = ROW_DELIVERED;
+    struct failure_verdict own = engine_judge_failure(KAFKA_FAULT_PERMANENT, true);
+    struct failure_verdict shared = engine_judge_failure(KAFKA_FAULT_PERMANENT, false);
+    struct failure_verdict outage = engine_judge_failure(KAFKA_FAULT_OUTAGE, false);
+    cr_assert(batch_row_failed(&b, 2, own.limit, own.charged ? "MSG_SIZE_TOO_LARGE" : NULL));
+    cr_assert(!batch_row_failed(&b, 3, shared.limit, shared.charged ? "INVALID_RECORD" : NULL));
+    cr_assert(!batch_row_failed(&b, 4, outage.limit, NULL));
+    /* row 5: held behind row 2, never produced */
+    enum row_end want[] = {ROW_END_SENT, ROW_END_SENT, ROW_END_CHARGED, ROW_END_CLAIMABLE,
+                           ROW_END_CLAIMABLE, ROW_END_CLAIMABLE};
+    for (int i = 0; i < 6; i++)
+        cr_assert_eq(batch_row_end(&b, i), want[i], "row %d", i);
+    cr_assert_eq(batch_failures_to_record(&b), 1, "only the row's own failure is recorded");
+    cr_assert_eq(batch_first_failure(&b), 2);
+    cr_assert_eq(b.limit[2], LIMIT_ONE);
+    batch_clear(&b);
+    cr_assert(b.phase == PHASE_EMPTY && b.n_rows == 0 && b.reason[2] == NULL);
+    batch_free(&b);
+}
+
+/* A full producer queue ends a batch early: what it gave back leaves its
+ * span, so a concurrent claim may not skip past those rows. */
+Test(batch, a_cut_gives_its_rows_back_to_the_next_claim)
+{
+    struct batch a = claimed(1, 10), b = claimed(11, 10);
+    struct id_span skip = id_span_union(a.span, b.span);
+    cr_assert(skip.lo == 1 && skip.hi == 20);
+    batch_cut_at(&a, 4); /* rows 5..10 stay unsent */
+    cr_assert(a.span.lo == 1 && a.span.hi == 4);
+    batch_cut_at(&b, 0); /* nothing of b was produced */
+    cr_assert(id_span_is_empty(b.span));
+    skip = id_span_union(a.span, b.span);
+    cr_assert(skip.lo == 1 && skip.hi == 4, "the next claim sees rows 5..20 again");
+    batch_free(&a);
+    batch_free(&b);
+}
+
+/* hold_aggregate: a failed row of an aggregate holds its later rows, in its
+ * own batch and in the other one in flight. */
+Test(batch, a_failed_row_holds_its_aggregate_across_batches)
+{
+    struct batch bs[2] = {claimed(1, 3), claimed(4, 3)};
+    cr_assert(!batch_holds(bs, 2, "order\x1f" "7"));
+    batch_row_failed(&bs[0], 1, LIMIT_MAX, "UNKNOWN_TOPIC_OR_PART");
+    bs[0].agg[1] = strdup("order\x1f" "7");
+    cr_assert(batch_holds(bs, 2, "order\x1f" "7"), "held from the batch of the failure");
+    cr_assert(!batch_holds(bs, 2, "order\x1f" "8"), "another aggregate goes on");
+    /* held in the second batch too: its own later rows wait as well */
+    bs[1].agg[0] = strdup("order\x1f" "9");
+    cr_assert(batch_holds(bs, 2, "order\x1f" "9"));
+    batch_clear(&bs[0]);
+    cr_assert(!batch_holds(bs, 2, "order\x1f" "7"), "released once its batch is done");
+    batch_free(&bs[0]);
+    batch_free(&bs[1]);
+}
+
+/* A reason cut short inside a UTF-8 character would make the failure record
+ * itself fail (last_error is text): it ends at a character boundary. */
+Test(batch, a_reason_cut_inside_a_character_is_trimmed)
+{
+    struct batch b = claimed(1, 1);
+    char why[8] = "abc\xc3\xa9";  /* "abcé" */
+    why[4] = '\0';                /* cut after the lead byte */
+    batch_row_failed(&b, 0, LIMIT_MAX, why);
+    cr_assert_str_eq(b.reason[0], "abc");
+    batch_row_failed(&b, 0, LIMIT_MAX, "abc\xc3\xa9");
+    cr_assert_str_eq(b.reason[0], "abc\xc3\xa9", "a whole character stays");
+    batch_free(&b);
 }

@@ -1,0 +1,105 @@
+/* batch.h — the rows of one claim in flight, apart from any I/O: their ids,
+ * what became of each (delivered, failed and why, held), and the id span a
+ * concurrent claim must skip.
+ *
+ * Part of the engine (docs/ARCHITECTURE.md): no PostgreSQL, Kafka or event
+ * loop header. relay.c fills a batch from a claim's result, reports each
+ * delivery into it, and writes what it says (marks, failure records). */
+#ifndef OUTBOX_BATCH_H
+#define OUTBOX_BATCH_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "engine.h"
+
+enum phase {
+    PHASE_EMPTY = 0,   /* nothing claimed */
+    PHASE_CLAIMING,    /* claim statement running */
+    PHASE_PRODUCING,   /* rows handed to librdkafka, waiting for reports */
+    PHASE_DELIVERED,   /* every report is in; marks not yet written */
+    PHASE_MARKING,     /* mark statement running */
+    PHASE_RECORDING,   /* failure bookkeeping statement running */
+};
+
+enum row_state {
+    ROW_PENDING = 0,
+    ROW_DELIVERED,
+    ROW_FAILED,    /* reason set: counts as an attempt; reason NULL: not the row's fault */
+    ROW_SKIPPED,   /* held behind a failed row of its aggregate, or not produced: stays unsent */
+};
+
+struct batch {
+    enum phase phase;
+    int slot;
+    int n_rows;
+    int n_outstanding;
+    int n_delivered;
+    int n_suspects;             /* rows failed with an error not yet proven their own */
+    int suspect_err;            /* the Kafka error of the suspects (an rd_kafka_resp_err_t) */
+    bool marked;                /* the delivered rows of this batch are marked */
+    bool alone;                 /* one row, produced while nothing else was: a failure is its own */
+    unsigned claim_gen;         /* the relay's truncations when the claim was sent */
+    bool rescan_after_mark;     /* a claim skipped this batch's id range: claim again after */
+    unsigned txn_gen;           /* fencing: the Kafka transaction its rows were produced in */
+    bool committed;             /* fencing: that transaction committed: its delivered rows may be marked */
+    bool aborted;               /* fencing: that transaction was aborted: nothing of it is visible */
+    bool unpublished;           /* fencing: its rows go back unsent; no claim until it is done */
+    void *held;                 /* fencing: the claim's result (the daemon's), kept while its rows
+                                   wait for the open transaction to end; NULL otherwise */
+    struct id_span span;        /* the id range the other batch's claim must skip */
+    uint64_t start_ms;
+    int cap;                    /* rows the per-row arrays hold (batch_size may grow on SIGHUP) */
+    int64_t *ids;
+    int64_t *created_ms;        /* for the delivery latency histogram */
+    unsigned char *state;
+    unsigned char *limit;       /* ROW_FAILED: enum attempt_limit of its error */
+    char **reason;              /* ROW_FAILED: why (allocated; failures are rare) */
+    char **agg;                 /* ROW_FAILED/held: "type\x1fid" of the aggregate (allocated) */
+    bool record_each;           /* the batch's failure record failed: one statement per row */
+    int record_row;             /* record_each: the row being recorded */
+    bool record_lost;           /* record_each: some row's failure could not be recorded */
+};
+
+/** Sizes the per-row arrays for @p n rows; only on an empty batch.
+ *  @return 0 or -ENOMEM. */
+int batch_reserve(struct batch *b, int n);
+
+/** Empties the batch (frees reasons and aggregate keys). The daemon releases
+ *  b->held first. */
+void batch_clear(struct batch *b);
+
+/** batch_clear, and frees the arrays. */
+void batch_free(struct batch *b);
+
+/** The claim's ids and created_ms are in place for @p n rows: every row is
+ *  ROW_SKIPPED until produced, and the span covers them all. */
+void batch_loaded(struct batch *b, int n);
+
+/** The batch ends before row @p i: the rows from @p i on stay unsent, so the
+ *  span shrinks to the rows before, or a later row of one of their
+ *  aggregates would be claimed and produced first. */
+void batch_cut_at(struct batch *b, int i);
+
+/** Row @p i failed: @p why (NULL: not the row's fault, charged nothing; cut
+ *  short at a character boundary if it had to be), @p limit the attempts it
+ *  may cost. @return true when it is charged to the row. */
+bool batch_row_failed(struct batch *b, int i, enum attempt_limit limit, const char *why);
+
+/** The rows whose failure is theirs to record, and the first of them (0 if none). */
+int batch_failures_to_record(const struct batch *b);
+int batch_first_failure(const struct batch *b);
+
+/** True when @p key ("type\x1fid") has a failed or held row in one of the
+ *  @p n batches: a later row of it must wait behind that row. */
+bool batch_holds(const struct batch *batches, int n, const char *key);
+
+/** What becomes of row @p i once its batch is done. */
+enum row_end {
+    ROW_END_SENT = 0,      /* delivered: marked sent */
+    ROW_END_CHARGED,       /* failed on its own: attempts + 1, last_error (maybe dead) */
+    ROW_END_CLAIMABLE,     /* nothing written: claimed again (held, cut, outage, ours) */
+};
+enum row_end batch_row_end(const struct batch *b, int i);
+
+#endif

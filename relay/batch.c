@@ -1,0 +1,142 @@
+/* batch.c — the rows of one claim in flight; see batch.h. No I/O. */
+#include "batch.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int grow(void **p, size_t n, size_t size)
+{
+    void *q = realloc(*p, n * size);
+    if (!q)
+        return -ENOMEM;
+    *p = q;
+    return 0;
+}
+
+int batch_reserve(struct batch *b, int n)
+{
+    if (n <= b->cap)
+        return 0;
+    if (grow((void **)&b->ids, (size_t)n, sizeof(*b->ids)) < 0 ||
+        grow((void **)&b->created_ms, (size_t)n, sizeof(*b->created_ms)) < 0 ||
+        grow((void **)&b->state, (size_t)n, sizeof(*b->state)) < 0 ||
+        grow((void **)&b->limit, (size_t)n, sizeof(*b->limit)) < 0 ||
+        grow((void **)&b->reason, (size_t)n, sizeof(*b->reason)) < 0 ||
+        grow((void **)&b->agg, (size_t)n, sizeof(*b->agg)) < 0)
+        return -ENOMEM;
+    for (int i = b->cap; i < n; i++)
+        b->reason[i] = b->agg[i] = NULL;
+    b->cap = n;
+    return 0;
+}
+
+void batch_clear(struct batch *b)
+{
+    for (int i = 0; i < b->n_rows; i++) {
+        free(b->reason[i]);
+        free(b->agg[i]);
+        b->reason[i] = b->agg[i] = NULL;
+    }
+    b->phase = PHASE_EMPTY;
+    b->n_rows = 0;
+    b->n_outstanding = 0;
+    b->n_delivered = 0;
+    b->n_suspects = 0;
+    b->alone = false;
+    b->marked = false;
+    b->rescan_after_mark = false;
+    b->record_each = false;
+    b->record_lost = false;
+    b->committed = false;
+    b->aborted = false;
+    b->unpublished = false;
+    b->held = NULL;
+}
+
+void batch_free(struct batch *b)
+{
+    batch_clear(b);
+    free(b->ids);
+    free(b->created_ms);
+    free(b->state);
+    free(b->limit);
+    free(b->reason);
+    free(b->agg);
+    memset(b, 0, sizeof(*b));
+}
+
+void batch_loaded(struct batch *b, int n)
+{
+    b->n_rows = n;
+    for (int i = 0; i < n; i++)
+        b->state[i] = ROW_SKIPPED;
+    b->span = id_span_of(b->ids, n);
+}
+
+void batch_cut_at(struct batch *b, int i)
+{
+    b->span = id_span_of(b->ids, i);
+}
+
+/* A reason cut to fit its buffer may end inside a UTF-8 character; as
+ * last_error that would make the failure record itself fail. */
+static void utf8_trim_partial(char *s)
+{
+    size_t n = strlen(s), k = n;
+    while (k > 0 && ((unsigned char)s[k - 1] & 0xC0) == 0x80 && n - k < 3)
+        k--;
+    if (k == 0 || (unsigned char)s[k - 1] < 0xC0)
+        return; /* ends in ASCII or complete continuation bytes only */
+    unsigned char lead = (unsigned char)s[k - 1];
+    size_t want = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : 2;
+    if (n - (k - 1) < want)
+        s[k - 1] = '\0';
+}
+
+bool batch_row_failed(struct batch *b, int i, enum attempt_limit limit, const char *why)
+{
+    b->state[i] = ROW_FAILED;
+    b->limit[i] = (unsigned char)limit;
+    free(b->reason[i]);
+    b->reason[i] = why ? strdup(why) : NULL;
+    if (b->reason[i])
+        utf8_trim_partial(b->reason[i]);
+    return why != NULL;
+}
+
+int batch_failures_to_record(const struct batch *b)
+{
+    int n = 0;
+    for (int i = 0; i < b->n_rows; i++)
+        n += b->state[i] == ROW_FAILED && b->reason[i];
+    return n;
+}
+
+int batch_first_failure(const struct batch *b)
+{
+    for (int i = 0; i < b->n_rows; i++)
+        if (b->state[i] == ROW_FAILED && b->reason[i])
+            return i;
+    return 0;
+}
+
+bool batch_holds(const struct batch *batches, int n, const char *key)
+{
+    for (int k = 0; k < n; k++) {
+        const struct batch *b = &batches[k];
+        for (int j = 0; j < b->n_rows; j++)
+            if (b->agg[j] && strcmp(b->agg[j], key) == 0)
+                return true;
+    }
+    return false;
+}
+
+enum row_end batch_row_end(const struct batch *b, int i)
+{
+    if (b->state[i] == ROW_DELIVERED)
+        return ROW_END_SENT;
+    if (b->state[i] == ROW_FAILED && b->reason[i])
+        return ROW_END_CHARGED;
+    return ROW_END_CLAIMABLE;
+}
