@@ -10,7 +10,12 @@
 #ifndef OUTBOX_DEAD_H
 #define OUTBOX_DEAD_H
 
+#include <stdio.h>
+
 #include "config.h"
+
+/** Prints the command's usage (`dead --help`) to @p out. */
+void dead_usage(FILE *out);
 
 /** Runs one `dead` action for the table of @p cfg; @p argv holds what
  *  cli_take_args() collected (action first).

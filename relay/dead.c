@@ -25,7 +25,7 @@
 #define SQLSTATE_UNDEFINED_TABLE "42P01"
 #define LAST_ERROR_WIDTH 100     /* the table view cuts last_error here; --json has it all */
 
-static void usage(FILE *out)
+void dead_usage(FILE *out)
 {
     fprintf(out,
             "Usage: outbox-relay dead list [--json]\n"
@@ -53,7 +53,7 @@ static void usage(FILE *out)
 
 struct dead_args {
     const char *action;
-    bool json, all, yes, help;
+    bool json, all, yes;
     struct strbuf ids;          /* "{1,2,3}": a bigint[] literal */
     int n_ids;
 };
@@ -74,8 +74,6 @@ static int parse_args(int argc, char **argv, struct dead_args *a)
                 a->all = true;
             else if (strcmp(w, "--yes") == 0)
                 a->yes = true;
-            else if (strcmp(w, "--help") == 0 || strcmp(w, "-h") == 0)
-                a->help = true;
             else {
                 fprintf(stderr, "outbox-relay dead: unknown option \"%s\"\n", w);
                 return EXIT_USAGE;
@@ -96,8 +94,6 @@ static int parse_args(int argc, char **argv, struct dead_args *a)
         strbuf_printf(&a->ids, "%s%lld", a->n_ids++ ? "," : "", id);
     }
     strbuf_printf(&a->ids, "}");
-    if (a->help)
-        return 0;
 
     const char *act = a->action ? a->action : "";
     const char *why = NULL;
@@ -121,13 +117,13 @@ static int parse_args(int argc, char **argv, struct dead_args *a)
                   "add --yes to confirm";
     } else {
         fprintf(stderr, "outbox-relay dead: unknown action \"%s\"\n", act);
-        usage(stderr);
+        dead_usage(stderr);
         return EXIT_USAGE;
     }
     if (why) {
         fprintf(stderr, "outbox-relay dead%s%s: %s\n", *act ? " " : "", act, why);
         if (!a->action)
-            usage(stderr);
+            dead_usage(stderr);
         return EXIT_USAGE;
     }
     if (a->ids.oom) {
@@ -372,9 +368,7 @@ int dead_main(const struct relay_config *cfg, int argc, char **argv)
 {
     struct dead_args a = {0};
     int status = parse_args(argc, argv, &a);
-    if (status != 0 || a.help) {
-        if (a.help)
-            usage(stdout);
+    if (status != 0) {
         strbuf_free(&a.ids);
         return status;
     }

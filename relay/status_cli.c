@@ -344,6 +344,25 @@ static void print_summary(const char *url, const cJSON *st, bool ready, const ch
     printf("\n");
 }
 
+void status_cli_usage(FILE *out)
+{
+    fprintf(out,
+            "Usage: outbox-relay status [--url URL] [--json]\n"
+            "       (plus the -c FILE and -X section.key=value options of every command)\n"
+            "\n"
+            "Asks a running relay for /status and /readyz and prints a summary: ready or\n"
+            "not and why, its role, PostgreSQL, the brokers, the backlog and what it\n"
+            "published.\n"
+            "\n"
+            "  --url URL   the relay to ask, e.g. http://127.0.0.1:8423 (default: from\n"
+            "              http.listen; a wildcard address is asked on loopback); with\n"
+            "              --url no configuration is read\n"
+            "  --json      print the relay's /status JSON as it is\n"
+            "\n"
+            "Exit status: 0 ready, 1 not ready, 64 a URL it cannot use, 69 unreachable,\n"
+            "78 configuration rejected.\n");
+}
+
 int status_cli_run(const char *url, const struct relay_config *cfg, bool json)
 {
     char derived[600];
