@@ -5,6 +5,8 @@
  *   dead requeue ID...|--all    make them eligible again (attempts reset)
  *   dead drop ID... --yes       delete them for good
  *
+ * requeue and drop print counts; --ids adds the ids (thousands, for --all).
+ *
  * Every action is a single conditional statement, so running it twice
  * changes nothing more and reports 0 rows the second time. */
 #ifndef OUTBOX_DEAD_H

@@ -473,6 +473,7 @@ Test(e2e, dead_cli_errors, .fini = fini, .timeout = 60)
         {{"requeue", "-3", NULL}, 64},
         {{"drop", NULL}, 64},
         {{"drop", "--all", "--yes", NULL}, 64},
+        {{"list", "--ids", NULL}, 64},
         {{"--help", NULL}, 0},
     };
     struct e2e_report rep = {0};
@@ -517,4 +518,78 @@ Test(e2e, dead_cli_errors, .fini = fini, .timeout = 60)
     /* And the happy path on that row: requeue --all twice. */
     dead_expect(requeue, 0, "requeued 1 row");
     dead_expect(requeue, 0, "requeued 0 rows");
+}
+
+/* Runs `dead WORDS…` and returns its stdout (exit 0 asserted). */
+static char *dead_out(const char *const *words)
+{
+    char *out = NULL, *err = NULL;
+    int rc = e2e_dead(&T, words, NULL, &out, &err);
+    cr_assert_eq(rc, 0, "dead %s %s exited %d: %s", words[0], words[1] ? words[1] : "", rc, err ? err : "");
+    free(err);
+    return out ? out : strdup("");
+}
+
+static size_t count_char(const char *s, char c)
+{
+    size_t n = 0;
+    for (; *s; s++)
+        n += *s == c;
+    return n;
+}
+
+/* A bulk action on thousands of rows prints a count, not thousands of ids;
+ * --ids lists them, and the requested ids left alone are counted the same way. */
+#define N_BULK 3000
+Test(e2e, dead_bulk_prints_counts, .fini = fini, .timeout = 120)
+{
+    e2e_setup(&T, "deadbulk");
+    e2e_migrate(&T);
+    e2e_exec(T.conn,
+             "INSERT INTO %s (aggregate_type, aggregate_id, event_type, attempts, last_error, dead_at) "
+             "SELECT 'order', 'b' || g, 'created', 1, 'boom', now() FROM generate_series(1, %d) g",
+             T.qtable, N_BULK);
+
+    const char *requeue[] = {"requeue", "--all", NULL};
+    char *out = dead_out(requeue);
+    cr_assert_str_eq(out, "requeued 3000 rows\n", "dead requeue --all printed more than the count");
+    free(out);
+    cr_assert_eq(count_where("dead_at IS NULL AND attempts = 0"), N_BULK, "requeue --all did not requeue every row");
+
+    /* Again, with --ids: every id, once, on the count's line. */
+    e2e_exec(T.conn, "UPDATE %s SET dead_at = now(), attempts = 1", T.qtable);
+    const char *requeue_ids[] = {"requeue", "--all", "--ids", NULL};
+    out = dead_out(requeue_ids);
+    cr_assert(strncmp(out, "requeued 3000 rows: ", 20) == 0 && count_char(out, ',') == N_BULK - 1 &&
+                  count_char(out, '\n') == 1,
+              "dead requeue --all --ids: expected the count and 3000 ids on one line: %.200s", out);
+    long long first = e2e_query_int(T.conn, "SELECT min(id) FROM %s", T.qtable);
+    char want[64];
+    snprintf(want, sizeof(want), ": %lld, %lld,", first, first + 1);
+    cr_assert(strstr(out, want), "dead requeue --all --ids does not list the ids in order: %.200s", out);
+    free(out);
+
+    /* drop: two dead rows and one id that is not (already requeued). */
+    e2e_exec(T.conn, "UPDATE %s SET dead_at = now(), attempts = 1 WHERE id < %lld", T.qtable, first + 2);
+    char a[24], b[24], c[24];
+    snprintf(a, sizeof(a), "%lld", first);
+    snprintf(b, sizeof(b), "%lld", first + 1);
+    snprintf(c, sizeof(c), "%lld", first + 2);
+    const char *drop[] = {"drop", a, b, c, "--yes", NULL};
+    out = dead_out(drop);
+    cr_assert_str_eq(out,
+                     "dropped 2 rows\n1 of the ids given was not dead or failing (already done, sent, never "
+                     "failed, or no such row)\n",
+                     "dead drop: unexpected output");
+    free(out);
+    e2e_exec(T.conn, "UPDATE %s SET dead_at = now(), attempts = 1 WHERE id = %s", T.qtable, c);
+    const char *drop_ids[] = {"drop", a, b, c, "--yes", "--ids", NULL};
+    out = dead_out(drop_ids);
+    char expect[256];
+    snprintf(expect, sizeof(expect),
+             "dropped 1 row: %s\n2 of the ids given were not dead or failing (already done, sent, never "
+             "failed, or no such row): %s, %s\n", c, a, b);
+    cr_assert_str_eq(out, expect, "dead drop --ids: unexpected output");
+    free(out);
+    cr_assert_eq(count_where("true"), N_BULK - 3, "drop deleted other rows than the three dead ones");
 }
