@@ -29,6 +29,7 @@
 #include "notify.h"
 #include "pg.h"
 #include "producer.h"
+#include "progress.h"
 #include "sql.h"
 #include "stats.h"
 #include "strbuf.h"
@@ -162,6 +163,7 @@ struct relay {
     int release_tries;          /* refused: attempts to give the lock back before closing */
     uint64_t refuse_deadline_ms; /* refused: close even if batches in flight are not marked */
     struct verify_task *verify; /* [verify] interval; NULL when off */
+    struct progress *progress;  /* the publish rate; NULL when out of memory */
 };
 
 static void step(struct relay *r);
@@ -879,6 +881,7 @@ static void on_backlog(struct pg_conn *pg, PGresult *res, void *arg)
         r->st.oldest_unsent_age = strtod(PQgetvalue(res, 0, 1), NULL);
         r->st.dead_rows = strtoll(PQgetvalue(res, 0, 2), NULL, 10);
         r->st.backlog_time = stats_now();
+        r->st.backlog_published = r->st.published_total;
     } else {
         log_warn("backlog query failed", "error=%s", log_quote(PQresultErrorMessage(res)));
     }
@@ -1973,6 +1976,8 @@ static void finish(struct relay *r)
     r->http = NULL;
     verify_task_stop(r->verify);
     r->verify = NULL;
+    progress_stop(r->progress);
+    r->progress = NULL;
     uint64_t failed = 0;
     for (int i = 0; i < STATS_FAIL_NREASONS; i++)
         failed += r->st.failed_total[i];
@@ -2069,6 +2074,8 @@ int relay_run(struct relay_config *cfg, relay_reload_fn reload, void *reload_arg
     /* ---- end of the status endpoint */
     if (verify_task_start(&r.verify, r.loop, cfg, &r.st) < 0)
         log_error("out of memory starting the periodic verify; running without it", "");
+    if (progress_start(&r.progress, r.loop, cfg, &r.st) < 0)
+        log_error("out of memory starting the progress reports; running without them", "");
 
     struct pg_callbacks cb = {
         .on_connected = on_pg_connected,
