@@ -1,5 +1,7 @@
-/* progress.h — how the relay is getting on, once a second: samples the
- * publish count for the recent rate (/status, `outbox-relay status`). */
+/* progress.h — how the relay is getting on, looked at once a second: samples
+ * the publish count for the recent rate (/status, `outbox-relay status`),
+ * logs a progress line every log.stats_interval while there is work, and one
+ * line when a backlog has drained. Quiet while idle. */
 #ifndef OUTBOX_PROGRESS_H
 #define OUTBOX_PROGRESS_H
 

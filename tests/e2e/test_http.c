@@ -1175,6 +1175,61 @@ Test(e2e, status_backlog_age_rate_and_eta_while_draining, .fini = fini, .timeout
 
 /* ---- logs ---------------------------------------------------------------------- */
 
+/* The first line of @p log containing @p needle, copied (free it), or NULL. */
+static char *line_with(const char *log, const char *needle)
+{
+    const char *at = strstr(log, needle);
+    if (!at)
+        return NULL;
+    while (at > log && at[-1] != '\n')
+        at--;
+    const char *eol = strchr(at, '\n');
+    return strndup(at, eol ? (size_t)(eol - at) : strlen(at));
+}
+
+/* While there is work, a progress line every log.stats_interval, and one line
+ * when the backlog has drained; nothing while idle. */
+Test(e2e, progress_lines_while_draining_and_quiet_when_idle, .fini = fini, .timeout = 180)
+{
+    e2e_setup(&T, "httpprog");
+    e2e_migrate(&T);
+    enqueue_range(1, DRAIN_ROWS);
+    e2e_mock_command(&T, "rtt -1 10"); /* a drain of several seconds, as above */
+    const char *extra[] = {"relay.batch_size=20", "log.stats_interval=1s", NULL};
+    int port;
+    struct e2e_relay *relay = start_relay(extra, &port);
+    e2e_wait_all_sent(&T, 120000);
+    wait_log_count(relay, "msg=\"backlog drained\"", 1, 15000);
+
+    char *log = e2e_relay_log(relay);
+    int lines = log_count(relay, "msg=\"progress\"");
+    cr_assert(lines >= 2, "expected a progress line a second during a drain of seconds, found %d (log %s)", lines,
+              relay->log_path);
+    char *busy = line_with(log, "msg=\"progress\" published=");
+    cr_assert(busy && strstr(busy, "level=info") && strstr(busy, " rows_per_second=") && strstr(busy, " backlog=") &&
+                  strstr(busy, " oldest_pending_seconds="),
+              "a progress line lacks a field: %s", busy ? busy : "(none)");
+    free(busy);
+    char *drained = line_with(log, "msg=\"backlog drained\"");
+    long long rows = -1;
+    const char *r = strstr(drained, " rows=");
+    if (r)
+        rows = strtoll(r + 6, NULL, 10);
+    cr_assert(rows > 0 && rows <= DRAIN_ROWS && strstr(drained, " seconds=") && strstr(drained, "level=info"),
+              "the drained line does not say how many rows in how long: %s", drained);
+    free(drained);
+    cr_assert_eq(log_count(relay, "msg=\"backlog drained\""), 1, "more than one drained line for one backlog");
+    free(log);
+
+    /* Idle: no progress line and no drained line, for several intervals. */
+    e2e_sleep_ms(2000);
+    int settled = log_count(relay, "msg=\"progress\"");
+    e2e_sleep_ms(5000);
+    cr_assert_eq(log_count(relay, "msg=\"progress\""), settled, "progress lines while idle (log %s)", relay->log_path);
+    cr_assert_eq(log_count(relay, "msg=\"backlog drained\""), 1, "a drained line while idle");
+    cr_assert_eq(e2e_relay_stop(relay, 30000), 0, "relay did not exit 0 on SIGTERM");
+}
+
 /* Every line of @p text is a JSON object with ts, level and msg (after an
  * optional "<N>" prefix, required when @p prefix). @return the lines parsed. */
 static int check_json_lines(const char *text, bool prefix, const char *what)
