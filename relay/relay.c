@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -25,6 +26,7 @@
 #include "engine.h"
 #include "kafka_rules.h"
 #include "log.h"
+#include "log_limit.h"
 #include "migrate.h"
 #include "notify.h"
 #include "pg.h"
@@ -164,6 +166,7 @@ struct relay {
     uint64_t refuse_deadline_ms; /* refused: close even if batches in flight are not marked */
     struct verify_task *verify; /* [verify] interval; NULL when off */
     struct progress *progress;  /* the publish rate; NULL when out of memory */
+    struct log_limit failures;  /* per-row failure lines: a few in full, then summaries */
 };
 
 static void step(struct relay *r);
@@ -349,7 +352,9 @@ static void on_report(void *opaque, rd_kafka_resp_err_t err, void *arg)
             if (b->ids[i] > r->isolate_until_id)
                 r->isolate_until_id = b->ids[i];
             b->suspect_err = err;
-        } else if (fault != KAFKA_FAULT_OURS) {
+        } else if (fault != KAFKA_FAULT_OURS &&
+                   log_limit_allow(&r->failures, stats_mono(), LOG_LVL_WARN, "delivery failed",
+                                   rd_kafka_err2name(err), b->ids[i])) {
             log_warn("delivery failed", "outbox_id=%" PRId64 " error=%s permanent=%s", b->ids[i],
                      rd_kafka_err2name(err), verdict.permanent ? "true" : "false");
         }
@@ -489,8 +494,10 @@ static void produce_rows(struct relay *r, struct batch *b, PGresult *res)
                 b->agg[i] = agg_key(res, i);
                 any_held = true;
             }
-            log_warn("row cannot be produced", "outbox_id=%" PRId64 " event_id=%s reason=%s",
-                     row.id, row.event_id, log_quote(err));
+            if (log_limit_allow(&r->failures, stats_mono(), LOG_LVL_WARN, "row cannot be produced",
+                                err, row.id))
+                log_warn("row cannot be produced", "outbox_id=%" PRId64 " event_id=%s reason=%s",
+                         row.id, row.event_id, log_quote(err));
             continue;
         }
         b->n_outstanding++;
@@ -686,7 +693,10 @@ static void on_recorded(struct pg_conn *pg, PGresult *res, void *arg)
                 why = b->reason[i];
         if (dead) {
             r->st.dead_total++;
-            log_error(r->poison->dead_msg, "outbox_id=%s attempts=%s error=%s", id, attempts, log_quote(why));
+            if (log_limit_allow(&r->failures, stats_mono(), LOG_LVL_ERROR, r->poison->dead_msg,
+                                why, strtoll(id, NULL, 10)))
+                log_error(r->poison->dead_msg, "outbox_id=%s attempts=%s error=%s", id, attempts,
+                          log_quote(why));
         } else if (exhausted && r->poison->halts && !r->st.halted) {
             r->st.halted = true;
             snprintf(r->st.halt_reason, sizeof(r->st.halt_reason),
@@ -1876,6 +1886,7 @@ static void on_tick(uv_timer_t *t)
     if (r->retention_s > 0 && now_ms(r) - r->last_retention_ms >= RETENTION_EVERY_MS)
         r->retention_due = true;
     producer_poll(&r->prod);
+    log_limit_flush(&r->failures, stats_mono());
     step(r);
 }
 
@@ -1978,6 +1989,7 @@ static void finish(struct relay *r)
     r->verify = NULL;
     progress_stop(r->progress);
     r->progress = NULL;
+    log_limit_flush(&r->failures, INFINITY);
     uint64_t failed = 0;
     for (int i = 0; i < STATS_FAIL_NREASONS; i++)
         failed += r->st.failed_total[i];
@@ -2031,6 +2043,7 @@ int relay_run(struct relay_config *cfg, relay_reload_fn reload, void *reload_arg
     r.reload_arg = reload_arg;
     r.loop = uv_default_loop();
     stats_init(&r.st);
+    log_limit_init(&r.failures, LOG_LIMIT_INTERVAL_S, LOG_LIMIT_BURST);
     r.poison = poison_rules_of(poison_policy_parse(cfg->on_poison));
     r.retention_s = strcmp(cfg->on_sent, "delete") == 0 ? 0 : config_parse_duration(cfg->retention);
     srand((unsigned)uv_hrtime() ^ (unsigned)getpid());

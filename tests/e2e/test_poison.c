@@ -593,3 +593,83 @@ Test(e2e, dead_bulk_prints_counts, .fini = fini, .timeout = 120)
     free(out);
     cr_assert_eq(count_where("true"), N_BULK - 3, "drop deleted other rows than the three dead ones");
 }
+
+/* How many rows the log reports for the line @p msg: those written in full
+ * plus those counted in its summaries (like="msg" rows=N). *@p lines gets
+ * how many lines that took. */
+static long long rows_logged(const char *log, const char *msg, int *lines)
+{
+    char full[200], like[200];
+    snprintf(full, sizeof(full), "msg=\"%s\"", msg);
+    snprintf(like, sizeof(like), "like=\"%s\" rows=", msg);
+    long long rows = 0;
+    *lines = 0;
+    for (const char *p = log; (p = strstr(p, full)); p++, (*lines)++)
+        rows++;
+    for (const char *p = log; (p = strstr(p, like)); p++, (*lines)++)
+        rows += strtoll(p + strlen(like), NULL, 10);
+    return rows;
+}
+
+/* 3,000 poison rows: the per-row lines are rate-limited into summaries, far
+ * fewer lines than rows, that still account for every row; the metrics and
+ * the table are exact. */
+#define N_MANY_POISON 3000
+Test(e2e, many_poison_rows_logged_as_summaries, .fini = fini, .timeout = 180)
+{
+    e2e_setup(&T, "pmany");
+    e2e_migrate(&T);
+    for (int i = 0; i < 10; i++)
+        insert_ok("ok", i);
+    e2e_exec(T.conn,
+             "INSERT INTO %s (aggregate_type, aggregate_id, event_type, payload, headers) "
+             "SELECT 'order', 'p' || g, 'created', '{}', '[1]' FROM generate_series(1, %d) g",
+             T.qtable, N_MANY_POISON);
+    for (int i = 10; i < 20; i++)
+        insert_ok("ok", i);
+    const char *extra[] = {"relay.poll_interval_ms=50", "relay.batch_size=100", "relay.on_poison=dead_letter",
+                           NULL};
+    struct e2e_relay *relay = e2e_relay_start(&T, extra);
+    int port = e2e_relay_http_port(relay, 30000);
+    cr_assert(port > 0, "no status endpoint (log %s)", relay->log_path);
+    cr_assert(e2e_wait_sql(&T, 90000,
+                           "SELECT (SELECT count(*) FROM %s WHERE dead_at IS NOT NULL) = %d AND NOT EXISTS "
+                           "(SELECT 1 FROM %s WHERE sent_at IS NULL AND dead_at IS NULL)",
+                           T.qtable, N_MANY_POISON, T.qtable),
+              "not every poison row is dead and every other row sent: %lld dead, %lld unsent",
+              count_where("dead_at IS NOT NULL"), count_where("sent_at IS NULL AND dead_at IS NULL"));
+
+    /* The relay's own counts, exact. */
+    char url[64];
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d", port);
+    const char *status[] = {"status", "--json", "--url", url, NULL};
+    char *out = NULL, *err = NULL;
+    int rc = e2e_run_relay(status, 20000, &out, &err); /* 1: not ready yet, the JSON is there */
+    cr_assert(rc == 0 || rc == 1, "status --json exited %d: %s", rc, err ? err : "");
+    char *counts = json_query(out, "SELECT concat_ws(',', $1::jsonb #>> '{events,dead_lettered_total}', "
+                                   "$1::jsonb #>> '{events,failed_total,invalid}', "
+                                   "$1::jsonb #>> '{events,published_total}')");
+    cr_assert_str_eq(counts, "3000,3000,20", "/status dead_lettered_total,failed_total.invalid,published_total");
+    free(counts);
+    free(out);
+    free(err);
+    cr_assert_eq(count_where("dead_at IS NOT NULL AND attempts = 1 AND last_error LIKE '%not a JSON object%'"),
+                 N_MANY_POISON, "every poison row must be dead after one attempt, saying why");
+    cr_assert_eq(count_where("sent_at IS NOT NULL"), 20);
+
+    /* The exit writes the summaries still open. */
+    cr_assert_eq(e2e_relay_stop(relay, 30000), 0, "relay did not exit 0 on SIGTERM");
+    char *log = e2e_relay_log(relay);
+    int produce_lines, dead_lines;
+    long long produce_rows = rows_logged(log, "row cannot be produced", &produce_lines);
+    long long dead_rows = rows_logged(log, "row dead-lettered; later rows of its aggregate continue", &dead_lines);
+    free(log);
+    cr_assert_eq(produce_rows, N_MANY_POISON, "\"row cannot be produced\" lines and summaries account for %lld rows",
+                 produce_rows);
+    cr_assert_eq(dead_rows, N_MANY_POISON, "\"row dead-lettered\" lines and summaries account for %lld rows",
+                 dead_rows);
+    /* Five in full and one summary per kind and 10 s: a few dozen lines at most. */
+    cr_assert(produce_lines + dead_lines <= 60, "%d + %d lines for %d poison rows (log %s)", produce_lines,
+              dead_lines, N_MANY_POISON, relay->log_path);
+    cr_assert(e2e_relay_log_contains(relay, "msg=\"more rows failed like this\""), "no summary line");
+}
