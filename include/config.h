@@ -61,6 +61,7 @@ struct relay_config {
     /* [log] */
     int log_level;              /* enum log_level, default info */
     char *log_format;           /* "logfmt" (default) or "json" */
+    char *log_stats_interval;   /* duration, default "10s": the progress line; "0" = off */
 
     /* [verify]: the daemon's periodic verify (durations as config_parse_duration reads) */
     char *verify_interval;      /* default "0": off */

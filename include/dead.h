@@ -5,12 +5,19 @@
  *   dead requeue ID...|--all    make them eligible again (attempts reset)
  *   dead drop ID... --yes       delete them for good
  *
+ * requeue and drop print counts; --ids adds the ids (thousands, for --all).
+ *
  * Every action is a single conditional statement, so running it twice
  * changes nothing more and reports 0 rows the second time. */
 #ifndef OUTBOX_DEAD_H
 #define OUTBOX_DEAD_H
 
+#include <stdio.h>
+
 #include "config.h"
+
+/** Prints the command's usage (`dead --help`) to @p out. */
+void dead_usage(FILE *out);
 
 /** Runs one `dead` action for the table of @p cfg; @p argv holds what
  *  cli_take_args() collected (action first).

@@ -48,6 +48,9 @@ int migrate_ledger(const struct relay_config *cfg, const char *name);
  *  connecting. @return 0 or -EINVAL. */
 int migrate_print_sql(const struct relay_config *cfg, const char *ledger, FILE *out);
 
+/** Prints the command's usage (`migrate --help`) to @p out. */
+void migrate_usage(FILE *out);
+
 /** The command: `migrate [--ledger NAME] [--print-sql]`, @p argv its words.
  *  @return a process exit status (0, 64, 69, 70). */
 int migrate_main(const struct relay_config *cfg, int argc, char **argv);

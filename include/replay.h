@@ -10,7 +10,12 @@
 #ifndef OUTBOX_REPLAY_H
 #define OUTBOX_REPLAY_H
 
+#include <stdio.h>
+
 #include "config.h"
+
+/** Prints the command's usage (`replay --help`) to @p out. */
+void replay_usage(FILE *out);
 
 /** The command; @p argv holds its words (cli_take_args).
  *  @return a process exit status: 0 every selected sent row was published

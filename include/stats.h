@@ -59,6 +59,19 @@ struct stats_lock_holder {
     bool looks_like_relay;         /* application_name starts with "outbox-relay" */
 };
 
+/* The recent publish rate: one sample of published_total a second, the last
+ * minute of them. A rate from counters, not from the backlog, which is only
+ * measured every few seconds. */
+#define STATS_RATE_WINDOW_S 60
+#define STATS_RATE_SLOTS (STATS_RATE_WINDOW_S + 1)
+
+struct stats_rate {
+    double mono[STATS_RATE_SLOTS];     /* stats_mono() of each sample */
+    uint64_t count[STATS_RATE_SLOTS];
+    int next;                          /* the slot the next sample goes to */
+    int n;                             /* samples held */
+};
+
 /** Reasons a row failed, the label of outbox_relay_events_failed_total. */
 enum stats_fail_reason {
     STATS_FAIL_INVALID = 0,  /* detected before producing: topic, headers, size */
@@ -106,6 +119,8 @@ struct relay_stats {
     double oldest_unsent_age;      /* seconds, 0 when the backlog is empty */
     int64_t dead_rows;             /* dead and not sent, in the table */
     double backlog_time;           /* unix seconds of that query */
+    uint64_t backlog_published;    /* published_total when it was measured */
+    struct stats_rate publish_rate;   /* published_total, sampled every second */
 
     int brokers_up;                /* from librdkafka statistics; -1 = not known yet */
     int brokers_total;
@@ -164,6 +179,23 @@ double stats_now(void);
 
 /** @return seconds on a monotonic clock (for durations: immune to clock steps). */
 double stats_mono(void);
+
+/** Keeps @p count as the sample of monotonic time @p mono, unless the last
+ *  sample is less than a second old (then nothing changes). */
+void stats_rate_sample(struct stats_rate *r, double mono, uint64_t count);
+
+/** @return the rate, per second, from the oldest sample of the last
+ *  STATS_RATE_WINDOW_S seconds to @p count now (at @p mono); -1 when the
+ *  samples cover less than a second. */
+double stats_rate_per_second(const struct stats_rate *r, double mono, uint64_t count);
+
+/** @return rows of the last backlog measurement not published since (an
+ *  estimate: rows written since are not counted); -1 when not measured. */
+int64_t stats_backlog_left(const struct relay_stats *s);
+
+/** @return seconds until the backlog is published at @p rate rows/s: 0 when
+ *  stats_backlog_left() is 0, -1 when unknown or @p rate is not positive. */
+double stats_backlog_eta(const struct relay_stats *s, double rate);
 
 /** @return how long messages have been waiting for an acknowledgement at
  *  monotonic time @p mono_now: 0 when none are in flight. */

@@ -4,8 +4,12 @@
 #define OUTBOX_STATUS_CLI_H
 
 #include <stdbool.h>
+#include <stdio.h>
 
 #include "config.h"
+
+/** Prints the command's usage (`status --help`) to @p out. */
+void status_cli_usage(FILE *out);
 
 /** Fetches /status and /readyz from @p url ("http://host:port", a path prefix
  *  allowed; NULL: derived from @p cfg's http.listen, a wildcard address asked

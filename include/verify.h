@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "config.h"
 #include "verify_check.h"
@@ -51,6 +52,9 @@ struct verify_meta {
  *  -EIO/-ENOMEM otherwise. @p err says why. */
 int verify_run(const struct relay_config *cfg, const struct verify_opts *o, struct vcheck *v,
                struct verify_meta *meta, char *err, size_t errlen);
+
+/** Prints the command's usage (`verify --help`) to @p out. */
+void verify_usage(FILE *out);
 
 /** The command: `verify [--since T] [--until T] [--from-id N] [--to-id N]
  *  [--json] [--examples N] [--slice-rows N]`; @p argv holds its words.

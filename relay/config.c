@@ -127,6 +127,8 @@ static const struct param params[] = {
 
     ENUM("log", "format", log_format, "logfmt", log_formats, RESTART, "logfmt or json"),
     LEVEL("log", "level", log_level, "info", RELOAD, "error, warn, info or debug"),
+    STR("log", "stats_interval", log_stats_interval, "10s", check_duration, RELOAD,
+        "while rows are pending or being published, log a progress line this often (0 = never)"),
 
     STR("verify", "interval", verify_interval, "0", check_duration, RESTART,
         "run verify on a trailing window this often (0 = never)"),

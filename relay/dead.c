@@ -25,12 +25,12 @@
 #define SQLSTATE_UNDEFINED_TABLE "42P01"
 #define LAST_ERROR_WIDTH 100     /* the table view cuts last_error here; --json has it all */
 
-static void usage(FILE *out)
+void dead_usage(FILE *out)
 {
     fprintf(out,
             "Usage: outbox-relay dead list [--json]\n"
-            "       outbox-relay dead requeue ID...|--all\n"
-            "       outbox-relay dead drop ID... --yes\n"
+            "       outbox-relay dead requeue ID...|--all [--ids]\n"
+            "       outbox-relay dead drop ID... --yes [--ids]\n"
             "       (plus the -c FILE and -X section.key=value options of every command)\n"
             "\n"
             "Rows that need an operator: not sent, and either dead (dead_at set: the\n"
@@ -43,6 +43,9 @@ static void usage(FILE *out)
             "            history), so the relay tries them again; fix the row first\n"
             "  drop      delete them; their events are never published (needs --yes)\n"
             "\n"
+            "requeue and drop print how many rows they changed and how many of the ids\n"
+            "given they left alone; --ids also lists those ids.\n"
+            "\n"
             "Each action only touches such rows and is idempotent: run twice, the second\n"
             "run changes nothing and reports 0 rows.\n"
             "Exit status: 0 ok, 64 usage, 69 PostgreSQL unreachable, 70 error,\n"
@@ -53,7 +56,7 @@ static void usage(FILE *out)
 
 struct dead_args {
     const char *action;
-    bool json, all, yes, help;
+    bool json, all, yes, list_ids;
     struct strbuf ids;          /* "{1,2,3}": a bigint[] literal */
     int n_ids;
 };
@@ -74,8 +77,8 @@ static int parse_args(int argc, char **argv, struct dead_args *a)
                 a->all = true;
             else if (strcmp(w, "--yes") == 0)
                 a->yes = true;
-            else if (strcmp(w, "--help") == 0 || strcmp(w, "-h") == 0)
-                a->help = true;
+            else if (strcmp(w, "--ids") == 0)
+                a->list_ids = true;
             else {
                 fprintf(stderr, "outbox-relay dead: unknown option \"%s\"\n", w);
                 return EXIT_USAGE;
@@ -96,19 +99,17 @@ static int parse_args(int argc, char **argv, struct dead_args *a)
         strbuf_printf(&a->ids, "%s%lld", a->n_ids++ ? "," : "", id);
     }
     strbuf_printf(&a->ids, "}");
-    if (a->help)
-        return 0;
 
     const char *act = a->action ? a->action : "";
     const char *why = NULL;
     if (!a->action)
         why = "no action given";
     else if (strcmp(act, "list") == 0) {
-        if (a->n_ids || a->all || a->yes)
-            why = "list takes no ids, --all or --yes";
+        if (a->n_ids || a->all || a->yes || a->list_ids)
+            why = "list takes no ids, --all, --yes or --ids";
     } else if (strcmp(act, "requeue") == 0) {
         if (a->json || a->yes)
-            why = "requeue takes ids or --all, nothing else";
+            why = "requeue takes ids or --all, and --ids, nothing else";
         else if (a->all == (a->n_ids > 0))
             why = "requeue needs row ids or --all (not both)";
     } else if (strcmp(act, "drop") == 0) {
@@ -121,13 +122,13 @@ static int parse_args(int argc, char **argv, struct dead_args *a)
                   "add --yes to confirm";
     } else {
         fprintf(stderr, "outbox-relay dead: unknown action \"%s\"\n", act);
-        usage(stderr);
+        dead_usage(stderr);
         return EXIT_USAGE;
     }
     if (why) {
         fprintf(stderr, "outbox-relay dead%s%s: %s\n", *act ? " " : "", act, why);
         if (!a->action)
-            usage(stderr);
+            dead_usage(stderr);
         return EXIT_USAGE;
     }
     if (a->ids.oom) {
@@ -164,41 +165,46 @@ static int cmp_ll(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* Prints "<verb> N row(s)[: id, id, …]" for a RETURNING "id" result, then
- * names the requested ids it did not touch. */
-static void print_changed(PGresult *res, const char *verb, const struct dead_args *a)
+/* Prints "<verb> N row(s)" for a RETURNING "id" result and how many of the
+ * requested ids it did not touch; with --ids, the ids of both. A bulk action
+ * changes thousands of rows: a list of them is asked for, not the default. */
+static int print_changed(PGresult *res, const char *verb, const struct dead_args *a)
 {
     int n = PQntuples(res);
     long long *ids = malloc(((size_t)n + 1) * sizeof(*ids));
     if (!ids) {
-        printf("%s %d row%s\n", verb, n, n == 1 ? "" : "s");
-        return;
+        fprintf(stderr, "outbox-relay dead: out of memory\n");
+        return EXIT_SOFTWARE;
     }
     for (int i = 0; i < n; i++)
         ids[i] = strtoll(PQgetvalue(res, i, 0), NULL, 10);
     qsort(ids, (size_t)n, sizeof(*ids), cmp_ll);
     printf("%s %d row%s", verb, n, n == 1 ? "" : "s");
-    for (int i = 0; i < n; i++)
+    for (int i = 0; a->list_ids && i < n; i++)
         printf("%s%lld", i ? ", " : ": ", ids[i]);
     printf("\n");
 
-    if (a->n_ids > 0) {
-        /* Requested but not changed: already requeued/dropped, sent, pending, or no such row. */
-        int missing = 0;
-        const char *p = strbuf_str(&a->ids) + 1;
-        while (*p && *p != '}') {
-            char *end;
-            long long id = strtoll(p, &end, 10);
-            if (!bsearch(&id, ids, (size_t)n, sizeof(*ids), cmp_ll))
-                printf("%s%lld", missing++ ? ", " : "not dead or failing (already done, sent, "
-                                                    "never failed, or no such row): ",
-                       id);
-            p = *end == ',' ? end + 1 : end;
+    /* Requested but not changed: already requeued/dropped, sent, pending, or no such row. */
+    int missing = 0;
+    struct strbuf left = {0};
+    const char *p = a->n_ids > 0 ? strbuf_str(&a->ids) + 1 : "";
+    while (*p && *p != '}') {
+        char *end;
+        long long id = strtoll(p, &end, 10);
+        if (!bsearch(&id, ids, (size_t)n, sizeof(*ids), cmp_ll)) {
+            missing++;
+            if (a->list_ids)
+                strbuf_printf(&left, "%s%lld", missing > 1 ? ", " : ": ", id);
         }
-        if (missing)
-            printf("\n");
+        p = *end == ',' ? end + 1 : end;
     }
+    if (missing)
+        printf("%d of the ids given %s not dead or failing (already done, sent, never "
+               "failed, or no such row)%s\n",
+               missing, missing == 1 ? "was" : "were", left.oom ? "" : strbuf_str(&left));
+    strbuf_free(&left);
     free(ids);
+    return EXIT_OK;
 }
 
 /* ---- list ------------------------------------------------------------------ */
@@ -372,9 +378,7 @@ int dead_main(const struct relay_config *cfg, int argc, char **argv)
 {
     struct dead_args a = {0};
     int status = parse_args(argc, argv, &a);
-    if (status != 0 || a.help) {
-        if (a.help)
-            usage(stdout);
+    if (status != 0) {
         strbuf_free(&a.ids);
         return status;
     }
@@ -417,7 +421,7 @@ int dead_main(const struct relay_config *cfg, int argc, char **argv)
         if (PQresultStatus(res) != PGRES_TUPLES_OK)
             status = sql_failure(conn, res, cfg, a.action);
         else
-            print_changed(res, requeue ? "requeued" : "dropped", &a);
+            status = print_changed(res, requeue ? "requeued" : "dropped", &a);
     }
     PQclear(res);
     if (fflush(stdout) != 0 && status == EXIT_OK)

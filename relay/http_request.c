@@ -401,6 +401,8 @@ static cJSON *status_json(const struct http_context *ctx)
         }
     }
 
+    /* rows/s over the last minute, from the counters sampled every second */
+    double rate = stats_rate_per_second(&s->publish_rate, ctx->mono_now, s->published_total);
     cJSON *backlog = cJSON_AddObjectToObject(root, "backlog");
     if (backlog) {
         if (s->backlog_known) {
@@ -417,6 +419,16 @@ static cJSON *status_json(const struct http_context *ctx)
             cJSON_AddNullToObject(backlog, "dead_rows");
         }
         add_time(backlog, "measured_at", s->backlog_known ? s->backlog_time : 0);
+        /* The count is a few seconds old on a backlog that drains at
+         * thousands of rows a second: say how old, and what was published
+         * since, rather than let it pass for the present. */
+        add_number_or_null(backlog, "age_seconds", s->backlog_known,
+                           round(fmax(0, ctx->now - s->backlog_time) * 1000) / 1000);
+        add_number_or_null(backlog, "published_since_measured", s->backlog_known,
+                           (double)(s->published_total - s->backlog_published));
+        /* at events.rate_per_second, of the rows not published since */
+        double eta = stats_backlog_eta(s, rate);
+        add_number_or_null(backlog, "eta_seconds", eta >= 0, round(eta * 10) / 10);
         if (s->row_security)
             cJSON_AddStringToObject(backlog, "unknown_reason",
                                     "row-level security hides rows from the relay's role "
@@ -439,6 +451,8 @@ static cJSON *status_json(const struct http_context *ctx)
     cJSON *ev = cJSON_AddObjectToObject(root, "events");
     if (ev) {
         cJSON_AddNumberToObject(ev, "published_total", (double)s->published_total);
+        add_number_or_null(ev, "rate_per_second", rate >= 0, round(rate * 10) / 10);
+        cJSON_AddNumberToObject(ev, "rate_window_seconds", STATS_RATE_WINDOW_S);
         cJSON *failed = cJSON_AddObjectToObject(ev, "failed_total");
         if (failed) {
             cJSON_AddNumberToObject(failed, "invalid", (double)s->failed_total[STATS_FAIL_INVALID]);

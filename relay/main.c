@@ -51,7 +51,8 @@ static void usage(FILE *out)
             "                 ask a running relay (/status, /readyz) and print a summary;\n"
             "                 exit 0 ready, 1 not ready, 69 unreachable\n"
             "  dead list [--json] | dead requeue ID...|--all | dead drop ID... --yes\n"
-            "                 show, retry or delete rows that could not be delivered\n"
+            "                 show, retry or delete rows that could not be delivered;\n"
+            "                 requeue and drop print counts, with --ids the ids too\n"
             "  verify [--since T] [--until T] [--from-id N] [--to-id N] [--json]\n"
             "                 compare the table with what Kafka holds; exit 1 when rows\n"
             "                 are missing, mismatched or out of order (verify --help)\n"
@@ -68,7 +69,7 @@ static void usage(FILE *out)
             "      --log-format=logfmt|json  log line format (overrides log.format)\n"
             "      --url URL       status: the relay to ask (default: from http.listen)\n"
             "      --json          status: print the relay's /status JSON as it is\n"
-            "  -h, --help          show this help\n"
+            "  -h, --help          show this help; after a command, that command's usage\n"
             "  -V, --version       print the version\n"
             "\n"
             "Environment: OUTBOX_RELAY_<SECTION>_<KEY>=value sets section.key, over the\n"
@@ -77,6 +78,91 @@ static void usage(FILE *out)
             "\n"
             "Exit status: 0 ok, 64 usage, 69 PostgreSQL unreachable, 70 internal error,\n"
             "78 configuration rejected.\n");
+}
+
+static void run_usage(FILE *out)
+{
+    fprintf(out,
+            "Usage: outbox-relay run [-c FILE] [-X section.key=value]... [--log-format=logfmt|json]\n"
+            "\n"
+            "Relays the outbox table to Kafka until SIGTERM or SIGINT (a second signal exits\n"
+            "at once); SIGHUP reads the configuration again. Lost connections to PostgreSQL\n"
+            "or Kafka are retried, not fatal. kafka.bootstrap.servers is required.\n"
+            "\n"
+            "  -c, --config FILE      configuration file (default " CONFIG_DEFAULT_PATH ",\n"
+            "                         used only if it exists when -c is not given)\n"
+            "  -X section.key=value   set one key over the file and the environment\n"
+            "      --log-format=logfmt|json  log line format (overrides log.format)\n"
+            "\n"
+            "Exit status: 0 clean shutdown, 64 usage, 70 internal error, 78 configuration\n"
+            "rejected.\n");
+}
+
+static void check_config_usage(FILE *out)
+{
+    fprintf(out,
+            "Usage: outbox-relay check-config [-c FILE] [-X section.key=value]...\n"
+            "\n"
+            "Validates the configuration (file, OUTBOX_RELAY_* environment, -X) and prints\n"
+            "the effective configuration, secrets redacted, with the Kafka producer\n"
+            "properties the relay sets itself, each marked enforced or default.\n"
+            "kafka.bootstrap.servers is required (as by run). Connects to nothing.\n"
+            "\n"
+            "Exit status: 0 valid, 64 usage, 78 configuration rejected (the message names\n"
+            "the key).\n");
+}
+
+static void version_usage(FILE *out)
+{
+    fprintf(out, "Usage: outbox-relay version\n"
+                 "\n"
+                 "Prints the version of outbox-relay and of the libraries it runs with\n"
+                 "(librdkafka, libpq, libuv); the same as -V and --version.\n");
+}
+
+static void config_doc_usage(FILE *out)
+{
+    fprintf(out, "Usage: outbox-relay config-doc --format conf|man|markdown\n"
+                 "\n"
+                 "Prints the documentation of the configuration keys, generated from the\n"
+                 "parameter table: the commented configuration file, outbox-relay.conf(5)\n"
+                 "or the README's table.\n");
+}
+
+/* Every command with its usage, which `outbox-relay COMMAND --help` prints
+ * before any configuration is read: asking how a command works must not
+ * depend on a configuration that loads. */
+static const struct command {
+    const char *name;
+    void (*usage)(FILE *out);
+} commands[] = {
+    {"run", run_usage},
+    {"migrate", migrate_usage},
+    {"check-config", check_config_usage},
+    {"status", status_cli_usage},
+    {"dead", dead_usage},
+    {"verify", verify_usage},
+    {"replay", replay_usage},
+    {"version", version_usage},
+    {"config-doc", config_doc_usage}, /* not in the help: see main() */
+};
+
+static const struct command *command_find(const char *name)
+{
+    for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+        if (strcmp(commands[i].name, name) == 0)
+            return &commands[i];
+    return NULL;
+}
+
+/* A command's own words hold --help when the user asked for it there (`dead
+ * --help`, `migrate --ledger x -h`); after "--" everything is an operand. */
+static bool help_requested(int n, char *const *words)
+{
+    for (int i = 0; i < n && strcmp(words[i], "--") != 0; i++)
+        if (strcmp(words[i], "--help") == 0 || strcmp(words[i], "-h") == 0)
+            return true;
+    return false;
 }
 
 static void print_version(void)
@@ -128,6 +214,7 @@ int main(int argc, char **argv)
     const char *status_url = NULL;
     const char *doc_format = NULL;
     bool status_json = false;
+    bool want_help = false;
     char log_format_override[64] = "";
     const char *config_path = NULL;
     /* Copies of the -X values (static: reachable until exit, whichever return
@@ -173,8 +260,9 @@ int main(int argc, char **argv)
             config_scrub_override(optarg);
             break;
         case 'h':
-            usage(stdout);
-            return EXIT_OK;
+            /* Whose help depends on the command word, which may come later. */
+            want_help = true;
+            break;
         case 'V':
             print_version();
             return EXIT_OK;
@@ -209,6 +297,20 @@ int main(int argc, char **argv)
         }
         overrides[n_overrides++] = log_format_override;
     }
+    if (want_help || help_requested(n_cmd_args, cmd_args)) {
+        if (optind >= argc) {
+            usage(stdout);
+            return EXIT_OK;
+        }
+        const struct command *command = command_find(argv[optind]);
+        if (!command) {
+            fprintf(stderr, "outbox-relay: unknown command \"%s\"\n", argv[optind]);
+            usage_hint();
+            return EXIT_USAGE;
+        }
+        command->usage(stdout);
+        return EXIT_OK;
+    }
     if (optind != argc - 1) {
         fprintf(stderr, "outbox-relay: %s\n", optind >= argc ? "no command given" : "one command at a time");
         usage_hint();
@@ -241,9 +343,7 @@ int main(int argc, char **argv)
     /* With --url, status needs no configuration: it asks the relay that has one. */
     if (strcmp(cmd, "status") == 0 && status_url)
         return status_cli_run(status_url, NULL, status_json);
-    if (strcmp(cmd, "run") != 0 && strcmp(cmd, "migrate") != 0 && strcmp(cmd, "check-config") != 0 &&
-        strcmp(cmd, "dead") != 0 && strcmp(cmd, "status") != 0 && strcmp(cmd, "verify") != 0 &&
-        strcmp(cmd, "replay") != 0) {
+    if (!command_find(cmd)) {
         fprintf(stderr, "outbox-relay: unknown command \"%s\"\n", cmd);
         usage_hint();
         return EXIT_USAGE;

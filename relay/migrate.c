@@ -323,6 +323,24 @@ int migrate_print_sql(const struct relay_config *cfg, const char *ledger, FILE *
     return 0;
 }
 
+void migrate_usage(FILE *out)
+{
+    fprintf(out,
+            "Usage: outbox-relay migrate [--ledger NAME] [--print-sql]\n"
+            "       (plus the -c FILE and -X section.key=value options of every command)\n"
+            "\n"
+            "  (no option)     create or upgrade the outbox table (relay.schema, relay.table),\n"
+            "                  its index, notification trigger and enqueue function\n"
+            "  --ledger NAME   create or upgrade the consumer's event ledger NAME instead\n"
+            "  --print-sql     print the SQL instead of applying it; change nothing\n"
+            "\n"
+            "Each migration is applied once, under an advisory lock: running migrate again,\n"
+            "or twice at once, is safe. Objects a migration created that were dropped by\n"
+            "hand are created again.\n"
+            "Exit status: 0 ok, 64 usage, 69 PostgreSQL unreachable, 70 a migration failed,\n"
+            "78 configuration rejected.\n");
+}
+
 int migrate_main(const struct relay_config *cfg, int argc, char **argv)
 {
     const char *ledger = NULL;
@@ -335,13 +353,8 @@ int migrate_main(const struct relay_config *cfg, int argc, char **argv)
         } else if (strncmp(argv[i], "--ledger=", 9) == 0) {
             ledger = argv[i] + 9;
         } else {
-            fprintf(stderr,
-                    "outbox-relay migrate: unexpected \"%s\"\n"
-                    "Usage: outbox-relay migrate [--ledger NAME] [--print-sql]\n"
-                    "  (no option)     create or upgrade the outbox table (relay.schema, relay.table)\n"
-                    "  --ledger NAME   create or upgrade the consumer's event ledger NAME instead\n"
-                    "  --print-sql     print the SQL instead of applying it\n",
-                    argv[i]);
+            fprintf(stderr, "outbox-relay migrate: unexpected \"%s\"\n", argv[i]);
+            migrate_usage(stderr);
             return EXIT_USAGE;
         }
     }

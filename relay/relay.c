@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -26,10 +27,12 @@
 #include "engine.h"
 #include "kafka_rules.h"
 #include "log.h"
+#include "log_limit.h"
 #include "migrate.h"
 #include "notify.h"
 #include "pg.h"
 #include "producer.h"
+#include "progress.h"
 #include "sql.h"
 #include "stats.h"
 #include "strbuf.h"
@@ -116,6 +119,8 @@ struct relay {
     int release_tries;          /* refused: attempts to give the lock back before closing */
     uint64_t refuse_deadline_ms; /* refused: close even if batches in flight are not marked */
     struct verify_task *verify; /* [verify] interval; NULL when off */
+    struct progress *progress;  /* the publish rate; NULL when out of memory */
+    struct log_limit failures;  /* per-row failure lines: a few in full, then summaries */
 };
 
 static void step(struct relay *r);
@@ -223,7 +228,9 @@ static void on_report(void *opaque, rd_kafka_resp_err_t err, void *arg)
             if (b->ids[i] > r->isolate_until_id)
                 r->isolate_until_id = b->ids[i];
             b->suspect_err = err;
-        } else if (fault != KAFKA_FAULT_OURS) {
+        } else if (fault != KAFKA_FAULT_OURS &&
+                   log_limit_allow(&r->failures, stats_mono(), LOG_LVL_WARN, "delivery failed",
+                                   rd_kafka_err2name(err), b->ids[i])) {
             log_warn("delivery failed", "outbox_id=%" PRId64 " error=%s permanent=%s", b->ids[i],
                      rd_kafka_err2name(err), verdict.permanent ? "true" : "false");
         }
@@ -347,8 +354,10 @@ static void produce_rows(struct relay *r, struct batch *b, PGresult *res)
                 b->agg[i] = agg_key(res, i);
                 any_held = true;
             }
-            log_warn("row cannot be produced", "outbox_id=%" PRId64 " event_id=%s reason=%s",
-                     row.id, row.event_id, log_quote(err));
+            if (log_limit_allow(&r->failures, stats_mono(), LOG_LVL_WARN, "row cannot be produced",
+                                err, row.id))
+                log_warn("row cannot be produced", "outbox_id=%" PRId64 " event_id=%s reason=%s",
+                         row.id, row.event_id, log_quote(err));
             continue;
         }
         b->n_outstanding++;
@@ -528,7 +537,10 @@ static void on_recorded(struct pg_conn *pg, PGresult *res, void *arg)
                 why = b->reason[i];
         if (dead) {
             r->st.dead_total++;
-            log_error(r->poison->dead_msg, "outbox_id=%s attempts=%s error=%s", id, attempts, log_quote(why));
+            if (log_limit_allow(&r->failures, stats_mono(), LOG_LVL_ERROR, r->poison->dead_msg,
+                                why, strtoll(id, NULL, 10)))
+                log_error(r->poison->dead_msg, "outbox_id=%s attempts=%s error=%s", id, attempts,
+                          log_quote(why));
         } else if (exhausted && r->poison->halts && !r->st.halted) {
             r->st.halted = true;
             snprintf(r->st.halt_reason, sizeof(r->st.halt_reason),
@@ -723,6 +735,7 @@ static void on_backlog(struct pg_conn *pg, PGresult *res, void *arg)
         r->st.oldest_unsent_age = strtod(PQgetvalue(res, 0, 1), NULL);
         r->st.dead_rows = strtoll(PQgetvalue(res, 0, 2), NULL, 10);
         r->st.backlog_time = stats_now();
+        r->st.backlog_published = r->st.published_total;
     } else {
         log_warn("backlog query failed", "error=%s", log_quote(PQresultErrorMessage(res)));
     }
@@ -1717,6 +1730,7 @@ static void on_tick(uv_timer_t *t)
     if (r->retention_s > 0 && now_ms(r) - r->last_retention_ms >= RETENTION_EVERY_MS)
         r->retention_due = true;
     producer_poll(&r->prod);
+    log_limit_flush(&r->failures, stats_mono());
     step(r);
 }
 
@@ -1817,6 +1831,9 @@ static void finish(struct relay *r)
     r->http = NULL;
     verify_task_stop(r->verify);
     r->verify = NULL;
+    progress_stop(r->progress);
+    r->progress = NULL;
+    log_limit_flush(&r->failures, INFINITY);
     uint64_t failed = 0;
     for (int i = 0; i < STATS_FAIL_NREASONS; i++)
         failed += r->st.failed_total[i];
@@ -1872,6 +1889,7 @@ int relay_run(struct relay_config *cfg, relay_reload_fn reload, void *reload_arg
     r.reload_arg = reload_arg;
     r.loop = uv_default_loop();
     stats_init(&r.st);
+    log_limit_init(&r.failures, LOG_LIMIT_INTERVAL_S, LOG_LIMIT_BURST);
     r.poison = poison_rules_of(poison_policy_parse(cfg->on_poison));
     r.retention_s = strcmp(cfg->on_sent, "delete") == 0 ? 0 : config_parse_duration(cfg->retention);
     srand((unsigned)uv_hrtime() ^ (unsigned)getpid());
@@ -1915,6 +1933,8 @@ int relay_run(struct relay_config *cfg, relay_reload_fn reload, void *reload_arg
     /* ---- end of the status endpoint */
     if (verify_task_start(&r.verify, r.loop, cfg, &r.st) < 0)
         log_error("out of memory starting the periodic verify; running without it", "");
+    if (progress_start(&r.progress, r.loop, cfg, &r.st) < 0)
+        log_error("out of memory starting the progress reports; running without them", "");
 
     struct pg_callbacks cb = {
         .on_connected = on_pg_connected,

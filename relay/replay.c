@@ -55,7 +55,7 @@ static void on_sigint(int sig)
     atomic_store(&interrupted, 1);
 }
 
-static void usage(FILE *out)
+void replay_usage(FILE *out)
 {
     fprintf(out,
             "Usage: outbox-relay replay SELECTION [--topic NAME] [--rate N] [--dry-run]\n"
@@ -90,10 +90,6 @@ static int parse_args(int argc, char **argv, struct replay_args *a, char *since,
             a->dry_run = true;
             continue;
         }
-        if (strcmp(w, "--help") == 0 || strcmp(w, "-h") == 0) {
-            usage(stdout);
-            return 1;
-        }
         static const char *const valued[] = {"--from-id", "--to-id", "--since", "--until",
                                              "--aggregate", "--event-type", "--topic", "--rate",
                                              NULL};
@@ -102,7 +98,7 @@ static int parse_args(int argc, char **argv, struct replay_args *a, char *since,
             known |= strcmp(w, *v) == 0;
         if (!known) {
             fprintf(stderr, "outbox-relay replay: unknown argument \"%s\"\n", w);
-            usage(stderr);
+            replay_usage(stderr);
             return EXIT_USAGE;
         }
         if (i + 1 >= argc) {
@@ -231,7 +227,7 @@ int replay_main(const struct relay_config *cfg, int argc, char **argv)
     char since[64], until[64];
     int status = parse_args(argc, argv, &a, since, until, sizeof since);
     if (status)
-        return status == 1 ? EXIT_OK : status;
+        return status;
 
     struct sql_window q;
     if (sql_window_init(&q, cfg->schema, cfg->table) < 0) {

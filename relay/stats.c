@@ -79,6 +79,53 @@ double stats_mono(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+void stats_rate_sample(struct stats_rate *r, double mono, uint64_t count)
+{
+    if (r->n > 0) {
+        int last = (r->next + STATS_RATE_SLOTS - 1) % STATS_RATE_SLOTS;
+        if (mono - r->mono[last] < 1.0)
+            return;
+    }
+    r->mono[r->next] = mono;
+    r->count[r->next] = count;
+    r->next = (r->next + 1) % STATS_RATE_SLOTS;
+    if (r->n < STATS_RATE_SLOTS)
+        r->n++;
+}
+
+double stats_rate_per_second(const struct stats_rate *r, double mono, uint64_t count)
+{
+    /* The oldest sample still inside the window, walking from the oldest held. */
+    for (int k = 0; k < r->n; k++) {
+        int i = (r->next + STATS_RATE_SLOTS - r->n + k) % STATS_RATE_SLOTS;
+        double span = mono - r->mono[i];
+        if (span > STATS_RATE_WINDOW_S + 0.5)
+            continue;
+        if (span < 1.0 || count < r->count[i])
+            return -1;
+        return (double)(count - r->count[i]) / span;
+    }
+    return -1;
+}
+
+int64_t stats_backlog_left(const struct relay_stats *s)
+{
+    if (!s->backlog_known)
+        return -1;
+    uint64_t since = s->published_total - s->backlog_published;
+    return since >= (uint64_t)s->backlog_rows ? 0 : s->backlog_rows - (int64_t)since;
+}
+
+double stats_backlog_eta(const struct relay_stats *s, double rate)
+{
+    int64_t left = stats_backlog_left(s);
+    if (left == 0)
+        return 0;
+    if (left < 0 || rate <= 0)
+        return -1;
+    return (double)left / rate;
+}
+
 double stats_ack_wait(const struct relay_stats *s, double mono_now)
 {
     if (s->kafka_in_flight <= 0 || mono_now <= s->kafka_ack_clock)

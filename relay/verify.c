@@ -661,7 +661,7 @@ out:
 
 /* ---- the command -------------------------------------------------------------- */
 
-static void usage(FILE *out)
+void verify_usage(FILE *out)
 {
     fprintf(out,
             "Usage: outbox-relay verify [--since T] [--until T] [--from-id N] [--to-id N]\n"
@@ -888,13 +888,9 @@ int verify_main(const struct relay_config *cfg, int argc, char **argv)
             json = true;
             continue;
         }
-        if (strcmp(w, "--help") == 0 || strcmp(w, "-h") == 0) {
-            usage(stdout);
-            return EXIT_OK;
-        }
         if (!takes) {
             fprintf(stderr, "outbox-relay verify: unknown argument \"%s\"\n", w);
-            usage(stderr);
+            verify_usage(stderr);
             return EXIT_USAGE;
         }
         if (!val) {

@@ -174,6 +174,36 @@ Test(e2e, bad_usage, .fini = fini, .timeout = 60)
                       ok_cases[i][0], out ? out : "");
         free(out);
     }
+
+    /* Each command's --help prints that command's usage, not the global help
+     * and not a usage error, and reads no configuration: a rejected key
+     * beside it changes nothing. */
+    static const char *const commands[] = {"run",  "migrate", "check-config", "status",
+                                           "dead", "verify",  "replay",       "version"};
+    for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
+        for (int variant = 0; variant < 3; variant++) {
+            const char *args[6] = {commands[i], variant == 1 ? "-h" : "--help", NULL};
+            if (variant == 2) {
+                args[2] = "-X";
+                args[3] = "relay.batch_size=lots";
+            }
+            char *out = NULL, *err = NULL;
+            int rc = e2e_run_relay(args, 20000, &out, &err);
+            char want[64];
+            snprintf(want, sizeof(want), "Usage: outbox-relay %s", commands[i]);
+            e2e_check(&rep, rc == 0, "outbox-relay %s %s%s: exit %d, expected 0 (stderr: %.200s)", commands[i],
+                      args[1], variant == 2 ? " -X <bad>" : "", rc, err ? err : "");
+            e2e_check(&rep, out && strncmp(out, want, strlen(want)) == 0,
+                      "outbox-relay %s %s does not start with \"%s\": %.200s", commands[i], args[1], want,
+                      out ? out : "");
+            e2e_check(&rep, out && !strstr(out, "Commands:"), "outbox-relay %s %s printed the global help",
+                      commands[i], args[1]);
+            e2e_check(&rep, !err || !*err, "outbox-relay %s %s wrote to stderr: %.200s", commands[i], args[1],
+                      err ? err : "");
+            free(out);
+            free(err);
+        }
+    }
     e2e_report_assert(&rep, "usage");
 }
 

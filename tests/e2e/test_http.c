@@ -1079,7 +1079,156 @@ Test(e2e, status_command_exit_codes, .fini = fini, .timeout = 180)
     cr_assert_eq(e2e_relay_stop(relay, 30000), 0, "relay did not exit 0 on SIGTERM");
 }
 
+/* A backlog count is as old as the query that made it (every 5 s): /status
+ * says how old, what was published since, the publish rate of the last
+ * minute and when the backlog drains at that rate, and `status` prints them,
+ * on a real drain. */
+#define DRAIN_ROWS 6000
+Test(e2e, status_backlog_age_rate_and_eta_while_draining, .fini = fini, .timeout = 240)
+{
+    e2e_setup(&T, "httpeta");
+    e2e_migrate(&T);
+    enqueue_range(1, DRAIN_ROWS);
+    /* Small batches to a broker 10 ms away: the drain takes seconds, not one. */
+    e2e_mock_command(&T, "rtt -1 10");
+    const char *extra[] = {"relay.batch_size=20", NULL};
+    int port;
+    struct e2e_relay *relay = start_relay(extra, &port);
+    const char *url = pool("http://127.0.0.1:%d", port);
+
+    /* Mid-drain: a measured backlog, a known rate and an ETA. */
+    cJSON *mid = NULL;
+    int64_t deadline = e2e_now_ms() + 60000;
+    while (!mid && e2e_now_ms() < deadline) {
+        cJSON *doc = status_doc(port);
+        const cJSON *rows = jget(doc, "backlog.rows"), *rate = jget(doc, "events.rate_per_second");
+        if (cJSON_IsNumber(rows) && rows->valuedouble > 0 && cJSON_IsNumber(rate) && rate->valuedouble > 0)
+            mid = doc;
+        else
+            cJSON_Delete(doc);
+        if (!mid)
+            e2e_sleep_ms(100);
+    }
+    cr_assert_not_null(mid, "no /status showed a measured backlog with a known rate during the drain");
+    double rows = jnum(mid, "backlog.rows"), age = jnum(mid, "backlog.age_seconds");
+    double since = jnum(mid, "backlog.published_since_measured"), rate = jnum(mid, "events.rate_per_second");
+    double eta = jnum(mid, "backlog.eta_seconds");
+    cr_assert(cJSON_IsString(jget(mid, "backlog.measured_at")), "backlog.measured_at is not a time");
+    cr_assert(age >= 0 && age < 7, "backlog.age_seconds %.3f: the backlog is measured every 5 s", age);
+    cr_assert(since >= 0 && since <= DRAIN_ROWS, "backlog.published_since_measured %.0f", since);
+    cr_assert(rate > 0 && rate < 1e6, "events.rate_per_second %.1f", rate);
+    cr_assert_eq(jnum(mid, "events.rate_window_seconds"), 60);
+    double want = (rows > since ? rows - since : 0) / rate;
+    cr_assert(eta >= 0 && eta <= want * 1.1 + 0.2 && eta >= want * 0.9 - 0.2,
+              "backlog.eta_seconds %.1f, expected about (rows %.0f - published since %.0f) / rate %.1f = %.1f", eta,
+              rows, since, rate, want);
+    cJSON_Delete(mid);
+
+    /* The human summary, while rows remain. */
+    char *out = NULL, *err = NULL;
+    bool seen = false;
+    for (int i = 0; i < 100 && !seen; i++) {
+        const char *human[] = {"status", "--url", url, NULL};
+        int rc = e2e_run_relay(human, 20000, &out, &err);
+        cr_assert_eq(rc, 0, "status exited %d: %s %s", rc, out, err);
+        const char *b = strstr(out, "  backlog     ");
+        cr_assert(b && strstr(b, " rows (measured ") && strstr(b, " ago") && strstr(b, "oldest unsent"),
+                  "status does not say when the backlog was measured: %s", out);
+        seen = strstr(b, " rows/s, drains in ~") != NULL && strncmp(b, "  backlog     0 rows", 20) != 0;
+        if (!seen)
+            cr_assert(e2e_query_int(T.conn, "SELECT count(*) FROM %s WHERE sent_at IS NULL", T.qtable) > 0 ||
+                          i < 3,
+                      "drained before status printed a rate and an ETA: %s", out);
+        free(out);
+        free(err);
+    }
+    cr_assert(seen, "status never printed \"N rows/s, drains in ~\" during the drain");
+
+    /* Drained: the next measurement says 0 rows, and the ETA is 0. */
+    e2e_wait_all_sent(&T, 120000);
+    cJSON *end = NULL;
+    deadline = e2e_now_ms() + 15000;
+    while (e2e_now_ms() < deadline) {
+        end = status_doc(port);
+        if (jnum(end, "backlog.rows") == 0)
+            break;
+        cJSON_Delete(end);
+        end = NULL;
+        e2e_sleep_ms(250);
+    }
+    cr_assert_not_null(end, "/status never measured the drained backlog as 0 rows");
+    cr_assert_eq(jnum(end, "backlog.eta_seconds"), 0);
+    cr_assert(jnum(end, "events.published_total") >= DRAIN_ROWS);
+    cJSON_Delete(end);
+    const char *json[] = {"status", "--json", "--url", url, NULL};
+    cr_assert_eq(e2e_run_relay(json, 20000, &out, &err), 0, "status --json: %s", err);
+    cJSON *doc = cJSON_Parse(out);
+    cr_assert_not_null(doc, "status --json printed no JSON: %s", out);
+    cr_assert(cJSON_IsNumber(jget(doc, "backlog.age_seconds")) && cJSON_IsNumber(jget(doc, "backlog.eta_seconds")) &&
+                  cJSON_IsNumber(jget(doc, "events.rate_per_second")),
+              "status --json lacks the age, the ETA or the rate: %s", out);
+    cJSON_Delete(doc);
+    free(out);
+    free(err);
+    cr_assert_eq(e2e_relay_stop(relay, 30000), 0, "relay did not exit 0 on SIGTERM");
+}
+
 /* ---- logs ---------------------------------------------------------------------- */
+
+/* The first line of @p log containing @p needle, copied (free it), or NULL. */
+static char *line_with(const char *log, const char *needle)
+{
+    const char *at = strstr(log, needle);
+    if (!at)
+        return NULL;
+    while (at > log && at[-1] != '\n')
+        at--;
+    const char *eol = strchr(at, '\n');
+    return strndup(at, eol ? (size_t)(eol - at) : strlen(at));
+}
+
+/* While there is work, a progress line every log.stats_interval, and one line
+ * when the backlog has drained; nothing while idle. */
+Test(e2e, progress_lines_while_draining_and_quiet_when_idle, .fini = fini, .timeout = 180)
+{
+    e2e_setup(&T, "httpprog");
+    e2e_migrate(&T);
+    enqueue_range(1, DRAIN_ROWS);
+    e2e_mock_command(&T, "rtt -1 10"); /* a drain of several seconds, as above */
+    const char *extra[] = {"relay.batch_size=20", "log.stats_interval=1s", NULL};
+    int port;
+    struct e2e_relay *relay = start_relay(extra, &port);
+    e2e_wait_all_sent(&T, 120000);
+    wait_log_count(relay, "msg=\"backlog drained\"", 1, 15000);
+
+    char *log = e2e_relay_log(relay);
+    int lines = log_count(relay, "msg=\"progress\"");
+    cr_assert(lines >= 2, "expected a progress line a second during a drain of seconds, found %d (log %s)", lines,
+              relay->log_path);
+    char *busy = line_with(log, "msg=\"progress\" published=");
+    cr_assert(busy && strstr(busy, "level=info") && strstr(busy, " rows_per_second=") && strstr(busy, " backlog=") &&
+                  strstr(busy, " oldest_pending_seconds="),
+              "a progress line lacks a field: %s", busy ? busy : "(none)");
+    free(busy);
+    char *drained = line_with(log, "msg=\"backlog drained\"");
+    long long rows = -1;
+    const char *r = strstr(drained, " rows=");
+    if (r)
+        rows = strtoll(r + 6, NULL, 10);
+    cr_assert(rows > 0 && rows <= DRAIN_ROWS && strstr(drained, " seconds=") && strstr(drained, "level=info"),
+              "the drained line does not say how many rows in how long: %s", drained);
+    free(drained);
+    cr_assert_eq(log_count(relay, "msg=\"backlog drained\""), 1, "more than one drained line for one backlog");
+    free(log);
+
+    /* Idle: no progress line and no drained line, for several intervals. */
+    e2e_sleep_ms(2000);
+    int settled = log_count(relay, "msg=\"progress\"");
+    e2e_sleep_ms(5000);
+    cr_assert_eq(log_count(relay, "msg=\"progress\""), settled, "progress lines while idle (log %s)", relay->log_path);
+    cr_assert_eq(log_count(relay, "msg=\"backlog drained\""), 1, "a drained line while idle");
+    cr_assert_eq(e2e_relay_stop(relay, 30000), 0, "relay did not exit 0 on SIGTERM");
+}
 
 /* Every line of @p text is a JSON object with ts, level and msg (after an
  * optional "<N>" prefix, required when @p prefix). @return the lines parsed. */

@@ -473,6 +473,7 @@ Test(e2e, dead_cli_errors, .fini = fini, .timeout = 60)
         {{"requeue", "-3", NULL}, 64},
         {{"drop", NULL}, 64},
         {{"drop", "--all", "--yes", NULL}, 64},
+        {{"list", "--ids", NULL}, 64},
         {{"--help", NULL}, 0},
     };
     struct e2e_report rep = {0};
@@ -517,4 +518,158 @@ Test(e2e, dead_cli_errors, .fini = fini, .timeout = 60)
     /* And the happy path on that row: requeue --all twice. */
     dead_expect(requeue, 0, "requeued 1 row");
     dead_expect(requeue, 0, "requeued 0 rows");
+}
+
+/* Runs `dead WORDS…` and returns its stdout (exit 0 asserted). */
+static char *dead_out(const char *const *words)
+{
+    char *out = NULL, *err = NULL;
+    int rc = e2e_dead(&T, words, NULL, &out, &err);
+    cr_assert_eq(rc, 0, "dead %s %s exited %d: %s", words[0], words[1] ? words[1] : "", rc, err ? err : "");
+    free(err);
+    return out ? out : strdup("");
+}
+
+static size_t count_char(const char *s, char c)
+{
+    size_t n = 0;
+    for (; *s; s++)
+        n += *s == c;
+    return n;
+}
+
+/* A bulk action on thousands of rows prints a count, not thousands of ids;
+ * --ids lists them, and the requested ids left alone are counted the same way. */
+#define N_BULK 3000
+Test(e2e, dead_bulk_prints_counts, .fini = fini, .timeout = 120)
+{
+    e2e_setup(&T, "deadbulk");
+    e2e_migrate(&T);
+    e2e_exec(T.conn,
+             "INSERT INTO %s (aggregate_type, aggregate_id, event_type, attempts, last_error, dead_at) "
+             "SELECT 'order', 'b' || g, 'created', 1, 'boom', now() FROM generate_series(1, %d) g",
+             T.qtable, N_BULK);
+
+    const char *requeue[] = {"requeue", "--all", NULL};
+    char *out = dead_out(requeue);
+    cr_assert_str_eq(out, "requeued 3000 rows\n", "dead requeue --all printed more than the count");
+    free(out);
+    cr_assert_eq(count_where("dead_at IS NULL AND attempts = 0"), N_BULK, "requeue --all did not requeue every row");
+
+    /* Again, with --ids: every id, once, on the count's line. */
+    e2e_exec(T.conn, "UPDATE %s SET dead_at = now(), attempts = 1", T.qtable);
+    const char *requeue_ids[] = {"requeue", "--all", "--ids", NULL};
+    out = dead_out(requeue_ids);
+    cr_assert(strncmp(out, "requeued 3000 rows: ", 20) == 0 && count_char(out, ',') == N_BULK - 1 &&
+                  count_char(out, '\n') == 1,
+              "dead requeue --all --ids: expected the count and 3000 ids on one line: %.200s", out);
+    long long first = e2e_query_int(T.conn, "SELECT min(id) FROM %s", T.qtable);
+    char want[64];
+    snprintf(want, sizeof(want), ": %lld, %lld,", first, first + 1);
+    cr_assert(strstr(out, want), "dead requeue --all --ids does not list the ids in order: %.200s", out);
+    free(out);
+
+    /* drop: two dead rows and one id that is not (already requeued). */
+    e2e_exec(T.conn, "UPDATE %s SET dead_at = now(), attempts = 1 WHERE id < %lld", T.qtable, first + 2);
+    char a[24], b[24], c[24];
+    snprintf(a, sizeof(a), "%lld", first);
+    snprintf(b, sizeof(b), "%lld", first + 1);
+    snprintf(c, sizeof(c), "%lld", first + 2);
+    const char *drop[] = {"drop", a, b, c, "--yes", NULL};
+    out = dead_out(drop);
+    cr_assert_str_eq(out,
+                     "dropped 2 rows\n1 of the ids given was not dead or failing (already done, sent, never "
+                     "failed, or no such row)\n",
+                     "dead drop: unexpected output");
+    free(out);
+    e2e_exec(T.conn, "UPDATE %s SET dead_at = now(), attempts = 1 WHERE id = %s", T.qtable, c);
+    const char *drop_ids[] = {"drop", a, b, c, "--yes", "--ids", NULL};
+    out = dead_out(drop_ids);
+    char expect[256];
+    snprintf(expect, sizeof(expect),
+             "dropped 1 row: %s\n2 of the ids given were not dead or failing (already done, sent, never "
+             "failed, or no such row): %s, %s\n", c, a, b);
+    cr_assert_str_eq(out, expect, "dead drop --ids: unexpected output");
+    free(out);
+    cr_assert_eq(count_where("true"), N_BULK - 3, "drop deleted other rows than the three dead ones");
+}
+
+/* How many rows the log reports for the line @p msg: those written in full
+ * plus those counted in its summaries (like="msg" rows=N). *@p lines gets
+ * how many lines that took. */
+static long long rows_logged(const char *log, const char *msg, int *lines)
+{
+    char full[200], like[200];
+    snprintf(full, sizeof(full), "msg=\"%s\"", msg);
+    snprintf(like, sizeof(like), "like=\"%s\" rows=", msg);
+    long long rows = 0;
+    *lines = 0;
+    for (const char *p = log; (p = strstr(p, full)); p++, (*lines)++)
+        rows++;
+    for (const char *p = log; (p = strstr(p, like)); p++, (*lines)++)
+        rows += strtoll(p + strlen(like), NULL, 10);
+    return rows;
+}
+
+/* 3,000 poison rows: the per-row lines are rate-limited into summaries, far
+ * fewer lines than rows, that still account for every row; the metrics and
+ * the table are exact. */
+#define N_MANY_POISON 3000
+Test(e2e, many_poison_rows_logged_as_summaries, .fini = fini, .timeout = 180)
+{
+    e2e_setup(&T, "pmany");
+    e2e_migrate(&T);
+    for (int i = 0; i < 10; i++)
+        insert_ok("ok", i);
+    e2e_exec(T.conn,
+             "INSERT INTO %s (aggregate_type, aggregate_id, event_type, payload, headers) "
+             "SELECT 'order', 'p' || g, 'created', '{}', '[1]' FROM generate_series(1, %d) g",
+             T.qtable, N_MANY_POISON);
+    for (int i = 10; i < 20; i++)
+        insert_ok("ok", i);
+    const char *extra[] = {"relay.poll_interval_ms=50", "relay.batch_size=100", "relay.on_poison=dead_letter",
+                           NULL};
+    struct e2e_relay *relay = e2e_relay_start(&T, extra);
+    int port = e2e_relay_http_port(relay, 30000);
+    cr_assert(port > 0, "no status endpoint (log %s)", relay->log_path);
+    cr_assert(e2e_wait_sql(&T, 90000,
+                           "SELECT (SELECT count(*) FROM %s WHERE dead_at IS NOT NULL) = %d AND NOT EXISTS "
+                           "(SELECT 1 FROM %s WHERE sent_at IS NULL AND dead_at IS NULL)",
+                           T.qtable, N_MANY_POISON, T.qtable),
+              "not every poison row is dead and every other row sent: %lld dead, %lld unsent",
+              count_where("dead_at IS NOT NULL"), count_where("sent_at IS NULL AND dead_at IS NULL"));
+
+    /* The relay's own counts, exact. */
+    char url[64];
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d", port);
+    const char *status[] = {"status", "--json", "--url", url, NULL};
+    char *out = NULL, *err = NULL;
+    int rc = e2e_run_relay(status, 20000, &out, &err); /* 1: not ready yet, the JSON is there */
+    cr_assert(rc == 0 || rc == 1, "status --json exited %d: %s", rc, err ? err : "");
+    char *counts = json_query(out, "SELECT concat_ws(',', $1::jsonb #>> '{events,dead_lettered_total}', "
+                                   "$1::jsonb #>> '{events,failed_total,invalid}', "
+                                   "$1::jsonb #>> '{events,published_total}')");
+    cr_assert_str_eq(counts, "3000,3000,20", "/status dead_lettered_total,failed_total.invalid,published_total");
+    free(counts);
+    free(out);
+    free(err);
+    cr_assert_eq(count_where("dead_at IS NOT NULL AND attempts = 1 AND last_error LIKE '%not a JSON object%'"),
+                 N_MANY_POISON, "every poison row must be dead after one attempt, saying why");
+    cr_assert_eq(count_where("sent_at IS NOT NULL"), 20);
+
+    /* The exit writes the summaries still open. */
+    cr_assert_eq(e2e_relay_stop(relay, 30000), 0, "relay did not exit 0 on SIGTERM");
+    char *log = e2e_relay_log(relay);
+    int produce_lines, dead_lines;
+    long long produce_rows = rows_logged(log, "row cannot be produced", &produce_lines);
+    long long dead_rows = rows_logged(log, "row dead-lettered; later rows of its aggregate continue", &dead_lines);
+    free(log);
+    cr_assert_eq(produce_rows, N_MANY_POISON, "\"row cannot be produced\" lines and summaries account for %lld rows",
+                 produce_rows);
+    cr_assert_eq(dead_rows, N_MANY_POISON, "\"row dead-lettered\" lines and summaries account for %lld rows",
+                 dead_rows);
+    /* Five in full and one summary per kind and 10 s: a few dozen lines at most. */
+    cr_assert(produce_lines + dead_lines <= 60, "%d + %d lines for %d poison rows (log %s)", produce_lines,
+              dead_lines, N_MANY_POISON, relay->log_path);
+    cr_assert(e2e_relay_log_contains(relay, "msg=\"more rows failed like this\""), "no summary line");
 }

@@ -7,7 +7,8 @@
 #   README.md, between the config-doc markers   config-doc --format markdown
 # With --update (ninja -C build update-docs) it rewrites them instead.
 # It also checks that outbox-relay(8), written by hand, names every command,
-# option and exit status of `outbox-relay --help` and every endpoint.
+# option and exit status of `outbox-relay --help` and every endpoint, and
+# every option of each command's own usage (`outbox-relay COMMAND --help`).
 set -euo pipefail
 
 BIN=$1
@@ -73,6 +74,15 @@ for c in $cmds; do
 done
 for w in $opts /livez /healthz /readyz /metrics /status outbox-relay.conf; do
     grep -qF -- "$w" <<<"$man_text" || fail "outbox-relay.8 does not mention $w (it is in --help)"
+done
+# Each command's --help: its own usage on stdout, exit 0, whose options the
+# man page describes too.
+for c in $cmds; do
+    own=$(env -i PATH="$PATH" "$BIN" "$c" --help 2>&1) || fail "outbox-relay $c --help exits non-zero"
+    [[ $own == "Usage: outbox-relay $c"* ]] || fail "outbox-relay $c --help does not print its usage: ${own:0:120}"
+    for o in $(grep -o -- '--[a-z][a-z-]*' <<<"$own" | sort -u); do
+        grep -qF -- "$o" <<<"$man_text" || fail "outbox-relay.8 does not mention $o (it is in $c --help)"
+    done
 done
 codes=$(grep -o 'exit [0-9][^.]*\|Exit status: [^.]*' <<<"$help" | grep -o '\b[0-9]\{1,2\}\b' | sort -un)
 for c in $codes; do
