@@ -30,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -259,6 +260,29 @@ static void relay_stop(struct relay_proc *p)
     }
     kill(p->pid, SIGKILL);
     waitpid(p->pid, &st, 0);
+}
+
+/* A command run to its end: wall time, exit status and peak RSS from wait4
+ * (ru_maxrss, the child's own high-water mark). */
+struct cmd_cost {
+    double seconds;
+    double peak_rss_mb;
+    int status; /* exit status, or -1 when killed by a signal */
+};
+
+static struct cmd_cost run_measured(const char *const argv[], const char *log)
+{
+    struct cmd_cost c = { 0 };
+    double t0 = now_s();
+    pid_t pid = run_cmd(argv, log);
+    int st;
+    struct rusage ru;
+    if (wait4(pid, &st, 0, &ru) != pid)
+        die("wait4: %s", strerror(errno));
+    c.seconds = now_s() - t0;
+    c.peak_rss_mb = (double)ru.ru_maxrss / 1024.0;
+    c.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return c;
 }
 
 /* ---- seeding ------------------------------------------------------------- */
@@ -932,6 +956,90 @@ static void drain_json(FILE *o, const char *name, const struct drain_result *d,
     fprintf(o, "\"batch\": 1000},\n");
 }
 
+/* ---- scenario: verify and replay on the drained table ---------------------- */
+
+/* The memory each command is documented to stay within (README, verify and
+ * replay): verify holds one slice of rows, about 100 bytes each, on top of
+ * its libraries and a bounded prefetch; replay holds one page of 1,000 rows
+ * whatever the range. */
+static double verify_bound_mb(long slice_rows)
+{
+    return 32.0 + (double)slice_rows * 100.0 / 1e6;
+}
+
+#define REPLAY_BOUND_MB 32.0
+
+struct tool_result {
+    long rows;
+    long slice_rows; /* verify only */
+    double rows_per_s;
+    double peak_rss_mb;
+    double bound_mb;
+};
+
+static struct tool_result verify_run(const char *table, long rows, long slice_rows)
+{
+    const char *argv[24];
+    int n = 0;
+    argv[n++] = relay_bin;
+    argv[n++] = "verify";
+    base_args(argv, &n, table);
+    char slice[32];
+    snprintf(slice, sizeof(slice), "%ld", slice_rows);
+    argv[n++] = "--slice-rows";
+    argv[n++] = slice;
+    argv[n++] = "--json";
+    argv[n] = NULL;
+    char log[512];
+    snprintf(log, sizeof(log), "%s/verify-%s-%ld.json", workdir, table, slice_rows);
+    struct cmd_cost c = run_measured(argv, log);
+    /* A drain the relay finished must verify clean: anything else is a bug,
+     * not a figure. */
+    if (c.status != 0)
+        die("verify of %s exited %d (see %s)", table, c.status, log);
+    return (struct tool_result){ rows, slice_rows, (double)rows / c.seconds, c.peak_rss_mb,
+                                 verify_bound_mb(slice_rows) };
+}
+
+static struct tool_result replay_run(PGconn *pc, const char *table, long rows)
+{
+    char from[32], to[32];
+    snprintf(from, sizeof(from), "%lld",
+             pg_int(pc, "SELECT min(\"id\") FROM \"public\".\"%s\"", table));
+    snprintf(to, sizeof(to), "%lld",
+             pg_int(pc, "SELECT max(\"id\") FROM \"public\".\"%s\"", table));
+    const char *argv[24];
+    int n = 0;
+    argv[n++] = relay_bin;
+    argv[n++] = "replay";
+    base_args(argv, &n, table);
+    argv[n++] = "--from-id";
+    argv[n++] = from;
+    argv[n++] = "--to-id";
+    argv[n++] = to;
+    /* A side topic, as when rebuilding a consumer: the relay's topic keeps
+     * exactly one copy of each row for the verify above. */
+    argv[n++] = "--topic";
+    argv[n++] = "bench_replay";
+    argv[n] = NULL;
+    char log[512];
+    snprintf(log, sizeof(log), "%s/replay-%s.log", workdir, table);
+    struct cmd_cost c = run_measured(argv, log);
+    if (c.status != 0)
+        die("replay of %s exited %d (see %s)", table, c.status, log);
+    return (struct tool_result){ rows, 0, (double)rows / c.seconds, c.peak_rss_mb,
+                                 REPLAY_BOUND_MB };
+}
+
+static void tool_json(FILE *o, const char *name, const struct tool_result *t)
+{
+    fprintf(o, "  \"%s\": {\"rows\": %ld, ", name, t->rows);
+    if (t->slice_rows)
+        fprintf(o, "\"slice_rows\": %ld, ", t->slice_rows);
+    fprintf(o, "\"rows_per_s\": %.0f, \"peak_rss_mb\": %.1f, \"bound_mb\": %.1f},\n",
+            t->rows_per_s, t->peak_rss_mb, t->bound_mb);
+}
+
 static const char *jbool(int v)
 {
     return v < 0 ? "null" : v ? "true" : "false";
@@ -1022,6 +1130,14 @@ int main(int argc, char **argv)
     fprintf(stderr, "bench: drain of %ld rows (relay, on_sent=mark)\n", rows);
     struct drain_opts mark_o = { .runner = RUN_RELAY };
     struct drain_result d_mark = drain(c, "bench_drain", rows, aggregates, &mark_o);
+    /* verify and replay read what that drain wrote, before the table goes. */
+    long small_slice = rows < 100000 ? rows : 100000;
+    fprintf(stderr, "bench: verify of %ld rows, slices of %ld and %d\n", rows, small_slice,
+            500000);
+    struct tool_result v_small = verify_run("bench_drain", rows, small_slice);
+    struct tool_result v_default = verify_run("bench_drain", rows, 500000);
+    fprintf(stderr, "bench: replay of %ld rows to a side topic\n", rows);
+    struct tool_result rp = replay_run(c, "bench_drain", rows);
     fprintf(stderr, "bench: drain of %ld rows (relay, on_sent=delete)\n", rows);
     const char *del[] = { "relay.on_sent=delete", NULL };
     struct drain_opts del_o = { .runner = RUN_RELAY, .extra = del, .deleting = true };
@@ -1070,6 +1186,9 @@ int main(int argc, char **argv)
     drain_json(o, "peer", &peer, NULL, NULL, NULL);
     drain_json(o, "drain", &d_mark, &fl_min, &fl_wide, &peer);
     drain_json(o, "drain_on_sent_delete", &d_del, &fl_min, &fl_wide, &peer);
+    tool_json(o, "verify", &v_small);
+    tool_json(o, "verify_default_slice", &v_default);
+    tool_json(o, "replay", &rp);
     fprintf(o, "  \"latency\": [");
     for (int i = 0; i < n_lat; i++)
         fprintf(o, "%s\n    {\"rate\": %d, \"achieved_rate\": %.0f, \"events\": %ld, "
@@ -1106,13 +1225,17 @@ int main(int argc, char **argv)
     fprintf(o, "  \"targets\": {\"mark_ge_1.5_peer\": %s, \"mark_ge_1.0_minimal_floor\": %s, "
                "\"delete_ge_2_peer\": %s, \"latency_1000_p50_le_2ms_p99_le_10ms\": %s, "
                "\"latency_5000_p99_le_10ms\": %s, \"first_event_le_100ms_after_leader\": %s, "
-               "\"rss_le_20mb_largest_backlog\": %s}\n}\n",
+               "\"rss_le_20mb_largest_backlog\": %s, \"verify_within_bound\": %s, "
+               "\"replay_within_bound\": %s}\n}\n",
             jbool(d_mark.rows_per_s >= 1.5 * peer.rows_per_s),
             jbool(d_mark.rows_per_s >= fl_min.rows_per_s),
             jbool(d_del.rows_per_s >= 2 * peer.rows_per_s),
             jbool(l1k ? l1k->p50_ms <= 2 && l1k->p99_ms <= 10 : -1),
             jbool(l5k ? l5k->p99_ms <= 10 : -1), jbool(first_ms <= 100),
-            jbool(d_mark.peak_rss_mb <= 20));
+            jbool(d_mark.peak_rss_mb <= 20),
+            jbool(v_small.peak_rss_mb <= v_small.bound_mb &&
+                  v_default.peak_rss_mb <= v_default.bound_mb),
+            jbool(rp.peak_rss_mb <= rp.bound_mb));
 
     /* The short table for people, on stderr. */
     fprintf(stderr, "\nbroker: %s; %ld rows, batches of 1000\n", broker_name(), rows);
@@ -1151,6 +1274,16 @@ int main(int argc, char **argv)
             plan_free.ms, plan_free.buffers);
     fprintf(stderr, "peak RSS: %.1f MB (%ld rows)  %.1f MB (%ld rows)  growth %.1f%%\n",
             d_small.peak_rss_mb, d_small.rows, d_mark.peak_rss_mb, d_mark.rows, growth);
+    for (int i = 0; i < 3; i++) {
+        const struct tool_result *t = i == 0 ? &v_small : i == 1 ? &v_default : &rp;
+        char what[64];
+        if (t->slice_rows)
+            snprintf(what, sizeof(what), "verify, slices of %ld", t->slice_rows);
+        else
+            snprintf(what, sizeof(what), "replay");
+        fprintf(stderr, "%-26s %ld rows: %.0f rows/s, peak RSS %.1f MB (bound %.0f MB)\n", what,
+                t->rows, t->rows_per_s, t->peak_rss_mb, t->bound_mb);
+    }
     fprintf(stderr, "CPU s per 100k events: %.3f\n", d_mark.cpu_s * 100000.0 / (double)d_mark.rows);
     fprintf(stderr, "logs and claim plans: %s\n", workdir);
     return 0;
