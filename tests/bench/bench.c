@@ -502,13 +502,26 @@ struct latency_run {
     const char *table;
     int rate;
     double seconds;
-    long base_id;           /* ids of this run are base_id + 1 … */
-    long n;                 /* events written */
-    double *commit;         /* by id - base_id - 1 */
+    long n;                 /* room in commit and recv */
+    double *commit;         /* by the event's sequence number (its payload's "seq") */
     double *recv;
     volatile bool stop;
     rd_kafka_t *consumer;
+    double t0;              /* when event 0 is due */
+    int writers;            /* connections writing: event n is written by writer n % writers */
 };
+
+/* The sequence number a latency event carries in its payload. */
+static long latency_seq(const rd_kafka_message_t *m)
+{
+    static const char tag[] = "\"seq\": ";
+    const char *v = m->payload;
+    size_t len = m->len;
+    for (size_t i = 0; v && i + sizeof(tag) - 1 < len; i++)
+        if (!memcmp(v + i, tag, sizeof(tag) - 1))
+            return strtol(v + i + sizeof(tag) - 1, NULL, 10);
+    return -1;
+}
 
 static void *consume_thread(void *arg)
 {
@@ -518,19 +531,9 @@ static void *consume_thread(void *arg)
         if (!m)
             continue;
         double t = now_s();
-        if (!m->err) {
-            rd_kafka_headers_t *h = NULL;
-            const void *v;
-            size_t len;
-            if (rd_kafka_message_headers(m, &h) == RD_KAFKA_RESP_ERR_NO_ERROR &&
-                rd_kafka_header_get_last(h, "outbox_id", &v, &len) == RD_KAFKA_RESP_ERR_NO_ERROR) {
-                char buf[32];
-                snprintf(buf, sizeof(buf), "%.*s", (int)len, (const char *)v);
-                long idx = strtol(buf, NULL, 10) - L->base_id - 1;
-                if (idx >= 0 && idx < L->n && L->recv[idx] == 0)
-                    L->recv[idx] = t;
-            }
-        }
+        long idx = m->err ? -1 : latency_seq(m);
+        if (idx >= 0 && idx < L->n && L->recv[idx] == 0)
+            L->recv[idx] = t;
         rd_kafka_message_destroy(m);
     }
     return NULL;
@@ -574,6 +577,7 @@ struct latency_result {
     double achieved_rate;
     long events;
     long received;
+    int writers; /* connections that wrote the events */
     double p50_ms, p99_ms, max_ms;
 };
 
@@ -600,6 +604,49 @@ static struct latency_result latency_figures(const struct latency_run *L, long n
     return res;
 }
 
+/* One writer of the latency run: its own connection, every writers-th event,
+ * each a single-row transaction committed at its due time. */
+struct latency_writer {
+    struct latency_run *L;
+    int k;
+    long written;
+    double last;
+};
+
+/* At most this many events a second from one connection: past it a single
+ * writer (a round trip and a commit per event) falls behind its schedule. */
+#define LATENCY_RATE_PER_WRITER 1000
+
+static void *latency_writer_thread(void *opaque)
+{
+    struct latency_writer *w = opaque;
+    struct latency_run *L = w->L;
+    PGconn *c = pg_open();
+    char sql[256];
+    snprintf(sql, sizeof(sql),
+             "SELECT \"public\".\"%s_enqueue\"('order', ($1::int %% 500)::text, 'Ping', "
+             "jsonb_build_object('ping', true, 'seq', $1::int))",
+             L->table);
+    for (long n = w->k; n < L->n - 16; n += L->writers) {
+        double due = L->t0 + (double)n / L->rate;
+        if (due > L->t0 + L->seconds)
+            break;
+        sleep_s(due - now_s());
+        char arg[24];
+        snprintf(arg, sizeof(arg), "%ld", n);
+        const char *params[] = { arg };
+        PGresult *r = PQexecParams(c, sql, 1, NULL, params, NULL, NULL, 0);
+        if (PQresultStatus(r) != PGRES_TUPLES_OK)
+            die("enqueue: %s", PQresultErrorMessage(r));
+        PQclear(r);
+        L->commit[n] = now_s(); /* autocommit: the row is committed when this returns */
+        w->written++;
+    }
+    w->last = now_s();
+    PQfinish(c);
+    return NULL;
+}
+
 static struct latency_result latency(PGconn *c, const char *table, int rate, double seconds)
 {
     struct latency_result res = { .rate = rate };
@@ -619,40 +666,35 @@ static struct latency_result latency(PGconn *c, const char *table, int rate, dou
     snprintf(topic, sizeof(topic), "%s.order", table);
 
     struct latency_run L = { .table = table, .rate = rate, .seconds = seconds };
-    L.base_id = pg_int(c, "SELECT max(\"id\") FROM \"public\".\"%s\"", table);
     long cap = (long)(rate * seconds) + 16;
     L.commit = calloc((size_t)cap, sizeof(double));
     L.recv = calloc((size_t)cap, sizeof(double));
     L.n = cap;
+    L.writers = (rate + LATENCY_RATE_PER_WRITER - 1) / LATENCY_RATE_PER_WRITER;
+    if (L.writers > 16)
+        L.writers = 16;
     L.consumer = consumer_at_end(topic);
     pthread_t th;
     pthread_create(&th, NULL, consume_thread, &L);
     sleep_s(1.0); /* let the consumer reach the end of every partition */
 
-    char sql[256];
-    snprintf(sql, sizeof(sql),
-             "SELECT \"public\".\"%s_enqueue\"('order', ($1::int %% 500)::text, 'Ping', "
-             "'{\"ping\": true}')",
-             table);
-    double t0 = now_s();
-    long n = 0;
-    for (; n < cap - 16; n++) {
-        double due = t0 + (double)n / rate;
-        if (due > t0 + seconds)
-            break;
-        sleep_s(due - now_s());
-        char arg[24];
-        snprintf(arg, sizeof(arg), "%ld", n);
-        const char *params[] = { arg };
-        PGresult *r = PQexecParams(c, sql, 1, NULL, params, NULL, NULL, 0);
-        if (PQresultStatus(r) != PGRES_TUPLES_OK)
-            die("enqueue: %s", PQresultErrorMessage(r));
-        PQclear(r);
-        L.commit[n] = now_s(); /* autocommit: the row is committed when this returns */
+    struct latency_writer w[16];
+    pthread_t wt[16];
+    L.t0 = now_s() + 0.05;
+    for (int k = 0; k < L.writers; k++) {
+        w[k] = (struct latency_writer){ .L = &L, .k = k };
+        pthread_create(&wt[k], NULL, latency_writer_thread, &w[k]);
     }
-    double t1 = now_s();
+    long n = 0;
+    double t1 = L.t0;
+    for (int k = 0; k < L.writers; k++) {
+        pthread_join(wt[k], NULL);
+        n += w[k].written;
+        t1 = w[k].last > t1 ? w[k].last : t1;
+    }
     res.events = n;
-    res.achieved_rate = (double)n / (t1 - t0);
+    res.writers = L.writers;
+    res.achieved_rate = (double)n / (t1 - L.t0);
 
     /* Wait (bounded) for the stragglers. */
     for (int i = 0; i < 200; i++) {
@@ -844,7 +886,7 @@ static struct fresh_result fresh_behind_backlog(PGconn *c, const char *table, lo
     ensure_topic(topic);
 
     struct latency_run L = { .table = table, .rate = rate };
-    L.base_id = pg_int(c, "SELECT max(\"id\") FROM \"public\".\"%s\"", table);
+    long base_id = pg_int(c, "SELECT max(\"id\") FROM \"public\".\"%s\"", table);
     long cap = (long)rate * 1800 + 16;
     L.commit = calloc((size_t)cap, sizeof(double));
     L.recv = calloc((size_t)cap, sizeof(double));
@@ -857,7 +899,7 @@ static struct fresh_result fresh_behind_backlog(PGconn *c, const char *table, lo
     char sql[256];
     snprintf(sql, sizeof(sql),
              "SELECT \"public\".\"%s_enqueue\"('fresh', ($1::int %% 50)::text, 'Fresh', "
-             "'{\"fresh\": true}')",
+             "jsonb_build_object('fresh', true, 'seq', $1::int))",
              table);
     struct relay_proc p = relay_start(table, NULL);
     double t0 = now_s();
@@ -867,7 +909,7 @@ static struct fresh_result fresh_behind_backlog(PGconn *c, const char *table, lo
         /* Until the backlog (ids up to base_id) is sent. */
         if (n % 10 == 0 && pg_int(c, "SELECT count(*) FROM (SELECT 1 FROM \"public\".\"%s\" WHERE "
                                      "\"sent_at\" IS NULL AND \"id\" <= %ld LIMIT 1) s",
-                                  table, L.base_id) == 0)
+                                  table, base_id) == 0)
             break;
         char arg[24];
         snprintf(arg, sizeof(arg), "%ld", n);
@@ -1191,10 +1233,11 @@ int main(int argc, char **argv)
     tool_json(o, "replay", &rp);
     fprintf(o, "  \"latency\": [");
     for (int i = 0; i < n_lat; i++)
-        fprintf(o, "%s\n    {\"rate\": %d, \"achieved_rate\": %.0f, \"events\": %ld, "
-                   "\"received\": %ld, \"p50_ms\": %.2f, \"p99_ms\": %.2f, \"max_ms\": %.2f}",
-                i ? "," : "", lat[i].rate, lat[i].achieved_rate, lat[i].events, lat[i].received,
-                lat[i].p50_ms, lat[i].p99_ms, lat[i].max_ms);
+        fprintf(o, "%s\n    {\"rate\": %d, \"achieved_rate\": %.0f, \"writers\": %d, "
+                   "\"events\": %ld, \"received\": %ld, \"p50_ms\": %.2f, \"p99_ms\": %.2f, "
+                   "\"max_ms\": %.2f}",
+                i ? "," : "", lat[i].rate, lat[i].achieved_rate, lat[i].writers, lat[i].events,
+                lat[i].received, lat[i].p50_ms, lat[i].p99_ms, lat[i].max_ms);
     fprintf(o, "\n  ],\n");
     fprintf(o, "  \"startup\": {\"backlog_rows\": %ld, \"runs\": %d, "
                "\"start_to_leader_ms\": {\"median\": %.1f, \"max\": %.1f}, "
@@ -1256,9 +1299,10 @@ int main(int argc, char **argv)
             d_del.rows_per_s / fl_min.rows_per_s, d_del.rows_per_s / fl_wide.rows_per_s,
             d_del.rows_per_s / peer.rows_per_s);
     for (int i = 0; i < n_lat; i++)
-        fprintf(stderr, "latency @%5d/s: p50 %.2f ms  p99 %.2f ms  max %.2f ms  (%ld/%ld received)\n",
+        fprintf(stderr, "latency @%5d/s: p50 %.2f ms  p99 %.2f ms  max %.2f ms  (%ld/%ld received; "
+                        "%.0f/s achieved by %d writer%s)\n",
                 lat[i].rate, lat[i].p50_ms, lat[i].p99_ms, lat[i].max_ms, lat[i].received,
-                lat[i].events);
+                lat[i].events, lat[i].achieved_rate, lat[i].writers, lat[i].writers > 1 ? "s" : "");
     fprintf(stderr, "start-up (%ld-row backlog, median of %d): start → leader %.0f ms; leader → "
                     "first received %.0f ms (max %.0f), first marked %.0f ms\n",
             su.backlog, su.runs, median(su.start_to_leader_ms, su.runs), first_ms,
