@@ -154,13 +154,27 @@ static bool err_is_permanent(rd_kafka_resp_err_t err)
 }
 
 /* Failures that are not the row's fault (shutdown purge, a fatal producer that
- * is about to be replaced): the row is simply produced again later. */
+ * is about to be replaced, the state of the producer's transaction: a fenced
+ * leader's produce can meet a coordinator that is aborting its transaction
+ * and fail with INVALID_TXN_STATE): the row is simply produced again later. */
 static bool err_is_ours(rd_kafka_resp_err_t err)
 {
-    return err == RD_KAFKA_RESP_ERR__PURGE_QUEUE || err == RD_KAFKA_RESP_ERR__PURGE_INFLIGHT ||
-           err == RD_KAFKA_RESP_ERR__FATAL || err == RD_KAFKA_RESP_ERR__FENCED ||
-           err == RD_KAFKA_RESP_ERR_PRODUCER_FENCED ||
-           err == RD_KAFKA_RESP_ERR_INVALID_PRODUCER_EPOCH;
+    switch (err) {
+    case RD_KAFKA_RESP_ERR__PURGE_QUEUE:
+    case RD_KAFKA_RESP_ERR__PURGE_INFLIGHT:
+    case RD_KAFKA_RESP_ERR__FATAL:
+    case RD_KAFKA_RESP_ERR__FENCED:
+    case RD_KAFKA_RESP_ERR__STATE:
+    case RD_KAFKA_RESP_ERR_PRODUCER_FENCED:
+    case RD_KAFKA_RESP_ERR_INVALID_PRODUCER_EPOCH:
+    case RD_KAFKA_RESP_ERR_INVALID_TXN_STATE:
+    case RD_KAFKA_RESP_ERR_INVALID_PRODUCER_ID_MAPPING:
+    case RD_KAFKA_RESP_ERR_CONCURRENT_TRANSACTIONS:
+    case RD_KAFKA_RESP_ERR_TRANSACTION_COORDINATOR_FENCED:
+        return true;
+    default:
+        return false;
+    }
 }
 
 enum kafka_fault kafka_fault_of(int code, bool producer_fatal)

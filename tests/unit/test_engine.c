@@ -59,6 +59,10 @@ Test(kafka_rules, errors_fall_in_the_right_class)
         {RD_KAFKA_RESP_ERR__PURGE_INFLIGHT, false, KAFKA_FAULT_OURS},
         {RD_KAFKA_RESP_ERR__FATAL, false, KAFKA_FAULT_OURS},
         {RD_KAFKA_RESP_ERR_PRODUCER_FENCED, false, KAFKA_FAULT_OURS},
+        /* The producer's transaction, not the record: never charged to a row. */
+        {RD_KAFKA_RESP_ERR_INVALID_TXN_STATE, false, KAFKA_FAULT_OURS},
+        {RD_KAFKA_RESP_ERR_CONCURRENT_TRANSACTIONS, false, KAFKA_FAULT_OURS},
+        {RD_KAFKA_RESP_ERR_INVALID_PRODUCER_ID_MAPPING, false, KAFKA_FAULT_OURS},
         {RD_KAFKA_RESP_ERR__MSG_TIMED_OUT, false, KAFKA_FAULT_OUTAGE},
         {RD_KAFKA_RESP_ERR__TRANSPORT, false, KAFKA_FAULT_OUTAGE},
         {RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS, false, KAFKA_FAULT_OUTAGE},
