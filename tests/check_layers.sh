@@ -45,31 +45,36 @@ fi
 
 # A header is one module's: every function include/X.h declares is defined
 # in relay/X.c (or inline in the header). A header serving several modules
-# lets them depend on each other unseen.
-headers_ok=1
-for h in "$src"/include/*.h; do
-    x=$(basename "$h" .h)
-    for f in $(grep -oE '^[a-z][a-zA-Z0-9_ *]*[ *][a-z_][a-z0-9_]*\(' "$h" | grep -oE '[a-z_][a-z0-9_]*\($' | tr -d '('); do
-        grep -E "^[a-z].*[ *]$f\\(" "$src/relay/$x.c" 2>/dev/null | grep -qv ';[[:space:]]*$' && continue
-        grep -qE "^static inline [^;]*[ *]$f\\(" "$h" && continue
-        echo "check_layers: include/$x.h declares $f, which relay/$x.c does not define" >&2
-        headers_ok=0
-    done
-done
-# No include circle: module X.c includes Y.h while Y.c includes X.h.
-for c in "$src"/relay/*.c; do
-    x=$(basename "$c" .c)
-    for y in $(sed -n 's/^#include "\([a-z0-9_]*\)\.h".*/\1/p' "$c"); do
-        [ "$y" = "$x" ] || [ ! -f "$src/relay/$y.c" ] && continue
-        if grep -q "^#include \"$x\.h\"" "$src/relay/$y.c"; then
-            echo "check_layers: include circle: relay/$x.c includes $y.h and relay/$y.c includes $x.h" >&2
-            headers_ok=0
-        fi
-    done
-done
-if [ $headers_ok -eq 1 ]; then
-    echo "check_layers: each header is one module's, and no two modules include each other"
-else
+# lets them depend on each other unseen. And no include circle: module X.c
+# includes Y.h while Y.c includes X.h.
+problems=$(awk '
+    function base(path) { sub(/.*\//, "", path); sub(/\.[ch]$/, "", path); return path }
+    FNR == 1 { b = base(FILENAME); header = FILENAME ~ /\.h$/; if (!header) module[b] = 1 }
+    /^#include "[a-z0-9_]*\.h"/ && !header {
+        y = $2; gsub(/"/, "", y); sub(/\.h$/, "", y)
+        if (y != b) includes[b, y] = 1
+    }
+    /^[A-Za-z_]/ && match($0, /[A-Za-z_][A-Za-z0-9_]*\(/) {
+        name = substr($0, RSTART, RLENGTH - 1)
+        if (header && $0 !~ /^static inline/ && $0 !~ /^typedef/) declared[b, name] = 1
+        else if (!header && $0 !~ /;[[:space:]]*$/) defined[b, name] = 1
+    }
+    END {
+        for (k in declared) {
+            split(k, p, SUBSEP)
+            if (!((p[1], p[2]) in defined))
+                printf "include/%s.h declares %s, which relay/%s.c does not define\n", p[1], p[2], p[1]
+        }
+        for (k in includes) {
+            split(k, p, SUBSEP)
+            if (p[1] < p[2] && (p[2] in module) && ((p[2], p[1]) in includes))
+                printf "include circle: relay/%s.c includes %s.h and relay/%s.c includes %s.h\n", p[1], p[2], p[2], p[1]
+        }
+    }' "$src"/include/*.h "$src"/relay/*.c | sort)
+if [ -n "$problems" ]; then
+    echo "$problems" | sed 's/^/check_layers: /' >&2
     status=1
+else
+    echo "check_layers: each header is one module's, and no two modules include each other"
 fi
 exit $status
