@@ -312,10 +312,8 @@ static void row_topic(const struct run *r, const struct event_row *e, char *topi
 {
     if (r->a->topic)
         snprintf(topic, len, "%s", r->a->topic);
-    else if (e->topic && *e->topic)
-        snprintf(topic, len, "%s", e->topic);
-    else if (event_topic_render(r->cfg->topic, e->aggregate_type, e->event_type, topic, len) < 0)
-        topic[0] = '\0';
+    else
+        event_row_topic(r->cfg->topic, e, topic, len);
 }
 
 /* --rate: paced from the start, so a slow page does not earn a burst. */

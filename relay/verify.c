@@ -195,11 +195,7 @@ static int row_add(struct run *r, PGresult *res, int i)
 
     /* The same topic the relay computes (relay.c): the row's own, else the template. */
     char topic[512];
-    if (e.topic && *e.topic)
-        snprintf(topic, sizeof topic, "%s", e.topic);
-    else if (event_topic_render(r->cfg->topic, e.aggregate_type, e.event_type, topic,
-                                sizeof topic) < 0)
-        topic[0] = '\0';
+    event_row_topic(r->cfg->topic, &e, topic, sizeof topic);
     row.topic = vcheck_topic(r->v, topic);
     if (row.topic == UINT32_MAX)
         return -ENOMEM;
