@@ -33,6 +33,10 @@ int event_topic_template_check(const char *tmpl, char *errbuf, size_t errlen);
 int event_topic_render(const char *tmpl, const char *aggregate_type, const char *event_type,
                        char *out, size_t outlen);
 
+/** The topic row @p e goes to: its own topic (cut to @p outlen - 1 bytes),
+ *  else @p tmpl rendered for it; "" when the template cannot be rendered. */
+void event_row_topic(const char *tmpl, const struct event_row *e, char *out, size_t outlen);
+
 /** Checks a topic name before producing: 1..249 bytes of [A-Za-z0-9._-], not
  *  "." or "..", and not starting with "__" (Kafka's internal topics, such as
  *  __consumer_offsets). @return 0 or -EINVAL with errbuf saying why (printable

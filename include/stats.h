@@ -1,8 +1,10 @@
 /* stats.h — what the relay knows about itself, for the status endpoint,
  * /metrics, sd_notify STATUS= and `outbox-relay status`.
  *
- * Written only on the loop thread (relay.c, producer.c); readers run on the
- * same thread, so no locking. Units are base units (seconds, rows). */
+ * Each field has one writer, named above its group in struct relay_stats
+ * (stats_init() sets the first values of all). Every writer runs on the loop
+ * thread and so do the readers, so no locking. Units are base units
+ * (seconds, rows). */
 #ifndef OUTBOX_STATS_H
 #define OUTBOX_STATS_H
 
@@ -95,7 +97,9 @@ struct stats_verify {
 };
 
 struct relay_stats {
-    double start_time;             /* unix seconds */
+    double start_time;             /* unix seconds; stats_init() */
+
+    /* relay.c: the state machine, its batches and its session. */
     enum stats_role role;
     bool pg_up;
     bool halted;                   /* on_poison=halt tripped */
@@ -120,8 +124,11 @@ struct relay_stats {
     int64_t dead_rows;             /* dead and not sent, in the table */
     double backlog_time;           /* unix seconds of that query */
     uint64_t backlog_published;    /* published_total when it was measured */
+
+    /* progress.c */
     struct stats_rate publish_rate;   /* published_total, sampled every second */
 
+    /* producer.c: librdkafka's statistics and delivery reports. */
     int brokers_up;                /* from librdkafka statistics; -1 = not known yet */
     int brokers_total;
     int64_t producer_queue_msgs;   /* messages in librdkafka's queues */
@@ -136,11 +143,11 @@ struct relay_stats {
     double kafka_ack_clock;        /* stats_mono(): the last acknowledgement, or when
                                       kafka_in_flight rose from 0, whichever is later */
 
-    /* The outbox table's schema: what this binary needs before relaying. */
+    /* relay.c: the outbox table's schema, what this binary needs before relaying. */
     int schema_version;            /* recorded by migrate; -1 = not read yet */
     char schema_problem[384];      /* why relaying waits for the schema; empty when it is fit */
 
-    /* The database session: fit for relaying, and the leader lock. */
+    /* relay.c: the database session, fit for relaying, and the leader lock. */
     bool refused;                  /* relaying refused for good (pooled session, row security) */
     char refused_reason[512];
     double refused_time;           /* unix seconds */
@@ -152,12 +159,16 @@ struct relay_stats {
     bool standby_stuck;            /* standby long, the holder does not look like a relay */
     char standby_reason[512];
 
-    struct stats_verify verify;
+    struct stats_verify verify;    /* verify_task.c */
 
+    /* producer.c, through stats_count_published(), at each acknowledgement.
+     * Unlike published_total (relay.c), a row counted here stays counted
+     * when its Kafka transaction aborts. */
     int n_topics;                  /* entries of topics[] in use */
     struct stats_topic topics[STATS_MAX_TOPICS];
     uint64_t published_other;      /* to topics beyond the first STATS_MAX_TOPICS */
 
+    /* stats_reloaded(), which relay.c calls on SIGHUP */
     bool reload_ok;                /* the last reload (or the start) succeeded */
     double reload_time;            /* unix seconds of the last successful load */
 };

@@ -402,7 +402,7 @@ static void man_literal(FILE *out, const char *s)
     roff_text(out, s, strlen(s));
 }
 
-static void gen_man(FILE *out)
+static void man_header(FILE *out)
 {
     fputs(".\\\" outbox-relay.conf(5): generated from the relay's parameter table by\n"
           ".\\\" `outbox-relay config-doc --format man`; edit relay/config.c or\n"
@@ -430,58 +430,58 @@ static void gen_man(FILE *out)
           "Keys that change on reload take effect on SIGHUP; a change to any other key\n"
           "is logged and needs a restart.\n",
           out);
-    size_t n_sec;
-    const char *const *sec = config_sections(&n_sec);
-    for (size_t s = 0; s < n_sec; s++) {
-        fprintf(out, ".SS [%s]\n", sec[s]);
-        if (!strcmp(sec[s], "kafka")) {
-            roff_para(out, kafka_intro, strlen(kafka_intro));
-            size_t n;
-            const struct kafka_setting *ps = kafka_producer_settings(&n);
-            for (size_t i = 0; i < n; i++) {
-                fputs(".TP\n.B ", out);
-                man_literal(out, ps[i].key);
-                fputs(" = ", out);
-                man_literal(out, ps[i].value);
-                fputs(ps[i].enforced ? "\nenforced\n" : "\ndefault of the relay\n", out);
-            }
-            fputs(".PP\nFor example:\n.PP\n.RS\n.EX\n", out);
-            for (size_t i = 0; i < sizeof kafka_examples / sizeof kafka_examples[0]; i++) {
-                man_literal(out, kafka_examples[i][0]);
-                fputs(" = ", out);
-                man_literal(out, kafka_examples[i][1]);
-                fputc('\n', out);
-            }
-            fputs(".EE\n.RE\n", out);
-            continue;
-        }
-        roff_para(out, section_intro(sec[s]), strlen(section_intro(sec[s])));
-        struct config_param_info p;
-        for (size_t i = 0; config_param_info(i, &p); i++) {
-            if (strcmp(p.section, sec[s]) != 0)
-                continue;
-            fputs(".TP\n.B ", out);
-            man_literal(out, p.key);
-            fputs("\n", out);
-            char f[512];
-            facts(&p, f, sizeof f, true, true);
-            fputs("Default: ", out);
-            if (*p.def) {
-                fputs("\\fB", out);
-                man_literal(out, p.def);
-                fputs("\\fR", out);
-            } else {
-                fputs("empty", out);
-            }
-            fputs(" (", out);
-            if (p.choices && !p.is_int)
-                fputs("one of ", out);
-            roff_text(out, f, strlen(f));
-            fputs(").\n.IP\n", out);
-            bool first = true;
-            each_para(out, key_doc(&p), man_para, &first);
-        }
+}
+
+/* [kafka]: the properties the relay sets, then examples. */
+static void man_kafka_section(FILE *out)
+{
+    roff_para(out, kafka_intro, strlen(kafka_intro));
+    size_t n;
+    const struct kafka_setting *ps = kafka_producer_settings(&n);
+    for (size_t i = 0; i < n; i++) {
+        fputs(".TP\n.B ", out);
+        man_literal(out, ps[i].key);
+        fputs(" = ", out);
+        man_literal(out, ps[i].value);
+        fputs(ps[i].enforced ? "\nenforced\n" : "\ndefault of the relay\n", out);
     }
+    fputs(".PP\nFor example:\n.PP\n.RS\n.EX\n", out);
+    for (size_t i = 0; i < sizeof kafka_examples / sizeof kafka_examples[0]; i++) {
+        man_literal(out, kafka_examples[i][0]);
+        fputs(" = ", out);
+        man_literal(out, kafka_examples[i][1]);
+        fputc('\n', out);
+    }
+    fputs(".EE\n.RE\n", out);
+}
+
+/* One key: its name, default and facts, then its documentation. */
+static void man_key(FILE *out, const struct config_param_info *p)
+{
+    fputs(".TP\n.B ", out);
+    man_literal(out, p->key);
+    fputs("\n", out);
+    char f[512];
+    facts(p, f, sizeof f, true, true);
+    fputs("Default: ", out);
+    if (*p->def) {
+        fputs("\\fB", out);
+        man_literal(out, p->def);
+        fputs("\\fR", out);
+    } else {
+        fputs("empty", out);
+    }
+    fputs(" (", out);
+    if (p->choices && !p->is_int)
+        fputs("one of ", out);
+    roff_text(out, f, strlen(f));
+    fputs(").\n.IP\n", out);
+    bool first = true;
+    each_para(out, key_doc(p), man_para, &first);
+}
+
+static void man_footer(FILE *out)
+{
     fputs(".SH FILES\n"
           ".TP\n.I /etc/outbox\\-relay/outbox\\-relay.conf\n"
           "The configuration of\n.BR outbox\\-relay.service ;\n"
@@ -491,6 +491,27 @@ static void gen_man(FILE *out)
           ".SH SEE ALSO\n"
           ".BR outbox\\-relay (8)\n",
           out);
+}
+
+static void gen_man(FILE *out)
+{
+    man_header(out);
+    size_t n_sec;
+    const char *const *sec = config_sections(&n_sec);
+    for (size_t s = 0; s < n_sec; s++) {
+        fprintf(out, ".SS [%s]\n", sec[s]);
+        if (!strcmp(sec[s], "kafka")) {
+            man_kafka_section(out);
+            continue;
+        }
+        roff_para(out, section_intro(sec[s]), strlen(section_intro(sec[s])));
+        struct config_param_info p;
+        for (size_t i = 0; config_param_info(i, &p); i++) {
+            if (strcmp(p.section, sec[s]) == 0)
+                man_key(out, &p);
+        }
+    }
+    man_footer(out);
 }
 
 /* ---- the README's table -------------------------------------------------- */

@@ -108,6 +108,14 @@ int event_topic_render(const char *tmpl, const char *aggregate_type, const char 
     return (int)len;
 }
 
+void event_row_topic(const char *tmpl, const struct event_row *e, char *out, size_t outlen)
+{
+    if (e->topic && *e->topic)
+        snprintf(out, outlen, "%s", e->topic);
+    else if (event_topic_render(tmpl, e->aggregate_type, e->event_type, out, outlen) < 0)
+        out[0] = '\0';
+}
+
 /* Copies at most @p max bytes of @p s into @p out for an error message:
  * printable ASCII as is, anything else as \xNN. The message ends up in
  * last_error, a text column: a byte sequence cut in the middle of a UTF-8

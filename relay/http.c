@@ -28,6 +28,9 @@
 #include <string.h>
 
 #include "errors.h"
+#include "http_metrics.h"
+#include "http_request.h"
+#include "http_routes.h"
 #include "listen_addr.h"
 #include "log.h"
 
@@ -440,8 +443,8 @@ int http_start(struct http_server **out, uv_loop_t *loop, const struct relay_con
     srv->handles++;
     uv_timer_start(&srv->sweep, on_sweep, SWEEP_EVERY_MS, SWEEP_EVERY_MS);
 
-    log_info("status endpoint listening", "address=%s endpoints=\"/livez /healthz /readyz "
-             "/metrics /status\"", srv->address);
+    log_info("status endpoint listening", "address=%s endpoints=\"%s\"", srv->address,
+             http_routes_paths());
     *out = srv;
     return 0;
 }

@@ -5,7 +5,7 @@
  * (seconds, bytes), _total for counters. The process_* metrics keep the
  * names every Prometheus client library uses (no prefix), so dashboards and
  * alerts written for them work unchanged. */
-#include "http.h"
+#include "http_metrics.h"
 
 #include <dirent.h>
 #include <stddef.h>
@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "build_config.h"
+#include "health.h"
 
 const int http_status_codes[HTTP_STATUS_CODES] = {200, 400, 404, 405, 431, 500, 503, 505};
 
@@ -164,10 +165,10 @@ static void verify_metrics(const struct stats_verify *v, struct strbuf *out)
     }
 }
 
-void http_metrics(const struct http_context *ctx, struct strbuf *out)
-{
-    const struct relay_stats *s = ctx->stats;
+/* ---- what runs, and in which state -------------------------------------- */
 
+static void build_info(struct strbuf *out)
+{
     head(out, "outbox_relay_build_info", "gauge",
          "Always 1; the labels say which build runs.");
     strbuf_printf(out, "outbox_relay_build_info{version=\"");
@@ -175,8 +176,11 @@ void http_metrics(const struct http_context *ctx, struct strbuf *out)
     strbuf_printf(out, "\",librdkafka=\"");
     label_value(out, rd_kafka_version_str());
     strbuf_printf(out, "\"} 1\n");
-    process_metrics(s, out);
+}
 
+static void state_metrics(const struct http_context *ctx, struct strbuf *out)
+{
+    const struct relay_stats *s = ctx->stats;
     gauge(out, "outbox_relay_config_last_reload_success",
           "1 if the last configuration reload (SIGHUP) succeeded, or none was tried.",
           s->reload_ok ? 1 : 0);
@@ -185,7 +189,7 @@ void http_metrics(const struct http_context *ctx, struct strbuf *out)
           "unix epoch.",
           s->reload_time);
     gauge(out, "outbox_relay_ready", "1 when every readiness check of /readyz passes.",
-          http_ready(ctx, NULL) ? 1 : 0);
+          health_ready(s, ctx->cfg, ctx->mono_now, NULL) ? 1 : 0);
     gauge(out, "outbox_relay_leader", "1 while this relay holds the leader lock.",
           s->role == STATS_ROLE_LEADER ? 1 : 0);
     gauge(out, "outbox_relay_postgres_up", "1 while the PostgreSQL connection is up.",
@@ -200,6 +204,11 @@ void http_metrics(const struct http_context *ctx, struct strbuf *out)
           "1 while row-level security hides rows from the relay (allowed by "
           "relay.allow_row_security): the backlog metrics are then absent.",
           s->row_security ? 1 : 0);
+}
+
+static void kafka_metrics(const struct http_context *ctx, struct strbuf *out)
+{
+    const struct relay_stats *s = ctx->stats;
     gauge(out, "outbox_relay_kafka_brokers_up", "Kafka brokers in state UP.",
           s->brokers_up > 0 ? s->brokers_up : 0);
     gauge(out, "outbox_relay_kafka_brokers", "Kafka brokers known from the cluster metadata.",
@@ -215,7 +224,12 @@ void http_metrics(const struct http_context *ctx, struct strbuf *out)
     gauge(out, "outbox_relay_producer_fatal",
           "1 while the producer is in a fatal state (it is then replaced).",
           s->producer_fatal ? 1 : 0);
+}
 
+/* ---- rows and batches ---------------------------------------------------- */
+
+static void event_metrics(const struct relay_stats *s, struct strbuf *out)
+{
     counter(out, "outbox_relay_events_published_total",
             "Outbox rows acknowledged by Kafka.", s->published_total);
     head(out, "outbox_relay_events_published_by_topic_total", "counter",
@@ -240,6 +254,10 @@ void http_metrics(const struct http_context *ctx, struct strbuf *out)
                       reasons[i], s->failed_total[i]);
     counter(out, "outbox_relay_events_dead_lettered_total",
             "Outbox rows this process moved to the dead letter state.", s->dead_total);
+}
+
+static void batch_metrics(const struct relay_stats *s, struct strbuf *out)
+{
     counter(out, "outbox_relay_transactions_aborted_total",
             "Kafka transactions aborted (relay.fencing=transactional); their rows are produced again.",
             s->txn_aborted_total);
@@ -254,20 +272,21 @@ void http_metrics(const struct http_context *ctx, struct strbuf *out)
     gauge(out, "outbox_relay_last_batch_timestamp_seconds",
           "When the last batch completed, since the unix epoch (0 = none yet).",
           s->last_batch_time);
+}
 
-    /* The backlog comes from a query every few seconds; before the first one
-     * there is no number to give, and 0 would claim an empty table. */
+/* The backlog comes from a query every few seconds; before the first one
+ * there is no number to give, and 0 would claim an empty table. */
+static void backlog_metrics(const struct http_context *ctx, struct strbuf *out)
+{
+    const struct relay_stats *s = ctx->stats;
     head(out, "outbox_relay_backlog_rows", "gauge", "Outbox rows not yet sent (dead rows excluded).");
     if (s->backlog_known)
         strbuf_printf(out, "outbox_relay_backlog_rows %" PRId64 "\n", s->backlog_rows);
     head(out, "outbox_relay_oldest_unsent_age_seconds", "gauge",
          "Age of the oldest unsent row (0 when there is none).");
-    if (s->backlog_known) {
-        double age = s->oldest_unsent_age;
-        if (s->backlog_rows > 0 && ctx->now > s->backlog_time)
-            age += ctx->now - s->backlog_time;
-        strbuf_printf(out, "outbox_relay_oldest_unsent_age_seconds %.17g\n", age);
-    }
+    if (s->backlog_known)
+        strbuf_printf(out, "outbox_relay_oldest_unsent_age_seconds %.17g\n",
+                      health_oldest_unsent_age(s, ctx->now));
     head(out, "outbox_relay_dead_rows", "gauge",
          "Dead-lettered rows in the table that were never sent.");
     if (s->backlog_known)
@@ -276,31 +295,46 @@ void http_metrics(const struct http_context *ctx, struct strbuf *out)
          "When the backlog figures were measured, since the unix epoch.");
     if (s->backlog_known)
         strbuf_printf(out, "outbox_relay_backlog_timestamp_seconds %.17g\n", s->backlog_time);
+}
 
-    verify_metrics(&s->verify, out);
+/* ---- the status endpoint itself ------------------------------------------ */
 
-    if (ctx->server) {
-        const struct http_server_stats *h = ctx->server;
-        gauge(out, "outbox_relay_http_connections", "Open connections to the status endpoint.",
-              h->connections);
-        counter(out, "outbox_relay_http_connections_total",
-                "Connections accepted by the status endpoint.", h->connections_total);
-        counter(out, "outbox_relay_http_connections_rejected_total",
-                "Connections closed at once for lack of memory.", h->rejected_total);
-        counter(out, "outbox_relay_http_connections_evicted_total",
-                "Connections closed to make room for a new one at the connection cap: the oldest "
-                "that had its answer or had not sent its request.", h->evicted_total);
-        counter(out, "outbox_relay_http_timeouts_total",
-                "Connections closed because the client was idle or too slow.", h->timeouts_total);
-        head(out, "outbox_relay_http_requests_total", "counter",
-             "Responses sent by the status endpoint, by status code.");
-        for (int i = 0; i <= HTTP_STATUS_CODES; i++) {
-            if (i < HTTP_STATUS_CODES)
-                strbuf_printf(out, "outbox_relay_http_requests_total{code=\"%d\"} %" PRIu64 "\n",
-                              http_status_codes[i], h->by_code[i]);
-            else if (h->by_code[i])
-                strbuf_printf(out, "outbox_relay_http_requests_total{code=\"other\"} %" PRIu64 "\n",
-                              h->by_code[i]);
-        }
+static void server_metrics(const struct http_server_stats *h, struct strbuf *out)
+{
+    gauge(out, "outbox_relay_http_connections", "Open connections to the status endpoint.",
+          h->connections);
+    counter(out, "outbox_relay_http_connections_total",
+            "Connections accepted by the status endpoint.", h->connections_total);
+    counter(out, "outbox_relay_http_connections_rejected_total",
+            "Connections closed at once for lack of memory.", h->rejected_total);
+    counter(out, "outbox_relay_http_connections_evicted_total",
+            "Connections closed to make room for a new one at the connection cap: the oldest "
+            "that had its answer or had not sent its request.", h->evicted_total);
+    counter(out, "outbox_relay_http_timeouts_total",
+            "Connections closed because the client was idle or too slow.", h->timeouts_total);
+    head(out, "outbox_relay_http_requests_total", "counter",
+         "Responses sent by the status endpoint, by status code.");
+    for (int i = 0; i <= HTTP_STATUS_CODES; i++) {
+        if (i < HTTP_STATUS_CODES)
+            strbuf_printf(out, "outbox_relay_http_requests_total{code=\"%d\"} %" PRIu64 "\n",
+                          http_status_codes[i], h->by_code[i]);
+        else if (h->by_code[i])
+            strbuf_printf(out, "outbox_relay_http_requests_total{code=\"other\"} %" PRIu64 "\n",
+                          h->by_code[i]);
     }
+}
+
+void http_metrics(const struct http_context *ctx, struct strbuf *out)
+{
+    const struct relay_stats *s = ctx->stats;
+    build_info(out);
+    process_metrics(s, out);
+    state_metrics(ctx, out);
+    kafka_metrics(ctx, out);
+    event_metrics(s, out);
+    batch_metrics(s, out);
+    backlog_metrics(ctx, out);
+    verify_metrics(&s->verify, out);
+    if (ctx->server)
+        server_metrics(ctx->server, out);
 }

@@ -199,7 +199,71 @@ static int load_config(struct relay_config *cfg, char *err, size_t errlen, void 
     return rc;
 }
 
-int main(int argc, char **argv)
+/* What the command line asked for. */
+struct invocation {
+    const char *config_path;
+    char **overrides;            /* the -X values, then --log-format's */
+    size_t n_overrides;
+    char log_format_override[64];
+    const char *status_url;
+    const char *doc_format;
+    bool status_json;
+    bool want_help;
+    char **cmd_args;             /* the command's own words (see cli_take_args) */
+    int n_cmd_args;
+    const char *cmd;             /* the command word; NULL when none was given */
+};
+
+/* A step's answer when main() goes on to the next one; any other value is
+ * the exit status. */
+#define GO_ON (-1)
+
+static int too_many_overrides(void)
+{
+    fprintf(stderr, "outbox-relay: too many -X options (at most %d)\n", MAX_OVERRIDES);
+    return EXIT_USAGE;
+}
+
+/* Keeps a copy of one -X value and scrubs the original. */
+static int add_override(struct invocation *inv, char *arg)
+{
+    if (inv->n_overrides == MAX_OVERRIDES)
+        return too_many_overrides();
+    /* A malformed -X is a command-line mistake, not a configuration one. */
+    if (!strchr(arg, '=') || !strchr(arg, '.') || strchr(arg, '.') > strchr(arg, '=') ||
+        *arg == '.') {
+        fprintf(stderr, "outbox-relay: -X %s: expected section.key=value\n", arg);
+        usage_hint();
+        return EXIT_USAGE;
+    }
+    inv->overrides[inv->n_overrides] = strdup(arg);
+    if (!inv->overrides[inv->n_overrides]) {
+        fprintf(stderr, "outbox-relay: out of memory\n");
+        return EXIT_SOFTWARE;
+    }
+    inv->n_overrides++;
+    /* As the mysql client does with -p: ps and /proc/PID/cmdline show
+     * argv's memory, so the secret in it is overwritten once the copy holds it. */
+    config_scrub_override(arg);
+    return GO_ON;
+}
+
+/* --log-format: like -X log.format=…, applied after every -X so that it wins. */
+static int set_log_format(struct invocation *inv, const char *arg)
+{
+    if (log_format_parse(arg) < 0) {
+        fprintf(stderr, "outbox-relay: --log-format: unknown format \"%s\" (logfmt or json)\n",
+                arg);
+        return EXIT_USAGE;
+    }
+    snprintf(inv->log_format_override, sizeof(inv->log_format_override), "log.format=%s", arg);
+    return GO_ON;
+}
+
+/* The options every command shares, with getopt; the command's own words are
+ * taken out first (dead drop 7 --yes, verify --since 1h), since getopt only
+ * knows the shared ones. */
+static int parse_options(int *argc, char **argv, struct invocation *inv)
 {
     static const struct option opts[] = {
         { "config", required_argument, NULL, 'c' },
@@ -211,122 +275,78 @@ int main(int argc, char **argv)
         { "format", required_argument, NULL, 'F' },
         { NULL, 0, NULL, 0 },
     };
-    const char *status_url = NULL;
-    const char *doc_format = NULL;
-    bool status_json = false;
-    bool want_help = false;
-    char log_format_override[64] = "";
-    const char *config_path = NULL;
-    /* Copies of the -X values (static: reachable until exit, whichever return
-     * ends main), read at start and again on SIGHUP. */
-    static char *overrides[MAX_OVERRIDES];
-    size_t n_overrides = 0;
-
-    /* Some commands have words and flags of their own (dead drop 7 --yes,
-     * verify --since 1h): take them out before getopt, which only knows the
-     * options of every command. */
-    char *cmd_args[MAX_OVERRIDES];
     static const char shortopts[] = "c:X:hV";
     static const char *const own_args[] = {"dead", "verify", "replay", "migrate", NULL};
-    int n_cmd_args = cli_take_args(&argc, argv, shortopts, opts, own_args, cmd_args, MAX_OVERRIDES);
-
-    int c;
-    while ((c = getopt_long(argc, argv, shortopts, opts, NULL)) != -1) {
+    inv->n_cmd_args = cli_take_args(argc, argv, shortopts, opts, own_args, inv->cmd_args,
+                                    MAX_OVERRIDES);
+    int c, status = GO_ON;
+    while (status == GO_ON && (c = getopt_long(*argc, argv, shortopts, opts, NULL)) != -1) {
         switch (c) {
-        case 'c':
-            config_path = optarg;
-            break;
-        case 'X':
-            if (n_overrides == MAX_OVERRIDES) {
-                fprintf(stderr, "outbox-relay: too many -X options (at most %d)\n", MAX_OVERRIDES);
-                return EXIT_USAGE;
-            }
-            /* A malformed -X is a command-line mistake, not a configuration one. */
-            if (!strchr(optarg, '=') || !strchr(optarg, '.') || strchr(optarg, '.') > strchr(optarg, '=') ||
-                *optarg == '.') {
-                fprintf(stderr, "outbox-relay: -X %s: expected section.key=value\n", optarg);
-                usage_hint();
-                return EXIT_USAGE;
-            }
-            overrides[n_overrides] = strdup(optarg);
-            if (!overrides[n_overrides]) {
-                fprintf(stderr, "outbox-relay: out of memory\n");
-                return EXIT_SOFTWARE;
-            }
-            n_overrides++;
-            /* As the mysql client does with -p: ps and /proc/PID/cmdline
-             * show argv's memory, so the secret in it is overwritten once the
-             * copy holds it. */
-            config_scrub_override(optarg);
-            break;
-        case 'h':
-            /* Whose help depends on the command word, which may come later. */
-            want_help = true;
-            break;
-        case 'V':
-            print_version();
-            return EXIT_OK;
-        case 'L':
-            /* Like -X log.format=…, applied after every -X so that it wins. */
-            if (log_format_parse(optarg) < 0) {
-                fprintf(stderr,
-                        "outbox-relay: --log-format: unknown format \"%s\" (logfmt or json)\n",
-                        optarg);
-                return EXIT_USAGE;
-            }
-            snprintf(log_format_override, sizeof(log_format_override), "log.format=%s", optarg);
-            break;
-        case 'U':
-            status_url = optarg;
-            break;
-        case 'J':
-            status_json = true;
-            break;
-        case 'F':
-            doc_format = optarg;
-            break;
-        default:
-            usage_hint();
-            return EXIT_USAGE;
+        case 'c': inv->config_path = optarg; break;
+        case 'X': status = add_override(inv, optarg); break;
+        /* Whose help depends on the command word, which may come later. */
+        case 'h': inv->want_help = true; break;
+        case 'V': print_version(); status = EXIT_OK; break;
+        case 'L': status = set_log_format(inv, optarg); break;
+        case 'U': inv->status_url = optarg; break;
+        case 'J': inv->status_json = true; break;
+        case 'F': inv->doc_format = optarg; break;
+        default: usage_hint(); status = EXIT_USAGE; break;
         }
     }
-    if (*log_format_override) {
-        if (n_overrides == MAX_OVERRIDES) {
-            fprintf(stderr, "outbox-relay: too many -X options (at most %d)\n", MAX_OVERRIDES);
-            return EXIT_USAGE;
-        }
-        overrides[n_overrides++] = log_format_override;
+    if (status == GO_ON && *inv->log_format_override) {
+        if (inv->n_overrides == MAX_OVERRIDES)
+            return too_many_overrides();
+        inv->overrides[inv->n_overrides++] = inv->log_format_override;
     }
-    if (want_help || help_requested(n_cmd_args, cmd_args)) {
-        if (optind >= argc) {
-            usage(stdout);
-            return EXIT_OK;
-        }
-        const struct command *command = command_find(argv[optind]);
-        if (!command) {
-            fprintf(stderr, "outbox-relay: unknown command \"%s\"\n", argv[optind]);
-            usage_hint();
-            return EXIT_USAGE;
-        }
-        command->usage(stdout);
+    return status;
+}
+
+/* --help, anywhere: the help of the command named, or the general one. */
+static int answer_help(const struct invocation *inv, int argc, char **argv)
+{
+    if (!inv->want_help && !help_requested(inv->n_cmd_args, inv->cmd_args))
+        return GO_ON;
+    if (optind >= argc) {
+        usage(stdout);
         return EXIT_OK;
     }
+    const struct command *command = command_find(argv[optind]);
+    if (!command) {
+        fprintf(stderr, "outbox-relay: unknown command \"%s\"\n", argv[optind]);
+        usage_hint();
+        return EXIT_USAGE;
+    }
+    command->usage(stdout);
+    return EXIT_OK;
+}
+
+/* Exactly one command word, and no option of another command. */
+static int check_command(struct invocation *inv, int argc, char **argv)
+{
     if (optind != argc - 1) {
         fprintf(stderr, "outbox-relay: %s\n", optind >= argc ? "no command given" : "one command at a time");
         usage_hint();
         return EXIT_USAGE;
     }
-    const char *cmd = argv[optind];
+    const char *cmd = inv->cmd = argv[optind];
     /* Options that belong to one command are a mistake anywhere else. */
-    const char *misplaced = status_url && strcmp(cmd, "status") != 0    ? "--url applies to status only"
-                            : status_json && strcmp(cmd, "status") != 0 ? "--json applies to status (and dead list)"
-                            : doc_format && strcmp(cmd, "config-doc") != 0 ? "--format applies to config-doc only"
-                                                                           : NULL;
+    const char *misplaced = inv->status_url && strcmp(cmd, "status") != 0 ? "--url applies to status only"
+                            : inv->status_json && strcmp(cmd, "status") != 0 ? "--json applies to status (and dead list)"
+                            : inv->doc_format && strcmp(cmd, "config-doc") != 0 ? "--format applies to config-doc only"
+                                                                                : NULL;
     if (misplaced) {
         fprintf(stderr, "outbox-relay: %s\n", misplaced);
         usage_hint();
         return EXIT_USAGE;
     }
+    return GO_ON;
+}
+
+/* The commands that read no configuration. */
+static int run_without_config(const struct invocation *inv)
+{
+    const char *cmd = inv->cmd;
     if (strcmp(cmd, "version") == 0) {
         print_version();
         return EXIT_OK;
@@ -334,66 +354,99 @@ int main(int argc, char **argv)
     /* Not in the help: it prints the documentation of the configuration keys
      * for the source tree's generated files (conffile, man page, README). */
     if (strcmp(cmd, "config-doc") == 0) {
-        if (!doc_format || config_doc(doc_format, stdout) != 0) {
+        if (!inv->doc_format || config_doc(inv->doc_format, stdout) != 0) {
             fprintf(stderr, "outbox-relay: config-doc --format conf|man|markdown\n");
             return EXIT_USAGE;
         }
         return EXIT_OK;
     }
     /* With --url, status needs no configuration: it asks the relay that has one. */
-    if (strcmp(cmd, "status") == 0 && status_url)
-        return status_cli_run(status_url, NULL, status_json);
+    if (strcmp(cmd, "status") == 0 && inv->status_url)
+        return status_cli_run(inv->status_url, NULL, inv->status_json);
     if (!command_find(cmd)) {
         fprintf(stderr, "outbox-relay: unknown command \"%s\"\n", cmd);
         usage_hint();
         return EXIT_USAGE;
     }
+    return GO_ON;
+}
+
+/* Loads the configuration, which run and check-config need brokers in, and
+ * applies its logging settings. @return GO_ON or EXIT_CONFIG. */
+static int configure(struct relay_config *cfg, const char *cmd, struct config_source *src)
+{
+    char err[1024];
+    if (load_config(cfg, err, sizeof(err), src) != 0 ||
+        ((!strcmp(cmd, "run") || !strcmp(cmd, "check-config")) &&
+         config_require_brokers(cfg, err, sizeof(err)) != 0)) {
+        fprintf(stderr, "outbox-relay: configuration rejected: %s\n", err);
+        return EXIT_CONFIG;
+    }
+    log_set_level((enum log_level)cfg->log_level);
+    log_set_format((enum log_format)log_format_parse(cfg->log_format));
+    return GO_ON;
+}
+
+static int run_relay(struct relay_config *cfg, struct config_source *src)
+{
+    log_info("outbox-relay starting", "version=%s pid=%ld", OUTBOX_RELAY_VERSION, (long)getpid());
+    /* Once, secrets redacted: what this process runs with, for the record. */
+    char *effective = config_to_logfmt(cfg);
+    log_info("effective configuration", "%s", effective ? effective : "");
+    free(effective);
+    return relay_run(cfg, load_config, src);
+}
+
+static int run_command(const struct invocation *inv, struct relay_config *cfg,
+                       struct config_source *src)
+{
+    const char *cmd = inv->cmd;
+    if (strcmp(cmd, "status") == 0)
+        return status_cli_run(NULL, cfg, inv->status_json);
+    if (strcmp(cmd, "check-config") == 0) {
+        config_dump_ext(cfg, stdout, producer_dump_settings);
+        return EXIT_OK;
+    }
+    if (strcmp(cmd, "dead") == 0)
+        return dead_main(cfg, inv->n_cmd_args, inv->cmd_args);
+    if (strcmp(cmd, "verify") == 0)
+        return verify_main(cfg, inv->n_cmd_args, inv->cmd_args);
+    if (strcmp(cmd, "replay") == 0)
+        return replay_main(cfg, inv->n_cmd_args, inv->cmd_args);
+    if (strcmp(cmd, "migrate") == 0)
+        return migrate_main(cfg, inv->n_cmd_args, inv->cmd_args);
+    return run_relay(cfg, src);
+}
+
+int main(int argc, char **argv)
+{
+    /* The -X values are kept (static: reachable until exit, whichever return
+     * ends main) and read again on SIGHUP. */
+    static char *overrides[MAX_OVERRIDES];
+    char *cmd_args[MAX_OVERRIDES];
+    struct invocation inv = {.overrides = overrides, .cmd_args = cmd_args};
+
+    int status = parse_options(&argc, argv, &inv);
+    if (status == GO_ON)
+        status = answer_help(&inv, argc, argv);
+    if (status == GO_ON)
+        status = check_command(&inv, argc, argv);
+    if (status == GO_ON)
+        status = run_without_config(&inv);
+    if (status != GO_ON)
+        return status;
 
     struct config_source src = {
-        .path = config_path ? config_path : CONFIG_DEFAULT_PATH,
-        .required = config_path != NULL,
+        .path = inv.config_path ? inv.config_path : CONFIG_DEFAULT_PATH,
+        .required = inv.config_path != NULL,
         .overrides = overrides,
-        .n_overrides = n_overrides,
+        .n_overrides = inv.n_overrides,
     };
     struct relay_config cfg;
-    char err[1024];
     config_init(&cfg);
-    if (load_config(&cfg, err, sizeof(err), &src) != 0) {
-        fprintf(stderr, "outbox-relay: configuration rejected: %s\n", err);
-        config_free(&cfg);
-        return EXIT_CONFIG;
-    }
-    if ((!strcmp(cmd, "run") || !strcmp(cmd, "check-config")) &&
-        config_require_brokers(&cfg, err, sizeof(err)) != 0) {
-        fprintf(stderr, "outbox-relay: configuration rejected: %s\n", err);
-        config_free(&cfg);
-        return EXIT_CONFIG;
-    }
-    log_set_level((enum log_level)cfg.log_level);
-    log_set_format((enum log_format)log_format_parse(cfg.log_format));
-
-    int status;
-    if (strcmp(cmd, "status") == 0) {
-        status = status_cli_run(NULL, &cfg, status_json);
-    } else if (strcmp(cmd, "check-config") == 0) {
-        config_dump_ext(&cfg, stdout, producer_dump_settings);
-        status = EXIT_OK;
-    } else if (strcmp(cmd, "dead") == 0) {
-        status = dead_main(&cfg, n_cmd_args, cmd_args);
-    } else if (strcmp(cmd, "verify") == 0) {
-        status = verify_main(&cfg, n_cmd_args, cmd_args);
-    } else if (strcmp(cmd, "replay") == 0) {
-        status = replay_main(&cfg, n_cmd_args, cmd_args);
-    } else if (strcmp(cmd, "migrate") == 0) {
-        status = migrate_main(&cfg, n_cmd_args, cmd_args);
-    } else {
-        log_info("outbox-relay starting", "version=%s pid=%ld", OUTBOX_RELAY_VERSION, (long)getpid());
-        /* Once, secrets redacted: what this process runs with, for the record. */
-        char *effective = config_to_logfmt(&cfg);
-        log_info("effective configuration", "%s", effective ? effective : "");
-        free(effective);
-        status = relay_run(&cfg, load_config, &src);
-    }
+    status = configure(&cfg, inv.cmd, &src);
+    if (status == GO_ON)
+        status = run_command(&inv, &cfg, &src);
     config_free(&cfg);
     return status;
 }

@@ -44,7 +44,7 @@ static void ack_clock_report(struct producer *p, bool acknowledged)
 }
 
 /* Logs when the clock passes the threshold and when it is over; the readiness
- * check itself is computed at each request (http_ready). */
+ * check itself is computed at each request (health_ready). */
 static void ack_clock_watch(struct producer *p)
 {
     if (!p->stats || !p->cfg)

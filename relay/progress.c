@@ -13,6 +13,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 
+#include "health.h"
 #include "log.h"
 
 #define PROGRESS_TICK_MS 1000
@@ -80,11 +81,11 @@ static void maybe_log_line(struct progress *p, double mono)
         return;
     if (s->backlog_known) {
         /* As of the measurement: the oldest pending row has aged since, if it is still there. */
-        double age = fmax(0, stats_now() - s->backlog_time);
+        double now = stats_now();
         log_info("progress", "published=%" PRIu64 " rows_per_second=%.1f backlog=%" PRId64
                  " backlog_age_seconds=%.1f oldest_pending_seconds=%.1f",
-                 n, (double)n / secs, s->backlog_rows, age,
-                 s->backlog_rows > 0 ? s->oldest_unsent_age + age : 0);
+                 n, (double)n / secs, s->backlog_rows, fmax(0, now - s->backlog_time),
+                 health_oldest_unsent_age(s, now));
     } else {
         log_info("progress", "published=%" PRIu64 " rows_per_second=%.1f backlog=unknown", n,
                  (double)n / secs);

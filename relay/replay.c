@@ -221,6 +221,279 @@ static void drain(rd_kafka_t *rk)
         rd_kafka_flush(rk, 100);
 }
 
+/* One replay: what it reads, where it publishes, and how far it got. */
+struct run {
+    const struct relay_config *cfg;
+    const struct replay_args *a;
+    struct sql_window q;
+    PGconn *conn;
+    rd_kafka_t *rk;                  /* NULL with --dry-run */
+    struct delivery d;
+    char replayed_at[40];            /* the replay header's value */
+    bool progress;                   /* a progress line on the terminal */
+    double started, last_progress;
+    uint64_t produced, refused;
+    int64_t refused_ids[REFUSED_SHOWN];
+    int64_t first_id, done_through; /* the first row published; all acknowledged up to */
+    int64_t after;                   /* the next page starts after this id */
+    bool stopped;                    /* SIGINT or SIGTERM */
+};
+
+/* Connects read-only and, unless --dry-run, makes the producer.
+ * @return EXIT_OK or the exit status of the failure (logged). */
+static int open_run(struct run *r)
+{
+    const char *const keys[] = {"dbname", "fallback_application_name", NULL};
+    const char *const values[] = {r->cfg->pg_conninfo, "outbox-relay replay", NULL};
+    r->conn = PQconnectdbParams(keys, values, 1);
+    if (PQstatus(r->conn) != CONNECTION_OK) {
+        log_error("cannot connect to postgres", "error=%s",
+                  log_quote_pq(r->cfg->pg_conninfo, PQerrorMessage(r->conn)));
+        return EXIT_UNAVAILABLE;
+    }
+    /* The relay's marks are not ours to touch: this session cannot write. */
+    PQclear(PQexec(r->conn, "SET default_transaction_read_only = on"));
+    char err[1024];
+    if (!r->a->dry_run && !(r->rk = producer_new(r->cfg, &r->d, err, sizeof err))) {
+        log_error("kafka producer rejected the configuration", "error=%s", log_quote(err));
+        return EXIT_CONFIG;
+    }
+    return EXIT_OK;
+}
+
+static void close_run(struct run *r)
+{
+    if (r->rk) {
+        drain(r->rk);
+        rd_kafka_destroy(r->rk);
+    }
+    PQfinish(r->conn);
+    sql_window_free(&r->q);
+}
+
+/* The replay header's value: now, RFC 3339 UTC with milliseconds. */
+static void stamp_now(char *out, size_t len)
+{
+    double now = stats_now();
+    time_t secs = (time_t)now;
+    struct tm tm;
+    gmtime_r(&secs, &tm);
+    size_t n = strftime(out, len, "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(out + n, len - n, ".%03dZ", (int)((now - (double)secs) * 1000));
+}
+
+/* The next page of the selection, after r->after. @return EXIT_OK with
+ * *res to PQclear, or the exit status of the failure (logged). */
+static int read_page(struct run *r, PGresult **res)
+{
+    const struct replay_args *a = r->a;
+    char after_s[24], limit_s[16];
+    snprintf(after_s, sizeof after_s, "%" PRId64, r->after);
+    snprintf(limit_s, sizeof limit_s, "%d", PAGE_ROWS);
+    const char *params[] = {a->from_id, a->to_id,          a->since,        a->until,     after_s,
+                            limit_s,    a->aggregate_type, a->aggregate_id, a->event_type};
+    *res = PQexecParams(r->conn, r->q.replay, 9, NULL, params, NULL, NULL, 0);
+    if (PQresultStatus(*res) == PGRES_TUPLES_OK)
+        return EXIT_OK;
+    const char *state = PQresultErrorField(*res, PG_DIAG_SQLSTATE);
+    log_error("reading the outbox table failed", "error=%s",
+              log_quote(PQresultErrorMessage(*res)));
+    int status = PQstatus(r->conn) == CONNECTION_BAD ? EXIT_UNAVAILABLE
+                 : state && strcmp(state, SQLSTATE_UNDEFINED_TABLE) == 0 ? EXIT_CONFIG
+                 : state && strncmp(state, "22", 2) == 0                  ? EXIT_USAGE
+                                                                          : EXIT_SOFTWARE;
+    PQclear(*res);
+    return status;
+}
+
+/* --topic, else the row's own topic, else the template's; "" when the
+ * template cannot be rendered. */
+static void row_topic(const struct run *r, const struct event_row *e, char *topic, size_t len)
+{
+    if (r->a->topic)
+        snprintf(topic, len, "%s", r->a->topic);
+    else
+        event_row_topic(r->cfg->topic, e, topic, len);
+}
+
+/* --rate: paced from the start, so a slow page does not earn a burst. */
+static void pace(const struct run *r)
+{
+    if (r->a->rate <= 0)
+        return;
+    double due = r->started + (double)r->produced / (double)r->a->rate;
+    double wait = due - stats_now();
+    if (wait > 0)
+        usleep((useconds_t)(wait * 1e6));
+}
+
+/* Hands row @p e to the producer, to @p topic, with the replay header.
+ * @return EXIT_OK or EXIT_SOFTWARE (logged). */
+static int produce_row(struct run *r, const struct event_row *e, const char *topic)
+{
+    rd_kafka_headers_t *hdrs = NULL;
+    char why[512];
+    if (event_headers_build(e, &hdrs, why, sizeof why) < 0 ||
+        rd_kafka_header_add(hdrs, EVENT_REPLAY_HEADER, -1, r->replayed_at, -1)) {
+        /* A sent row whose headers no longer build was edited after it was sent. */
+        log_error("cannot build the headers of a sent row", "outbox_id=%" PRId64 " error=%s",
+                  e->id, log_quote(why));
+        if (hdrs)
+            rd_kafka_headers_destroy(hdrs);
+        return EXIT_SOFTWARE;
+    }
+    rd_kafka_resp_err_t pe;
+    for (;;) {
+        pe = rd_kafka_producev(
+            r->rk, RD_KAFKA_V_TOPIC(topic),
+            RD_KAFKA_V_KEY(e->aggregate_id, strlen(e->aggregate_id)),
+            RD_KAFKA_V_VALUE((void *)e->payload, e->payload ? e->payload_len : 0),
+            RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_TIMESTAMP(e->created_ms),
+            RD_KAFKA_V_HEADERS(hdrs), RD_KAFKA_V_OPAQUE((void *)(intptr_t)e->id), RD_KAFKA_V_END);
+        if (pe != RD_KAFKA_RESP_ERR__QUEUE_FULL)
+            break;
+        rd_kafka_poll(r->rk, 100);
+    }
+    if (pe) {
+        rd_kafka_headers_destroy(hdrs);
+        log_error("cannot produce", "outbox_id=%" PRId64 " topic=%s error=%s", e->id, topic,
+                  rd_kafka_err2str(pe));
+        return EXIT_SOFTWARE;
+    }
+    return EXIT_OK;
+}
+
+static void show_progress(struct run *r, int64_t id)
+{
+    if (!r->progress || stats_now() - r->last_progress <= 0.25)
+        return;
+    r->last_progress = stats_now();
+    double rate = (double)r->produced / (r->last_progress - r->started + 1e-9);
+    fprintf(stderr, "\r\033[Kreplay: %" PRIu64 " rows published (id %" PRId64 "), %.0f rows/s",
+            r->produced, id, rate);
+}
+
+/* One row of the selection: refused when not sent yet, else printed
+ * (--dry-run) or published. @return EXIT_OK or the failure's exit status. */
+static int replay_row(struct run *r, const struct event_row *e, bool sent)
+{
+    if (!sent) {
+        if (r->refused < REFUSED_SHOWN)
+            r->refused_ids[r->refused] = e->id;
+        r->refused++;
+        return EXIT_OK;
+    }
+    char topic[512];
+    row_topic(r, e, topic, sizeof topic);
+    if (!r->first_id)
+        r->first_id = e->id;
+    if (r->a->dry_run) {
+        printf("would replay id %" PRId64 " event_id %s to %s key %s event_type %s "
+               "created_at %s (%zu bytes%s)\n",
+               e->id, e->event_id, topic, log_quote(e->aggregate_id), log_quote(e->event_type),
+               e->created_at, e->payload ? e->payload_len : 0, e->payload ? "" : ", tombstone");
+        r->produced++;
+        return EXIT_OK;
+    }
+    pace(r);
+    int status = produce_row(r, e, topic);
+    if (status != EXIT_OK)
+        return status;
+    r->produced++;
+    rd_kafka_poll(r->rk, 0);
+    show_progress(r, e->id);
+    return EXIT_OK;
+}
+
+/* Reads one page, replays its rows and waits for their acknowledgements.
+ * @return EXIT_OK or the failure's exit status; *more is false after the
+ * last page or an interruption. */
+static int replay_page(struct run *r, bool *more)
+{
+    PGresult *res;
+    int status = read_page(r, &res);
+    if (status != EXIT_OK)
+        return status;
+    int n = PQntuples(res);
+    *more = n == PAGE_ROWS;
+    int64_t page_last = r->after;
+    for (int i = 0; i < n && status == EXIT_OK; i++) {
+        if (atomic_load(&interrupted)) {
+            r->stopped = true;
+            *more = false;
+            break;
+        }
+        struct event_row e;
+        row_of(res, i, &e);
+        page_last = e.id;
+        status = replay_row(r, &e, PQgetvalue(res, i, ROWS_SENT)[0] == 't');
+    }
+    PQclear(res);
+    if (r->rk)
+        drain(r->rk);
+    if (r->d.failed) {
+        log_error("replay failed: a message was not acknowledged", "outbox_id=%" PRId64
+                  " error=%s failed=%" PRIu64, r->d.first_failed_id, log_quote(r->d.first_error),
+                  r->d.failed);
+        return EXIT_SOFTWARE;
+    }
+    /* Everything up to the last row handled is acknowledged now. */
+    if (status == EXIT_OK)
+        r->done_through = page_last;
+    r->after = page_last;
+    return status;
+}
+
+/* What was replayed, what was refused, and where to continue after an
+ * interruption. @return @p status, 130 when interrupted. */
+static int print_summary(const struct run *r, int status)
+{
+    if (status != EXIT_OK && !r->stopped)
+        return status;
+    printf("%s %" PRIu64 " row%s", r->a->dry_run ? "would replay" : "replayed", r->produced,
+           r->produced == 1 ? "" : "s");
+    if (r->produced)
+        printf(" (ids %" PRId64 " to %" PRId64 ")", r->first_id, r->done_through);
+    if (!r->a->dry_run)
+        printf(" with %s=%s", EVENT_REPLAY_HEADER, r->replayed_at);
+    printf("\n");
+    if (r->refused) {
+        printf("refused %" PRIu64 " row%s not sent yet (they belong to the relay):", r->refused,
+               r->refused == 1 ? "" : "s");
+        for (uint64_t i = 0; i < r->refused && i < REFUSED_SHOWN; i++)
+            printf(" %" PRId64, r->refused_ids[i]);
+        printf("%s\n", r->refused > REFUSED_SHOWN ? " …" : "");
+    }
+    if (r->stopped) {
+        printf("interrupted: every row up to id %" PRId64 " was acknowledged; continue with "
+               "--from-id %" PRId64 "\n", r->done_through, r->done_through + 1);
+        status = 130;
+    }
+    return status;
+}
+
+/* Page after page until the selection ends, a row fails or a signal comes. */
+static int replay_pages(struct run *r)
+{
+    struct sigaction sa = {.sa_handler = on_sigint};
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    stamp_now(r->replayed_at, sizeof r->replayed_at);
+    r->progress = !r->a->dry_run && isatty(STDERR_FILENO);
+    r->started = stats_now();
+
+    int status = EXIT_OK;
+    bool more = true;
+    while (more && status == EXIT_OK)
+        status = replay_page(r, &more);
+    if (r->progress)
+        fputs("\r\033[K", stderr);
+    status = print_summary(r, status);
+    if (fflush(stdout) != 0 && status == EXIT_OK)
+        status = EXIT_SOFTWARE;
+    return status;
+}
+
 int replay_main(const struct relay_config *cfg, int argc, char **argv)
 {
     struct replay_args a = {0};
@@ -229,205 +502,17 @@ int replay_main(const struct relay_config *cfg, int argc, char **argv)
     if (status)
         return status;
 
-    struct sql_window q;
-    if (sql_window_init(&q, cfg->schema, cfg->table) < 0) {
+    struct run r = {.cfg = cfg, .a = &a, .after = INT64_MIN};
+    if (sql_window_init(&r.q, cfg->schema, cfg->table) < 0) {
         log_error("cannot build the replay statement", "schema=%s table=%s", cfg->schema,
                   cfg->table);
+        free((char *)a.aggregate_type);
         return EXIT_SOFTWARE;
     }
-    const char *const keys[] = {"dbname", "fallback_application_name", NULL};
-    const char *const values[] = {cfg->pg_conninfo, "outbox-relay replay", NULL};
-    PGconn *conn = PQconnectdbParams(keys, values, 1);
-    rd_kafka_t *rk = NULL;
-    struct delivery d = {0};
-    char err[1024];
-    if (PQstatus(conn) != CONNECTION_OK) {
-        log_error("cannot connect to postgres", "error=%s",
-                  log_quote_pq(cfg->pg_conninfo, PQerrorMessage(conn)));
-        status = EXIT_UNAVAILABLE;
-        goto out;
-    }
-    /* The relay's marks are not ours to touch: this session cannot write. */
-    PQclear(PQexec(conn, "SET default_transaction_read_only = on"));
-    if (!a.dry_run && !(rk = producer_new(cfg, &d, err, sizeof err))) {
-        log_error("kafka producer rejected the configuration", "error=%s", log_quote(err));
-        status = EXIT_CONFIG;
-        goto out;
-    }
-
-    struct sigaction sa = {.sa_handler = on_sigint};
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-
-    char replayed_at[40];
-    {
-        double now = stats_now();
-        time_t secs = (time_t)now;
-        struct tm tm;
-        gmtime_r(&secs, &tm);
-        size_t n = strftime(replayed_at, sizeof replayed_at, "%Y-%m-%dT%H:%M:%S", &tm);
-        snprintf(replayed_at + n, sizeof replayed_at - n, ".%03dZ", (int)((now - (double)secs) * 1000));
-    }
-
-    bool progress = !a.dry_run && isatty(STDERR_FILENO);
-    double started = stats_now(), last_progress = 0;
-    uint64_t produced = 0, refused = 0;
-    int64_t refused_ids[REFUSED_SHOWN], first_id = 0, done_through = 0, after = INT64_MIN;
-    bool more = true, stopped = false;
-    while (more && status == EXIT_OK) {
-        char after_s[24], limit_s[16];
-        snprintf(after_s, sizeof after_s, "%" PRId64, after);
-        snprintf(limit_s, sizeof limit_s, "%d", PAGE_ROWS);
-        const char *params[] = {a.from_id, a.to_id,          a.since,         a.until,     after_s,
-                                limit_s,   a.aggregate_type, a.aggregate_id,  a.event_type};
-        PGresult *res = PQexecParams(conn, q.replay, 9, NULL, params, NULL, NULL, 0);
-        if (PQresultStatus(res) != PGRES_TUPLES_OK) {
-            const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
-            log_error("reading the outbox table failed", "error=%s",
-                      log_quote(PQresultErrorMessage(res)));
-            status = PQstatus(conn) == CONNECTION_BAD ? EXIT_UNAVAILABLE
-                     : state && strcmp(state, SQLSTATE_UNDEFINED_TABLE) == 0 ? EXIT_CONFIG
-                     : state && strncmp(state, "22", 2) == 0                  ? EXIT_USAGE
-                                                                              : EXIT_SOFTWARE;
-            PQclear(res);
-            break;
-        }
-        int n = PQntuples(res);
-        more = n == PAGE_ROWS;
-        int64_t page_last = after;
-        for (int i = 0; i < n; i++) {
-            if (atomic_load(&interrupted)) {
-                stopped = true;
-                more = false;
-                break;
-            }
-            struct event_row e;
-            row_of(res, i, &e);
-            page_last = e.id;
-            if (PQgetvalue(res, i, ROWS_SENT)[0] != 't') {
-                if (refused < REFUSED_SHOWN)
-                    refused_ids[refused] = e.id;
-                refused++;
-                continue;
-            }
-            char topic[512];
-            if (a.topic)
-                snprintf(topic, sizeof topic, "%s", a.topic);
-            else if (e.topic && *e.topic)
-                snprintf(topic, sizeof topic, "%s", e.topic);
-            else if (event_topic_render(cfg->topic, e.aggregate_type, e.event_type, topic,
-                                        sizeof topic) < 0)
-                topic[0] = '\0';
-            if (!first_id)
-                first_id = e.id;
-            if (a.dry_run) {
-                printf("would replay id %" PRId64 " event_id %s to %s key %s event_type %s "
-                       "created_at %s (%zu bytes%s)\n",
-                       e.id, e.event_id, topic, log_quote(e.aggregate_id), log_quote(e.event_type),
-                       e.created_at, e.payload ? e.payload_len : 0, e.payload ? "" : ", tombstone");
-                produced++;
-                continue;
-            }
-            if (a.rate > 0) {
-                /* Paced from the start, so a slow page does not earn a burst. */
-                double due = started + (double)produced / (double)a.rate;
-                double wait = due - stats_now();
-                if (wait > 0)
-                    usleep((useconds_t)(wait * 1e6));
-            }
-            rd_kafka_headers_t *hdrs = NULL;
-            char why[512];
-            if (event_headers_build(&e, &hdrs, why, sizeof why) < 0 ||
-                rd_kafka_header_add(hdrs, EVENT_REPLAY_HEADER, -1, replayed_at, -1)) {
-                /* A sent row whose headers no longer build was edited after it was sent. */
-                log_error("cannot build the headers of a sent row", "outbox_id=%" PRId64 " error=%s",
-                          e.id, log_quote(why));
-                if (hdrs)
-                    rd_kafka_headers_destroy(hdrs);
-                status = EXIT_SOFTWARE;
-                more = false;
-                break;
-            }
-            rd_kafka_resp_err_t pe;
-            for (;;) {
-                pe = rd_kafka_producev(
-                    rk, RD_KAFKA_V_TOPIC(topic),
-                    RD_KAFKA_V_KEY(e.aggregate_id, strlen(e.aggregate_id)),
-                    RD_KAFKA_V_VALUE((void *)e.payload, e.payload ? e.payload_len : 0),
-                    RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_TIMESTAMP(e.created_ms),
-                    RD_KAFKA_V_HEADERS(hdrs), RD_KAFKA_V_OPAQUE((void *)(intptr_t)e.id),
-                    RD_KAFKA_V_END);
-                if (pe != RD_KAFKA_RESP_ERR__QUEUE_FULL)
-                    break;
-                rd_kafka_poll(rk, 100);
-            }
-            if (pe) {
-                rd_kafka_headers_destroy(hdrs);
-                log_error("cannot produce", "outbox_id=%" PRId64 " topic=%s error=%s", e.id, topic,
-                          rd_kafka_err2str(pe));
-                status = EXIT_SOFTWARE;
-                more = false;
-                break;
-            }
-            produced++;
-            rd_kafka_poll(rk, 0);
-            if (progress && stats_now() - last_progress > 0.25) {
-                last_progress = stats_now();
-                double rate = (double)produced / (last_progress - started + 1e-9);
-                fprintf(stderr, "\r\033[Kreplay: %" PRIu64 " rows published (id %" PRId64
-                                "), %.0f rows/s",
-                        produced, e.id, rate);
-            }
-        }
-        PQclear(res);
-        if (rk)
-            drain(rk);
-        if (d.failed) {
-            log_error("replay failed: a message was not acknowledged", "outbox_id=%" PRId64
-                      " error=%s failed=%" PRIu64, d.first_failed_id, log_quote(d.first_error),
-                      d.failed);
-            status = EXIT_SOFTWARE;
-            break;
-        }
-        /* Everything up to the last row handled is acknowledged now. */
-        if (status == EXIT_OK)
-            done_through = page_last;
-        after = page_last;
-    }
-    if (progress)
-        fputs("\r\033[K", stderr);
-
-    if (status == EXIT_OK || stopped) {
-        printf("%s %" PRIu64 " row%s", a.dry_run ? "would replay" : "replayed", produced,
-               produced == 1 ? "" : "s");
-        if (produced)
-            printf(" (ids %" PRId64 " to %" PRId64 ")", first_id, done_through);
-        if (!a.dry_run)
-            printf(" with %s=%s", EVENT_REPLAY_HEADER, replayed_at);
-        printf("\n");
-        if (refused) {
-            printf("refused %" PRIu64 " row%s not sent yet (they belong to the relay):", refused,
-                   refused == 1 ? "" : "s");
-            for (uint64_t i = 0; i < refused && i < REFUSED_SHOWN; i++)
-                printf(" %" PRId64, refused_ids[i]);
-            printf("%s\n", refused > REFUSED_SHOWN ? " …" : "");
-        }
-        if (stopped) {
-            printf("interrupted: every row up to id %" PRId64 " was acknowledged; continue with "
-                   "--from-id %" PRId64 "\n", done_through, done_through + 1);
-            status = 130;
-        }
-    }
-    if (fflush(stdout) != 0 && status == EXIT_OK)
-        status = EXIT_SOFTWARE;
-
-out:
-    if (rk) {
-        drain(rk);
-        rd_kafka_destroy(rk);
-    }
-    PQfinish(conn);
-    sql_window_free(&q);
+    status = open_run(&r);
+    if (status == EXIT_OK)
+        status = replay_pages(&r);
+    close_run(&r);
     free((char *)a.aggregate_type);
     return status;
 }

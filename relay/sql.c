@@ -309,63 +309,74 @@ void sql_statements_free(struct sql_statements *s)
  * poolers do not carry from one server session to another. */
 #define SESSION_MARKER "outbox_relay.session"
 
-int sql_session_init(struct sql_session *q, const char *schema, const char *table)
-{
-    memset(q, 0, sizeof *q);
-    if (!sql_ident_valid(schema) || !sql_ident_valid(table))
-        return -EINVAL;
+/* The leader lock in SQL, for the statements that take, check, release and
+ * look at it. The lock key is derived from the table, so relays for
+ * different outbox tables in one database elect their leaders independently. */
+#define LOCK_KEY_MAX (2 * (2 * CONFIG_IDENT_MAX + 2) + 4 + 80)
+struct leader_lock_sql {
+    char key[LOCK_KEY_MAX];          /* the advisory lock's bigint key, an expression */
+    char match[LOCK_KEY_MAX + 400];  /* a pg_locks row "l" that is the lock, granted */
+    char held[LOCK_KEY_MAX + 500];   /* true when this backend holds it */
+};
 
-    char qualified[QUALIFIED_MAX], regclass[2 * sizeof qualified + 4];
-    char qschema[2 * CONFIG_IDENT_MAX + 4], ledger[sizeof qschema + 30];
-    char ledger_regclass[2 * sizeof ledger + 4];
-    sql_quote_ident(schema, qschema, sizeof qschema);
-    snprintf(ledger, sizeof ledger, "%s.\"outbox_relay_migrations\"", qschema);
-    sql_quote_literal(ledger, ledger_regclass, sizeof ledger_regclass);
-    char plain[2 * CONFIG_IDENT_MAX + 2], lock_key[2 * sizeof plain + 4];
+static void leader_lock_sql(const char *schema, const char *table, struct leader_lock_sql *l)
+{
     /* Valid identifiers contain no quotes, so these cannot overflow. */
-    qualified_name(schema, table, qualified, sizeof qualified);
-    sql_quote_literal(qualified, regclass, sizeof regclass);
+    char plain[2 * CONFIG_IDENT_MAX + 2], lock_key[2 * sizeof plain + 4];
     snprintf(plain, sizeof plain, "%s.%s", schema, table);
     sql_quote_literal(plain, lock_key, sizeof lock_key);
-
-    /* The lock key is derived from the table, so relays for different outbox
-     * tables in one database elect their leaders independently. */
-    char key[sizeof lock_key + 80];
-    snprintf(key, sizeof key, "hashtextextended('outbox-relay:leader:' || %s, 0)", lock_key);
+    snprintf(l->key, sizeof l->key, "hashtextextended('outbox-relay:leader:' || %s, 0)", lock_key);
     /* pg_locks shows a bigint advisory key as classid (high half), objid (low
      * half) and objsubid 1; advisory locks belong to one database. */
-    char match[sizeof key + 400];
-    snprintf(match, sizeof match,
+    snprintf(l->match, sizeof l->match,
              "l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted "
              "AND l.database = (SELECT oid FROM pg_catalog.pg_database "
              "WHERE datname = current_database()) "
              "AND ((l.classid::int8 << 32) | l.objid::int8) = %s",
-             key);
-    char held[sizeof match + 100];
-    snprintf(held, sizeof held,
+             l->key);
+    snprintf(l->held, sizeof l->held,
              "EXISTS (SELECT 1 FROM pg_catalog.pg_locks AS l WHERE %s "
              "AND l.pid = pg_backend_pid())",
-             match);
+             l->match);
+}
 
-    int rc = 0;
+/* The check at connect: marks the session, reads what decides whether it
+ * may relay (row security, the table, the migrations ledger). */
+static int build_session_check(char **out, const char *schema, const char *table)
+{
+    char qualified[QUALIFIED_MAX], regclass[2 * sizeof qualified + 4];
+    char qschema[2 * CONFIG_IDENT_MAX + 4], ledger[sizeof qschema + 30];
+    char ledger_regclass[2 * sizeof ledger + 4];
+    /* Valid identifiers contain no quotes, so these cannot overflow. */
+    sql_quote_ident(schema, qschema, sizeof qschema);
+    snprintf(ledger, sizeof ledger, "%s.\"outbox_relay_migrations\"", qschema);
+    sql_quote_literal(ledger, ledger_regclass, sizeof ledger_regclass);
+    qualified_name(schema, table, qualified, sizeof qualified);
+    sql_quote_literal(qualified, regclass, sizeof regclass);
+
     /* row_security_active() answers for this role as the planner will:
      * superuser, BYPASSRLS, ownership and FORCE ROW LEVEL SECURITY included.
      * With row_security off, a policy added later makes the claim fail
      * loudly instead of hiding rows. */
-    rc |= build(&q->check,
-                "SELECT pg_backend_pid(), set_config('" SESSION_MARKER "', $1, false), "
-                "CASE WHEN $2::bool THEN set_config('row_security', 'off', false) "
-                "ELSE current_setting('row_security') END, "
-                "c.oid IS NOT NULL, COALESCE(row_security_active(c.oid), false), "
-                "COALESCE(c.relrowsecurity, false), COALESCE(c.relforcerowsecurity, false), "
-                "r.rolbypassrls, r.rolsuper, COALESCE(pg_has_role(c.relowner, 'USAGE'), false), "
-                "current_user::text, to_regclass(%s) IS NOT NULL, "
-                "COALESCE(has_table_privilege(to_regclass(%s), 'SELECT'), false) "
-                "FROM pg_catalog.pg_roles AS r "
-                "LEFT JOIN pg_catalog.pg_class AS c ON c.oid = to_regclass(%s) "
-                "WHERE r.rolname = current_user",
-                ledger_regclass, ledger_regclass, regclass);
-    rc |= build_newest(&q->version, qschema);
+    return build(out,
+                 "SELECT pg_backend_pid(), set_config('" SESSION_MARKER "', $1, false), "
+                 "CASE WHEN $2::bool THEN set_config('row_security', 'off', false) "
+                 "ELSE current_setting('row_security') END, "
+                 "c.oid IS NOT NULL, COALESCE(row_security_active(c.oid), false), "
+                 "COALESCE(c.relrowsecurity, false), COALESCE(c.relforcerowsecurity, false), "
+                 "r.rolbypassrls, r.rolsuper, COALESCE(pg_has_role(c.relowner, 'USAGE'), false), "
+                 "current_user::text, to_regclass(%s) IS NOT NULL, "
+                 "COALESCE(has_table_privilege(to_regclass(%s), 'SELECT'), false) "
+                 "FROM pg_catalog.pg_roles AS r "
+                 "LEFT JOIN pg_catalog.pg_class AS c ON c.oid = to_regclass(%s) "
+                 "WHERE r.rolname = current_user",
+                 ledger_regclass, ledger_regclass, regclass);
+}
+
+/* Taking, checking and releasing the leader lock, and who holds it. */
+static int build_lock_statements(struct sql_session *q, const struct leader_lock_sql *l)
+{
+    int rc = 0;
     /* MATERIALIZED: pg_locks is read before the lock is tried, so a backend
      * that already held it (another client's, behind a pooler) is seen, and
      * is not handed the lock a second time. */
@@ -375,15 +386,15 @@ int sql_session_init(struct sql_session *q, const char *schema, const char *tabl
                 "SELECT pg_backend_pid(), mine.ours, mine.held, "
                 "CASE WHEN mine.ours AND NOT mine.held THEN pg_try_advisory_lock(%s) "
                 "ELSE false END FROM mine",
-                held, key);
+                l->held, l->key);
     rc |= build(&q->verify,
                 "SELECT pg_backend_pid(), "
                 "current_setting('" SESSION_MARKER "', true) IS NOT DISTINCT FROM $1, %s",
-                held);
+                l->held);
     rc |= build(&q->release,
                 "SELECT CASE WHEN pg_backend_pid() = $1::int AND %s "
                 "THEN pg_advisory_unlock(%s) ELSE false END",
-                held, key);
+                l->held, l->key);
     /* The server's clock for the idle time: the relay's may differ. */
     rc |= build(&q->holder,
                 "SELECT l.pid, a.application_name, host(a.client_addr), "
@@ -392,7 +403,24 @@ int sql_session_init(struct sql_session *q, const char *schema, const char *tabl
                 "FROM pg_catalog.pg_locks AS l "
                 "LEFT JOIN pg_catalog.pg_stat_activity AS a ON a.pid = l.pid "
                 "WHERE %s LIMIT 1",
-                match);
+                l->match);
+    return rc;
+}
+
+int sql_session_init(struct sql_session *q, const char *schema, const char *table)
+{
+    memset(q, 0, sizeof *q);
+    if (!sql_ident_valid(schema) || !sql_ident_valid(table))
+        return -EINVAL;
+
+    char qschema[2 * CONFIG_IDENT_MAX + 4];
+    sql_quote_ident(schema, qschema, sizeof qschema);
+    struct leader_lock_sql lock;
+    leader_lock_sql(schema, table, &lock);
+
+    int rc = build_session_check(&q->check, schema, table);
+    rc |= build_newest(&q->version, qschema);
+    rc |= build_lock_statements(q, &lock);
     if (rc != 0) {
         sql_session_free(q);
         return -ENOMEM;

@@ -195,11 +195,7 @@ static int row_add(struct run *r, PGresult *res, int i)
 
     /* The same topic the relay computes (relay.c): the row's own, else the template. */
     char topic[512];
-    if (e.topic && *e.topic)
-        snprintf(topic, sizeof topic, "%s", e.topic);
-    else if (event_topic_render(r->cfg->topic, e.aggregate_type, e.event_type, topic,
-                                sizeof topic) < 0)
-        topic[0] = '\0';
+    event_row_topic(r->cfg->topic, &e, topic, sizeof topic);
     row.topic = vcheck_topic(r->v, topic);
     if (row.topic == UINT32_MAX)
         return -ENOMEM;
@@ -389,6 +385,146 @@ static int stable_end(struct run *r, const char *topic, int32_t part, int64_t *l
     return 0;
 }
 
+/* The partitions of @p topic, from the cluster's metadata; none when the
+ * topic does not exist (counted in missing_topics).
+ * @return 0 with *ids (to free) and *n_parts, or negative. */
+static int topic_partitions(struct run *r, const char *topic, int32_t **ids, int *n_parts)
+{
+    *ids = NULL;
+    *n_parts = 0;
+    rd_kafka_topic_t *rkt = rd_kafka_topic_new(r->rk, topic, NULL);
+    const struct rd_kafka_metadata *md = NULL;
+    rd_kafka_resp_err_t e = rkt ? rd_kafka_metadata(r->rk, 0, rkt, &md, KAFKA_TIMEOUT_MS)
+                                : RD_KAFKA_RESP_ERR__FAIL;
+    if (rkt)
+        rd_kafka_topic_destroy(rkt);
+    if (e) {
+        snprintf(r->err, r->errlen, "kafka: metadata of %s: %s", topic, rd_kafka_err2str(e));
+        return -ENETUNREACH;
+    }
+    int n = 0;
+    if (md->topic_cnt == 1 && md->topics[0].err == RD_KAFKA_RESP_ERR_NO_ERROR)
+        n = md->topics[0].partition_cnt;
+    else if (md->topic_cnt == 1 && md->topics[0].err == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART) {
+        r->meta->missing_topics++;
+        log_debug("verify: topic does not exist", "topic=%s", topic);
+    } else if (md->topic_cnt == 1) {
+        snprintf(r->err, r->errlen, "kafka: metadata of %s: %s", topic,
+                 rd_kafka_err2str(md->topics[0].err));
+        rd_kafka_metadata_destroy(md);
+        return -ENETUNREACH;
+    }
+    int32_t *v = n ? calloc((size_t)n, sizeof *v) : NULL;
+    for (int p = 0; p < n && v; p++)
+        v[p] = md->topics[0].partitions[p].id;
+    rd_kafka_metadata_destroy(md);
+    if (n && !v)
+        return -ENOMEM;
+    *ids = v;
+    *n_parts = n;
+    return 0;
+}
+
+/* The first offset of each of the @p n partitions @p ids at or after the
+ * slice's oldest created_at (@p from_ms): every message of the slice's rows
+ * is there or later. @return 0 with *out (to destroy; a partition's own
+ * error is in its element), or negative. */
+static int offsets_at(struct run *r, const char *topic, const int32_t *ids, int n, int64_t from_ms,
+                      rd_kafka_topic_partition_list_t **out)
+{
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(n);
+    for (int p = 0; p < n; p++)
+        rd_kafka_topic_partition_list_add(l, topic, ids[p])->offset = from_ms;
+    rd_kafka_resp_err_t e = rd_kafka_offsets_for_times(r->rk, l, KAFKA_TIMEOUT_MS);
+    if (e) {
+        snprintf(r->err, r->errlen, "kafka: offsets for times of %s: %s", topic,
+                 rd_kafka_err2str(e));
+        rd_kafka_topic_partition_list_destroy(l);
+        return -ENETUNREACH;
+    }
+    *out = l;
+    return 0;
+}
+
+/* Where the slice's messages begin in a partition whose messages span
+ * [@p lo, @p hi): the offset the lookup by time found (@p found), moved to
+ * the first message still there. @return it, or -1 when the partition holds
+ * nothing of the slice. */
+static int64_t partition_start(struct run *r, const char *topic, int32_t part, int64_t found,
+                               int64_t lo, int64_t hi, int64_t from_ms)
+{
+    /* -1: no message at or after that time (nothing of ours here). Unless the
+     * broker cannot look offsets up by time (librdkafka's mock cluster
+     * answers -1 to every such request): then the last message is newer than
+     * asked, and the partition is read whole. */
+    int64_t start = found;
+    if (start < 0 && hi > lo && timestamp_at(r, topic, part, hi - 1) >= from_ms) {
+        if (!r->warned_times)
+            log_warn("verify: the broker does not look offsets up by time; reading "
+                     "partitions from their first offset", "topic=%s", topic);
+        r->warned_times = true;
+        start = lo;
+    }
+    if (start < 0 || start >= hi)
+        return -1;
+    /* Reading from the first message still there, after deleted ones:
+     * Kafka's retention may have removed some the window needs. */
+    if (start <= lo && lo > 0)
+        r->meta->truncated_partitions++;
+    return start < lo ? lo : start;
+}
+
+/* Reads the partitions of topic @p t from the slice's oldest created_at
+ * (@p from_ms) to their stable ends; *frac advances by @p share. */
+static int read_topic(struct run *r, uint32_t t, int64_t from_ms, size_t slice_rows, double *frac,
+                      double share)
+{
+    const char *name = r->v->topics[t].name;
+    int32_t *ids;
+    int n_parts;
+    int rc = topic_partitions(r, name, &ids, &n_parts);
+    if (rc)
+        return rc;
+    if (n_parts == 0) {
+        *frac += share; /* the topic does not exist: nothing to read */
+        return 0;
+    }
+    int64_t *bounds = calloc((size_t)n_parts * 2, sizeof *bounds);
+    if (!bounds) {
+        free(ids);
+        return -ENOMEM;
+    }
+    /* Before the lookup by time, which a read_committed reader is answered
+     * only below the stable offset. */
+    for (int p = 0; rc == 0 && p < n_parts; p++)
+        rc = stable_end(r, name, ids[p], &bounds[2 * p], &bounds[2 * p + 1]);
+    rd_kafka_topic_partition_list_t *l = NULL;
+    if (rc == 0)
+        rc = offsets_at(r, name, ids, n_parts, from_ms, &l);
+    for (int p = 0; rc == 0 && p < l->cnt; p++) {
+        const rd_kafka_topic_partition_t *tp = &l->elems[p];
+        if (tp->err) {
+            snprintf(r->err, r->errlen, "kafka: offsets for times of %s [%d]: %s", name,
+                     (int)tp->partition, rd_kafka_err2str(tp->err));
+            rc = -ENETUNREACH;
+            break;
+        }
+        double part_share = share / (double)l->cnt;
+        int64_t hi = bounds[2 * p + 1];
+        int64_t start = partition_start(r, name, tp->partition, tp->offset, bounds[2 * p], hi,
+                                        from_ms);
+        if (start < 0)
+            *frac += part_share;
+        else
+            rc = read_partition(r, name, t, tp->partition, start, hi, slice_rows, frac, part_share);
+    }
+    if (l)
+        rd_kafka_topic_partition_list_destroy(l);
+    free(ids);
+    free(bounds);
+    return rc;
+}
+
 /* Reads every partition of every topic of the slice from @p from_ms on. */
 static int read_slice(struct run *r, int64_t from_ms, size_t slice_rows)
 {
@@ -399,103 +535,15 @@ static int read_slice(struct run *r, int64_t from_ms, size_t slice_rows)
     for (size_t t = 0; t < r->v->n_topics && t < r->topic_used_cap; t++) {
         if (!r->topic_used[t])
             continue;
-        const char *name = r->v->topics[t].name;
         double share = 1.0 / (double)n_topics;
-        if (!event_topic_valid(name)) {
+        /* Rows that could never be published: the sent ones are missing. */
+        if (!event_topic_valid(r->v->topics[t].name)) {
             frac += share;
-            continue; /* rows that could never be published: sent ones are missing */
+            continue;
         }
-        rd_kafka_topic_t *rkt = rd_kafka_topic_new(r->rk, name, NULL);
-        const struct rd_kafka_metadata *md = NULL;
-        rd_kafka_resp_err_t e = rkt ? rd_kafka_metadata(r->rk, 0, rkt, &md, KAFKA_TIMEOUT_MS)
-                                    : RD_KAFKA_RESP_ERR__FAIL;
-        if (rkt)
-            rd_kafka_topic_destroy(rkt);
-        if (e) {
-            snprintf(r->err, r->errlen, "kafka: metadata of %s: %s", name, rd_kafka_err2str(e));
-            return -ENETUNREACH;
-        }
-        int n_parts = 0;
-        if (md->topic_cnt == 1 && md->topics[0].err == RD_KAFKA_RESP_ERR_NO_ERROR)
-            n_parts = md->topics[0].partition_cnt;
-        else if (md->topic_cnt == 1 &&
-                 md->topics[0].err == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART) {
-            r->meta->missing_topics++;
-            log_debug("verify: topic does not exist", "topic=%s", name);
-        } else if (md->topic_cnt == 1) {
-            snprintf(r->err, r->errlen, "kafka: metadata of %s: %s", name,
-                     rd_kafka_err2str(md->topics[0].err));
-            rd_kafka_metadata_destroy(md);
-            return -ENETUNREACH;
-        }
-        int32_t *ids = n_parts ? calloc((size_t)n_parts, sizeof *ids) : NULL;
-        int64_t *bounds = n_parts ? calloc((size_t)n_parts * 2, sizeof *bounds) : NULL;
-        for (int p = 0; p < n_parts && ids; p++)
-            ids[p] = md->topics[0].partitions[p].id;
-        rd_kafka_metadata_destroy(md);
-        if (n_parts && (!ids || !bounds)) {
-            free(ids);
-            free(bounds);
-            return -ENOMEM;
-        }
-        /* Before the lookup by time, which a read_committed reader is
-         * answered only below the stable offset. */
-        int rc = 0;
-        for (int p = 0; rc == 0 && p < n_parts; p++)
-            rc = stable_end(r, name, ids[p], &bounds[2 * p], &bounds[2 * p + 1]);
-
-        /* The first offset at or after the slice's oldest created_at: every
-         * message of the slice's rows is there or later. */
-        rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(n_parts ? n_parts : 1);
-        for (int p = 0; p < n_parts; p++)
-            rd_kafka_topic_partition_list_add(l, name, ids[p])->offset = from_ms;
-        e = n_parts && rc == 0 ? rd_kafka_offsets_for_times(r->rk, l, KAFKA_TIMEOUT_MS) : 0;
-        if (e) {
-            snprintf(r->err, r->errlen, "kafka: offsets for times of %s: %s", name,
-                     rd_kafka_err2str(e));
-            rc = -ENETUNREACH;
-        }
-        for (int p = 0; rc == 0 && p < l->cnt; p++) {
-            rd_kafka_topic_partition_t *tp = &l->elems[p];
-            int64_t lo = bounds[2 * p], hi = bounds[2 * p + 1];
-            if (tp->err) {
-                snprintf(r->err, r->errlen, "kafka: offsets for times of %s [%d]: %s", name,
-                         (int)tp->partition, rd_kafka_err2str(tp->err));
-                rc = -ENETUNREACH;
-                break;
-            }
-            /* -1: no message at or after that time (nothing of ours here).
-             * Unless the broker cannot look offsets up by time (librdkafka's
-             * mock cluster answers -1 to every such request): then the last
-             * message is newer than asked, and the partition is read whole. */
-            int64_t start = tp->offset;
-            if (start < 0 && hi > lo && timestamp_at(r, name, tp->partition, hi - 1) >= from_ms) {
-                if (!r->warned_times)
-                    log_warn("verify: the broker does not look offsets up by time; reading "
-                             "partitions from their first offset", "topic=%s", name);
-                r->warned_times = true;
-                start = lo;
-            }
-            if (start < 0 || start >= hi) {
-                frac += share / (double)l->cnt;
-                continue;
-            }
-            /* Reading from the first message still there, after deleted
-             * ones: Kafka's retention may have removed some the window needs. */
-            if (start <= lo && lo > 0)
-                r->meta->truncated_partitions++;
-            if (start < lo)
-                start = lo;
-            rc = read_partition(r, name, (uint32_t)t, tp->partition, start, hi, slice_rows, &frac,
-                                share / (double)l->cnt);
-        }
-        rd_kafka_topic_partition_list_destroy(l);
-        free(ids);
-        free(bounds);
+        int rc = read_topic(r, (uint32_t)t, from_ms, slice_rows, &frac, share);
         if (rc)
             return rc;
-        if (n_parts == 0)
-            frac += share;
     }
     return 0;
 }
@@ -574,6 +622,97 @@ static int one_slice(struct run *r, int64_t *after, int64_t own_lo, int64_t own_
     return more ? 0 : 1;
 }
 
+/* Connects to PostgreSQL, read-only. @return 0 or negative. */
+static int connect_pg(struct run *r)
+{
+    const char *const keys[] = {"dbname", "fallback_application_name", NULL};
+    const char *const values[] = {r->cfg->pg_conninfo, "outbox-relay verify", NULL};
+    r->conn = PQconnectdbParams(keys, values, 1);
+    if (PQstatus(r->conn) != CONNECTION_OK) {
+        snprintf(r->err, r->errlen, "cannot connect to postgres: %s",
+                 log_quote_pq(r->cfg->pg_conninfo, PQerrorMessage(r->conn)));
+        return -EHOSTUNREACH;
+    }
+    /* Reading only: a mistake here must not be able to change the table. */
+    PQclear(PQexec(r->conn, "SET default_transaction_read_only = on"));
+    return 0;
+}
+
+/* The window's rows and ids into meta, its time bounds as milliseconds
+ * (INT64_MIN, INT64_MAX when open). @return 0 or negative. */
+static int read_window(struct run *r, int64_t *since_ms, int64_t *until_ms)
+{
+    const struct verify_opts *o = r->o;
+    r->params[0] = o->w.from_id;
+    r->params[1] = o->w.to_id;
+    r->params[2] = o->w.since;
+    r->params[3] = o->w.until;
+    PGresult *res = PQexecParams(r->conn, r->q.bounds, 4, NULL, r->params, NULL, NULL, 0);
+    if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+        int rc = pg_fail(r, res, "reading the window");
+        PQclear(res);
+        return rc;
+    }
+    r->meta->window_rows = strtoull(PQgetvalue(res, 0, 0), NULL, 10);
+    r->meta->first_id = strtoll(PQgetvalue(res, 0, 1), NULL, 10);
+    r->meta->last_id = strtoll(PQgetvalue(res, 0, 2), NULL, 10);
+    *since_ms = PQgetisnull(res, 0, 3) ? INT64_MIN : strtoll(PQgetvalue(res, 0, 3), NULL, 10);
+    *until_ms = PQgetisnull(res, 0, 4) ? INT64_MAX : strtoll(PQgetvalue(res, 0, 4), NULL, 10);
+    PQclear(res);
+    return 0;
+}
+
+/* The reader, and a second one that sees where each partition really ends.
+ * @return 0 or negative. */
+static int open_consumers(struct run *r)
+{
+    /* What a consumer of the outbox must see: committed data only. */
+    r->rk = consumer_new(r->cfg, "read_committed", r->err, r->errlen);
+    if (r->rk)
+        r->rk_end = consumer_new(r->cfg, "read_uncommitted", r->err, r->errlen);
+    return r->rk && r->rk_end ? 0 : -EIO;
+}
+
+/* The window slice after slice. @return 0 or negative. */
+static int check_slices(struct run *r, int64_t since_ms, int64_t until_ms)
+{
+    const struct verify_opts *o = r->o;
+    /* Which message ids the window owns, for unknown messages: an explicit
+     * id bound, else open on the side a time bound closes, else the table's. */
+    long long from_id = 0, to_id = 0;
+    bool has_from = o->w.from_id && cli_parse_int64(o->w.from_id, LLONG_MIN, &from_id) == 0;
+    bool has_to = o->w.to_id && cli_parse_int64(o->w.to_id, LLONG_MIN, &to_id) == 0;
+    int64_t own_lo = has_from ? from_id : o->w.since ? INT64_MIN : r->meta->first_id;
+    int64_t own_hi = has_to ? to_id : o->w.until ? INT64_MAX : r->meta->last_id;
+    int64_t lo_ms = since_ms, hi_ms = until_ms == INT64_MAX ? INT64_MAX : until_ms - 1;
+    int64_t after = INT64_MIN;
+    bool first = true;
+    int rc = 0;
+    while (rc == 0) {
+        rc = one_slice(r, &after, own_lo, own_hi, lo_ms, hi_ms, first,
+                       o->w.since ? since_ms : INT64_MIN);
+        first = false;
+        own_lo = after + 1;
+        if (rc == 1)
+            return 0;
+    }
+    return rc;
+}
+
+static void close_run(struct run *r)
+{
+    r->meta->duration = stats_now() - r->started;
+    if (r->rk) {
+        rd_kafka_consumer_close(r->rk);
+        rd_kafka_destroy(r->rk);
+    }
+    if (r->rk_end)
+        rd_kafka_destroy(r->rk_end);
+    PQfinish(r->conn);
+    sql_window_free(&r->q);
+    free(r->topic_used);
+}
+
 int verify_run(const struct relay_config *cfg, const struct verify_opts *o, struct vcheck *v,
                struct verify_meta *meta, char *err, size_t errlen)
 {
@@ -585,77 +724,17 @@ int verify_run(const struct relay_config *cfg, const struct verify_opts *o, stru
         snprintf(err, errlen, "cannot build the statements for %s.%s", cfg->schema, cfg->table);
         return -EINVAL;
     }
-    const char *const keys[] = {"dbname", "fallback_application_name", NULL};
-    const char *const values[] = {cfg->pg_conninfo, "outbox-relay verify", NULL};
-    r.conn = PQconnectdbParams(keys, values, 1);
-    int rc = 0;
-    if (PQstatus(r.conn) != CONNECTION_OK) {
-        snprintf(err, errlen, "cannot connect to postgres: %s",
-                 log_quote_pq(cfg->pg_conninfo, PQerrorMessage(r.conn)));
-        rc = -EHOSTUNREACH;
-        goto out;
+    int64_t since_ms = INT64_MIN, until_ms = INT64_MAX;
+    int rc = connect_pg(&r);
+    if (rc == 0)
+        rc = read_window(&r, &since_ms, &until_ms);
+    if (rc == 0)
+        rc = open_consumers(&r);
+    if (rc == 0) {
+        rc = check_slices(&r, since_ms, until_ms);
+        progress(&r, 0, 0, true);
     }
-    /* Reading only: a mistake here must not be able to change the table. */
-    PQclear(PQexec(r.conn, "SET default_transaction_read_only = on"));
-
-    r.params[0] = o->w.from_id;
-    r.params[1] = o->w.to_id;
-    r.params[2] = o->w.since;
-    r.params[3] = o->w.until;
-    PGresult *res = PQexecParams(r.conn, r.q.bounds, 4, NULL, r.params, NULL, NULL, 0);
-    if (PQresultStatus(res) != PGRES_TUPLES_OK) {
-        rc = pg_fail(&r, res, "reading the window");
-        PQclear(res);
-        goto out;
-    }
-    meta->window_rows = strtoull(PQgetvalue(res, 0, 0), NULL, 10);
-    meta->first_id = strtoll(PQgetvalue(res, 0, 1), NULL, 10);
-    meta->last_id = strtoll(PQgetvalue(res, 0, 2), NULL, 10);
-    int64_t since_ms = PQgetisnull(res, 0, 3) ? INT64_MIN : strtoll(PQgetvalue(res, 0, 3), NULL, 10);
-    int64_t until_ms = PQgetisnull(res, 0, 4) ? INT64_MAX : strtoll(PQgetvalue(res, 0, 4), NULL, 10);
-    PQclear(res);
-
-    /* What a consumer of the outbox must see: committed data only. */
-    r.rk = consumer_new(cfg, "read_committed", err, errlen);
-    if (r.rk)
-        r.rk_end = consumer_new(cfg, "read_uncommitted", err, errlen);
-    if (!r.rk || !r.rk_end) {
-        rc = -EIO;
-        goto out;
-    }
-
-    /* Which message ids the window owns, for unknown messages: an explicit
-     * id bound, else open on the side a time bound closes, else the table's. */
-    long long from_id = 0, to_id = 0;
-    bool has_from = o->w.from_id && cli_parse_int64(o->w.from_id, LLONG_MIN, &from_id) == 0;
-    bool has_to = o->w.to_id && cli_parse_int64(o->w.to_id, LLONG_MIN, &to_id) == 0;
-    int64_t own_lo = has_from ? from_id : o->w.since ? INT64_MIN : meta->first_id;
-    int64_t own_hi = has_to ? to_id : o->w.until ? INT64_MAX : meta->last_id;
-    int64_t lo_ms = since_ms, hi_ms = until_ms == INT64_MAX ? INT64_MAX : until_ms - 1;
-    int64_t after = INT64_MIN;
-    bool first = true;
-    while (rc == 0) {
-        rc = one_slice(&r, &after, own_lo, own_hi, lo_ms, hi_ms, first, o->w.since ? since_ms : INT64_MIN);
-        first = false;
-        own_lo = after + 1;
-        if (rc == 1) {
-            rc = 0;
-            break;
-        }
-    }
-    progress(&r, 0, 0, true);
-
-out:
-    meta->duration = stats_now() - r.started;
-    if (r.rk) {
-        rd_kafka_consumer_close(r.rk);
-        rd_kafka_destroy(r.rk);
-    }
-    if (r.rk_end)
-        rd_kafka_destroy(r.rk_end);
-    PQfinish(r.conn);
-    sql_window_free(&r.q);
-    free(r.topic_used);
+    close_run(&r);
     return rc;
 }
 

@@ -1,5 +1,5 @@
-/* bench.c — the performance harness of outbox-relay (issue: drain rate
- * against the SQL floor, commit→consumer latency, memory and CPU cost).
+/* bench.c — the performance harness of outbox-relay: drain rate against
+ * the SQL floor, commit→consumer latency, memory and CPU cost.
  *
  * It drives the real binary against the stack of tests/support/stack.sh
  * (OUTBOX_RELAY_TEST_PG, OUTBOX_RELAY_TEST_KAFKA) and prints one JSON report

@@ -20,12 +20,9 @@ static void fini(void)
     e2e_teardown(&T);
 }
 
-static void enqueue_range(PGconn *c, int lo, int hi)
+static void enqueue_range(int lo, int hi)
 {
-    e2e_exec(c,
-        "SELECT count(%s('order', 'k' || (i %% 20), 'created', jsonb_build_object('i', i)))"
-        "  FROM generate_series(%d, %d) AS i",
-        T.qenqueue, lo, hi);
+    e2e_enqueue_series(&T, "order", "k", 20, "created", lo, hi, 0);
 }
 
 /* No row lost, every row marked, first deliveries in per-key order; with
@@ -65,13 +62,13 @@ Test(e2e, kafka_outage, .fini = fini, .timeout = 280)
     const char *extra[] = {"relay.poll_interval_ms=100", NULL};
     struct e2e_relay *relay = e2e_relay_start(&T, extra);
     cr_assert(e2e_relay_wait_log(relay, "msg=\"became leader\"", 30000), "relay did not become leader");
-    enqueue_range(T.conn, 1, 1000);
+    enqueue_range(1, 1000);
     e2e_wait_all_sent(&T, 60000);
 
     /* All brokers down: new rows must not be marked, the relay must keep running. */
     cr_assert(e2e_mock_command(&T, "down -1"));
     e2e_sleep_ms(1000);
-    enqueue_range(T.conn, 1001, 2000);
+    enqueue_range(1001, 2000);
     e2e_sleep_ms(3000);
     long long marked = e2e_query_int(T.conn, "SELECT count(*) FROM %s WHERE sent_at IS NOT NULL AND id > "
                                      "(SELECT min(id) + 999 FROM %s)", T.qtable, T.qtable);
@@ -94,7 +91,7 @@ Test(e2e, postgres_restart, .fini = fini, .timeout = 280)
                            "relay.batch_size=200", NULL};
     struct e2e_relay *relay = e2e_relay_start(&T, extra);
     cr_assert(e2e_relay_wait_log(relay, "msg=\"became leader\"", 30000), "relay did not become leader");
-    enqueue_range(T.conn, 1, 5000);
+    enqueue_range(1, 5000);
 
     /* Restart while the relay works through the rows. */
     const char *args[] = {"/bin/bash", T.env->stack_sh, "pg_ctl", T.env->stack_dir, "restart", "-m", "fast", "-w",
@@ -107,7 +104,7 @@ Test(e2e, postgres_restart, .fini = fini, .timeout = 280)
     PQreset(T.conn);
     cr_assert_eq(PQstatus(T.conn), CONNECTION_OK, "cannot reconnect: %s", PQerrorMessage(T.conn));
 
-    enqueue_range(T.conn, 5001, 6000);
+    enqueue_range(5001, 6000);
     e2e_wait_all_sent(&T, 120000);
     /* The session lock went with the old session: leadership is taken again. */
     cr_assert_geq(e2e_relay_log_count(relay, "msg=\"became leader\""), 2,
@@ -147,17 +144,12 @@ Test(e2e, poison_rows_do_not_block_the_rest, .fini = fini, .timeout = 120)
 
 /* ---- failure semantics ----------------------------------------------------- */
 
-static long long count_where(const char *fmt_cond)
-{
-    return e2e_query_int(T.conn, "SELECT count(*) FROM %s WHERE %s", T.qtable, fmt_cond);
-}
-
 /* No attempt is charged and nothing is dead: what every fault below that is
  * not the rows' fault must leave behind. */
 static void assert_no_attempts(const char *what)
 {
     long long attempts = e2e_query_int(T.conn, "SELECT coalesce(sum(attempts), 0) FROM %s", T.qtable);
-    long long dead = count_where("dead_at IS NOT NULL");
+    long long dead = e2e_count_where(&T, "dead_at IS NOT NULL");
     PGresult *res = e2e_query(T.conn, "SELECT coalesce(string_agg(DISTINCT last_error, ', '), '-'), "
                               "count(*) FILTER (WHERE attempts > 0) FROM %s", T.qtable);
     char errors[512];
@@ -192,7 +184,7 @@ static void postgres_fault_mid_batch(const char *name, bool restart)
     const char *extra[] = {conninfo, "relay.poll_interval_ms=100", "relay.reconnect_interval_ms=200",
                            "relay.batch_size=200", NULL};
     bool slowed = e2e_mock_command(&T, "rtt -1 300");
-    enqueue_range(T.conn, 1, 4000);
+    enqueue_range(1, 4000);
     struct e2e_relay *relay = e2e_relay_start(&T, extra);
     cr_assert(e2e_relay_wait_log(relay, "msg=\"became leader\"", 30000), "relay did not become leader");
     cr_assert(e2e_wait_sql(&T, 60000, "SELECT count(*) >= 400 FROM %s WHERE sent_at IS NOT NULL", T.qtable),
@@ -200,12 +192,12 @@ static void postgres_fault_mid_batch(const char *name, bool restart)
 
     long long marked;
     if (restart) {
-        marked = count_where("sent_at IS NOT NULL");
+        marked = e2e_count_where(&T, "sent_at IS NOT NULL");
         e2e_pg_restart(&T);
     } else {
         long long killed = e2e_query_int(T.conn, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
                                          "WHERE application_name = '%s'", T.name);
-        marked = count_where("sent_at IS NOT NULL");
+        marked = e2e_count_where(&T, "sent_at IS NOT NULL");
         cr_assert_eq(killed, 1, "expected to terminate one relay session, terminated %lld", killed);
     }
     fprintf(stderr, "e2e: %s with %lld of 4000 rows marked\n", restart ? "restarted PostgreSQL"
@@ -251,14 +243,14 @@ Test(e2e, kafka_outage_longer_than_message_timeout, .fini = fini, .timeout = 200
     const char *extra[] = {"relay.poll_interval_ms=100", "kafka.message.timeout.ms=3000", NULL};
     struct e2e_relay *relay = e2e_relay_start(&T, extra);
     cr_assert(e2e_relay_wait_log(relay, "msg=\"became leader\"", 30000), "relay did not become leader");
-    enqueue_range(T.conn, 1, 1000);
+    enqueue_range(1, 1000);
     e2e_wait_all_sent(&T, 60000);
 
     cr_assert(e2e_mock_command(&T, "down -1"));
     e2e_sleep_ms(500);
-    enqueue_range(T.conn, 1001, 2000);
+    enqueue_range(1001, 2000);
     e2e_sleep_ms(10000);
-    cr_assert_eq(count_where("sent_at IS NULL"), 1000, "rows were marked sent while every broker was down");
+    cr_assert_eq(e2e_count_where(&T, "sent_at IS NULL"), 1000, "rows were marked sent while every broker was down");
     cr_assert(e2e_relay_log_contains(relay, "error=_ALL_BROKERS_DOWN"),
               "the relay never saw every broker down: the test proves nothing (log %s)", relay->log_path);
     assert_no_attempts("during a Kafka outage");
@@ -286,12 +278,12 @@ static void one_broker_down(const char *fencing, bool others_flow)
     const char *extra[] = {"relay.poll_interval_ms=100", "relay.batch_size=100", "kafka.message.timeout.ms=2000",
                            "relay.max_attempts=3", fencing, NULL};
     struct e2e_relay *relay = e2e_relay_start(&T, extra);
-    enqueue_range(T.conn, 1, 400);
+    enqueue_range(1, 400);
     e2e_wait_all_sent(&T, 60000);
 
     cr_assert(e2e_mock_command(&T, "down 2")); /* leads partition 1 */
     e2e_sleep_ms(500);
-    enqueue_range(T.conn, 401, 800);
+    enqueue_range(401, 800);
     e2e_sleep_ms(12000);
     long long new_sent = e2e_query_int(T.conn, "SELECT count(*) FROM %s WHERE sent_at IS NOT NULL AND id > "
                                        "(SELECT min(id) + 399 FROM %s)", T.qtable, T.qtable);
@@ -341,7 +333,7 @@ Test(e2e, retriable_produce_errors_and_leader_changes, .fini = fini, .timeout = 
     create_topic_with_leaders(topic, sizeof(topic));
     const char *extra[] = {"relay.poll_interval_ms=100", "relay.batch_size=200", NULL};
     struct e2e_relay *relay = e2e_relay_start(&T, extra);
-    enqueue_range(T.conn, 1, 500);
+    enqueue_range(1, 500);
     e2e_wait_all_sent(&T, 60000);
 
     char cmd[1024] = "errors Produce 24";
@@ -349,14 +341,14 @@ Test(e2e, retriable_produce_errors_and_leader_changes, .fini = fini, .timeout = 
     for (int i = 0; i < 24; i++)
         snprintf(cmd + strlen(cmd), sizeof(cmd) - strlen(cmd), " %s", errs[i % 3]);
     cr_assert(e2e_mock_command(&T, "%s", cmd));
-    enqueue_range(T.conn, 501, 1000);
+    enqueue_range(501, 1000);
     cr_assert(e2e_mock_command(&T, "leader %s 0 2", topic));
     cr_assert(e2e_mock_command(&T, "leader %s 1 3", topic));
-    enqueue_range(T.conn, 1001, 1500);
+    enqueue_range(1001, 1500);
     e2e_sleep_ms(300);
     cr_assert(e2e_mock_command(&T, "leader %s 2 1", topic));
     cr_assert(e2e_mock_command(&T, "leader %s 3 2", topic));
-    enqueue_range(T.conn, 1501, 2000);
+    enqueue_range(1501, 2000);
     e2e_wait_all_sent(&T, 90000);
     verify_rows("retriable produce errors and leader changes", true);
     assert_no_attempts("retriable produce errors");
@@ -376,12 +368,12 @@ Test(e2e, fatal_producer_error_recreates_producer, .fini = fini, .timeout = 200)
     e2e_migrate(&T);
     const char *extra[] = {"relay.poll_interval_ms=100", "relay.batch_size=100", NULL};
     struct e2e_relay *relay = e2e_relay_start(&T, extra);
-    enqueue_range(T.conn, 1, 300);
+    enqueue_range(1, 300);
     e2e_wait_all_sent(&T, 60000);
 
     cr_assert(e2e_mock_command(&T, "errors Produce 1 OUT_OF_ORDER_SEQUENCE_NUMBER"));
     e2e_sleep_ms(300);
-    enqueue_range(T.conn, 301, 800);
+    enqueue_range(301, 800);
     cr_assert(e2e_relay_wait_log(relay, "msg=\"kafka producer fatal error\"", 30000),
               "no fatal producer error was raised (log %s)", relay->log_path);
     cr_assert(e2e_relay_wait_log(relay, "replacing the kafka producer", 10000),

@@ -53,10 +53,7 @@ static void fini(void)
 
 static void enqueue_range(int lo, int hi)
 {
-    e2e_exec(T.conn,
-             "SELECT count(%s('order', 'k' || (i %% 10), 'created', jsonb_build_object('i', i)))"
-             "  FROM generate_series(%d, %d) AS i",
-             T.qenqueue, lo, hi);
+    e2e_enqueue_series(&T, "order", "k", 10, "created", lo, hi, 0);
 }
 
 struct reply {
@@ -933,20 +930,10 @@ static void write_conf(const char *text)
     cr_assert(rename(tmp, T.empty_conf) == 0); /* never a half-written file to read */
 }
 
-static int log_count(struct e2e_relay *r, const char *needle)
-{
-    char *log = e2e_relay_log(r);
-    int n = 0;
-    for (const char *p = log; (p = strstr(p, needle)); p++)
-        n++;
-    free(log);
-    return n;
-}
-
 static void wait_log_count(struct e2e_relay *r, const char *needle, int n, int timeout_ms)
 {
     int64_t deadline = e2e_now_ms() + timeout_ms;
-    while (log_count(r, needle) < n) {
+    while (e2e_relay_log_count(r, needle) < n) {
         cr_assert(e2e_now_ms() < deadline, "\"%s\" did not appear %d time(s) (log %s)", needle, n,
                   r->log_path);
         e2e_sleep_ms(50);
@@ -1202,7 +1189,7 @@ Test(e2e, progress_lines_while_draining_and_quiet_when_idle, .fini = fini, .time
     wait_log_count(relay, "msg=\"backlog drained\"", 1, 15000);
 
     char *log = e2e_relay_log(relay);
-    int lines = log_count(relay, "msg=\"progress\"");
+    int lines = e2e_relay_log_count(relay, "msg=\"progress\"");
     cr_assert(lines >= 2, "expected a progress line a second during a drain of seconds, found %d (log %s)", lines,
               relay->log_path);
     char *busy = line_with(log, "msg=\"progress\" published=");
@@ -1218,15 +1205,15 @@ Test(e2e, progress_lines_while_draining_and_quiet_when_idle, .fini = fini, .time
     cr_assert(rows > 0 && rows <= DRAIN_ROWS && strstr(drained, " seconds=") && strstr(drained, "level=info"),
               "the drained line does not say how many rows in how long: %s", drained);
     free(drained);
-    cr_assert_eq(log_count(relay, "msg=\"backlog drained\""), 1, "more than one drained line for one backlog");
+    cr_assert_eq(e2e_relay_log_count(relay, "msg=\"backlog drained\""), 1, "more than one drained line for one backlog");
     free(log);
 
     /* Idle: no progress line and no drained line, for several intervals. */
     e2e_sleep_ms(2000);
-    int settled = log_count(relay, "msg=\"progress\"");
+    int settled = e2e_relay_log_count(relay, "msg=\"progress\"");
     e2e_sleep_ms(5000);
-    cr_assert_eq(log_count(relay, "msg=\"progress\""), settled, "progress lines while idle (log %s)", relay->log_path);
-    cr_assert_eq(log_count(relay, "msg=\"backlog drained\""), 1, "a drained line while idle");
+    cr_assert_eq(e2e_relay_log_count(relay, "msg=\"progress\""), settled, "progress lines while idle (log %s)", relay->log_path);
+    cr_assert_eq(e2e_relay_log_count(relay, "msg=\"backlog drained\""), 1, "a drained line while idle");
     cr_assert_eq(e2e_relay_stop(relay, 30000), 0, "relay did not exit 0 on SIGTERM");
 }
 

@@ -20,10 +20,7 @@ static void fini(void)
 
 static void enqueue_range(int lo, int hi)
 {
-    e2e_exec(T.conn,
-        "SELECT count(%s('customer', 'c' || (i %% 50), 'updated', jsonb_build_object('i', i)))"
-        "  FROM generate_series(%d, %d) AS i",
-        T.qenqueue, lo, hi);
+    e2e_enqueue_series(&T, "customer", "c", 50, "updated", lo, hi, 0);
 }
 
 Test(e2e, standby_takes_over, .fini = fini, .timeout = 280)

@@ -238,11 +238,6 @@ static void dead_expect(const char *const *words, int want_rc, const char *want_
     free(err);
 }
 
-static long long count_where(const char *cond)
-{
-    return e2e_query_int(T.conn, "SELECT count(*) FROM %s WHERE %s", T.qtable, cond);
-}
-
 /* dead_letter: the poison rows are dead after one attempt, everything else
  * (later rows of the same aggregates included) flows. */
 Test(e2e, poison_dead_letter, .fini = fini, .timeout = 120)
@@ -259,12 +254,12 @@ Test(e2e, poison_dead_letter, .fini = fini, .timeout = 120)
                            T.qtable, ids, T.qtable, N_POISON),
               "under dead_letter, not every healthy row was sent or not every poison row is dead: "
               "%lld unsent, %lld dead",
-              count_where("sent_at IS NULL"), count_where("dead_at IS NOT NULL"));
+              e2e_count_where(&T, "sent_at IS NULL"), e2e_count_where(&T, "dead_at IS NOT NULL"));
 
     struct e2e_report rep = {0};
     check_poison_rows(&l, true, &rep);
-    e2e_check(&rep, count_where("sent_at IS NULL") == N_POISON, "%lld rows unsent, expected only the %d poison rows",
-              count_where("sent_at IS NULL"), N_POISON);
+    e2e_check(&rep, e2e_count_where(&T, "sent_at IS NULL") == N_POISON, "%lld rows unsent, expected only the %d poison rows",
+              e2e_count_where(&T, "sent_at IS NULL"), N_POISON);
     e2e_report_assert(&rep, "poison rows under dead_letter");
     cr_assert(e2e_relay_log_contains(relay, "row dead-lettered; later rows of its aggregate continue"),
               "no dead-letter log line (log %s)", relay->log_path);
@@ -295,7 +290,7 @@ Test(e2e, poison_hold_aggregate_then_requeue_and_drop, .fini = fini, .timeout = 
                            "AND (SELECT count(*) FROM %s WHERE dead_at IS NOT NULL) = %d",
                            T.qtable, T.qtable, N_POISON),
               "other aggregates did not flow past the poison rows (%lld unsent, %lld dead)",
-              count_where("sent_at IS NULL"), count_where("dead_at IS NOT NULL"));
+              e2e_count_where(&T, "sent_at IS NULL"), e2e_count_where(&T, "dead_at IS NOT NULL"));
     e2e_sleep_ms(1000); /* twenty more polls: the held rows must still wait */
 
     struct e2e_report rep = {0};
@@ -303,17 +298,17 @@ Test(e2e, poison_hold_aggregate_then_requeue_and_drop, .fini = fini, .timeout = 
     for (int p = 0; p < N_POISON; p++) {
         char cond[160];
         snprintf(cond, sizeof(cond), "id = %lld AND sent_at IS NOT NULL", l.first[p]);
-        e2e_check(&rep, count_where(cond) == 1, "row %lld (%s), before the poison row, is not sent",
+        e2e_check(&rep, e2e_count_where(&T, cond) == 1, "row %lld (%s), before the poison row, is not sent",
                   l.first[p], poison_agg[p]);
         snprintf(cond, sizeof(cond), "id = %lld AND sent_at IS NULL AND dead_at IS NULL AND attempts = 0",
                  l.later[p]);
-        e2e_check(&rep, count_where(cond) == 1,
+        e2e_check(&rep, e2e_count_where(&T, cond) == 1,
                   "row %lld (%s), behind a dead row, is not waiting untouched (sent, dead or attempted)",
                   l.later[p], poison_agg[p]);
     }
     char cond[160];
     snprintf(cond, sizeof(cond), "id = %lld AND sent_at IS NULL AND dead_at IS NULL", l.big_last);
-    e2e_check(&rep, count_where(cond) == 1, "the second row behind the dead big row is not waiting");
+    e2e_check(&rep, e2e_count_where(&T, cond) == 1, "the second row behind the dead big row is not waiting");
     e2e_report_assert(&rep, "hold_aggregate while the poison rows are dead");
     cr_assert(e2e_relay_log_contains(relay, "row dead-lettered; later rows of its aggregate are held"),
               "no hold log line (log %s)", relay->log_path);
@@ -339,7 +334,7 @@ Test(e2e, poison_hold_aggregate_then_requeue_and_drop, .fini = fini, .timeout = 
     snprintf(hds, sizeof(hds), "%lld", l.poison[P_HEADERS_NUMBER]);
     const char *drop_unconfirmed[] = {"drop", top, NULL};
     dead_expect(drop_unconfirmed, 64, NULL);
-    cr_assert_eq(count_where("dead_at IS NOT NULL"), N_POISON, "drop without --yes deleted rows");
+    cr_assert_eq(e2e_count_where(&T, "dead_at IS NOT NULL"), N_POISON, "drop without --yes deleted rows");
 
     /* Fix three rows and requeue them; drop the other two. Twice each: the
      * second run changes nothing and says so. */
@@ -354,10 +349,10 @@ Test(e2e, poison_hold_aggregate_then_requeue_and_drop, .fini = fini, .timeout = 
     dead_expect(drop, 0, "dropped 0 rows");
 
     e2e_wait_all_sent(&T, 30000);
-    cr_assert_eq(count_where("true"), l.rows - 2, "expected every row but the two dropped ones");
+    cr_assert_eq(e2e_count_where(&T, "true"), l.rows - 2, "expected every row but the two dropped ones");
     snprintf(cond, sizeof(cond), "id IN (%s, %s, %s) AND (attempts <> 0 OR dead_at IS NOT NULL "
              "OR last_error IS NULL)", big, tpl, hdr);
-    cr_assert_eq(count_where(cond), 0,
+    cr_assert_eq(e2e_count_where(&T, cond), 0,
                  "requeued rows: attempts must be reset, dead_at cleared, last_error kept as history");
     /* Every remaining row once, in per-aggregate order (big: first, fixed, later,
      * last), and nothing of the dropped rows in Kafka. */
@@ -400,15 +395,15 @@ Test(e2e, poison_halt_stops_until_requeue_and_restart, .fini = fini, .timeout = 
     struct e2e_report rep = {0};
     char cond[200];
     snprintf(cond, sizeof(cond), "sent_at IS NOT NULL AND id <= %lld AND id <> %lld", ids[9], ids[8]);
-    long long sent_before = count_where(cond), sent_all = count_where("sent_at IS NOT NULL");
+    long long sent_before = e2e_count_where(&T, cond), sent_all = e2e_count_where(&T, "sent_at IS NOT NULL");
     e2e_check(&rep, sent_before == 9 && sent_all == 9,
               "after the halt %lld rows are sent (%lld of the 9 before and beside the poison row); "
               "expected exactly those 9", sent_all, sent_before);
     snprintf(cond, sizeof(cond), "id = %lld AND attempts = 1 AND dead_at IS NULL AND sent_at IS NULL "
              "AND last_error LIKE '%%too large%%'", ids[8]);
-    e2e_check(&rep, count_where(cond) == 1,
+    e2e_check(&rep, e2e_count_where(&T, cond) == 1,
               "the poison row must have attempts 1, last_error saying why, and no dead_at under halt");
-    e2e_check(&rep, count_where("attempts > 0") == 1, "rows other than the poison row have attempts");
+    e2e_check(&rep, e2e_count_where(&T, "attempts > 0") == 1, "rows other than the poison row have attempts");
     e2e_check(&rep, e2e_relay_log_count(relay, "msg=\"relaying halted") == 1,
               "expected one halt log line, found %d", e2e_relay_log_count(relay, "msg=\"relaying halted"));
     char needle[64];
@@ -440,7 +435,7 @@ Test(e2e, poison_halt_stops_until_requeue_and_restart, .fini = fini, .timeout = 
 
     struct e2e_relay *again = e2e_relay_start(&T, extra);
     e2e_wait_all_sent(&T, 30000);
-    cr_assert_eq(count_where("attempts > 0 OR dead_at IS NOT NULL"), 0, "rows failed after the fix");
+    cr_assert_eq(e2e_count_where(&T, "attempts > 0 OR dead_at IS NOT NULL"), 0, "rows failed after the fix");
     cr_assert(!e2e_relay_log_contains(again, "msg=\"relaying halted"), "the restarted relay halted again");
     verify_sent_rows_once("halt, fix, requeue, restart");
     cr_assert_eq(e2e_relay_stop(again, 30000), 0, "relay did not exit 0 on SIGTERM");
@@ -512,7 +507,7 @@ Test(e2e, dead_cli_errors, .fini = fini, .timeout = 60)
     e2e_check(&rep, e2e_dead(&T, list, inject, NULL, &err) == 78 && err && strstr(err, "relay.table"),
               "dead list with an injection in relay.table: expected 78 naming the key: %s", err ? err : "");
     free(err);
-    e2e_check(&rep, count_where("dead_at IS NOT NULL AND attempts = 1") == 1, "a failed command changed the row");
+    e2e_check(&rep, e2e_count_where(&T, "dead_at IS NOT NULL AND attempts = 1") == 1, "a failed command changed the row");
     e2e_report_assert(&rep, "dead command line");
 
     /* And the happy path on that row: requeue --all twice. */
@@ -554,7 +549,7 @@ Test(e2e, dead_bulk_prints_counts, .fini = fini, .timeout = 120)
     char *out = dead_out(requeue);
     cr_assert_str_eq(out, "requeued 3000 rows\n", "dead requeue --all printed more than the count");
     free(out);
-    cr_assert_eq(count_where("dead_at IS NULL AND attempts = 0"), N_BULK, "requeue --all did not requeue every row");
+    cr_assert_eq(e2e_count_where(&T, "dead_at IS NULL AND attempts = 0"), N_BULK, "requeue --all did not requeue every row");
 
     /* Again, with --ids: every id, once, on the count's line. */
     e2e_exec(T.conn, "UPDATE %s SET dead_at = now(), attempts = 1", T.qtable);
@@ -591,7 +586,7 @@ Test(e2e, dead_bulk_prints_counts, .fini = fini, .timeout = 120)
              "failed, or no such row): %s, %s\n", c, a, b);
     cr_assert_str_eq(out, expect, "dead drop --ids: unexpected output");
     free(out);
-    cr_assert_eq(count_where("true"), N_BULK - 3, "drop deleted other rows than the three dead ones");
+    cr_assert_eq(e2e_count_where(&T, "true"), N_BULK - 3, "drop deleted other rows than the three dead ones");
 }
 
 /* How many rows the log reports for the line @p msg: those written in full
@@ -637,7 +632,7 @@ Test(e2e, many_poison_rows_logged_as_summaries, .fini = fini, .timeout = 180)
                            "(SELECT 1 FROM %s WHERE sent_at IS NULL AND dead_at IS NULL)",
                            T.qtable, N_MANY_POISON, T.qtable),
               "not every poison row is dead and every other row sent: %lld dead, %lld unsent",
-              count_where("dead_at IS NOT NULL"), count_where("sent_at IS NULL AND dead_at IS NULL"));
+              e2e_count_where(&T, "dead_at IS NOT NULL"), e2e_count_where(&T, "sent_at IS NULL AND dead_at IS NULL"));
 
     /* The relay's own counts, exact. */
     char url[64];
@@ -653,9 +648,9 @@ Test(e2e, many_poison_rows_logged_as_summaries, .fini = fini, .timeout = 180)
     free(counts);
     free(out);
     free(err);
-    cr_assert_eq(count_where("dead_at IS NOT NULL AND attempts = 1 AND last_error LIKE '%not a JSON object%'"),
+    cr_assert_eq(e2e_count_where(&T, "dead_at IS NOT NULL AND attempts = 1 AND last_error LIKE '%not a JSON object%'"),
                  N_MANY_POISON, "every poison row must be dead after one attempt, saying why");
-    cr_assert_eq(count_where("sent_at IS NOT NULL"), 20);
+    cr_assert_eq(e2e_count_where(&T, "sent_at IS NOT NULL"), 20);
 
     /* The exit writes the summaries still open. */
     cr_assert_eq(e2e_relay_stop(relay, 30000), 0, "relay did not exit 0 on SIGTERM");

@@ -202,16 +202,6 @@ Test(e2e, migrate_leaves_a_newer_schema_alone, .fini = fini, .timeout = 60)
 }
 
 /* How many times @p needle occurs in the relay's log. */
-static int log_count(const struct e2e_relay *r, const char *needle)
-{
-    char *log = e2e_relay_log(r);
-    int n = 0;
-    for (const char *p = strstr(log, needle); p; p = strstr(p + 1, needle))
-        n++;
-    free(log);
-    return n;
-}
-
 /* Forgetting migrate: one clear error naming it (not one per poll), readiness
  * saying the same; migrate run later is picked up without a restart; and a
  * relay stopped while it waits stops at once, with nothing to abandon. */
@@ -226,8 +216,8 @@ Test(e2e, run_waits_for_migrate, .fini = fini, .timeout = 120)
     e2e_assert_readyz(r, 503, "run `outbox-relay migrate`");
     e2e_sleep_ms(2000); /* twenty polls */
     struct e2e_report rep = {0};
-    e2e_check(&rep, log_count(r, "waiting for the outbox table's schema") == 1,
-              "the missing table was logged %d times in 2 s", log_count(r, "waiting for the outbox table's schema"));
+    e2e_check(&rep, e2e_relay_log_count(r, "waiting for the outbox table's schema") == 1,
+              "the missing table was logged %d times in 2 s", e2e_relay_log_count(r, "waiting for the outbox table's schema"));
     e2e_check(&rep, !e2e_relay_log_contains(r, "does not exist\\nLINE"), "a raw SQL error reached the log");
     e2e_check(&rep, !e2e_relay_log_contains(r, "preparing a statement failed"), "statements were prepared");
 

@@ -43,15 +43,7 @@ static void fini(void)
 
 static void enqueue_range(int lo, int hi)
 {
-    e2e_exec(T.conn,
-             "SELECT count(%s('order', 'o' || (i %% %d), 'changed', jsonb_build_object('i', i)))"
-             "  FROM generate_series(%d, %d) AS i",
-             T.qenqueue, AGGREGATES, lo, hi);
-}
-
-static long long count_where(const char *cond)
-{
-    return e2e_query_int(T.conn, "SELECT count(*) FROM %s WHERE %s", T.qtable, cond);
+    e2e_enqueue_series(&T, "order", "o", AGGREGATES, "changed", lo, hi, 0);
 }
 
 struct damage {
@@ -120,7 +112,7 @@ static struct damage zombie(const char *fencing, bool fenced)
         e2e_sleep_ms(5);
     e2e_sleep_ms(20); /* the claim's rows are handed to librdkafka right after its log line */
     cr_assert_eq(kill(a->pid, SIGSTOP), 0);
-    long long marked_at_stop = count_where("sent_at IS NOT NULL");
+    long long marked_at_stop = e2e_count_where(&T, "sent_at IS NOT NULL");
     cr_assert_lt(marked_at_stop, ROWS_BEFORE, "A drained everything before it was stopped: the test proves nothing");
 
     /* Its session ends, so does its leadership: B takes over. */

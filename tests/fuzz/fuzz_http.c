@@ -12,7 +12,8 @@
 #include <string.h>
 
 #include "config.h"
-#include "http.h"
+#include "http_metrics.h"
+#include "http_request.h"
 #include "stats.h"
 #include "strbuf.h"
 

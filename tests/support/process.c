@@ -1,4 +1,5 @@
-/* process.c — running the outbox-relay binary and other programs, the mock broker's control (see testlib.h). */
+/* process.c — running the outbox-relay binary and other programs: commands
+ * to completion, relays in the background, their logs (see testlib.h). */
 #include "testlib.h"
 #include "internal.h"
 
@@ -316,52 +317,6 @@ char *e2e_relay_log(const struct e2e_relay *r)
     return s ? s : strdup("");
 }
 
-int e2e_relay_http_port(struct e2e_relay *r, int timeout_ms)
-{
-    static const char needle[] = "msg=\"status endpoint listening\" address=";
-    int64_t deadline = e2e_now_ms() + timeout_ms;
-    for (;;) {
-        char *log = tl_read_file(r->log_path, NULL);
-        const char *at = log ? strstr(log, needle) : NULL;
-        if (!at && log) /* the JSON log format */
-            at = strstr(log, "\"msg\":\"status endpoint listening\",\"address\":\"");
-        if (at) {
-            const char *eol = strchr(at, '\n');
-            const char *colon = NULL;
-            for (const char *p = at; p < (eol ? eol : at + strlen(at)); p++)
-                if (*p == ':' && p[1] >= '0' && p[1] <= '9')
-                    colon = p;
-            int port = colon ? atoi(colon + 1) : -1;
-            free(log);
-            return port;
-        }
-        free(log);
-        if (!e2e_relay_alive(r) || e2e_now_ms() >= deadline)
-            return -1;
-        e2e_sleep_ms(50);
-    }
-}
-
-/* ---- mock broker -------------------------------------------------------- */
-
-bool e2e_mock_command(const struct e2e_ctx *t, const char *fmt, ...)
-{
-    if (!t->env->mock_control)
-        return false;
-    va_list ap;
-    va_start(ap, fmt);
-    char *cmd = tl_vfmt(fmt, ap);
-    va_end(ap);
-    int fd = open(t->env->mock_control, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
-    cr_assert(fd >= 0, "open mock control %s: %s", t->env->mock_control, strerror(errno));
-    dprintf(fd, "%s\n", cmd);
-    close(fd);
-    free(cmd);
-    return true;
-}
-
-/* ---- failure handling ------------------------------------------------------ */
-
 int e2e_relay_log_count(const struct e2e_relay *r, const char *needle)
 {
     char *s = tl_read_file(r->log_path, NULL);
@@ -370,30 +325,6 @@ int e2e_relay_log_count(const struct e2e_relay *r, const char *needle)
         n++;
     free(s);
     return n;
-}
-
-void e2e_pg_restart(struct e2e_ctx *t)
-{
-    if (!t->env->stack_sh || !t->env->stack_dir)
-        cr_skip_test("needs OUTBOX_RELAY_TEST_STACK_SH and _DIR to restart PostgreSQL");
-    const char *args[] = {"/bin/bash", t->env->stack_sh, "pg_ctl", t->env->stack_dir, "restart",
-                          "-m", "fast", "-w", "-t", "60", NULL};
-    char *out = NULL, *err = NULL;
-    int rc = e2e_run_cmd(args, 90000, &out, &err);
-    cr_assert_eq(rc, 0, "pg_ctl restart failed (%d): %s %s", rc, out ? out : "", err ? err : "");
-    free(out);
-    free(err);
-    /* pg_ctl -w returns once the postmaster accepts connections; retry briefly anyway. */
-    int64_t deadline = e2e_now_ms() + 30000;
-    do {
-        PQreset(t->conn);
-        if (PQstatus(t->conn) == CONNECTION_OK)
-            break;
-        e2e_sleep_ms(100);
-    } while (e2e_now_ms() < deadline);
-    cr_assert_eq(PQstatus(t->conn), CONNECTION_OK, "cannot reconnect after the restart: %s",
-                 PQerrorMessage(t->conn));
-    e2e_exec(t->conn, "SET client_min_messages = warning");
 }
 
 int e2e_dead(struct e2e_ctx *t, const char *const *words, const char *const *extra, char **out,
@@ -415,42 +346,4 @@ int e2e_dead(struct e2e_ctx *t, const char *const *words, const char *const *ext
     }
     args[n] = NULL;
     return e2e_run_relay(args, 30000, out, err);
-}
-
-int e2e_relay_http_get(struct e2e_relay *r, const char *path, char **body)
-{
-    int port = e2e_relay_http_port(r, 20000);
-    cr_assert(port > 0, "no status endpoint port in %s", r->log_path);
-    char url[128];
-    snprintf(url, sizeof(url), "http://127.0.0.1:%d%s", port, path);
-    const char *argv[] = {"/usr/bin/curl", "-s", "-m", "10", "-w", "\n%{http_code}", url, NULL};
-    char *out = NULL;
-    int rc = e2e_run_cmd(argv, 15000, &out, NULL);
-    int code = -1;
-    if (rc == 0 && out) {
-        char *nl = strrchr(out, '\n');
-        if (nl) {
-            code = atoi(nl + 1);
-            *nl = '\0';
-        }
-    }
-    *body = out ? out : strdup("");
-    return code;
-}
-
-void e2e_assert_readyz(struct e2e_relay *r, int code, const char *needle)
-{
-    int64_t deadline = e2e_now_ms() + 20000;
-    char *body = NULL;
-    int got;
-    for (;;) {
-        free(body);
-        got = e2e_relay_http_get(r, "/readyz?verbose", &body);
-        if ((got == code && (!needle || strstr(body, needle))) || e2e_now_ms() >= deadline)
-            break;
-        e2e_sleep_ms(200);
-    }
-    cr_assert_eq(got, code, "/readyz answered %d, expected %d:\n%s", got, code, body);
-    cr_assert(!needle || strstr(body, needle), "/readyz lacks \"%s\":\n%s", needle, body);
-    free(body);
 }

@@ -1,6 +1,9 @@
-/* testlib.h — what the end-to-end tests share: the stack's environment,
- * PostgreSQL helpers, running the outbox-relay binary, and reading every
- * message of a set of topics back with a real Kafka consumer.
+/* testlib.h — what the end-to-end tests share, one section per file of
+ * tests/support: the stack's environment and controls (stack.c), PostgreSQL
+ * helpers (postgres.c), running the outbox-relay binary (process.c), a
+ * relay's status endpoint (relay_http.c), a real Kafka broker (brokers.c),
+ * reading every message of a set of topics back with a real Kafka consumer
+ * (consume.c) and checking it against the rows (check.c).
  *
  * Every helper asserts (Criterion) on the errors it cannot recover from, so a
  * test reads as a script. Each wait is bounded by a timeout in milliseconds.
@@ -70,6 +73,8 @@ struct e2e_ctx {
     int n_relays;
 };
 
+/* ---- the stack (stack.c) ------------------------------------------------- */
+
 /** Reads the environment; skips the test (cr_skip_test) if OUTBOX_RELAY_TEST_PG is unset. */
 const struct e2e_env *e2e_env(void);
 
@@ -80,7 +85,15 @@ void e2e_setup(struct e2e_ctx *t, const char *name);
 /** Kills the relays still running (printing the tail of their logs) and closes the connection. */
 void e2e_teardown(struct e2e_ctx *t);
 
-/* ---- PostgreSQL ---------------------------------------------------------- */
+/** Restarts the stack's PostgreSQL (`stack.sh pg_ctl DIR restart -m fast`), waits
+ *  until it accepts connections and resets @p t's connection. Skips the test
+ *  without OUTBOX_RELAY_TEST_STACK_SH/_DIR. */
+void e2e_pg_restart(struct e2e_ctx *t);
+
+/** Sends one control command to the mock broker. @return false without a mock. */
+bool e2e_mock_command(const struct e2e_ctx *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---- PostgreSQL (postgres.c) --------------------------------------------- */
 
 /** @return a new connection to OUTBOX_RELAY_TEST_PG (asserts it works). */
 PGconn *e2e_pg_connect(void);
@@ -101,6 +114,9 @@ void e2e_enqueue_series(struct e2e_ctx *t, const char *type, const char *key_pre
 /** @return the first column of the first row as an integer (asserts one non-NULL value). */
 long long e2e_query_int(PGconn *conn, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/** @return how many rows of the test table satisfy the SQL condition @p cond. */
+long long e2e_count_where(struct e2e_ctx *t, const char *cond);
+
 /** Repeats a query returning one boolean until it is true or @p timeout_ms pass.
  *  Also fails the test early if one of @p t's relays exited. @return true if it became true. */
 bool e2e_wait_sql(struct e2e_ctx *t, int timeout_ms, const char *fmt, ...)
@@ -110,7 +126,7 @@ bool e2e_wait_sql(struct e2e_ctx *t, int timeout_ms, const char *fmt, ...)
  *  reporting the remaining count otherwise. */
 void e2e_wait_all_sent(struct e2e_ctx *t, int timeout_ms);
 
-/* ---- the relay binary ---------------------------------------------------- */
+/* ---- processes: the relay binary and others (process.c) ------------------ */
 
 /** Runs @p argv (argv[0] a path) to completion, killed after @p timeout_ms.
  *  @p out and @p err (each may be NULL) receive its stdout and stderr (caller frees).
@@ -141,19 +157,6 @@ bool e2e_relay_log_contains(const struct e2e_relay *r, const char *needle);
 /** @return true if the relay process is still running (reaps it otherwise). */
 bool e2e_relay_alive(struct e2e_relay *r);
 
-/** @return the port of the relay's status endpoint, read from its "status endpoint
- *  listening" log line (e2e_relay_start passes http.listen=127.0.0.1:0), or -1 if
- *  it does not appear within @p timeout_ms. */
-int e2e_relay_http_port(struct e2e_relay *r, int timeout_ms);
-
-/** GET http://127.0.0.1:PORT/PATH of the relay's status endpoint with curl.
- *  @return the HTTP status (-1: no answer); the body into *@p body (caller frees). */
-int e2e_relay_http_get(struct e2e_relay *r, const char *path, char **body);
-
-/** Polls /readyz?verbose for up to 20 s until it answers @p code with a line
- *  containing @p needle (NULL: any); asserts that it did. */
-void e2e_assert_readyz(struct e2e_relay *r, int code, const char *needle);
-
 /** SIGTERM, then waits up to @p timeout_ms (SIGKILL after that).
  *  @return the exit code, 128+signal if it died of a signal, or -1 if it had to be killed. */
 int e2e_relay_stop(struct e2e_relay *r, int timeout_ms);
@@ -175,12 +178,32 @@ int e2e_wait_exit(struct e2e_relay *r, int timeout_ms);
 /** @return the relay's whole log (caller frees; "" if missing). */
 char *e2e_relay_log(const struct e2e_relay *r);
 
-/* ---- mock broker --------------------------------------------------------- */
+/** @return how many times @p needle occurs in the relay's log. */
+int e2e_relay_log_count(const struct e2e_relay *r, const char *needle);
 
-/** Sends one control command to the mock broker. @return false without a mock. */
-bool e2e_mock_command(const struct e2e_ctx *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/** Runs `outbox-relay dead WORDS... <base args>` for the test table (WORDS
+ *  NULL-terminated, e.g. {"requeue", "7", NULL}; @p extra are more -X values,
+ *  NULL-terminated, may be NULL). @p out/@p err as e2e_run_cmd.
+ *  @return the exit status. */
+int e2e_dead(struct e2e_ctx *t, const char *const *words, const char *const *extra, char **out,
+             char **err);
 
-/* ---- real Kafka broker (tests/support/kafka.sh) -------------------------- */
+/* ---- a relay's status endpoint (relay_http.c) ----------------------------- */
+
+/** @return the port of the relay's status endpoint, read from its "status endpoint
+ *  listening" log line (e2e_relay_start passes http.listen=127.0.0.1:0), or -1 if
+ *  it does not appear within @p timeout_ms. */
+int e2e_relay_http_port(struct e2e_relay *r, int timeout_ms);
+
+/** GET http://127.0.0.1:PORT/PATH of the relay's status endpoint with curl.
+ *  @return the HTTP status (-1: no answer); the body into *@p body (caller frees). */
+int e2e_relay_http_get(struct e2e_relay *r, const char *path, char **body);
+
+/** Polls /readyz?verbose for up to 20 s until it answers @p code with a line
+ *  containing @p needle (NULL: any); asserts that it did. */
+void e2e_assert_readyz(struct e2e_relay *r, int code, const char *needle);
+
+/* ---- a real Kafka broker, tests/support/kafka.sh (brokers.c) ------------- */
 
 /** Runs `kafka.sh CMD DIR NODE` on the stack's own Kafka node (1): CMD is kill
  *  (SIGKILL), restart, pause (SIGSTOP) or resume. Asserts it succeeded.
@@ -207,7 +230,7 @@ void e2e_kafka_cluster_stop(struct e2e_kafka_cluster *c);
 /** @return the node id leading @p partition of @p topic per @p bootstrap's metadata, or -1. */
 int e2e_partition_leader(const char *bootstrap, const char *topic, int partition);
 
-/* ---- Kafka consumer ------------------------------------------------------ */
+/* ---- reading topics back (consume.c) ------------------------------------- */
 
 struct e2e_header {
     char *name;
@@ -256,7 +279,7 @@ const char *e2e_msg_header(const struct e2e_msg *m, const char *name);
 /** @return how many headers are named @p name. */
 size_t e2e_msg_header_count(const struct e2e_msg *m, const char *name);
 
-/* ---- checking what arrived --------------------------------------------- */
+/* ---- checking what arrived (check.c) -------------------------------------- */
 
 /** Accumulates failed checks so that a test reports many problems at once. */
 struct e2e_report {
@@ -325,28 +348,11 @@ char **e2e_topics_of(const struct e2e_ctx *t, const struct e2e_rows *rows, size_
 
 void e2e_topics_free(char **topics);
 
-/* ---- small things -------------------------------------------------------- */
+/* ---- small things (util.c) ------------------------------------------------ */
 
 /** Monotonic milliseconds. */
 int64_t e2e_now_ms(void);
 
 void e2e_sleep_ms(int ms);
-
-/* ---- failure handling ------------------------------------------------------ */
-
-/** @return how many times @p needle occurs in the relay's log. */
-int e2e_relay_log_count(const struct e2e_relay *r, const char *needle);
-
-/** Restarts the stack's PostgreSQL (`stack.sh pg_ctl DIR restart -m fast`), waits
- *  until it accepts connections and resets @p t's connection. Skips the test
- *  without OUTBOX_RELAY_TEST_STACK_SH/_DIR. */
-void e2e_pg_restart(struct e2e_ctx *t);
-
-/** Runs `outbox-relay dead WORDS... <base args>` for the test table (WORDS
- *  NULL-terminated, e.g. {"requeue", "7", NULL}; @p extra are more -X values,
- *  NULL-terminated, may be NULL). @p out/@p err as e2e_run_cmd.
- *  @return the exit status. */
-int e2e_dead(struct e2e_ctx *t, const char *const *words, const char *const *extra, char **out,
-             char **err);
 
 #endif

@@ -65,6 +65,26 @@ Test(event, render_reports_short_buffer)
     cr_assert_eq(event_topic_render("", "a", "b", out, 0), -ENOSPC);
 }
 
+/* A row's own topic wins over the template; a template that does not fit
+ * gives no topic at all, which no check accepts. */
+Test(event, row_topic_is_its_own_else_the_template)
+{
+    char out[16];
+    struct event_row e = {.aggregate_type = "order", .event_type = "created"};
+    event_row_topic("outbox.${aggregate_type}", &e, out, sizeof out);
+    cr_assert_str_eq(out, "outbox.order");
+    e.topic = "";
+    event_row_topic("outbox.${aggregate_type}", &e, out, sizeof out);
+    cr_assert_str_eq(out, "outbox.order");
+    e.topic = "audit";
+    event_row_topic("outbox.${aggregate_type}", &e, out, sizeof out);
+    cr_assert_str_eq(out, "audit");
+    e.topic = NULL;
+    e.aggregate_type = "a-much-longer-type";
+    event_row_topic("outbox.${aggregate_type}", &e, out, sizeof out);
+    cr_assert_str_eq(out, "");
+}
+
 Test(event, render_rejects_unknown_placeholder)
 {
     char out[64];

@@ -1,4 +1,5 @@
 /* Unit tests of the status endpoint's request layer (relay/http_request.c,
+ * relay/http_routes.c, relay/health.c, relay/http_status.c,
  * relay/http_metrics.c): parsing, routing, the readiness checks, the
  * documents, and http.listen parsing; no sockets. */
 #include <arpa/inet.h>
@@ -10,7 +11,8 @@
 #include <string.h>
 
 #include "config.h"
-#include "http.h"
+#include "http_metrics.h"
+#include "http_request.h"
 #include "listen_addr.h"
 #include "stats.h"
 #include "strbuf.h"

@@ -1,18 +1,16 @@
-/* testlib.c — the stack's environment, per-test setup and PostgreSQL helpers (see testlib.h). */
+/* stack.c — the test stack (tests/support/stack.sh) from a test: its
+ * environment, a test's own place in it (names, log directory, connection),
+ * and the controls of its PostgreSQL and its mock broker (see testlib.h). */
 #include "testlib.h"
 #include "internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <inttypes.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -127,133 +125,44 @@ void e2e_teardown(struct e2e_ctx *t)
     t->conn = NULL;
 }
 
-/* ---- PostgreSQL --------------------------------------------------------- */
+/* ---- the stack's services ------------------------------------------------ */
 
-PGconn *e2e_pg_connect(void)
+void e2e_pg_restart(struct e2e_ctx *t)
 {
-    const char *ci = e2e_env()->pg;
-    PGconn *c = PQconnectdb(ci);
-    cr_assert(c && PQstatus(c) == CONNECTION_OK, "cannot connect to PostgreSQL (%s): %s", ci,
-              c ? PQerrorMessage(c) : "out of memory");
-    return c;
-}
-
-static PGresult *vquery(PGconn *conn, const char *fmt, va_list ap)
-{
-    char *sql = tl_vfmt(fmt, ap);
-    PGresult *res = PQexec(conn, sql);
-    ExecStatusType st = PQresultStatus(res);
-    if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
-        char msg[2048];
-        snprintf(msg, sizeof(msg), "%s", PQerrorMessage(conn));
-        char shown[600];
-        snprintf(shown, sizeof(shown), "%s", sql);
-        PQclear(res);
-        free(sql);
-        cr_assert_fail("SQL failed: %s\n  statement: %s", msg, shown);
-    }
-    free(sql);
-    return res;
-}
-
-PGresult *e2e_query(PGconn *conn, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    PGresult *res = vquery(conn, fmt, ap);
-    va_end(ap);
-    return res;
-}
-
-void e2e_enqueue_series(struct e2e_ctx *t, const char *type, const char *key_prefix, int n_keys,
-                        const char *event_type, int lo, int hi, int pad)
-{
-    char *qtype = PQescapeLiteral(t->conn, type, strlen(type));
-    char *qprefix = PQescapeLiteral(t->conn, key_prefix, strlen(key_prefix));
-    char *qevent = PQescapeLiteral(t->conn, event_type, strlen(event_type));
-    cr_assert(qtype && qprefix && qevent, "PQescapeLiteral: %s", PQerrorMessage(t->conn));
-    e2e_exec(t->conn,
-             "SELECT count(%s(%s, %s || (i %% %d), %s, CASE WHEN %d > 0"
-             "   THEN jsonb_build_object('i', i, 'pad', repeat('x', %d)) ELSE jsonb_build_object('i', i) END))"
-             "  FROM generate_series(%d, %d) AS i",
-             t->qenqueue, qtype, qprefix, n_keys, qevent, pad, pad, lo, hi);
-    PQfreemem(qtype);
-    PQfreemem(qprefix);
-    PQfreemem(qevent);
-}
-
-void e2e_exec(PGconn *conn, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    PQclear(vquery(conn, fmt, ap));
-    va_end(ap);
-}
-
-long long e2e_query_int(PGconn *conn, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    PGresult *res = vquery(conn, fmt, ap);
-    va_end(ap);
-    cr_assert(PQntuples(res) == 1 && PQnfields(res) >= 1 && !PQgetisnull(res, 0, 0),
-              "expected one non-NULL value, got %d row(s)", PQntuples(res));
-    long long v = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
-    PQclear(res);
-    return v;
-}
-
-static void fail_if_relay_died(struct e2e_ctx *t)
-{
-    for (int i = 0; i < t->n_relays; i++) {
-        struct e2e_relay *r = &t->relays[i];
-        if (r->pid > 0 && !e2e_relay_alive(r)) {
-            e2e_relay_dump_log(r, 40);
-            cr_assert_fail("relay %d exited unexpectedly (wait status %d: %s %d); log %s", i, r->status,
-                           WIFEXITED(r->status) ? "exit" : "signal",
-                           WIFEXITED(r->status) ? WEXITSTATUS(r->status) : WTERMSIG(r->status), r->log_path);
-        }
-    }
-}
-
-bool e2e_wait_sql(struct e2e_ctx *t, int timeout_ms, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    char *sql = tl_vfmt(fmt, ap);
-    va_end(ap);
-
-    int64_t deadline = e2e_now_ms() + timeout_ms;
-    bool ok = false;
-    for (;;) {
-        PGresult *res = PQexec(t->conn, sql);
-        if (PQresultStatus(res) != PGRES_TUPLES_OK) {
-            char msg[1024];
-            snprintf(msg, sizeof(msg), "%s", PQerrorMessage(t->conn));
-            PQclear(res);
-            free(sql);
-            cr_assert_fail("wait query failed: %s", msg);
-        }
-        ok = PQntuples(res) == 1 && !PQgetisnull(res, 0, 0) && PQgetvalue(res, 0, 0)[0] == 't';
-        PQclear(res);
-        if (ok || e2e_now_ms() >= deadline)
+    if (!t->env->stack_sh || !t->env->stack_dir)
+        cr_skip_test("needs OUTBOX_RELAY_TEST_STACK_SH and _DIR to restart PostgreSQL");
+    const char *args[] = {"/bin/bash", t->env->stack_sh, "pg_ctl", t->env->stack_dir, "restart",
+                          "-m", "fast", "-w", "-t", "60", NULL};
+    char *out = NULL, *err = NULL;
+    int rc = e2e_run_cmd(args, 90000, &out, &err);
+    cr_assert_eq(rc, 0, "pg_ctl restart failed (%d): %s %s", rc, out ? out : "", err ? err : "");
+    free(out);
+    free(err);
+    /* pg_ctl -w returns once the postmaster accepts connections; retry briefly anyway. */
+    int64_t deadline = e2e_now_ms() + 30000;
+    do {
+        PQreset(t->conn);
+        if (PQstatus(t->conn) == CONNECTION_OK)
             break;
-        fail_if_relay_died(t);
-        e2e_sleep_ms(50);
-    }
-    free(sql);
-    return ok;
+        e2e_sleep_ms(100);
+    } while (e2e_now_ms() < deadline);
+    cr_assert_eq(PQstatus(t->conn), CONNECTION_OK, "cannot reconnect after the restart: %s",
+                 PQerrorMessage(t->conn));
+    e2e_exec(t->conn, "SET client_min_messages = warning");
 }
 
-void e2e_wait_all_sent(struct e2e_ctx *t, int timeout_ms)
+bool e2e_mock_command(const struct e2e_ctx *t, const char *fmt, ...)
 {
-    bool ok = e2e_wait_sql(t, timeout_ms, "SELECT NOT EXISTS (SELECT 1 FROM %s WHERE sent_at IS NULL)",
-                           t->qtable);
-    if (!ok) {
-        long long unsent = e2e_query_int(t->conn, "SELECT count(*) FROM %s WHERE sent_at IS NULL", t->qtable);
-        long long total = e2e_query_int(t->conn, "SELECT count(*) FROM %s", t->qtable);
-        for (int i = 0; i < t->n_relays; i++)
-            e2e_relay_dump_log(&t->relays[i], 30);
-        cr_assert_fail("%lld of %lld rows still have sent_at NULL after %d ms", unsent, total, timeout_ms);
-    }
+    if (!t->env->mock_control)
+        return false;
+    va_list ap;
+    va_start(ap, fmt);
+    char *cmd = tl_vfmt(fmt, ap);
+    va_end(ap);
+    int fd = open(t->env->mock_control, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+    cr_assert(fd >= 0, "open mock control %s: %s", t->env->mock_control, strerror(errno));
+    dprintf(fd, "%s\n", cmd);
+    close(fd);
+    free(cmd);
+    return true;
 }
