@@ -1,9 +1,10 @@
-/* relay.c — the state machine that moves outbox rows to Kafka.
+/* relay.c — the I/O that moves outbox rows to Kafka.
  *
  * Everything runs on one libuv loop: PostgreSQL results and notifications,
- * Kafka delivery reports, timers and signals. One batch is in flight at a
- * time and its phase says what may happen next; step() is the single place
- * that decides the next action after any event. */
+ * Kafka delivery reports, timers and signals. Each event updates the relay's
+ * state and calls step(), the single place that asks the engine (plan.c)
+ * what to do next and carries it out; the decisions themselves are there, in
+ * engine.c and in batch.c, without I/O. */
 #include "relay.h"
 
 #include <errno.h>
@@ -31,6 +32,7 @@
 #include "migrate.h"
 #include "notify.h"
 #include "pg.h"
+#include "plan.h"
 #include "producer.h"
 #include "progress.h"
 #include "sql.h"
@@ -155,14 +157,6 @@ static bool any_phase(const struct relay *r, enum phase ph)
         if (r->b[k].phase == ph)
             return true;
     return false;
-}
-
-static bool all_empty(const struct relay *r)
-{
-    for (int k = 0; k < N_BATCHES; k++)
-        if (r->b[k].phase != PHASE_EMPTY)
-            return false;
-    return true;
 }
 
 /* Empties @p b, releasing a claim result it held. */
@@ -420,31 +414,25 @@ static void on_claimed(struct pg_conn *pg, PGresult *res, void *arg)
     step(r);
 }
 
-/* Claims into @p b. While other batches are in flight the id range they
- * span is skipped (their rows are not marked yet); rows inside that range
- * that were not part of them are found by the claim after their marks. No id
- * cursor survives a batch, so no late-committing row is skipped for ever. */
-static void claim(struct relay *r, struct batch *b)
+/* Claims as @p p says: into its slot, skipping the id range of the other
+ * batches in flight (plan_next chose both). */
+static void claim(struct relay *r, const struct plan_step *p)
 {
+    struct batch *b = &r->b[p->slot];
     if (batch_reserve(b, r->cfg->batch_size) < 0) {
         log_error("out of memory sizing the batch", "batch_size=%d", r->cfg->batch_size);
         r->backoff = true;
         return;
     }
-    struct id_span skip = id_span_empty();
-    for (int k = 0; k < N_BATCHES; k++) {
-        struct batch *other = &r->b[k];
-        if (other == b || other->phase == PHASE_EMPTY || other->n_rows == 0)
-            continue;
-        skip = id_span_union(skip, other->span);
-        other->rescan_after_mark = true;
-    }
+    for (int k = 0; k < N_BATCHES; k++)
+        if (p->rescan & (1u << k))
+            r->b[k].rescan_after_mark = true;
     char limit[16], los[24], his[24];
-    b->alone = r->isolating;
+    b->alone = p->alone;
     b->claim_gen = r->truncations;
-    snprintf(limit, sizeof(limit), "%d", b->alone ? 1 : r->cfg->batch_size);
-    snprintf(los, sizeof(los), "%" PRId64, skip.lo);
-    snprintf(his, sizeof(his), "%" PRId64, skip.hi);
+    snprintf(limit, sizeof(limit), "%d", p->limit);
+    snprintf(los, sizeof(los), "%" PRId64, p->skip.lo);
+    snprintf(his, sizeof(his), "%" PRId64, p->skip.hi);
     const char *params[] = { limit, los, his };
     r->wake = false;
     r->claim_first = false;
@@ -666,7 +654,6 @@ static void mark(struct relay *r, struct batch *b)
 /* ---- retention --------------------------------------------------------- */
 
 #define RETENTION_BATCH 1000
-#define RETENTION_EVERY_MS 60000
 
 static void on_retention(struct pg_conn *pg, PGresult *res, void *arg)
 {
@@ -701,8 +688,6 @@ static void retention(struct relay *r)
 }
 
 /* ---- backlog and systemd ---------------------------------------------- */
-
-#define BACKLOG_EVERY_MS 5000
 
 static void notify_status(struct relay *r)
 {
@@ -1178,26 +1163,11 @@ static void on_holder(struct pg_conn *pg, PGresult *res, void *arg)
     step(r);
 }
 
-/* @return true when a statement about the leader lock was sent. */
-static bool leadership_step(struct relay *r)
+/* A statement about the leader lock: it names this relay's session marker. */
+static void lock_query(struct relay *r, const char *sql, pg_result_cb cb)
 {
     const char *params[] = { r->token };
-    if (r->st.role == STATS_ROLE_UNKNOWN || (r->st.role == STATS_ROLE_STANDBY && r->lock_due)) {
-        r->lock_due = false;
-        pg_query(&r->pg, r->ssql.lock, 1, params, on_lock, r);
-        return true;
-    }
-    if (r->st.role == STATS_ROLE_LEADER && r->lock_due) {
-        r->lock_due = false;
-        pg_query(&r->pg, r->ssql.verify, 1, params, on_verified, r);
-        return true;
-    }
-    if (r->st.role == STATS_ROLE_STANDBY && r->holder_due) {
-        r->holder_due = false;
-        pg_query(&r->pg, r->ssql.holder, 0, NULL, on_holder, r);
-        return true;
-    }
-    return false;
+    pg_query(&r->pg, sql, 1, params, cb, r);
 }
 
 static void on_released(struct pg_conn *pg, PGresult *res, void *arg)
@@ -1286,26 +1256,6 @@ static bool replace_producer(struct relay *r)
  * leader still had open and fences it: a paused leader that wakes up cannot
  * make anything visible to read_committed consumers, nor mark it. */
 
-/* A claim may run while a transaction is open or ending (its rows wait in
- * txn_hold), not before transactions are initialised nor into one that must
- * abort. */
-static bool txn_may_claim(const struct relay *r)
-{
-    for (int k = 0; k < N_BATCHES; k++)
-        if (r->b[k].unpublished)
-            return false; /* its rows come first: they are claimed again once it is done */
-    enum producer_txn_state st = producer_txn_state(&r->prod);
-    return st == PRODUCER_TXN_OFF ||
-           ((st == PRODUCER_TXN_OPEN || st == PRODUCER_TXN_BUSY) && !producer_txn_doomed(&r->prod));
-}
-
-/* A batch whose transaction has not committed yet is still with Kafka. */
-static bool txn_with_kafka(const struct relay *r, const struct batch *b)
-{
-    return b->phase == PHASE_DELIVERED && producer_txn_state(&r->prod) != PRODUCER_TXN_OFF &&
-           !b->committed;
-}
-
 /* One transaction per batch: rows claimed while another batch's transaction
  * is open or ending wait (the claim result is kept), so that a batch's commit
  * and marks never wait for the next batch's acknowledgements, and the next
@@ -1339,17 +1289,13 @@ static void txn_drop_held(struct relay *r)
     }
 }
 
-/* Produces the oldest held batch into the open, empty transaction. */
-static void txn_release(struct relay *r)
+/* Produces held batch @p k into the open, empty transaction; a stale one
+ * (a batch was cut after its claim skipped that batch's whole range) is
+ * dropped and claimed again. */
+static void txn_release(struct relay *r, int k, bool stale)
 {
-    struct batch *b = NULL;
-    for (int k = 0; k < N_BATCHES; k++)
-        if (r->b[k].held && (!b || r->b[k].start_ms < b->start_ms))
-            b = &r->b[k];
-    if (!b)
-        return;
-    if (b->claim_gen != r->truncations) {
-        /* Another batch was cut after this claim skipped its whole range. */
+    struct batch *b = &r->b[k];
+    if (stale) {
         batch_reset(b);
         r->wake = true;
         return;
@@ -1359,11 +1305,6 @@ static void txn_release(struct relay *r)
     b->txn_gen = producer_txn_gen(&r->prod);
     produce_rows(r, b, res);
     PQclear(res);
-}
-
-static bool txn_settled(const struct relay *r, const struct batch *b)
-{
-    return producer_txn_state(&r->prod) == PRODUCER_TXN_OFF || b->committed;
 }
 
 /* The batch's transaction was aborted: what Kafka acknowledged is invisible,
@@ -1427,57 +1368,26 @@ static void on_txn_ended(void *arg, unsigned gen, enum producer_txn_result res, 
     step(r);
 }
 
-/* Initialises, commits and settles; needs no PostgreSQL. */
-static void fence_step(struct relay *r)
+/* Carries out what plan_fence decided, in its order: settles, initialises,
+ * commits, releases; needs no PostgreSQL. */
+static void fence_step(struct relay *r, const struct plan_state *s)
 {
     struct producer *p = &r->prod;
-    enum producer_txn_state st = producer_txn_state(p);
-    if (st == PRODUCER_TXN_OFF)
-        return;
-    /* A dead producer's open transaction is never committed, nor one in which
-     * a message failed: settle their batches as aborted at once, so that the
-     * failures are recorded while the abort waits for the coordinator (which
-     * may be down: the outage then costs no attempt and marks nothing). */
-    bool doomed = producer_txn_doomed(p);
-    for (int k = 0; k < N_BATCHES; k++) {
-        struct batch *b = &r->b[k];
-        if (b->phase != PHASE_DELIVERED || b->committed)
-            continue;
-        if (b->aborted || st == PRODUCER_TXN_DEAD || (doomed && b->txn_gen == producer_txn_gen(p)))
-            txn_unpublish(r, b);
-    }
-    if (st == PRODUCER_TXN_UNINIT) {
-        /* Before the first produce of a leader, never for a standby. */
-        if (r->st.role == STATS_ROLE_LEADER && !r->lead_unverified && !r->stopping &&
-            producer_txn_init(p, on_txn_ended, r) == 0)
-            r->txn_start_ms = now_ms(r);
-        return;
-    }
-    if (st == PRODUCER_TXN_DEAD || r->stopping)
+    struct fence_plan f = plan_fence(s);
+    for (int k = 0; k < N_BATCHES; k++)
+        if (f.unpublish & (1u << k))
+            txn_unpublish(r, &r->b[k]);
+    if (f.init && producer_txn_init(p, on_txn_ended, r) == 0)
+        r->txn_start_ms = now_ms(r);
+    if (f.drop_held)
         txn_drop_held(r);
-    if (st != PRODUCER_TXN_OPEN)
-        return;
-    bool due = false;
-    for (int k = 0; k < N_BATCHES; k++) {
-        struct batch *b = &r->b[k];
-        if (b->phase != PHASE_DELIVERED || b->committed)
-            continue;
-        if (b->txn_gen != producer_txn_gen(p))
-            continue; /* its transaction ended: on_txn_ended settles it */
-        if (producer_txn_empty(p))
-            b->committed = true; /* nothing of it reached the producer: nothing to commit */
-        else
-            due = true;
-    }
-    /* Commits what is in flight too: commit_transaction waits for its reports.
-     * A doomed transaction is ended at once: the commit call aborts it. */
-    if (due || doomed) {
-        if (producer_txn_commit(p, on_txn_ended, r) == 0)
-            r->txn_start_ms = now_ms(r);
-        return;
-    }
-    if (producer_txn_empty(p))
-        txn_release(r);
+    for (int k = 0; k < N_BATCHES; k++)
+        if (f.settle_empty & (1u << k))
+            r->b[k].committed = true;
+    if (f.commit && producer_txn_commit(p, on_txn_ended, r) == 0)
+        r->txn_start_ms = now_ms(r);
+    if (f.release >= 0)
+        txn_release(r, f.release, f.release_stale);
 }
 
 /* ---- the decision ------------------------------------------------------ */
@@ -1511,133 +1421,113 @@ static void on_prepared(struct pg_conn *pg, PGresult *res, void *arg)
     step(r);
 }
 
-/* A new connection's checks and preparations, in order: the session, the
- * schema, the hot statements. @return true while they are not all done (a
- * statement may have gone out). */
-static bool connection_step(struct relay *r)
+static void prepare(struct relay *r, int i)
 {
-    /* Stopped before the checks passed: nothing was claimed on this
-     * connection nor the lock taken, so nothing is waited for. */
-    if (r->stopping && all_empty(r) && (!r->session_checked || !r->schema_checked)) {
-        finish(r);
+    const char *sql = *(char *const *)((const char *)&r->sql + hot_statements[i].offset);
+    pg_prepare(&r->pg, hot_statements[i].name, sql, hot_statements[i].nparams, on_prepared, r);
+}
+
+/* The relay as plan_next sees it. */
+static void snapshot(const struct relay *r, struct plan_state *s)
+{
+    const struct producer *p = &r->prod;
+    *s = (struct plan_state){
+        .now_ms = uv_now(r->loop),
+        .pg_ready = pg_ready(&r->pg),
+        .backoff = r->backoff,
+        .session_checked = r->session_checked,
+        .schema_checked = r->schema_checked,
+        .prepared = r->prepared,
+        .n_hot = N_HOT,
+        .listening = r->listening,
+        .role = r->st.role,
+        .lock_due = r->lock_due,
+        .holder_due = r->holder_due,
+        .ready_sent = r->ready_sent,
+        .refused = r->st.refused,
+        .refuse_deadline_ms = r->refuse_deadline_ms,
+        .stopping = r->stopping,
+        .wake = r->wake,
+        .halted = r->st.halted,
+        .halt_pending = r->halt_pending,
+        .queue_full = r->queue_full,
+        .isolating = r->isolating,
+        .truncations = r->truncations,
+        .batch_size = r->cfg->batch_size,
+        .retention_due = r->retention_due,
+        .backlog_due_ms = r->backlog_due_ms,
+        .row_security = r->st.row_security,
+        .claim_first = r->claim_first,
+        .claim_first_until = r->claim_first_until,
+        .producer_fatal = producer_fatal(p),
+        .txn = producer_txn_state(p),
+        .txn_doomed = producer_txn_doomed(p),
+        .txn_empty = producer_txn_empty(p),
+        .txn_gen = producer_txn_gen(p),
+        .lead_unverified = r->lead_unverified,
+        .b = r->b,
+        .n_batches = N_BATCHES,
+    };
+}
+
+/* Carries out @p p. @return true when the relay is to be planned again (what
+ * was done sent no statement and decided nothing else). */
+static bool carry_out(struct relay *r, const struct plan_step *p)
+{
+    if (p->queue_drained)
+        r->queue_full = false;
+    switch (p->act) {
+    case PLAN_WAIT: break;
+    case PLAN_FINISH: finish(r); break;
+    case PLAN_CHECK_SESSION: session_check(r); break;
+    case PLAN_WIND_DOWN: wind_down(r); break;
+    case PLAN_CHECK_SCHEMA: schema_check(r); break;
+    case PLAN_PREPARE: prepare(r, p->index); break;
+    case PLAN_MARK: mark(r, &r->b[p->slot]); break;
+    /* Fails (and backs off) when no new instance can be made. */
+    case PLAN_REPLACE_PRODUCER: return replace_producer(r);
+    case PLAN_TAKE_LOCK:
+        r->lock_due = false;
+        lock_query(r, r->ssql.lock, on_lock);
+        break;
+    case PLAN_VERIFY_LOCK:
+        r->lock_due = false;
+        lock_query(r, r->ssql.verify, on_verified);
+        break;
+    case PLAN_ASK_HOLDER:
+        r->holder_due = false;
+        pg_query(&r->pg, r->ssql.holder, 0, NULL, on_holder, r);
+        break;
+    case PLAN_READY:
+        r->ready_sent = true;
+        notify_send("READY=1");
         return true;
-    }
-    /* Before anything else: is this connection a session of its own, and
-     * may this role see every row? */
-    if (!r->session_checked) {
-        if (!r->backoff)
-            session_check(r);
-        return true;
-    }
-    if (r->st.refused &&
-        (r->prepared < N_HOT || all_empty(r) || now_ms(r) >= r->refuse_deadline_ms)) {
-        wind_down(r);
-        return true;
-    }
-    /* Then: is the table the one this binary's statements were written for? */
-    if (!r->schema_checked) {
-        if (!r->backoff)
-            schema_check(r);
-        return true;
-    }
-    if (r->prepared < N_HOT) {
-        if (!r->backoff) {
-            const char *sql = *(char *const *)((const char *)&r->sql +
-                                               hot_statements[r->prepared].offset);
-            pg_prepare(&r->pg, hot_statements[r->prepared].name, sql,
-                       hot_statements[r->prepared].nparams, on_prepared, r);
-        }
-        return true;
+    case PLAN_COUNT_BACKLOG:
+        r->backlog_due_ms = p->at_ms;
+        pg_query(&r->pg, r->sql.backlog, 0, NULL, on_backlog, r);
+        break;
+    case PLAN_LISTEN: pg_query(&r->pg, r->sql.listen, 0, NULL, on_listen, r); break;
+    case PLAN_CLAIM: claim(r, p); break;
+    case PLAN_RETENTION: retention(r); break;
     }
     return false;
 }
 
-/* Delivered rows are marked whatever our role: a mark records a fact. The
- * older batch first, so marks follow the order rows were claimed.
- * @return true when nothing else may run now (a mark went out, marks are
- * due, back-off, stopping, refused). */
-static bool marks_step(struct relay *r)
-{
-    for (int k = 0; k < N_BATCHES; k++) {
-        if (r->b[k].phase == PHASE_DELIVERED && !r->backoff && txn_settled(r, &r->b[k])) {
-            mark(r, &r->b[k]);
-            return true;
-        }
-    }
-    if (r->stopping) {
-        if (all_empty(r))
-            finish(r);
-        return true;
-    }
-    /* A batch still being committed is with Kafka, not waiting for its marks. */
-    bool to_mark = false;
-    for (int k = 0; k < N_BATCHES; k++)
-        to_mark |= r->b[k].phase == PHASE_DELIVERED && txn_settled(r, &r->b[k]);
-    /* refused: the batches in flight are marked first */
-    return r->backoff || to_mark || r->st.refused;
-}
-
-/* Another batch is claimed only while the others are with Kafka; retention
- * runs when nothing is in flight. */
-static void claim_step(struct relay *r)
-{
-    struct batch *free_slot = NULL;
-    bool busy = false;
-    for (int k = 0; k < N_BATCHES; k++) {
-        if (r->b[k].phase == PHASE_EMPTY)
-            free_slot = free_slot ? free_slot : &r->b[k];
-        else if (r->b[k].phase != PHASE_PRODUCING && !txn_with_kafka(r, &r->b[k]))
-            busy = true;
-    }
-    if (in_flight(r) == 0)
-        r->queue_full = false; /* nothing of ours is queued: there is room */
-    /* Rows produced alone go one at a time: nothing else may share their request. */
-    if (r->isolating && !all_empty(r))
-        busy = true;
-    if (r->wake && !r->st.halted && !r->halt_pending && !r->queue_full && free_slot && !busy &&
-        txn_may_claim(r)) {
-        claim(r, free_slot);
-        return;
-    }
-    if (r->retention_due && all_empty(r))
-        retention(r);
-}
-
-/* The one decision point: called after every event, it sends at most one
- * statement (the connection runs one at a time), in order of priority. */
+/* The one decision point, called after every event: the Kafka transaction's
+ * needs first, then at most one statement (the connection runs one at a
+ * time), as plan_next decides. */
 static void step(struct relay *r)
 {
+    struct plan_state s;
     if (r->finished)
         return;
-    fence_step(r);
-    if (!pg_ready(&r->pg) || connection_step(r) || marks_step(r))
-        return;
-    if (producer_fatal(&r->prod)) {
-        if (!all_empty(r) || producer_txn_state(&r->prod) == PRODUCER_TXN_BUSY ||
-            !replace_producer(r))
-            return; /* the batches in flight fail with __FATAL first */
-    }
-    if (leadership_step(r))
-        return;
-    if (!r->ready_sent) {
-        /* Connected and the role is known: what systemd's Type=notify waits for. */
-        r->ready_sent = true;
-        notify_send("READY=1");
-    }
-    /* Under row-level security the relay would count only what it sees. */
-    if (now_ms(r) >= r->backlog_due_ms && !r->st.row_security &&
-        !(r->claim_first && now_ms(r) < r->claim_first_until)) {
-        r->backlog_due_ms = now_ms(r) + BACKLOG_EVERY_MS;
-        pg_query(&r->pg, r->sql.backlog, 0, NULL, on_backlog, r);
-        return;
-    }
-    if (r->st.role != STATS_ROLE_LEADER)
-        return;
-    if (!r->listening) {
-        pg_query(&r->pg, r->sql.listen, 0, NULL, on_listen, r);
-        return;
-    }
-    claim_step(r);
+    snapshot(r, &s);
+    fence_step(r, &s);
+    struct plan_step p;
+    do {
+        snapshot(r, &s); /* after what fence_step, or the step before, changed */
+        p = plan_next(&s);
+    } while (carry_out(r, &p) && !r->finished);
 }
 
 /* ---- PostgreSQL connection --------------------------------------------- */
@@ -1649,24 +1539,17 @@ static void on_reconnect_timer(uv_timer_t *t)
     start_connect(t->data);
 }
 
-/* Exponential back-off with jitter: a fleet of relays that lost the same
- * database does not reconnect in lock step. */
 static void schedule_reconnect(struct relay *r)
 {
     if (r->stopping) {
-        /* Nothing more can be marked; what was delivered is republished next run. */
-        if (!any_phase(r, PHASE_PRODUCING))
+        if (plan_drain_on_lost(any_phase(r, PHASE_PRODUCING)) == DRAIN_FINISH)
             finish(r);
         return;
     }
     if (r->st.refused)
         return; /* for good: a new connection would be refused the same way */
-    uint64_t delay = (uint64_t)r->cfg->reconnect_interval_ms;
-    for (unsigned k = 0; k < r->reconnect_attempt && delay < (uint64_t)r->cfg->reconnect_max_ms; k++)
-        delay *= 2;
-    if (delay > (uint64_t)r->cfg->reconnect_max_ms)
-        delay = (uint64_t)r->cfg->reconnect_max_ms;
-    delay = delay / 2 + (uint64_t)rand() % (delay / 2 + 1);
+    uint64_t delay = plan_reconnect_delay(r->reconnect_attempt, (uint64_t)r->cfg->reconnect_interval_ms,
+                                          (uint64_t)r->cfg->reconnect_max_ms, (uint64_t)rand());
     r->reconnect_attempt++;
     log_info("reconnecting to postgres later", "delay_ms=%" PRIu64 " attempt=%u", delay,
              r->reconnect_attempt);
@@ -1727,7 +1610,7 @@ static void on_tick(uv_timer_t *t)
     r->backoff = false;
     r->lock_due = true;
     r->wake = true;
-    if (r->retention_s > 0 && now_ms(r) - r->last_retention_ms >= RETENTION_EVERY_MS)
+    if (plan_retention_due(r->retention_s, now_ms(r), r->last_retention_ms))
         r->retention_due = true;
     producer_poll(&r->prod);
     log_limit_flush(&r->failures, stats_mono());
@@ -1737,7 +1620,7 @@ static void on_tick(uv_timer_t *t)
 static void on_shutdown_timer(uv_timer_t *t)
 {
     struct relay *r = t->data;
-    if (!r->purged && any_phase(r, PHASE_PRODUCING)) {
+    if (plan_drain_on_deadline(r->purged, any_phase(r, PHASE_PRODUCING)) == DRAIN_PURGE) {
         /* Deadline reached: fail what is still in flight so the delivered part
          * can be marked; the failed rows stay unsent for the next run. */
         log_warn("shutdown timeout; abandoning undelivered messages",
@@ -1745,7 +1628,7 @@ static void on_shutdown_timer(uv_timer_t *t)
         r->purged = true;
         producer_purge(&r->prod);
         producer_poll(&r->prod);
-        uv_timer_start(&r->shutdown, on_shutdown_timer, 2000, 0);
+        uv_timer_start(&r->shutdown, on_shutdown_timer, PLAN_PURGE_GRACE_MS, 0);
         return;
     }
     log_warn("shutdown deadline passed; exiting without writing pending marks", "");
@@ -1755,6 +1638,8 @@ static void on_shutdown_timer(uv_timer_t *t)
 static void on_signal(uv_signal_t *s, int signum)
 {
     struct relay *r = s->data;
+    bool connected = pg_ready(&r->pg) || pg_busy(&r->pg);
+    enum drain_act drain = plan_drain_on_signal(r->stopping, connected, any_phase(r, PHASE_PRODUCING));
     if (r->stopping) {
         log_warn("second signal; exiting now", "signal=%d", signum);
         finish(r);
@@ -1766,7 +1651,7 @@ static void on_signal(uv_signal_t *s, int signum)
     uv_timer_stop(&r->tick);
     uv_timer_stop(&r->reconnect);
     uv_timer_start(&r->shutdown, on_shutdown_timer, (uint64_t)r->cfg->shutdown_timeout_ms, 0);
-    if (!pg_ready(&r->pg) && !pg_busy(&r->pg) && !any_phase(r, PHASE_PRODUCING))
+    if (drain == DRAIN_FINISH)
         finish(r);
     else
         step(r);
