@@ -90,9 +90,35 @@ bool batch_row_failed(struct batch *b, int i, enum attempt_limit limit, const ch
 int batch_failures_to_record(const struct batch *b);
 int batch_first_failure(const struct batch *b);
 
+/** The rows that failed through no fault of theirs (an outage, ours, suspects):
+ *  charged nothing, produced again. */
+int batch_failures_uncharged(const struct batch *b);
+
 /** True when @p key ("type\x1fid") has a failed or held row in one of the
  *  @p n batches: a later row of it must wait behind that row. */
 bool batch_holds(const struct batch *batches, int n, const char *key);
+
+/* ---- the batch's phases ---------------------------------------------------- */
+
+/** The connection was lost while @p b's statement ran. A lost mark goes back
+ *  to PHASE_DELIVERED (marks are conditional: written again after the
+ *  reconnect); other phases keep theirs (reports still come).
+ *  @return true when the batch is to be emptied: a lost claim produced
+ *  nothing, and a lost failure record is simply tried again (an attempt is
+ *  not lost data): its rows are claimed again. */
+bool batch_lost(struct batch *b);
+
+/** Whether @p b, every report in, has marks to write (then its failures). */
+bool batch_marks_due(const struct batch *b);
+
+/** What follows @p b's marks. */
+enum batch_next {
+    BATCH_RECORD = 0,     /* failures charged to rows: record them */
+    BATCH_DONE,           /* nothing to record: the batch is complete */
+    BATCH_RETRY_LATER,    /* nothing reached Kafka and no row is to blame: empty the batch,
+                             wait a poll interval, claim its rows again */
+};
+enum batch_next batch_after_marks(const struct batch *b);
 
 /** What becomes of row @p i once its batch is done. */
 enum row_end {

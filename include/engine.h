@@ -37,6 +37,19 @@ enum poison_policy poison_policy_parse(const char *name);
 /** Every policy's name, in enum order, NULL-terminated: the config's allowed values. */
 extern const char *const poison_policy_names[];
 
+/** What a row's recorded failure means under its policy. */
+enum poison_outcome {
+    OUTCOME_RETRY = 0,      /* attempts left (or halted already): claimed and produced again */
+    OUTCOME_DEAD_LETTERED,  /* out of attempts, dead_at set: skipped from now on */
+    OUTCOME_HALT,           /* out of attempts under halt: relaying stops */
+};
+
+/** The outcome of a failure record under @p rules: @p dead, the record set
+ *  dead_at (it asks for that only when rules->dead_letters); @p exhausted,
+ *  the row is out of attempts; @p halted, relaying stopped already. */
+enum poison_outcome poison_outcome_of(const struct poison_rules *rules, bool dead, bool exhausted,
+                                      bool halted);
+
 /* ---- a failed delivery --------------------------------------------------- */
 
 /** How many attempts a failure may cost before on_poison applies. */

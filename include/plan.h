@@ -49,7 +49,8 @@ struct plan_state {
     bool wake;                  /* rows may be waiting */
     bool halted, halt_pending;  /* on_poison=halt stopped us, or a row in flight will */
     bool queue_full;            /* the producer's queue refused a row of a batch */
-    bool isolating;             /* suspects are produced one at a time */
+    bool isolating;             /* suspects are produced one at a time... */
+    int64_t isolate_until_id;   /* ...up to this id */
     unsigned truncations;       /* batches cut so far (a claim older than a cut is stale) */
     int batch_size;
     bool retention_due;
@@ -111,6 +112,25 @@ struct plan_step plan_next(const struct plan_state *s);
 
 /** The name of @p act, for logs and tests. */
 const char *plan_act_name(enum plan_act act);
+
+/** What to do with a claim's result. */
+enum claim_use {
+    CLAIM_PRODUCE = 0,      /* produce its rows (or hold them for the next transaction) */
+    CLAIM_STALE,            /* a batch was cut after this claim skipped its range: its rows
+                               could overtake the ones given back; drop it, claim again */
+    CLAIM_DROP,             /* nothing claimed, or stopping, halting, refused: rows stay unsent */
+};
+
+struct claim_verdict {
+    enum claim_use use;
+    bool isolation_over;    /* every suspect has been produced alone */
+    bool alone;             /* the batch's rows are produced alone */
+    bool more;              /* the claim was full: more rows are probably waiting */
+};
+
+/** Batch @p b's claim returned @p n rows, the first with id @p first_id. */
+struct claim_verdict plan_claimed(const struct plan_state *s, const struct batch *b, int n,
+                                  int64_t first_id);
 
 /* ---- the Kafka transaction (relay.fencing=transactional) ----------------- */
 

@@ -113,6 +113,14 @@ int batch_failures_to_record(const struct batch *b)
     return n;
 }
 
+int batch_failures_uncharged(const struct batch *b)
+{
+    int n = 0;
+    for (int i = 0; i < b->n_rows; i++)
+        n += b->state[i] == ROW_FAILED && !b->reason[i];
+    return n;
+}
+
 int batch_first_failure(const struct batch *b)
 {
     for (int i = 0; i < b->n_rows; i++)
@@ -130,6 +138,37 @@ bool batch_holds(const struct batch *batches, int n, const char *key)
                 return true;
     }
     return false;
+}
+
+bool batch_lost(struct batch *b)
+{
+    switch (b->phase) {
+    case PHASE_CLAIMING:
+    case PHASE_RECORDING:
+        return true;
+    case PHASE_MARKING:
+        b->phase = PHASE_DELIVERED;
+        return false;
+    default:
+        return false;
+    }
+}
+
+bool batch_marks_due(const struct batch *b)
+{
+    return !b->marked && b->n_delivered > 0;
+}
+
+enum batch_next batch_after_marks(const struct batch *b)
+{
+    if (batch_failures_to_record(b) > 0)
+        return BATCH_RECORD;
+    int uncounted = batch_failures_uncharged(b);
+    /* Suspects are produced alone next, at once; anything else failed for
+     * Kafka's sake, and retrying at once would only fail again. */
+    if (uncounted > 0 && b->n_delivered == 0 && b->n_suspects < uncounted)
+        return BATCH_RETRY_LATER;
+    return BATCH_DONE;
 }
 
 enum row_end batch_row_end(const struct batch *b, int i)

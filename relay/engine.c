@@ -46,6 +46,14 @@ enum poison_policy poison_policy_parse(const char *name)
     return POISON_N;
 }
 
+enum poison_outcome poison_outcome_of(const struct poison_rules *rules, bool dead, bool exhausted,
+                                      bool halted)
+{
+    if (dead)
+        return OUTCOME_DEAD_LETTERED;
+    return exhausted && rules->halts && !halted ? OUTCOME_HALT : OUTCOME_RETRY;
+}
+
 /* ---- a failed delivery ---------------------------------------------------- */
 
 struct failure_verdict engine_judge_failure(enum kafka_fault fault, bool alone)

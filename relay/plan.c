@@ -257,6 +257,28 @@ struct plan_step plan_next(const struct plan_state *s)
     return claim(s);
 }
 
+struct claim_verdict plan_claimed(const struct plan_state *s, const struct batch *b, int n,
+                                  int64_t first_id)
+{
+    struct claim_verdict v = { .use = CLAIM_PRODUCE, .alone = b->alone };
+    if (b->claim_gen != s->truncations) {
+        v.use = CLAIM_STALE;
+        return v;
+    }
+    if (b->alone && (n == 0 || first_id > s->isolate_until_id)) {
+        v.isolation_over = true;
+        v.alone = n > 0;
+    }
+    if (s->stopping || n == 0 || s->halted || s->halt_pending || s->refused) {
+        v.use = CLAIM_DROP;
+        return v;
+    }
+    /* A row produced alone while suspects remain means more are waiting
+     * too: the poll interval would pace the isolation at one row per interval. */
+    v.more = n >= (v.alone ? 1 : s->batch_size);
+    return v;
+}
+
 const char *plan_act_name(enum plan_act a)
 {
     static const char *const names[] = {

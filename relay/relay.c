@@ -126,6 +126,7 @@ struct relay {
 };
 
 static void step(struct relay *r);
+static void snapshot(const struct relay *r, struct plan_state *s);
 static void finish(struct relay *r);
 static bool session_evidence(struct relay *r, const PGresult *res, const char *statement);
 static bool txn_hold(struct relay *r, struct batch *b, struct pg_conn *pg, PGresult *res);
@@ -366,7 +367,8 @@ static void on_claimed(struct pg_conn *pg, PGresult *res, void *arg)
     struct batch *b = arg;
     struct relay *r = relay_of(b);
     if (!res) {
-        batch_reset(b); /* connection lost: nothing was produced */
+        if (batch_lost(b))
+            batch_reset(b);
         return;
     }
     if (PQresultStatus(res) != PGRES_TUPLES_OK) {
@@ -378,27 +380,21 @@ static void on_claimed(struct pg_conn *pg, PGresult *res, void *arg)
     }
     int n = PQntuples(res);
     log_debug("claimed", "batch=%d rows=%d ms=%" PRIu64, b->slot, n, now_ms(r) - b->start_ms);
-    if (b->claim_gen != r->truncations) {
-        /* Another batch was cut after this claim skipped its whole range. */
-        batch_reset(b);
-        r->wake = true;
-        step(r);
-        return;
-    }
-    if (b->alone && (n == 0 || strtoll(PQgetvalue(res, 0, CLAIM_ID), NULL, 10) > r->isolate_until_id)) {
-        r->isolating = false; /* every suspect has been produced alone */
+    struct plan_state s;
+    snapshot(r, &s);
+    struct claim_verdict v = plan_claimed(&s, b, n, n ? strtoll(PQgetvalue(res, 0, CLAIM_ID), NULL, 10) : 0);
+    if (v.isolation_over) {
+        r->isolating = false;
         r->isolate_until_id = 0;
-        b->alone = n > 0;
     }
-    if (r->stopping || n == 0 || r->st.halted || r->halt_pending || r->st.refused) {
-        batch_reset(b); /* shutting down or halting: claimed rows stay unsent */
+    b->alone = v.alone;
+    if (v.use != CLAIM_PRODUCE) {
+        batch_reset(b); /* rows claimed but not produced stay unsent */
+        r->wake |= v.use == CLAIM_STALE;
         step(r);
         return;
     }
-    /* A full batch means more rows are probably waiting; so does a row
-     * produced alone while suspects remain: the poll interval would pace
-     * the isolation at one row per interval. */
-    if (n >= (b->alone ? 1 : r->cfg->batch_size))
+    if (v.more)
         r->wake = true;
     /* Send PostgreSQL its next statement (the next claim, or a mark) before
      * producing this batch, so the database works while we do. */
@@ -482,13 +478,47 @@ static void failures_send(struct relay *r, struct batch *b, int n)
         batch_reset(b);
 }
 
+/* Row @p k of a failure record's result: dead-lettered, halting, or to be
+ * tried again, as its policy says. */
+static void recorded_row(struct relay *r, const struct batch *b, const PGresult *res, int k)
+{
+    const char *id = PQgetvalue(res, k, 0);
+    const char *attempts = PQgetvalue(res, k, 1);
+    bool dead = PQgetvalue(res, k, 2)[0] == 't';
+    bool exhausted = PQgetvalue(res, k, 3)[0] == 't';
+    const char *why = "";
+    for (int i = 0; i < b->n_rows; i++)
+        if (b->reason[i] && b->ids[i] == strtoll(id, NULL, 10))
+            why = b->reason[i];
+    switch (poison_outcome_of(r->poison, dead, exhausted, r->st.halted)) {
+    case OUTCOME_DEAD_LETTERED:
+        r->st.dead_total++;
+        if (log_limit_allow(&r->failures, stats_mono(), LOG_LVL_ERROR, r->poison->dead_msg, why,
+                            strtoll(id, NULL, 10)))
+            log_error(r->poison->dead_msg, "outbox_id=%s attempts=%s error=%s", id, attempts,
+                      log_quote(why));
+        break;
+    case OUTCOME_HALT:
+        r->st.halted = true;
+        snprintf(r->st.halt_reason, sizeof(r->st.halt_reason),
+                 "outbox row %s cannot be delivered after %s attempts: %s", id, attempts, why);
+        log_error("relaying halted: a row cannot be delivered (on_poison=halt); fix or "
+                  "requeue it and restart",
+                  "outbox_id=%s attempts=%s error=%s", id, attempts, log_quote(why));
+        break;
+    case OUTCOME_RETRY:
+        break;
+    }
+}
+
 static void on_recorded(struct pg_conn *pg, PGresult *res, void *arg)
 {
     (void)pg;
     struct batch *b = arg;
     struct relay *r = relay_of(b);
     if (!res) {
-        batch_reset(b); /* the rows are claimed and tried again: an attempt is not lost data */
+        if (batch_lost(b))
+            batch_reset(b);
         return;
     }
     if (PQresultStatus(res) != PGRES_TUPLES_OK) {
@@ -514,30 +544,8 @@ static void on_recorded(struct pg_conn *pg, PGresult *res, void *arg)
         record_failure_from(r, b, b->record_row + 1);
         return;
     }
-    for (int k = 0; k < PQntuples(res); k++) {
-        const char *id = PQgetvalue(res, k, 0);
-        const char *attempts = PQgetvalue(res, k, 1);
-        bool dead = PQgetvalue(res, k, 2)[0] == 't';
-        bool exhausted = PQgetvalue(res, k, 3)[0] == 't';
-        const char *why = "";
-        for (int i = 0; i < b->n_rows; i++)
-            if (b->reason[i] && b->ids[i] == strtoll(id, NULL, 10))
-                why = b->reason[i];
-        if (dead) {
-            r->st.dead_total++;
-            if (log_limit_allow(&r->failures, stats_mono(), LOG_LVL_ERROR, r->poison->dead_msg,
-                                why, strtoll(id, NULL, 10)))
-                log_error(r->poison->dead_msg, "outbox_id=%s attempts=%s error=%s", id, attempts,
-                          log_quote(why));
-        } else if (exhausted && r->poison->halts && !r->st.halted) {
-            r->st.halted = true;
-            snprintf(r->st.halt_reason, sizeof(r->st.halt_reason),
-                     "outbox row %s cannot be delivered after %s attempts: %s", id, attempts, why);
-            log_error("relaying halted: a row cannot be delivered (on_poison=halt); fix or "
-                      "requeue it and restart",
-                      "outbox_id=%s attempts=%s error=%s", id, attempts, log_quote(why));
-        }
-    }
+    for (int k = 0; k < PQntuples(res); k++)
+        recorded_row(r, b, res, k);
     if (b->record_each) {
         record_failure_from(r, b, b->record_row + 1);
         return;
@@ -552,31 +560,26 @@ static void on_recorded(struct pg_conn *pg, PGresult *res, void *arg)
  * delivered: those rows are simply produced again. */
 static void record_failures(struct relay *r, struct batch *b)
 {
-    int n = 0, uncounted = 0;
-    failures_begin(r);
-    for (int i = 0; i < b->n_rows; i++) {
-        if (b->state[i] != ROW_FAILED)
-            continue;
-        if (!b->reason[i]) {
-            uncounted++;
-            continue;
-        }
-        failures_add(r, b, i, n++);
-    }
-    if (n == 0) {
-        if (uncounted > 0 && b->n_delivered == 0 && b->n_suspects < uncounted) {
-            /* Nothing got through: give Kafka a poll interval before retrying. */
-            log_warn("no row of the batch reached Kafka; retrying without counting attempts",
-                     "failed=%d", uncounted);
-            batch_reset(b);
-            r->backoff = true;
-        } else {
-            batch_done(r, b);
-        }
-        step(r);
+    switch (batch_after_marks(b)) {
+    case BATCH_RECORD:
+        failures_begin(r);
+        int n = 0;
+        for (int i = 0; i < b->n_rows; i++)
+            if (b->state[i] == ROW_FAILED && b->reason[i])
+                failures_add(r, b, i, n++);
+        failures_send(r, b, n);
         return;
+    case BATCH_RETRY_LATER:
+        log_warn("no row of the batch reached Kafka; retrying without counting attempts",
+                 "failed=%d", batch_failures_uncharged(b));
+        batch_reset(b);
+        r->backoff = true;
+        break;
+    case BATCH_DONE:
+        batch_done(r, b);
+        break;
     }
-    failures_send(r, b, n);
+    step(r);
 }
 
 /* The fallback: records the next failure at or after row @p from alone;
@@ -607,7 +610,8 @@ static void on_marked(struct pg_conn *pg, PGresult *res, void *arg)
     struct batch *b = arg;
     struct relay *r = relay_of(b);
     if (!res) {
-        b->phase = PHASE_DELIVERED; /* marks are conditional: write them again after reconnect */
+        if (batch_lost(b))
+            batch_reset(b);
         return;
     }
     if (PQresultStatus(res) != PGRES_COMMAND_OK) {
@@ -625,7 +629,7 @@ static void on_marked(struct pg_conn *pg, PGresult *res, void *arg)
 
 static void mark(struct relay *r, struct batch *b)
 {
-    if (b->marked || b->n_delivered == 0) {
+    if (!batch_marks_due(b)) {
         record_failures(r, b);
         return;
     }
@@ -1452,6 +1456,7 @@ static void snapshot(const struct relay *r, struct plan_state *s)
         .halt_pending = r->halt_pending,
         .queue_full = r->queue_full,
         .isolating = r->isolating,
+        .isolate_until_id = r->isolate_until_id,
         .truncations = r->truncations,
         .batch_size = r->cfg->batch_size,
         .retention_due = r->retention_due,
