@@ -86,6 +86,11 @@ void batch_cut_at(struct batch *b, int i);
  *  may cost. @return true when it is charged to the row. */
 bool batch_row_failed(struct batch *b, int i, enum attempt_limit limit, const char *why);
 
+/** Row @p i's delivery report: delivered (@p v NULL), or failed as @p v
+ *  judged it, @p why the error's name (kept when the row is charged).
+ *  @return true for the batch's last report: it is PHASE_DELIVERED now. */
+bool batch_reported(struct batch *b, int i, const struct failure_verdict *v, const char *why);
+
 /** The rows whose failure is theirs to record, and the first of them (0 if none). */
 int batch_failures_to_record(const struct batch *b);
 int batch_first_failure(const struct batch *b);

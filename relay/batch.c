@@ -105,6 +105,21 @@ bool batch_row_failed(struct batch *b, int i, enum attempt_limit limit, const ch
     return why != NULL;
 }
 
+bool batch_reported(struct batch *b, int i, const struct failure_verdict *v, const char *why)
+{
+    if (!v) {
+        b->state[i] = ROW_DELIVERED;
+        b->n_delivered++;
+    } else {
+        batch_row_failed(b, i, v->limit, v->charged ? why : NULL);
+        b->n_suspects += v->suspect;
+    }
+    if (--b->n_outstanding > 0)
+        return false;
+    b->phase = PHASE_DELIVERED;
+    return true;
+}
+
 int batch_failures_to_record(const struct batch *b)
 {
     int n = 0;

@@ -200,9 +200,9 @@ static void on_report(void *opaque, rd_kafka_resp_err_t err, void *arg)
         log_error("delivery report for no row in flight", "batch=%d index=%d", k, i);
         return;
     }
+    bool last;
     if (err == RD_KAFKA_RESP_ERR_NO_ERROR) {
-        b->state[i] = ROW_DELIVERED;
-        b->n_delivered++;
+        last = batch_reported(b, i, NULL, NULL);
         r->st.published_total++;
         stats_observe(&r->st.delivery_latency, stats_now() - (double)b->created_ms[i] / 1000.0);
     } else {
@@ -213,11 +213,10 @@ static void on_report(void *opaque, rd_kafka_resp_err_t err, void *arg)
         enum kafka_fault fault = kafka_fault_of(err, producer_fatal(&r->prod));
         struct failure_verdict verdict = engine_judge_failure(fault, b->alone);
         enum stats_fail_reason kind = verdict.permanent ? STATS_FAIL_PERMANENT : STATS_FAIL_RETRIABLE;
-        row_failed(r, b, i, kind, verdict.limit, verdict.charged ? rd_kafka_err2name(err) : NULL);
-        if (verdict.counted && !verdict.charged)
-            r->st.failed_total[kind]++; /* row_failed counts the charged ones */
+        last = batch_reported(b, i, &verdict, rd_kafka_err2name(err));
+        if (verdict.counted)
+            r->st.failed_total[kind]++;
         if (verdict.suspect) {
-            b->n_suspects++;
             r->isolating = true;
             r->wake = true;
             if (b->ids[i] > r->isolate_until_id)
@@ -230,7 +229,7 @@ static void on_report(void *opaque, rd_kafka_resp_err_t err, void *arg)
                      rd_kafka_err2name(err), verdict.permanent ? "true" : "false");
         }
     }
-    if (--b->n_outstanding == 0) {
+    if (last) {
         log_debug("batch acknowledged", "batch=%d delivered=%d ms=%" PRIu64, b->slot,
                   b->n_delivered, now_ms(r) - b->start_ms);
         if (b->n_suspects > 0)
@@ -238,7 +237,6 @@ static void on_report(void *opaque, rd_kafka_resp_err_t err, void *arg)
                      "rows=%d error=%s first_outbox_id=%" PRId64 " retry_up_to_outbox_id=%" PRId64,
                      b->n_suspects, rd_kafka_err2name(b->suspect_err), b->span.lo, r->isolate_until_id);
         r->queue_full = false; /* this batch's messages left the queue */
-        b->phase = PHASE_DELIVERED;
         step(r);
     }
 }

@@ -455,17 +455,15 @@ Test(plan, a_fatal_producer_charges_no_row_and_is_replaced)
     struct batch *b = load(0, 1, 4, PHASE_PRODUCING);
     producing(b);
     assert_act(&s, PLAN_WAIT);
-    b->state[0] = ROW_DELIVERED;
-    b->n_delivered = 1;
+    batch_reported(b, 0, NULL, NULL);
     for (int i = 1; i < 4; i++) {
         enum kafka_fault f = kafka_fault_of(i == 1 ? RD_KAFKA_RESP_ERR__FATAL
                                                    : RD_KAFKA_RESP_ERR__MSG_TIMED_OUT, true);
         struct failure_verdict v = engine_judge_failure(f, false);
         cr_assert(!v.charged && !v.suspect && !v.counted, "row %d", i);
-        cr_assert(!batch_row_failed(b, i, v.limit, NULL));
+        batch_reported(b, i, &v, rd_kafka_err2name(RD_KAFKA_RESP_ERR__FATAL));
     }
-    b->n_outstanding = 0;
-    b->phase = PHASE_DELIVERED;
+    cr_assert_eq(b->phase, PHASE_DELIVERED);
     cr_assert_eq(next(&s).act, PLAN_MARK, "what was delivered is marked first");
     cr_assert_eq(batch_failures_to_record(b), 0, "no row charged");
     for (int i = 1; i < 4; i++)
@@ -566,12 +564,13 @@ Test(plan, shutdown_with_batches_in_flight)
     cr_assert_eq(plan_fence(&s).drop_held, false, "no transactions: nothing held");
     cr_assert_eq(plan_drain_on_deadline(false, true), DRAIN_PURGE);
     /* The purge fails what was not acknowledged: nobody's fault. */
-    a->state[0] = a->state[1] = ROW_DELIVERED;
-    a->n_delivered = 2;
+    batch_reported(a, 0, NULL, NULL);
+    batch_reported(a, 1, NULL, NULL);
+    struct failure_verdict purged = engine_judge_failure(
+        kafka_fault_of(RD_KAFKA_RESP_ERR__PURGE_INFLIGHT, false), false);
     for (int i = 2; i < 5; i++)
-        batch_row_failed(a, i, LIMIT_NONE, NULL);
-    a->n_outstanding = 0;
-    a->phase = PHASE_DELIVERED;
+        batch_reported(a, i, &purged, rd_kafka_err2name(RD_KAFKA_RESP_ERR__PURGE_INFLIGHT));
+    cr_assert_eq(a->phase, PHASE_DELIVERED);
     assert_act(&s, PLAN_MARK);
     cr_assert_eq(batch_failures_to_record(a), 0);
     batch_clear(a);
@@ -618,8 +617,8 @@ Test(plan, every_row_ends_in_exactly_one_state)
         b->state[i] = ROW_PENDING;
     b->n_outstanding = 6;
     batch_cut_at(b, 7);
-    b->state[0] = b->state[1] = ROW_DELIVERED;
-    b->n_delivered = 2;
+    cr_assert(!batch_reported(b, 0, NULL, NULL));
+    cr_assert(!batch_reported(b, 1, NULL, NULL));
     struct {
         int row;
         enum kafka_fault fault;
@@ -632,11 +631,12 @@ Test(plan, every_row_ends_in_exactly_one_state)
     };
     for (size_t k = 0; k < sizeof failures / sizeof failures[0]; k++) {
         struct failure_verdict v = engine_judge_failure(failures[k].fault, failures[k].alone);
-        batch_row_failed(b, failures[k].row, v.limit, v.charged ? "an error" : NULL);
-        b->n_suspects += v.suspect;
+        bool last = batch_reported(b, failures[k].row, &v, "an error");
+        cr_assert_eq(last, k == 3, "the batch is complete with its last report only");
     }
-    b->n_outstanding = 0;
-    b->phase = PHASE_DELIVERED;
+    cr_assert_eq(b->phase, PHASE_DELIVERED);
+    cr_assert_eq(b->n_suspects, 1);
+    cr_assert_eq(b->n_delivered, 2);
     int ends[3] = {0};
     enum row_end want[] = {ROW_END_SENT, ROW_END_SENT, ROW_END_CHARGED, ROW_END_CLAIMABLE,
                            ROW_END_CLAIMABLE, ROW_END_CLAIMABLE, ROW_END_CLAIMABLE,
