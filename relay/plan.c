@@ -1,6 +1,8 @@
 /* plan.c — the relay's next step; see plan.h. No I/O. */
 #include "plan.h"
 
+#include <stddef.h>
+
 /* ---- the batches ---------------------------------------------------------- */
 
 static bool all_empty(const struct plan_state *s)
@@ -223,24 +225,23 @@ static struct plan_step claim(const struct plan_state *s)
     return p;
 }
 
+/* The first stages, in priority order: each answers a step, or sets *done
+ * when it has nothing to do and the next may decide. */
+static struct plan_step (*const stages[])(const struct plan_state *, bool *) = {
+    connection_checks, marks, producer, leadership,
+};
+
 struct plan_step plan_next(const struct plan_state *s)
 {
     bool done;
     struct plan_step p;
     if (!s->pg_ready)
         return act(PLAN_WAIT);
-    p = connection_checks(s, &done);
-    if (!done)
-        return p;
-    p = marks(s, &done);
-    if (!done)
-        return p;
-    p = producer(s, &done);
-    if (!done)
-        return p;
-    p = leadership(s, &done);
-    if (!done)
-        return p;
+    for (size_t i = 0; i < sizeof stages / sizeof stages[0]; i++) {
+        p = stages[i](s, &done);
+        if (!done)
+            return p;
+    }
     if (!s->ready_sent)
         return act(PLAN_READY); /* connected, the role known: what Type=notify waits for */
     /* Under row-level security the relay would count only what it sees. */
