@@ -74,6 +74,23 @@ struct failure_verdict {
  *  costs nothing; any other is proven the row's only once it fails alone. */
 struct failure_verdict engine_judge_failure(enum kafka_fault fault, bool alone);
 
+/* ---- handing a row to the producer --------------------------------------- */
+
+/** What a row's hand-over to the producer means for it. */
+enum send_verdict {
+    SEND_QUEUED = 0,    /* with the producer: its delivery report follows */
+    SEND_REFUSED,       /* it can never be produced as it is (its topic, headers, size):
+                           charged, and one attempt exhausts it */
+    SEND_TOO_LARGE,     /* larger than the whole producer queue, which is empty: refused too */
+    SEND_CUT,           /* the producer cannot take it now (queue full, producer unusable):
+                           not the row's fault; the batch ends before it */
+};
+
+/** The verdict on a hand-over that returned @p rc (0 or a negative errno as
+ *  producer_send returns them; -EINVAL also for a topic that cannot be
+ *  rendered), @p queue_empty: nothing of the relay's is in the producer. */
+enum send_verdict engine_send_verdict(int rc, bool queue_empty);
+
 /* ---- the id ranges of batches in flight ---------------------------------- */
 
 /** Ids lo..hi, both included; empty when lo > hi. */

@@ -1,6 +1,7 @@
 /* engine.c — the relay's decisions about rows; see engine.h. No I/O. */
 #include "engine.h"
 
+#include <errno.h>
 #include <string.h>
 
 /* ---- poison policies ------------------------------------------------------ */
@@ -80,6 +81,21 @@ struct failure_verdict engine_judge_failure(enum kafka_fault fault, bool alone)
         break;
     }
     return v;
+}
+
+/* ---- handing a row to the producer ---------------------------------------- */
+
+enum send_verdict engine_send_verdict(int rc, bool queue_empty)
+{
+    if (rc == 0)
+        return SEND_QUEUED;
+    /* A full queue frees room as reports come, unless nothing is in it:
+     * then this row alone is too large, and always will be. */
+    if (rc == -ENOBUFS)
+        return queue_empty ? SEND_TOO_LARGE : SEND_CUT;
+    if (rc == -EIO)
+        return SEND_CUT;
+    return SEND_REFUSED;
 }
 
 /* ---- id spans ------------------------------------------------------------- */

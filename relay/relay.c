@@ -276,6 +276,39 @@ static void batch_cut(struct relay *r, struct batch *b, int i, bool queue_full)
     r->wake = true;
 }
 
+/* Row @p i's topic into @p topic, checked. @return 0, or -EINVAL with @p err
+ * saying why (the row is poison: its topic never will be valid). */
+static int row_topic(struct relay *r, const struct event_row *row, char *topic, size_t len,
+                     char *err, size_t errlen)
+{
+    int rc;
+    if (row->topic && *row->topic)
+        rc = snprintf(topic, len, "%s", row->topic) < (int)len ? 0 : -ENOSPC;
+    else
+        rc = event_topic_render(r->cfg->topic, row->aggregate_type, row->event_type, topic, len);
+    if (rc < 0) {
+        snprintf(err, errlen, "invalid topic name: longer than %zu bytes", len - 1);
+        return -EINVAL;
+    }
+    return event_topic_check(topic, err, errlen) < 0 ? -EINVAL : 0;
+}
+
+/* Row @p i can never be produced as it is: charged (one attempt exhausts
+ * it), and under a policy that holds, later rows of its aggregate wait. */
+static void row_refused(struct relay *r, struct batch *b, PGresult *res, int i,
+                        const struct event_row *row, const char *err)
+{
+    row_failed(r, b, i, STATS_FAIL_INVALID, LIMIT_ONE, err);
+    if (r->poison->halts)
+        r->halt_pending = true;
+    if (r->poison->hold_in_flight)
+        b->agg[i] = agg_key(res, i);
+    if (log_limit_allow(&r->failures, stats_mono(), LOG_LVL_WARN, "row cannot be produced", err,
+                        row->id))
+        log_warn("row cannot be produced", "outbox_id=%" PRId64 " event_id=%s reason=%s", row->id,
+                 row->event_id, log_quote(err));
+}
+
 /* Hands every claimed row to the producer. What can be seen to be poison
  * before producing (invalid topic, headers that are not an object of strings,
  * a message larger than message.max.bytes) fails here, without a round trip
@@ -305,52 +338,27 @@ static void produce_rows(struct relay *r, struct batch *b, PGresult *res)
 
         struct event_row row;
         pg_claim_row(res, i, &row);
-
-        int rc;
-        if (row.topic && *row.topic)
-            rc = snprintf(topic, sizeof(topic), "%s", row.topic) < (int)sizeof(topic) ? 0 : -ENOSPC;
-        else
-            rc = event_topic_render(r->cfg->topic, row.aggregate_type, row.event_type, topic,
-                                    sizeof(topic));
-        if (rc < 0) {
-            snprintf(err, sizeof(err), "invalid topic name: longer than %zu bytes",
-                     sizeof(topic) - 1);
-            rc = -EINVAL;
-        } else if (event_topic_check(topic, err, sizeof(err)) < 0) {
-            rc = -EINVAL;
-        } else {
+        int rc = row_topic(r, &row, topic, sizeof(topic), err, sizeof(err));
+        if (rc == 0) {
             b->state[i] = ROW_PENDING;
             err[0] = '\0';
             void *opaque = (void *)(((intptr_t)b->slot << OPAQUE_ROW_BITS) | i);
             rc = producer_send(&r->prod, &row, topic, opaque, err, sizeof(err));
         }
-
-        if (rc == -ENOBUFS && in_flight(r) == 0) {
-            /* An empty queue cannot take it: it never will. */
-            b->state[i] = ROW_FAILED;
-            snprintf(err + strlen(err), sizeof(err) - strlen(err),
-                     " (larger than the producer queue: queue.buffering.max.kbytes)");
-            rc = -EMSGSIZE;
-        } else if (rc == -ENOBUFS || rc == -EIO) {
-            /* Not this row's fault: the rest of the batch is claimed again. */
+        enum send_verdict v = rc == 0 ? SEND_QUEUED : engine_send_verdict(rc, in_flight(r) == 0);
+        if (v == SEND_CUT) {
             b->state[i] = ROW_SKIPPED;
             log_warn("producer cannot take more now", "rows_queued=%d reason=%s", i,
                      log_quote(err));
             batch_cut(r, b, i, rc == -ENOBUFS);
             break;
         }
-        if (rc < 0) {
-            row_failed(r, b, i, STATS_FAIL_INVALID, LIMIT_ONE, err);
-            if (r->poison->halts)
-                r->halt_pending = true; /* permanent: one attempt exhausts it */
-            if (holding) {
-                b->agg[i] = agg_key(res, i);
-                any_held = true;
-            }
-            if (log_limit_allow(&r->failures, stats_mono(), LOG_LVL_WARN, "row cannot be produced",
-                                err, row.id))
-                log_warn("row cannot be produced", "outbox_id=%" PRId64 " event_id=%s reason=%s",
-                         row.id, row.event_id, log_quote(err));
+        if (v == SEND_TOO_LARGE)
+            snprintf(err + strlen(err), sizeof(err) - strlen(err),
+                     " (larger than the producer queue: queue.buffering.max.kbytes)");
+        if (v != SEND_QUEUED) {
+            row_refused(r, b, res, i, &row, err);
+            any_held |= holding;
             continue;
         }
         b->n_outstanding++;

@@ -4,6 +4,7 @@
  * fatal producer does to them, the poison policies at work, the Kafka
  * transaction's steps and the reconnect back-off. The relay is a plan_state
  * here; each test changes it the way relay.c does when an event arrives. */
+#include <errno.h>
 #include <string.h>
 
 #include <criterion/criterion.h>
@@ -440,6 +441,28 @@ Test(plan, halt_stops_claiming_but_still_marks)
     assert_act(&s, PLAN_WAIT);
     struct batch *b = load(0, 0, 0, PHASE_CLAIMING);
     cr_assert_eq(plan_claimed(&s, b, 5, 10).use, CLAIM_DROP, "claimed rows stay unsent");
+}
+
+/* Handing a row to the producer: a row that can never be produced is
+ * charged; a full queue or an unusable producer is not the row's fault and
+ * ends the batch before it, unless the queue is empty: then the row alone is
+ * too large for it, for ever. */
+Test(plan, what_a_refused_hand_over_means_for_the_row)
+{
+    cr_assert_eq(engine_send_verdict(0, false), SEND_QUEUED);
+    cr_assert_eq(engine_send_verdict(-EINVAL, false), SEND_REFUSED);
+    cr_assert_eq(engine_send_verdict(-ENOBUFS, false), SEND_CUT);
+    cr_assert_eq(engine_send_verdict(-ENOBUFS, true), SEND_TOO_LARGE);
+    cr_assert_eq(engine_send_verdict(-EIO, false), SEND_CUT);
+    cr_assert_eq(engine_send_verdict(-EIO, true), SEND_CUT, "an unusable producer: nobody's fault");
+    /* A cut batch: the rows from the cut on stay unsent, claimable again. */
+    struct batch *b = load(0, 1, 6, PHASE_PRODUCING);
+    for (int i = 0; i < 3; i++)
+        b->state[i] = ROW_PENDING;
+    batch_cut_at(b, 3);
+    cr_assert(b->span.lo == 1 && b->span.hi == 3);
+    for (int i = 3; i < 6; i++)
+        cr_assert_eq(batch_row_end(b, i), ROW_END_CLAIMABLE);
 }
 
 /* ---- a fatal producer ----------------------------------------------------- */
