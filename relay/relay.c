@@ -276,7 +276,7 @@ static void batch_cut(struct relay *r, struct batch *b, int i, bool queue_full)
     r->wake = true;
 }
 
-/* Row @p i's topic into @p topic, checked. @return 0, or -EINVAL with @p err
+/* The row's topic into @p topic, checked. @return 0, or -EINVAL with @p err
  * saying why (the row is poison: its topic never will be valid). */
 static int row_topic(struct relay *r, const struct event_row *row, char *topic, size_t len,
                      char *err, size_t errlen)
