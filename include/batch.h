@@ -125,6 +125,18 @@ enum batch_next {
 };
 enum batch_next batch_after_marks(const struct batch *b);
 
+/** What follows when writing @p b's failure record failed. */
+enum record_retry {
+    RECORD_EACH = 0,    /* the whole batch's record: record the rows one by one, so that
+                           one row (a value the table refuses, a trigger) does not lose
+                           the bookkeeping of the others */
+    RECORD_GIVE_UP,     /* a record of one row: empty the batch and back off; its rows
+                           are claimed again and fail again */
+    RECORD_NEXT,        /* one by one: this row's record is lost (it is claimed again),
+                           the next row's is written */
+};
+enum record_retry batch_record_failed(const struct batch *b);
+
 /** What becomes of row @p i once its batch is done. */
 enum row_end {
     ROW_END_SENT = 0,      /* delivered: marked sent */

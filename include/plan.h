@@ -152,6 +152,12 @@ struct fence_plan plan_fence(const struct plan_state *s);
  *  committed, or there are none. */
 bool plan_txn_settled(const struct plan_state *s, const struct batch *b);
 
+/** Whether batch @p b's freshly claimed rows wait (their claim result kept)
+ *  instead of being produced now: one transaction per batch, so rows claimed
+ *  while another batch's transaction is open, ending or doomed, or while an
+ *  older claim waits, are produced the moment the open one is done. */
+bool plan_txn_holds(const struct plan_state *s, const struct batch *b);
+
 /** Whether a claim may run: not before transactions are initialised, nor into
  *  one that must abort, nor before an unpublished batch's rows are claimed again. */
 bool plan_txn_may_claim(const struct plan_state *s);

@@ -186,6 +186,13 @@ enum batch_next batch_after_marks(const struct batch *b)
     return BATCH_DONE;
 }
 
+enum record_retry batch_record_failed(const struct batch *b)
+{
+    if (b->record_each)
+        return RECORD_NEXT;
+    return batch_failures_to_record(b) > 1 ? RECORD_EACH : RECORD_GIVE_UP;
+}
+
 enum row_end batch_row_end(const struct batch *b, int i)
 {
     if (b->state[i] == ROW_DELIVERED)

@@ -48,6 +48,16 @@ bool plan_txn_may_claim(const struct plan_state *s)
            ((s->txn == PRODUCER_TXN_OPEN || s->txn == PRODUCER_TXN_BUSY) && !s->txn_doomed);
 }
 
+bool plan_txn_holds(const struct plan_state *s, const struct batch *b)
+{
+    if (s->txn == PRODUCER_TXN_OFF)
+        return false;
+    bool others_held = false;
+    for (int k = 0; k < s->n_batches; k++)
+        others_held |= s->b[k].held != NULL && &s->b[k] != b;
+    return !(s->txn == PRODUCER_TXN_OPEN && !s->txn_doomed && s->txn_empty && !others_held);
+}
+
 /* The oldest batch whose claim result waits for the open transaction; -1. */
 static int oldest_held(const struct plan_state *s)
 {

@@ -129,7 +129,6 @@ static void step(struct relay *r);
 static void snapshot(const struct relay *r, struct plan_state *s);
 static void finish(struct relay *r);
 static bool session_evidence(struct relay *r, const PGresult *res, const char *statement);
-static bool txn_hold(struct relay *r, struct batch *b, struct pg_conn *pg, PGresult *res);
 
 /* ---- batch ------------------------------------------------------------- */
 
@@ -406,7 +405,9 @@ static void on_claimed(struct pg_conn *pg, PGresult *res, void *arg)
      * producing this batch, so the database works while we do. */
     batch_load(b, res);
     b->phase = PHASE_PRODUCING;
-    if (txn_hold(r, b, pg, res)) {
+    if (plan_txn_holds(&s, b)) {
+        b->held = res; /* produced when the open transaction is done (fence_step) */
+        pg_result_keep(pg);
         step(r);
         return;
     }
@@ -528,9 +529,8 @@ static void on_recorded(struct pg_conn *pg, PGresult *res, void *arg)
         return;
     }
     if (PQresultStatus(res) != PGRES_TUPLES_OK) {
-        if (!b->record_each && batch_failures_to_record(b) > 1) {
-            /* One row (a value the table refuses, a trigger) must not lose
-             * the bookkeeping of the others: record them one by one. */
+        enum record_retry next = batch_record_failed(b);
+        if (next == RECORD_EACH) {
             log_warn("recording the failures of a batch failed; recording them row by row",
                      "error=%s", log_quote(PQresultErrorMessage(res)));
             b->record_each = true;
@@ -541,7 +541,7 @@ static void on_recorded(struct pg_conn *pg, PGresult *res, void *arg)
                   "outbox_id=%" PRId64 " error=%s", b->ids[b->record_each ? b->record_row
                                                                           : batch_first_failure(b)],
                   log_quote(PQresultErrorMessage(res)));
-        if (!b->record_each) {
+        if (next == RECORD_GIVE_UP) {
             batch_reset(b);
             r->backoff = true;
             return;
@@ -1265,27 +1265,6 @@ static bool replace_producer(struct relay *r)
  * transactions before its first produce, which aborts whatever an older
  * leader still had open and fences it: a paused leader that wakes up cannot
  * make anything visible to read_committed consumers, nor mark it. */
-
-/* One transaction per batch: rows claimed while another batch's transaction
- * is open or ending wait (the claim result is kept), so that a batch's commit
- * and marks never wait for the next batch's acknowledgements, and the next
- * batch is produced the moment the previous one committed. @return true when
- * @p b waits. */
-static bool txn_hold(struct relay *r, struct batch *b, struct pg_conn *pg, PGresult *res)
-{
-    const struct producer *p = &r->prod;
-    if (producer_txn_state(p) == PRODUCER_TXN_OFF)
-        return false;
-    bool others_held = false;
-    for (int k = 0; k < N_BATCHES; k++)
-        others_held |= r->b[k].held != NULL && &r->b[k] != b;
-    if (producer_txn_state(p) == PRODUCER_TXN_OPEN && !producer_txn_doomed(p) &&
-        producer_txn_empty(p) && !others_held)
-        return false;
-    b->held = res;
-    pg_result_keep(pg);
-    return true;
-}
 
 /* Held rows whose predecessor aborted would overtake its rows: they are
  * released unproduced and claimed again. */

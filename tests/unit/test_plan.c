@@ -723,6 +723,46 @@ Test(plan, fencing_initialises_commits_and_releases)
     h1->held = h0->held = NULL;
 }
 
+/* One transaction per batch: rows claimed while another batch's
+ * transaction is open (not empty), ending, or doomed wait for it; so do rows
+ * claimed while an older claim waits. */
+Test(plan, a_claim_waits_for_the_open_transaction)
+{
+    struct plan_state s = leader();
+    struct batch *b = load(1, 20, 5, PHASE_PRODUCING);
+    cr_assert(!plan_txn_holds(&s, b), "no fencing: produced at once");
+    s.txn = PRODUCER_TXN_OPEN;
+    s.txn_empty = true;
+    cr_assert(!plan_txn_holds(&s, b), "an open, empty transaction takes it");
+    s.txn_empty = false;
+    cr_assert(plan_txn_holds(&s, b), "another batch's transaction is open");
+    s.txn_empty = true;
+    s.txn = PRODUCER_TXN_BUSY;
+    cr_assert(plan_txn_holds(&s, b), "a commit runs");
+    s.txn = PRODUCER_TXN_OPEN;
+    s.txn_doomed = true;
+    cr_assert(plan_txn_holds(&s, b), "the open transaction can only abort");
+    s.txn_doomed = false;
+    int dummy;
+    slots[0].held = &dummy;
+    cr_assert(plan_txn_holds(&s, b), "an older claim waits: it goes first");
+    slots[0].held = NULL;
+}
+
+/* A failure record that fails: the batch's is retried row by row; a single
+ * row's gives the batch up (its rows are claimed again); row by row, a lost
+ * one is skipped and the next written. */
+Test(plan, a_failed_failure_record)
+{
+    struct batch *b = load(0, 1, 4, PHASE_RECORDING);
+    batch_row_failed(b, 1, LIMIT_MAX, "UNKNOWN_TOPIC_OR_PART");
+    cr_assert_eq(batch_record_failed(b), RECORD_GIVE_UP);
+    batch_row_failed(b, 3, LIMIT_ONE, "INVALID_RECORD");
+    cr_assert_eq(batch_record_failed(b), RECORD_EACH);
+    b->record_each = true;
+    cr_assert_eq(batch_record_failed(b), RECORD_NEXT);
+}
+
 /* A failed message dooms the open transaction: its batch is settled as
  * aborted at once (nothing marked, the rows produced again) and the
  * transaction ended; a dead producer's batches likewise, and its held claims
