@@ -68,8 +68,11 @@ struct plan_state {
     bool lead_unverified;       /* a replaced transactional producer waits for the lock check */
 
     const struct batch *b;      /* the batch slots, b[k].slot == k */
-    int n_batches;
+    int n_batches;              /* at most PLAN_MAX_BATCHES */
 };
+
+/** Slots are named by a bit each in the answers. */
+#define PLAN_MAX_BATCHES 32
 
 /** What to do next. */
 enum plan_act {

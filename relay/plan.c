@@ -1,6 +1,7 @@
 /* plan.c — the relay's next step; see plan.h. No I/O. */
 #include "plan.h"
 
+#include <assert.h>
 #include <stddef.h>
 
 /* ---- the batches ---------------------------------------------------------- */
@@ -71,6 +72,7 @@ static int oldest_held(const struct plan_state *s)
 struct fence_plan plan_fence(const struct plan_state *s)
 {
     struct fence_plan f = { .release = -1 };
+    assert(s->n_batches <= PLAN_MAX_BATCHES);
     if (s->txn == PRODUCER_TXN_OFF)
         return f;
     /* A dead producer's open transaction is never committed, nor one in which
@@ -245,6 +247,7 @@ struct plan_step plan_next(const struct plan_state *s)
 {
     bool done;
     struct plan_step p;
+    assert(s->n_batches <= PLAN_MAX_BATCHES);
     if (!s->pg_ready)
         return act(PLAN_WAIT);
     for (size_t i = 0; i < sizeof stages / sizeof stages[0]; i++) {

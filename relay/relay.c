@@ -43,6 +43,7 @@
 /* Several batches may be in flight: while Kafka acknowledges some,
  * PostgreSQL claims or marks another, so neither side waits for the other. */
 #define N_BATCHES RELAY_BATCHES_IN_FLIGHT
+_Static_assert(N_BATCHES <= PLAN_MAX_BATCHES, "the engine names each batch slot by a bit");
 
 /* A delivery report's opaque: the batch slot in the top bits, the row below. */
 #define OPAQUE_ROW_BITS 20
