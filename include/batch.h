@@ -125,6 +125,13 @@ enum batch_next {
 };
 enum batch_next batch_after_marks(const struct batch *b);
 
+/** The Kafka transaction @p gen ended with @p res: the @p n batches whose
+ *  rows were produced into it are committed (marked once delivered) or
+ *  aborted (nothing of them visible); claims held for a later transaction
+ *  were not in it. @return true when the held claims are to be given back
+ *  unproduced: they would overtake the rows of the aborted one. */
+bool batch_txn_ended(struct batch *batches, int n, unsigned gen, enum producer_txn_result res);
+
 /** What follows when writing @p b's failure record failed. */
 enum record_retry {
     RECORD_EACH = 0,    /* the whole batch's record: record the rows one by one, so that

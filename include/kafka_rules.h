@@ -55,4 +55,12 @@ enum producer_txn_state {
     PRODUCER_TXN_DEAD,      /* fenced or fatal: the instance must be replaced */
 };
 
+/** How a transaction call ended. */
+enum producer_txn_result {
+    PRODUCER_TXN_DONE = 0,  /* initialised, or committed: what was produced is visible */
+    PRODUCER_TXN_ABORTED,   /* aborted (an abortable error): nothing of it is visible */
+    PRODUCER_TXN_RETRY,     /* init timed out: call again later */
+    PRODUCER_TXN_FAILED,    /* fenced or fatal: nothing of it is visible, replace the instance */
+};
+
 #endif

@@ -24,14 +24,6 @@
 /** Called once per message produced with producer_send(), with its opaque. */
 typedef void (*producer_report_cb)(void *opaque, rd_kafka_resp_err_t err, void *arg);
 
-/** How a transaction call ended. */
-enum producer_txn_result {
-    PRODUCER_TXN_DONE = 0,  /* initialised, or committed: what was produced is visible */
-    PRODUCER_TXN_ABORTED,   /* aborted (an abortable error): nothing of it is visible */
-    PRODUCER_TXN_RETRY,     /* init timed out: call again later */
-    PRODUCER_TXN_FAILED,    /* fenced or fatal: nothing of it is visible, replace the instance */
-};
-
 /** Called on the loop thread when a transaction call ended: @p gen is the
  *  generation (producer_txn_gen) the call ended, @p why a message on failure. */
 typedef void (*producer_txn_cb)(void *arg, unsigned gen, enum producer_txn_result res,

@@ -186,6 +186,21 @@ enum batch_next batch_after_marks(const struct batch *b)
     return BATCH_DONE;
 }
 
+bool batch_txn_ended(struct batch *batches, int n, unsigned gen, enum producer_txn_result res)
+{
+    for (int k = 0; k < n; k++) {
+        struct batch *b = &batches[k];
+        if ((b->phase != PHASE_PRODUCING && b->phase != PHASE_DELIVERED) || b->txn_gen != gen ||
+            b->committed || b->held)
+            continue;
+        if (res == PRODUCER_TXN_DONE)
+            b->committed = true;
+        else if (res != PRODUCER_TXN_RETRY)
+            b->aborted = true;
+    }
+    return res == PRODUCER_TXN_ABORTED || res == PRODUCER_TXN_FAILED;
+}
+
 enum record_retry batch_record_failed(const struct batch *b)
 {
     if (b->record_each)

@@ -1320,17 +1320,7 @@ static void txn_unpublish(struct relay *r, struct batch *b)
 static void on_txn_ended(void *arg, unsigned gen, enum producer_txn_result res, const char *why)
 {
     struct relay *r = arg;
-    for (int k = 0; k < N_BATCHES; k++) {
-        struct batch *b = &r->b[k];
-        if ((b->phase != PHASE_PRODUCING && b->phase != PHASE_DELIVERED) || b->txn_gen != gen ||
-            b->committed || b->held)
-            continue;
-        if (res == PRODUCER_TXN_DONE)
-            b->committed = true;
-        else if (res != PRODUCER_TXN_RETRY)
-            b->aborted = true;
-    }
-    if (res == PRODUCER_TXN_ABORTED || res == PRODUCER_TXN_FAILED)
+    if (batch_txn_ended(r->b, N_BATCHES, gen, res))
         txn_drop_held(r);
     uint64_t ms = now_ms(r) - r->txn_start_ms;
     switch (res) {

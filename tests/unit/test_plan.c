@@ -763,6 +763,27 @@ Test(plan, a_failed_failure_record)
     cr_assert_eq(batch_record_failed(b), RECORD_NEXT);
 }
 
+/* The end of a transaction settles the batches produced into it, and only
+ * those: committed, or aborted (then held claims are given back). */
+Test(plan, the_end_of_a_transaction_settles_its_batches)
+{
+    struct batch *a = load(0, 1, 5, PHASE_DELIVERED), *b = load(1, 6, 5, PHASE_PRODUCING);
+    a->txn_gen = 5;
+    b->txn_gen = 6;
+    cr_assert(!batch_txn_ended(slots, 2, 5, PRODUCER_TXN_DONE));
+    cr_assert(a->committed && !b->committed, "only the batch of that transaction");
+    cr_assert(!batch_txn_ended(slots, 2, 6, PRODUCER_TXN_RETRY));
+    cr_assert(!b->committed && !b->aborted, "an init to retry settles nothing");
+    cr_assert(batch_txn_ended(slots, 2, 6, PRODUCER_TXN_ABORTED), "held claims are given back");
+    cr_assert(b->aborted && !b->committed);
+    int dummy;
+    b->aborted = false;
+    b->held = &dummy;
+    cr_assert(batch_txn_ended(slots, 2, 6, PRODUCER_TXN_FAILED));
+    cr_assert(!b->aborted, "a held claim was not produced into it");
+    b->held = NULL;
+}
+
 /* A failed message dooms the open transaction: its batch is settled as
  * aborted at once (nothing marked, the rows produced again) and the
  * transaction ended; a dead producer's batches likewise, and its held claims
