@@ -105,6 +105,12 @@ bool batch_holds(const struct batch *batches, int n, const char *key);
 
 /* ---- the batch's phases ---------------------------------------------------- */
 
+/** The reports the @p n batches still wait for. */
+int batch_outstanding(const struct batch *batches, int n);
+
+/** Whether one of the @p n batches is in phase @p ph. */
+bool batch_any_in(const struct batch *batches, int n, enum phase ph);
+
 /** The connection was lost while @p b's statement ran. A lost mark goes back
  *  to PHASE_DELIVERED (marks are conditional: written again after the
  *  reconnect); other phases keep theirs (reports still come).

@@ -155,6 +155,22 @@ bool batch_holds(const struct batch *batches, int n, const char *key)
     return false;
 }
 
+int batch_outstanding(const struct batch *batches, int n)
+{
+    int sum = 0;
+    for (int k = 0; k < n; k++)
+        sum += batches[k].n_outstanding;
+    return sum;
+}
+
+bool batch_any_in(const struct batch *batches, int n, enum phase ph)
+{
+    for (int k = 0; k < n; k++)
+        if (batches[k].phase == ph)
+            return true;
+    return false;
+}
+
 bool batch_lost(struct batch *b)
 {
     switch (b->phase) {

@@ -14,14 +14,6 @@ static bool all_empty(const struct plan_state *s)
     return true;
 }
 
-static int in_flight(const struct plan_state *s)
-{
-    int n = 0;
-    for (int k = 0; k < s->n_batches; k++)
-        n += s->b[k].n_outstanding;
-    return n;
-}
-
 /* ---- the Kafka transaction ------------------------------------------------ */
 
 /* With relay.fencing=transactional a batch is marked only once its
@@ -208,7 +200,7 @@ static struct plan_step claim(const struct plan_state *s)
         else if (s->b[k].phase != PHASE_PRODUCING && !txn_with_kafka(s, &s->b[k]))
             busy = true;
     }
-    bool drained = in_flight(s) == 0; /* nothing of ours is queued: there is room */
+    bool drained = batch_outstanding(s->b, s->n_batches) == 0; /* nothing of ours is queued: there is room */
     /* Rows produced alone go one at a time: nothing else may share their request. */
     if (s->isolating && !all_empty(s))
         busy = true;

@@ -146,18 +146,12 @@ static struct relay *relay_of(struct batch *b)
 
 static int in_flight(const struct relay *r)
 {
-    int n = 0;
-    for (int k = 0; k < N_BATCHES; k++)
-        n += r->b[k].n_outstanding;
-    return n;
+    return batch_outstanding(r->b, N_BATCHES);
 }
 
 static bool any_phase(const struct relay *r, enum phase ph)
 {
-    for (int k = 0; k < N_BATCHES; k++)
-        if (r->b[k].phase == ph)
-            return true;
-    return false;
+    return batch_any_in(r->b, N_BATCHES, ph);
 }
 
 /* Empties @p b, releasing a claim result it held. */
