@@ -87,15 +87,10 @@ static void producing(struct batch *b)
     b->phase = PHASE_PRODUCING;
 }
 
-/* The step relay.c would carry out now, and its name for messages. */
-static struct plan_step next(const struct plan_state *s)
-{
-    return plan_next(s);
-}
-
+/* The step relay.c would carry out now is @p want. */
 #define assert_act(s, want)                                                                   \
     do {                                                                                      \
-        struct plan_step got_ = next(s);                                                      \
+        struct plan_step got_ = plan_next(s);                                                 \
         cr_assert_eq(got_.act, (want), "expected %s, got %s", plan_act_name(want),            \
                      plan_act_name(got_.act));                                                \
     } while (0)
@@ -134,7 +129,7 @@ Test(plan, a_new_connection_goes_through_its_steps_in_order)
     enum plan_act want[] = {PLAN_CHECK_SESSION, PLAN_CHECK_SCHEMA, PLAN_PREPARE, PLAN_PREPARE,
                             PLAN_TAKE_LOCK, PLAN_READY, PLAN_COUNT_BACKLOG, PLAN_LISTEN};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
-        struct plan_step p = next(&s);
+        struct plan_step p = plan_next(&s);
         cr_assert_eq(p.act, want[i], "step %zu: expected %s, got %s", i, plan_act_name(want[i]),
                      plan_act_name(p.act));
         if (p.act == PLAN_PREPARE)
@@ -142,7 +137,7 @@ Test(plan, a_new_connection_goes_through_its_steps_in_order)
         answered(&s, p);
     }
     cr_assert_eq(s.backlog_due_ms, s.now_ms + PLAN_BACKLOG_EVERY_MS);
-    struct plan_step p = next(&s);
+    struct plan_step p = plan_next(&s);
     cr_assert_eq(p.act, PLAN_CLAIM);
     cr_assert(p.slot == 0 && p.limit == BATCH_SIZE && !p.alone && id_span_is_empty(p.skip) &&
               p.rescan == 0, "nothing in flight: a full claim that skips nothing");
@@ -157,11 +152,11 @@ Test(plan, marks_come_before_everything_but_the_connection)
     s.backlog_due_ms = 0;
     delivered(load(1, 11, 10, PHASE_DELIVERED));
     delivered(load(0, 1, 10, PHASE_DELIVERED));
-    struct plan_step p = next(&s);
+    struct plan_step p = plan_next(&s);
     cr_assert(p.act == PLAN_MARK && p.slot == 0, "slot 0 first, got %s %d", plan_act_name(p.act),
               p.slot);
     s.role = STATS_ROLE_STANDBY;
-    cr_assert_eq(next(&s).act, PLAN_MARK, "a standby marks what it delivered as leader");
+    cr_assert_eq(plan_next(&s).act, PLAN_MARK, "a standby marks what it delivered as leader");
     s.session_checked = false;
     assert_act(&s, PLAN_CHECK_SESSION);
     s.session_checked = true;
@@ -274,7 +269,7 @@ Test(plan, the_skip_range_of_two_batches_and_the_rescan_after_marks)
     struct plan_state s = leader();
     s.wake = true;
     producing(load(0, 10, 10, PHASE_PRODUCING)); /* ids 10..19 */
-    struct plan_step p = next(&s);
+    struct plan_step p = plan_next(&s);
     cr_assert_eq(p.act, PLAN_CLAIM);
     cr_assert(p.slot == 1 && p.skip.lo == 10 && p.skip.hi == 19, "skips 10..%lld", (long long)p.skip.hi);
     cr_assert_eq(p.rescan, 1u << 0, "slot 0's range is rescanned after its marks");
@@ -284,7 +279,7 @@ Test(plan, the_skip_range_of_two_batches_and_the_rescan_after_marks)
     assert_act(&s, PLAN_WAIT);
     /* Slot 0 delivered: its marks, and no claim while it is not marked. */
     delivered(&slots[0]);
-    p = next(&s);
+    p = plan_next(&s);
     cr_assert(p.act == PLAN_MARK && p.slot == 0);
     slots[0].phase = PHASE_MARKING;
     s.pg_ready = false; /* the mark statement runs */
@@ -296,7 +291,7 @@ Test(plan, the_skip_range_of_two_batches_and_the_rescan_after_marks)
     /* Marked and done: relay.c wakes for the rescan; the claim now skips only slot 1. */
     batch_clear(&slots[0]);
     s.wake = true;
-    p = next(&s);
+    p = plan_next(&s);
     cr_assert(p.act == PLAN_CLAIM && p.slot == 0 && p.skip.lo == 25 && p.skip.hi == 34,
               "the rescan sees 10..24 again");
     cr_assert_eq(p.rescan, 1u << 1);
@@ -318,7 +313,7 @@ Test(plan, a_full_queue_holds_the_claim_until_it_drains)
     b->n_delivered = 1;
     assert_act(&s, PLAN_MARK);
     batch_clear(b);
-    struct plan_step p = next(&s);
+    struct plan_step p = plan_next(&s);
     cr_assert(p.act == PLAN_CLAIM && p.queue_drained);
 }
 
@@ -332,7 +327,7 @@ Test(plan, suspects_are_claimed_one_at_a_time)
     producing(load(0, 30, 1, PHASE_PRODUCING));
     assert_act(&s, PLAN_WAIT);
     batch_clear(&slots[0]);
-    struct plan_step p = next(&s);
+    struct plan_step p = plan_next(&s);
     cr_assert(p.act == PLAN_CLAIM && p.alone && p.limit == 1);
 
     struct batch *b = load(0, 0, 0, PHASE_CLAIMING);
@@ -401,7 +396,7 @@ Test(plan, hold_aggregate_holds_the_aggregate_across_batches_and_dead_letters)
     batch_clear(&slots[0]);
     struct plan_state s = leader();
     s.wake = true;
-    cr_assert_eq(next(&s).act, PLAN_CLAIM);
+    cr_assert_eq(plan_next(&s).act, PLAN_CLAIM);
 }
 
 Test(plan, dead_letter_lets_the_aggregate_go_on)
@@ -426,7 +421,7 @@ Test(plan, halt_stops_claiming_but_still_marks)
     s.halt_pending = true; /* produce_rows saw a permanent failure under halt */
     slots[1].phase = PHASE_DELIVERED;
     slots[1].n_outstanding = 0;
-    cr_assert_eq(next(&s).act, PLAN_MARK);
+    cr_assert_eq(plan_next(&s).act, PLAN_MARK);
     batch_clear(&slots[0]);
     batch_clear(&slots[1]);
     s.backlog_due_ms = 0;
@@ -487,7 +482,7 @@ Test(plan, a_fatal_producer_charges_no_row_and_is_replaced)
         batch_reported(b, i, &v, rd_kafka_err2name(RD_KAFKA_RESP_ERR__FATAL));
     }
     cr_assert_eq(b->phase, PHASE_DELIVERED);
-    cr_assert_eq(next(&s).act, PLAN_MARK, "what was delivered is marked first");
+    cr_assert_eq(plan_next(&s).act, PLAN_MARK, "what was delivered is marked first");
     cr_assert_eq(batch_failures_to_record(b), 0, "no row charged");
     for (int i = 1; i < 4; i++)
         cr_assert_eq(batch_row_end(b, i), ROW_END_CLAIMABLE);
@@ -551,7 +546,7 @@ Test(plan, connection_loss_mid_batch)
     assert_act(&s, PLAN_CHECK_SESSION);
     s.session_checked = s.schema_checked = true;
     s.prepared = 2;
-    struct plan_step p = next(&s);
+    struct plan_step p = plan_next(&s);
     cr_assert(p.act == PLAN_MARK && p.slot == 0);
     for (int i = 0; i < 5; i++)
         cr_assert_eq(batch_row_end(a, i), ROW_END_SENT);
@@ -580,7 +575,7 @@ Test(plan, shutdown_with_batches_in_flight)
     delivered(b);
     cr_assert_eq(plan_drain_on_signal(false, true, true), DRAIN_WAIT);
     s.stopping = true;
-    struct plan_step p = next(&s);
+    struct plan_step p = plan_next(&s);
     cr_assert(p.act == PLAN_MARK && p.slot == 1);
     batch_clear(b);
     assert_act(&s, PLAN_WAIT);
@@ -675,7 +670,7 @@ Test(plan, every_row_ends_in_exactly_one_state)
     cr_assert_eq(b->limit[2], LIMIT_ONE, "a permanent error exhausts the row: attempts + 1 = max");
     cr_assert(b->span.lo == 100 && b->span.hi == 106, "the cut row is outside the span");
     struct plan_state s = leader();
-    cr_assert_eq(next(&s).act, PLAN_MARK);
+    cr_assert_eq(plan_next(&s).act, PLAN_MARK);
     b->marked = true;
     cr_assert_eq(batch_after_marks(b), BATCH_RECORD);
 }
