@@ -86,13 +86,69 @@ void batch_cut_at(struct batch *b, int i);
  *  may cost. @return true when it is charged to the row. */
 bool batch_row_failed(struct batch *b, int i, enum attempt_limit limit, const char *why);
 
+/** Row @p i's delivery report: delivered (@p v NULL), or failed as @p v
+ *  judged it, @p why the error's name (kept when the row is charged).
+ *  @return true for the batch's last report: it is PHASE_DELIVERED now. */
+bool batch_reported(struct batch *b, int i, const struct failure_verdict *v, const char *why);
+
 /** The rows whose failure is theirs to record, and the first of them (0 if none). */
 int batch_failures_to_record(const struct batch *b);
 int batch_first_failure(const struct batch *b);
 
+/** The rows that failed through no fault of theirs (an outage, ours, suspects):
+ *  charged nothing, produced again. */
+int batch_failures_uncharged(const struct batch *b);
+
 /** True when @p key ("type\x1fid") has a failed or held row in one of the
  *  @p n batches: a later row of it must wait behind that row. */
 bool batch_holds(const struct batch *batches, int n, const char *key);
+
+/* ---- the batch's phases ---------------------------------------------------- */
+
+/** The reports the @p n batches still wait for. */
+int batch_outstanding(const struct batch *batches, int n);
+
+/** Whether one of the @p n batches is in phase @p ph. */
+bool batch_any_in(const struct batch *batches, int n, enum phase ph);
+
+/** The connection was lost while @p b's statement ran. A lost mark goes back
+ *  to PHASE_DELIVERED (marks are conditional: written again after the
+ *  reconnect); other phases keep theirs (reports still come).
+ *  @return true when the batch is to be emptied: a lost claim produced
+ *  nothing, and a lost failure record is simply tried again (an attempt is
+ *  not lost data): its rows are claimed again. */
+bool batch_lost(struct batch *b);
+
+/** Whether @p b, every report in, has marks to write (then its failures). */
+bool batch_marks_due(const struct batch *b);
+
+/** What follows @p b's marks. */
+enum batch_next {
+    BATCH_RECORD = 0,     /* failures charged to rows: record them */
+    BATCH_DONE,           /* nothing to record: the batch is complete */
+    BATCH_RETRY_LATER,    /* nothing reached Kafka and no row is to blame: empty the batch,
+                             wait a poll interval, claim its rows again */
+};
+enum batch_next batch_after_marks(const struct batch *b);
+
+/** The Kafka transaction @p gen ended with @p res: the @p n batches whose
+ *  rows were produced into it are committed (marked once delivered) or
+ *  aborted (nothing of them visible); claims held for a later transaction
+ *  were not in it. @return true when the held claims are to be given back
+ *  unproduced: they would overtake the rows of the aborted one. */
+bool batch_txn_ended(struct batch *batches, int n, unsigned gen, enum producer_txn_result res);
+
+/** What follows when writing @p b's failure record failed. */
+enum record_retry {
+    RECORD_EACH = 0,    /* the whole batch's record: record the rows one by one, so that
+                           one row (a value the table refuses, a trigger) does not lose
+                           the bookkeeping of the others */
+    RECORD_GIVE_UP,     /* a record of one row: empty the batch and back off; its rows
+                           are claimed again and fail again */
+    RECORD_NEXT,        /* one by one: this row's record is lost (it is claimed again),
+                           the next row's is written */
+};
+enum record_retry batch_record_failed(const struct batch *b);
 
 /** What becomes of row @p i once its batch is done. */
 enum row_end {

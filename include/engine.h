@@ -37,6 +37,19 @@ enum poison_policy poison_policy_parse(const char *name);
 /** Every policy's name, in enum order, NULL-terminated: the config's allowed values. */
 extern const char *const poison_policy_names[];
 
+/** What a row's recorded failure means under its policy. */
+enum poison_outcome {
+    OUTCOME_RETRY = 0,      /* attempts left (or halted already): claimed and produced again */
+    OUTCOME_DEAD_LETTERED,  /* out of attempts, dead_at set: skipped from now on */
+    OUTCOME_HALT,           /* out of attempts under halt: relaying stops */
+};
+
+/** The outcome of a failure record under @p rules: @p dead, the record set
+ *  dead_at (it asks for that only when rules->dead_letters); @p exhausted,
+ *  the row is out of attempts; @p halted, relaying stopped already. */
+enum poison_outcome poison_outcome_of(const struct poison_rules *rules, bool dead, bool exhausted,
+                                      bool halted);
+
 /* ---- a failed delivery --------------------------------------------------- */
 
 /** How many attempts a failure may cost before on_poison applies. */
@@ -60,6 +73,23 @@ struct failure_verdict {
  *  request is its own. A failure that is the relay's own (ours) or an outage
  *  costs nothing; any other is proven the row's only once it fails alone. */
 struct failure_verdict engine_judge_failure(enum kafka_fault fault, bool alone);
+
+/* ---- handing a row to the producer --------------------------------------- */
+
+/** What a row's hand-over to the producer means for it. */
+enum send_verdict {
+    SEND_QUEUED = 0,    /* with the producer: its delivery report follows */
+    SEND_REFUSED,       /* it can never be produced as it is (its topic, headers, size):
+                           charged, and one attempt exhausts it */
+    SEND_TOO_LARGE,     /* larger than the whole producer queue, which is empty: refused too */
+    SEND_CUT,           /* the producer cannot take it now (queue full, producer unusable):
+                           not the row's fault; the batch ends before it */
+};
+
+/** The verdict on a hand-over that returned @p rc (0 or a negative errno as
+ *  producer_send returns them; -EINVAL also for a topic that cannot be
+ *  rendered), @p queue_empty: nothing of the relay's is in the producer. */
+enum send_verdict engine_send_verdict(int rc, bool queue_empty);
 
 /* ---- the id ranges of batches in flight ---------------------------------- */
 

@@ -45,4 +45,22 @@ enum kafka_fault {
  *  errors are the fatal error's echo, not an outage. */
 enum kafka_fault kafka_fault_of(int err, bool producer_fatal);
 
+/** Where the producer's Kafka transactions are (relay.fencing=transactional):
+ *  the engine decides on it, producer.c keeps it. */
+enum producer_txn_state {
+    PRODUCER_TXN_OFF = 0,   /* not transactional: an acknowledged row is published */
+    PRODUCER_TXN_UNINIT,    /* init_transactions not done on this instance yet */
+    PRODUCER_TXN_OPEN,      /* a transaction is open: rows may be produced into it */
+    PRODUCER_TXN_BUSY,      /* init, commit or abort runs on a worker thread */
+    PRODUCER_TXN_DEAD,      /* fenced or fatal: the instance must be replaced */
+};
+
+/** How a transaction call ended. */
+enum producer_txn_result {
+    PRODUCER_TXN_DONE = 0,  /* initialised, or committed: what was produced is visible */
+    PRODUCER_TXN_ABORTED,   /* aborted (an abortable error): nothing of it is visible */
+    PRODUCER_TXN_RETRY,     /* init timed out: call again later */
+    PRODUCER_TXN_FAILED,    /* fenced or fatal: nothing of it is visible, replace the instance */
+};
+
 #endif

@@ -18,27 +18,11 @@
 
 #include "config.h"
 #include "event.h"
+#include "kafka_rules.h"
 #include "stats.h"
 
 /** Called once per message produced with producer_send(), with its opaque. */
 typedef void (*producer_report_cb)(void *opaque, rd_kafka_resp_err_t err, void *arg);
-
-/** Where the instance's Kafka transactions are (relay.fencing=transactional). */
-enum producer_txn_state {
-    PRODUCER_TXN_OFF = 0,   /* not transactional: an acknowledged row is published */
-    PRODUCER_TXN_UNINIT,    /* init_transactions not done on this instance yet */
-    PRODUCER_TXN_OPEN,      /* a transaction is open: rows may be produced into it */
-    PRODUCER_TXN_BUSY,      /* init, commit or abort runs on a worker thread */
-    PRODUCER_TXN_DEAD,      /* fenced or fatal: the instance must be replaced */
-};
-
-/** How a transaction call ended. */
-enum producer_txn_result {
-    PRODUCER_TXN_DONE = 0,  /* initialised, or committed: what was produced is visible */
-    PRODUCER_TXN_ABORTED,   /* aborted (an abortable error): nothing of it is visible */
-    PRODUCER_TXN_RETRY,     /* init timed out: call again later */
-    PRODUCER_TXN_FAILED,    /* fenced or fatal: nothing of it is visible, replace the instance */
-};
 
 /** Called on the loop thread when a transaction call ended: @p gen is the
  *  generation (producer_txn_gen) the call ended, @p why a message on failure. */

@@ -105,11 +105,34 @@ bool batch_row_failed(struct batch *b, int i, enum attempt_limit limit, const ch
     return why != NULL;
 }
 
+bool batch_reported(struct batch *b, int i, const struct failure_verdict *v, const char *why)
+{
+    if (!v) {
+        b->state[i] = ROW_DELIVERED;
+        b->n_delivered++;
+    } else {
+        batch_row_failed(b, i, v->limit, v->charged ? why : NULL);
+        b->n_suspects += v->suspect;
+    }
+    if (--b->n_outstanding > 0)
+        return false;
+    b->phase = PHASE_DELIVERED;
+    return true;
+}
+
 int batch_failures_to_record(const struct batch *b)
 {
     int n = 0;
     for (int i = 0; i < b->n_rows; i++)
         n += b->state[i] == ROW_FAILED && b->reason[i];
+    return n;
+}
+
+int batch_failures_uncharged(const struct batch *b)
+{
+    int n = 0;
+    for (int i = 0; i < b->n_rows; i++)
+        n += b->state[i] == ROW_FAILED && !b->reason[i];
     return n;
 }
 
@@ -130,6 +153,75 @@ bool batch_holds(const struct batch *batches, int n, const char *key)
                 return true;
     }
     return false;
+}
+
+int batch_outstanding(const struct batch *batches, int n)
+{
+    int sum = 0;
+    for (int k = 0; k < n; k++)
+        sum += batches[k].n_outstanding;
+    return sum;
+}
+
+bool batch_any_in(const struct batch *batches, int n, enum phase ph)
+{
+    for (int k = 0; k < n; k++)
+        if (batches[k].phase == ph)
+            return true;
+    return false;
+}
+
+bool batch_lost(struct batch *b)
+{
+    switch (b->phase) {
+    case PHASE_CLAIMING:
+    case PHASE_RECORDING:
+        return true;
+    case PHASE_MARKING:
+        b->phase = PHASE_DELIVERED;
+        return false;
+    default:
+        return false;
+    }
+}
+
+bool batch_marks_due(const struct batch *b)
+{
+    return !b->marked && b->n_delivered > 0;
+}
+
+enum batch_next batch_after_marks(const struct batch *b)
+{
+    if (batch_failures_to_record(b) > 0)
+        return BATCH_RECORD;
+    int uncounted = batch_failures_uncharged(b);
+    /* Suspects are produced alone next, at once; anything else failed for
+     * Kafka's sake, and retrying at once would only fail again. */
+    if (uncounted > 0 && b->n_delivered == 0 && b->n_suspects < uncounted)
+        return BATCH_RETRY_LATER;
+    return BATCH_DONE;
+}
+
+bool batch_txn_ended(struct batch *batches, int n, unsigned gen, enum producer_txn_result res)
+{
+    for (int k = 0; k < n; k++) {
+        struct batch *b = &batches[k];
+        if ((b->phase != PHASE_PRODUCING && b->phase != PHASE_DELIVERED) || b->txn_gen != gen ||
+            b->committed || b->held)
+            continue;
+        if (res == PRODUCER_TXN_DONE)
+            b->committed = true;
+        else if (res != PRODUCER_TXN_RETRY)
+            b->aborted = true;
+    }
+    return res == PRODUCER_TXN_ABORTED || res == PRODUCER_TXN_FAILED;
+}
+
+enum record_retry batch_record_failed(const struct batch *b)
+{
+    if (b->record_each)
+        return RECORD_NEXT;
+    return batch_failures_to_record(b) > 1 ? RECORD_EACH : RECORD_GIVE_UP;
 }
 
 enum row_end batch_row_end(const struct batch *b, int i)

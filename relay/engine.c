@@ -1,6 +1,7 @@
 /* engine.c — the relay's decisions about rows; see engine.h. No I/O. */
 #include "engine.h"
 
+#include <errno.h>
 #include <string.h>
 
 /* ---- poison policies ------------------------------------------------------ */
@@ -46,6 +47,14 @@ enum poison_policy poison_policy_parse(const char *name)
     return POISON_N;
 }
 
+enum poison_outcome poison_outcome_of(const struct poison_rules *rules, bool dead, bool exhausted,
+                                      bool halted)
+{
+    if (dead)
+        return OUTCOME_DEAD_LETTERED;
+    return exhausted && rules->halts && !halted ? OUTCOME_HALT : OUTCOME_RETRY;
+}
+
 /* ---- a failed delivery ---------------------------------------------------- */
 
 struct failure_verdict engine_judge_failure(enum kafka_fault fault, bool alone)
@@ -72,6 +81,21 @@ struct failure_verdict engine_judge_failure(enum kafka_fault fault, bool alone)
         break;
     }
     return v;
+}
+
+/* ---- handing a row to the producer ---------------------------------------- */
+
+enum send_verdict engine_send_verdict(int rc, bool queue_empty)
+{
+    if (rc == 0)
+        return SEND_QUEUED;
+    /* A full queue frees room as reports come, unless nothing is in it:
+     * then this row alone is too large, and always will be. */
+    if (rc == -ENOBUFS)
+        return queue_empty ? SEND_TOO_LARGE : SEND_CUT;
+    if (rc == -EIO)
+        return SEND_CUT;
+    return SEND_REFUSED;
 }
 
 /* ---- id spans ------------------------------------------------------------- */

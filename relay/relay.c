@@ -1,9 +1,10 @@
-/* relay.c — the state machine that moves outbox rows to Kafka.
+/* relay.c — the I/O that moves outbox rows to Kafka.
  *
  * Everything runs on one libuv loop: PostgreSQL results and notifications,
- * Kafka delivery reports, timers and signals. One batch is in flight at a
- * time and its phase says what may happen next; step() is the single place
- * that decides the next action after any event. */
+ * Kafka delivery reports, timers and signals. Each event updates the relay's
+ * state and calls step(), the single place that asks the engine (plan.c)
+ * what to do next and carries it out; the decisions themselves are there, in
+ * engine.c and in batch.c, without I/O. */
 #include "relay.h"
 
 #include <errno.h>
@@ -31,6 +32,7 @@
 #include "migrate.h"
 #include "notify.h"
 #include "pg.h"
+#include "plan.h"
 #include "producer.h"
 #include "progress.h"
 #include "sql.h"
@@ -41,6 +43,7 @@
 /* Several batches may be in flight: while Kafka acknowledges some,
  * PostgreSQL claims or marks another, so neither side waits for the other. */
 #define N_BATCHES RELAY_BATCHES_IN_FLIGHT
+_Static_assert(N_BATCHES <= PLAN_MAX_BATCHES, "the engine names each batch slot by a bit");
 
 /* A delivery report's opaque: the batch slot in the top bits, the row below. */
 #define OPAQUE_ROW_BITS 20
@@ -124,9 +127,9 @@ struct relay {
 };
 
 static void step(struct relay *r);
+static void snapshot(const struct relay *r, struct plan_state *s);
 static void finish(struct relay *r);
 static bool session_evidence(struct relay *r, const PGresult *res, const char *statement);
-static bool txn_hold(struct relay *r, struct batch *b, struct pg_conn *pg, PGresult *res);
 
 /* ---- batch ------------------------------------------------------------- */
 
@@ -143,26 +146,12 @@ static struct relay *relay_of(struct batch *b)
 
 static int in_flight(const struct relay *r)
 {
-    int n = 0;
-    for (int k = 0; k < N_BATCHES; k++)
-        n += r->b[k].n_outstanding;
-    return n;
+    return batch_outstanding(r->b, N_BATCHES);
 }
 
 static bool any_phase(const struct relay *r, enum phase ph)
 {
-    for (int k = 0; k < N_BATCHES; k++)
-        if (r->b[k].phase == ph)
-            return true;
-    return false;
-}
-
-static bool all_empty(const struct relay *r)
-{
-    for (int k = 0; k < N_BATCHES; k++)
-        if (r->b[k].phase != PHASE_EMPTY)
-            return false;
-    return true;
+    return batch_any_in(r->b, N_BATCHES, ph);
 }
 
 /* Empties @p b, releasing a claim result it held. */
@@ -205,9 +194,9 @@ static void on_report(void *opaque, rd_kafka_resp_err_t err, void *arg)
         log_error("delivery report for no row in flight", "batch=%d index=%d", k, i);
         return;
     }
+    bool last;
     if (err == RD_KAFKA_RESP_ERR_NO_ERROR) {
-        b->state[i] = ROW_DELIVERED;
-        b->n_delivered++;
+        last = batch_reported(b, i, NULL, NULL);
         r->st.published_total++;
         stats_observe(&r->st.delivery_latency, stats_now() - (double)b->created_ms[i] / 1000.0);
     } else {
@@ -218,11 +207,10 @@ static void on_report(void *opaque, rd_kafka_resp_err_t err, void *arg)
         enum kafka_fault fault = kafka_fault_of(err, producer_fatal(&r->prod));
         struct failure_verdict verdict = engine_judge_failure(fault, b->alone);
         enum stats_fail_reason kind = verdict.permanent ? STATS_FAIL_PERMANENT : STATS_FAIL_RETRIABLE;
-        row_failed(r, b, i, kind, verdict.limit, verdict.charged ? rd_kafka_err2name(err) : NULL);
-        if (verdict.counted && !verdict.charged)
-            r->st.failed_total[kind]++; /* row_failed counts the charged ones */
+        last = batch_reported(b, i, &verdict, rd_kafka_err2name(err));
+        if (verdict.counted)
+            r->st.failed_total[kind]++;
         if (verdict.suspect) {
-            b->n_suspects++;
             r->isolating = true;
             r->wake = true;
             if (b->ids[i] > r->isolate_until_id)
@@ -235,7 +223,7 @@ static void on_report(void *opaque, rd_kafka_resp_err_t err, void *arg)
                      rd_kafka_err2name(err), verdict.permanent ? "true" : "false");
         }
     }
-    if (--b->n_outstanding == 0) {
+    if (last) {
         log_debug("batch acknowledged", "batch=%d delivered=%d ms=%" PRIu64, b->slot,
                   b->n_delivered, now_ms(r) - b->start_ms);
         if (b->n_suspects > 0)
@@ -243,7 +231,6 @@ static void on_report(void *opaque, rd_kafka_resp_err_t err, void *arg)
                      "rows=%d error=%s first_outbox_id=%" PRId64 " retry_up_to_outbox_id=%" PRId64,
                      b->n_suspects, rd_kafka_err2name(b->suspect_err), b->span.lo, r->isolate_until_id);
         r->queue_full = false; /* this batch's messages left the queue */
-        b->phase = PHASE_DELIVERED;
         step(r);
     }
 }
@@ -283,6 +270,39 @@ static void batch_cut(struct relay *r, struct batch *b, int i, bool queue_full)
     r->wake = true;
 }
 
+/* The row's topic into @p topic, checked. @return 0, or -EINVAL with @p err
+ * saying why (the row is poison: its topic never will be valid). */
+static int row_topic(struct relay *r, const struct event_row *row, char *topic, size_t len,
+                     char *err, size_t errlen)
+{
+    int rc;
+    if (row->topic && *row->topic)
+        rc = snprintf(topic, len, "%s", row->topic) < (int)len ? 0 : -ENOSPC;
+    else
+        rc = event_topic_render(r->cfg->topic, row->aggregate_type, row->event_type, topic, len);
+    if (rc < 0) {
+        snprintf(err, errlen, "invalid topic name: longer than %zu bytes", len - 1);
+        return -EINVAL;
+    }
+    return event_topic_check(topic, err, errlen) < 0 ? -EINVAL : 0;
+}
+
+/* Row @p i can never be produced as it is: charged (one attempt exhausts
+ * it), and under a policy that holds, later rows of its aggregate wait. */
+static void row_refused(struct relay *r, struct batch *b, PGresult *res, int i,
+                        const struct event_row *row, const char *err)
+{
+    row_failed(r, b, i, STATS_FAIL_INVALID, LIMIT_ONE, err);
+    if (r->poison->halts)
+        r->halt_pending = true;
+    if (r->poison->hold_in_flight)
+        b->agg[i] = agg_key(res, i);
+    if (log_limit_allow(&r->failures, stats_mono(), LOG_LVL_WARN, "row cannot be produced", err,
+                        row->id))
+        log_warn("row cannot be produced", "outbox_id=%" PRId64 " event_id=%s reason=%s", row->id,
+                 row->event_id, log_quote(err));
+}
+
 /* Hands every claimed row to the producer. What can be seen to be poison
  * before producing (invalid topic, headers that are not an object of strings,
  * a message larger than message.max.bytes) fails here, without a round trip
@@ -312,52 +332,27 @@ static void produce_rows(struct relay *r, struct batch *b, PGresult *res)
 
         struct event_row row;
         pg_claim_row(res, i, &row);
-
-        int rc;
-        if (row.topic && *row.topic)
-            rc = snprintf(topic, sizeof(topic), "%s", row.topic) < (int)sizeof(topic) ? 0 : -ENOSPC;
-        else
-            rc = event_topic_render(r->cfg->topic, row.aggregate_type, row.event_type, topic,
-                                    sizeof(topic));
-        if (rc < 0) {
-            snprintf(err, sizeof(err), "invalid topic name: longer than %zu bytes",
-                     sizeof(topic) - 1);
-            rc = -EINVAL;
-        } else if (event_topic_check(topic, err, sizeof(err)) < 0) {
-            rc = -EINVAL;
-        } else {
+        int rc = row_topic(r, &row, topic, sizeof(topic), err, sizeof(err));
+        if (rc == 0) {
             b->state[i] = ROW_PENDING;
             err[0] = '\0';
             void *opaque = (void *)(((intptr_t)b->slot << OPAQUE_ROW_BITS) | i);
             rc = producer_send(&r->prod, &row, topic, opaque, err, sizeof(err));
         }
-
-        if (rc == -ENOBUFS && in_flight(r) == 0) {
-            /* An empty queue cannot take it: it never will. */
-            b->state[i] = ROW_FAILED;
-            snprintf(err + strlen(err), sizeof(err) - strlen(err),
-                     " (larger than the producer queue: queue.buffering.max.kbytes)");
-            rc = -EMSGSIZE;
-        } else if (rc == -ENOBUFS || rc == -EIO) {
-            /* Not this row's fault: the rest of the batch is claimed again. */
+        enum send_verdict v = rc == 0 ? SEND_QUEUED : engine_send_verdict(rc, in_flight(r) == 0);
+        if (v == SEND_CUT) {
             b->state[i] = ROW_SKIPPED;
             log_warn("producer cannot take more now", "rows_queued=%d reason=%s", i,
                      log_quote(err));
             batch_cut(r, b, i, rc == -ENOBUFS);
             break;
         }
-        if (rc < 0) {
-            row_failed(r, b, i, STATS_FAIL_INVALID, LIMIT_ONE, err);
-            if (r->poison->halts)
-                r->halt_pending = true; /* permanent: one attempt exhausts it */
-            if (holding) {
-                b->agg[i] = agg_key(res, i);
-                any_held = true;
-            }
-            if (log_limit_allow(&r->failures, stats_mono(), LOG_LVL_WARN, "row cannot be produced",
-                                err, row.id))
-                log_warn("row cannot be produced", "outbox_id=%" PRId64 " event_id=%s reason=%s",
-                         row.id, row.event_id, log_quote(err));
+        if (v == SEND_TOO_LARGE)
+            snprintf(err + strlen(err), sizeof(err) - strlen(err),
+                     " (larger than the producer queue: queue.buffering.max.kbytes)");
+        if (v != SEND_QUEUED) {
+            row_refused(r, b, res, i, &row, err);
+            any_held |= holding;
             continue;
         }
         b->n_outstanding++;
@@ -372,7 +367,8 @@ static void on_claimed(struct pg_conn *pg, PGresult *res, void *arg)
     struct batch *b = arg;
     struct relay *r = relay_of(b);
     if (!res) {
-        batch_reset(b); /* connection lost: nothing was produced */
+        if (batch_lost(b))
+            batch_reset(b);
         return;
     }
     if (PQresultStatus(res) != PGRES_TUPLES_OK) {
@@ -384,33 +380,29 @@ static void on_claimed(struct pg_conn *pg, PGresult *res, void *arg)
     }
     int n = PQntuples(res);
     log_debug("claimed", "batch=%d rows=%d ms=%" PRIu64, b->slot, n, now_ms(r) - b->start_ms);
-    if (b->claim_gen != r->truncations) {
-        /* Another batch was cut after this claim skipped its whole range. */
-        batch_reset(b);
-        r->wake = true;
-        step(r);
-        return;
-    }
-    if (b->alone && (n == 0 || strtoll(PQgetvalue(res, 0, CLAIM_ID), NULL, 10) > r->isolate_until_id)) {
-        r->isolating = false; /* every suspect has been produced alone */
+    struct plan_state s;
+    snapshot(r, &s);
+    struct claim_verdict v = plan_claimed(&s, b, n, n ? strtoll(PQgetvalue(res, 0, CLAIM_ID), NULL, 10) : 0);
+    if (v.isolation_over) {
+        r->isolating = false;
         r->isolate_until_id = 0;
-        b->alone = n > 0;
     }
-    if (r->stopping || n == 0 || r->st.halted || r->halt_pending || r->st.refused) {
-        batch_reset(b); /* shutting down or halting: claimed rows stay unsent */
+    b->alone = v.alone;
+    if (v.use != CLAIM_PRODUCE) {
+        batch_reset(b); /* rows claimed but not produced stay unsent */
+        r->wake |= v.use == CLAIM_STALE;
         step(r);
         return;
     }
-    /* A full batch means more rows are probably waiting; so does a row
-     * produced alone while suspects remain: the poll interval would pace
-     * the isolation at one row per interval. */
-    if (n >= (b->alone ? 1 : r->cfg->batch_size))
+    if (v.more)
         r->wake = true;
     /* Send PostgreSQL its next statement (the next claim, or a mark) before
      * producing this batch, so the database works while we do. */
     batch_load(b, res);
     b->phase = PHASE_PRODUCING;
-    if (txn_hold(r, b, pg, res)) {
+    if (plan_txn_holds(&s, b)) {
+        b->held = res; /* produced when the open transaction is done (fence_step) */
+        pg_result_keep(pg);
         step(r);
         return;
     }
@@ -420,31 +412,25 @@ static void on_claimed(struct pg_conn *pg, PGresult *res, void *arg)
     step(r);
 }
 
-/* Claims into @p b. While other batches are in flight the id range they
- * span is skipped (their rows are not marked yet); rows inside that range
- * that were not part of them are found by the claim after their marks. No id
- * cursor survives a batch, so no late-committing row is skipped for ever. */
-static void claim(struct relay *r, struct batch *b)
+/* Claims as @p p says: into its slot, skipping the id range of the other
+ * batches in flight (plan_next chose both). */
+static void claim(struct relay *r, const struct plan_step *p)
 {
+    struct batch *b = &r->b[p->slot];
     if (batch_reserve(b, r->cfg->batch_size) < 0) {
         log_error("out of memory sizing the batch", "batch_size=%d", r->cfg->batch_size);
         r->backoff = true;
         return;
     }
-    struct id_span skip = id_span_empty();
-    for (int k = 0; k < N_BATCHES; k++) {
-        struct batch *other = &r->b[k];
-        if (other == b || other->phase == PHASE_EMPTY || other->n_rows == 0)
-            continue;
-        skip = id_span_union(skip, other->span);
-        other->rescan_after_mark = true;
-    }
+    for (int k = 0; k < N_BATCHES; k++)
+        if (p->rescan & (1u << k))
+            r->b[k].rescan_after_mark = true;
     char limit[16], los[24], his[24];
-    b->alone = r->isolating;
+    b->alone = p->alone;
     b->claim_gen = r->truncations;
-    snprintf(limit, sizeof(limit), "%d", b->alone ? 1 : r->cfg->batch_size);
-    snprintf(los, sizeof(los), "%" PRId64, skip.lo);
-    snprintf(his, sizeof(his), "%" PRId64, skip.hi);
+    snprintf(limit, sizeof(limit), "%d", p->limit);
+    snprintf(los, sizeof(los), "%" PRId64, p->skip.lo);
+    snprintf(his, sizeof(his), "%" PRId64, p->skip.hi);
     const char *params[] = { limit, los, his };
     r->wake = false;
     r->claim_first = false;
@@ -494,19 +480,52 @@ static void failures_send(struct relay *r, struct batch *b, int n)
         batch_reset(b);
 }
 
+/* Row @p k of a failure record's result: dead-lettered, halting, or to be
+ * tried again, as its policy says. */
+static void recorded_row(struct relay *r, const struct batch *b, const PGresult *res, int k)
+{
+    const char *id = PQgetvalue(res, k, 0);
+    const char *attempts = PQgetvalue(res, k, 1);
+    bool dead = PQgetvalue(res, k, 2)[0] == 't';
+    bool exhausted = PQgetvalue(res, k, 3)[0] == 't';
+    const char *why = "";
+    for (int i = 0; i < b->n_rows; i++)
+        if (b->reason[i] && b->ids[i] == strtoll(id, NULL, 10))
+            why = b->reason[i];
+    switch (poison_outcome_of(r->poison, dead, exhausted, r->st.halted)) {
+    case OUTCOME_DEAD_LETTERED:
+        r->st.dead_total++;
+        if (log_limit_allow(&r->failures, stats_mono(), LOG_LVL_ERROR, r->poison->dead_msg, why,
+                            strtoll(id, NULL, 10)))
+            log_error(r->poison->dead_msg, "outbox_id=%s attempts=%s error=%s", id, attempts,
+                      log_quote(why));
+        break;
+    case OUTCOME_HALT:
+        r->st.halted = true;
+        snprintf(r->st.halt_reason, sizeof(r->st.halt_reason),
+                 "outbox row %s cannot be delivered after %s attempts: %s", id, attempts, why);
+        log_error("relaying halted: a row cannot be delivered (on_poison=halt); fix or "
+                  "requeue it and restart",
+                  "outbox_id=%s attempts=%s error=%s", id, attempts, log_quote(why));
+        break;
+    case OUTCOME_RETRY:
+        break;
+    }
+}
+
 static void on_recorded(struct pg_conn *pg, PGresult *res, void *arg)
 {
     (void)pg;
     struct batch *b = arg;
     struct relay *r = relay_of(b);
     if (!res) {
-        batch_reset(b); /* the rows are claimed and tried again: an attempt is not lost data */
+        if (batch_lost(b))
+            batch_reset(b);
         return;
     }
     if (PQresultStatus(res) != PGRES_TUPLES_OK) {
-        if (!b->record_each && batch_failures_to_record(b) > 1) {
-            /* One row (a value the table refuses, a trigger) must not lose
-             * the bookkeeping of the others: record them one by one. */
+        enum record_retry next = batch_record_failed(b);
+        if (next == RECORD_EACH) {
             log_warn("recording the failures of a batch failed; recording them row by row",
                      "error=%s", log_quote(PQresultErrorMessage(res)));
             b->record_each = true;
@@ -517,7 +536,7 @@ static void on_recorded(struct pg_conn *pg, PGresult *res, void *arg)
                   "outbox_id=%" PRId64 " error=%s", b->ids[b->record_each ? b->record_row
                                                                           : batch_first_failure(b)],
                   log_quote(PQresultErrorMessage(res)));
-        if (!b->record_each) {
+        if (next == RECORD_GIVE_UP) {
             batch_reset(b);
             r->backoff = true;
             return;
@@ -526,30 +545,8 @@ static void on_recorded(struct pg_conn *pg, PGresult *res, void *arg)
         record_failure_from(r, b, b->record_row + 1);
         return;
     }
-    for (int k = 0; k < PQntuples(res); k++) {
-        const char *id = PQgetvalue(res, k, 0);
-        const char *attempts = PQgetvalue(res, k, 1);
-        bool dead = PQgetvalue(res, k, 2)[0] == 't';
-        bool exhausted = PQgetvalue(res, k, 3)[0] == 't';
-        const char *why = "";
-        for (int i = 0; i < b->n_rows; i++)
-            if (b->reason[i] && b->ids[i] == strtoll(id, NULL, 10))
-                why = b->reason[i];
-        if (dead) {
-            r->st.dead_total++;
-            if (log_limit_allow(&r->failures, stats_mono(), LOG_LVL_ERROR, r->poison->dead_msg,
-                                why, strtoll(id, NULL, 10)))
-                log_error(r->poison->dead_msg, "outbox_id=%s attempts=%s error=%s", id, attempts,
-                          log_quote(why));
-        } else if (exhausted && r->poison->halts && !r->st.halted) {
-            r->st.halted = true;
-            snprintf(r->st.halt_reason, sizeof(r->st.halt_reason),
-                     "outbox row %s cannot be delivered after %s attempts: %s", id, attempts, why);
-            log_error("relaying halted: a row cannot be delivered (on_poison=halt); fix or "
-                      "requeue it and restart",
-                      "outbox_id=%s attempts=%s error=%s", id, attempts, log_quote(why));
-        }
-    }
+    for (int k = 0; k < PQntuples(res); k++)
+        recorded_row(r, b, res, k);
     if (b->record_each) {
         record_failure_from(r, b, b->record_row + 1);
         return;
@@ -564,31 +561,26 @@ static void on_recorded(struct pg_conn *pg, PGresult *res, void *arg)
  * delivered: those rows are simply produced again. */
 static void record_failures(struct relay *r, struct batch *b)
 {
-    int n = 0, uncounted = 0;
-    failures_begin(r);
-    for (int i = 0; i < b->n_rows; i++) {
-        if (b->state[i] != ROW_FAILED)
-            continue;
-        if (!b->reason[i]) {
-            uncounted++;
-            continue;
-        }
-        failures_add(r, b, i, n++);
-    }
-    if (n == 0) {
-        if (uncounted > 0 && b->n_delivered == 0 && b->n_suspects < uncounted) {
-            /* Nothing got through: give Kafka a poll interval before retrying. */
-            log_warn("no row of the batch reached Kafka; retrying without counting attempts",
-                     "failed=%d", uncounted);
-            batch_reset(b);
-            r->backoff = true;
-        } else {
-            batch_done(r, b);
-        }
-        step(r);
+    switch (batch_after_marks(b)) {
+    case BATCH_RECORD:
+        failures_begin(r);
+        int n = 0;
+        for (int i = 0; i < b->n_rows; i++)
+            if (b->state[i] == ROW_FAILED && b->reason[i])
+                failures_add(r, b, i, n++);
+        failures_send(r, b, n);
         return;
+    case BATCH_RETRY_LATER:
+        log_warn("no row of the batch reached Kafka; retrying without counting attempts",
+                 "failed=%d", batch_failures_uncharged(b));
+        batch_reset(b);
+        r->backoff = true;
+        break;
+    case BATCH_DONE:
+        batch_done(r, b);
+        break;
     }
-    failures_send(r, b, n);
+    step(r);
 }
 
 /* The fallback: records the next failure at or after row @p from alone;
@@ -619,7 +611,8 @@ static void on_marked(struct pg_conn *pg, PGresult *res, void *arg)
     struct batch *b = arg;
     struct relay *r = relay_of(b);
     if (!res) {
-        b->phase = PHASE_DELIVERED; /* marks are conditional: write them again after reconnect */
+        if (batch_lost(b))
+            batch_reset(b);
         return;
     }
     if (PQresultStatus(res) != PGRES_COMMAND_OK) {
@@ -637,7 +630,7 @@ static void on_marked(struct pg_conn *pg, PGresult *res, void *arg)
 
 static void mark(struct relay *r, struct batch *b)
 {
-    if (b->marked || b->n_delivered == 0) {
+    if (!batch_marks_due(b)) {
         record_failures(r, b);
         return;
     }
@@ -666,7 +659,6 @@ static void mark(struct relay *r, struct batch *b)
 /* ---- retention --------------------------------------------------------- */
 
 #define RETENTION_BATCH 1000
-#define RETENTION_EVERY_MS 60000
 
 static void on_retention(struct pg_conn *pg, PGresult *res, void *arg)
 {
@@ -701,8 +693,6 @@ static void retention(struct relay *r)
 }
 
 /* ---- backlog and systemd ---------------------------------------------- */
-
-#define BACKLOG_EVERY_MS 5000
 
 static void notify_status(struct relay *r)
 {
@@ -1178,26 +1168,11 @@ static void on_holder(struct pg_conn *pg, PGresult *res, void *arg)
     step(r);
 }
 
-/* @return true when a statement about the leader lock was sent. */
-static bool leadership_step(struct relay *r)
+/* A statement about the leader lock: it names this relay's session marker. */
+static void lock_query(struct relay *r, const char *sql, pg_result_cb cb)
 {
     const char *params[] = { r->token };
-    if (r->st.role == STATS_ROLE_UNKNOWN || (r->st.role == STATS_ROLE_STANDBY && r->lock_due)) {
-        r->lock_due = false;
-        pg_query(&r->pg, r->ssql.lock, 1, params, on_lock, r);
-        return true;
-    }
-    if (r->st.role == STATS_ROLE_LEADER && r->lock_due) {
-        r->lock_due = false;
-        pg_query(&r->pg, r->ssql.verify, 1, params, on_verified, r);
-        return true;
-    }
-    if (r->st.role == STATS_ROLE_STANDBY && r->holder_due) {
-        r->holder_due = false;
-        pg_query(&r->pg, r->ssql.holder, 0, NULL, on_holder, r);
-        return true;
-    }
-    return false;
+    pg_query(&r->pg, sql, 1, params, cb, r);
 }
 
 static void on_released(struct pg_conn *pg, PGresult *res, void *arg)
@@ -1286,47 +1261,6 @@ static bool replace_producer(struct relay *r)
  * leader still had open and fences it: a paused leader that wakes up cannot
  * make anything visible to read_committed consumers, nor mark it. */
 
-/* A claim may run while a transaction is open or ending (its rows wait in
- * txn_hold), not before transactions are initialised nor into one that must
- * abort. */
-static bool txn_may_claim(const struct relay *r)
-{
-    for (int k = 0; k < N_BATCHES; k++)
-        if (r->b[k].unpublished)
-            return false; /* its rows come first: they are claimed again once it is done */
-    enum producer_txn_state st = producer_txn_state(&r->prod);
-    return st == PRODUCER_TXN_OFF ||
-           ((st == PRODUCER_TXN_OPEN || st == PRODUCER_TXN_BUSY) && !producer_txn_doomed(&r->prod));
-}
-
-/* A batch whose transaction has not committed yet is still with Kafka. */
-static bool txn_with_kafka(const struct relay *r, const struct batch *b)
-{
-    return b->phase == PHASE_DELIVERED && producer_txn_state(&r->prod) != PRODUCER_TXN_OFF &&
-           !b->committed;
-}
-
-/* One transaction per batch: rows claimed while another batch's transaction
- * is open or ending wait (the claim result is kept), so that a batch's commit
- * and marks never wait for the next batch's acknowledgements, and the next
- * batch is produced the moment the previous one committed. @return true when
- * @p b waits. */
-static bool txn_hold(struct relay *r, struct batch *b, struct pg_conn *pg, PGresult *res)
-{
-    const struct producer *p = &r->prod;
-    if (producer_txn_state(p) == PRODUCER_TXN_OFF)
-        return false;
-    bool others_held = false;
-    for (int k = 0; k < N_BATCHES; k++)
-        others_held |= r->b[k].held != NULL && &r->b[k] != b;
-    if (producer_txn_state(p) == PRODUCER_TXN_OPEN && !producer_txn_doomed(p) &&
-        producer_txn_empty(p) && !others_held)
-        return false;
-    b->held = res;
-    pg_result_keep(pg);
-    return true;
-}
-
 /* Held rows whose predecessor aborted would overtake its rows: they are
  * released unproduced and claimed again. */
 static void txn_drop_held(struct relay *r)
@@ -1339,17 +1273,13 @@ static void txn_drop_held(struct relay *r)
     }
 }
 
-/* Produces the oldest held batch into the open, empty transaction. */
-static void txn_release(struct relay *r)
+/* Produces held batch @p k into the open, empty transaction; a stale one
+ * (a batch was cut after its claim skipped that batch's whole range) is
+ * dropped and claimed again. */
+static void txn_release(struct relay *r, int k, bool stale)
 {
-    struct batch *b = NULL;
-    for (int k = 0; k < N_BATCHES; k++)
-        if (r->b[k].held && (!b || r->b[k].start_ms < b->start_ms))
-            b = &r->b[k];
-    if (!b)
-        return;
-    if (b->claim_gen != r->truncations) {
-        /* Another batch was cut after this claim skipped its whole range. */
+    struct batch *b = &r->b[k];
+    if (stale) {
         batch_reset(b);
         r->wake = true;
         return;
@@ -1359,11 +1289,6 @@ static void txn_release(struct relay *r)
     b->txn_gen = producer_txn_gen(&r->prod);
     produce_rows(r, b, res);
     PQclear(res);
-}
-
-static bool txn_settled(const struct relay *r, const struct batch *b)
-{
-    return producer_txn_state(&r->prod) == PRODUCER_TXN_OFF || b->committed;
 }
 
 /* The batch's transaction was aborted: what Kafka acknowledged is invisible,
@@ -1389,17 +1314,7 @@ static void txn_unpublish(struct relay *r, struct batch *b)
 static void on_txn_ended(void *arg, unsigned gen, enum producer_txn_result res, const char *why)
 {
     struct relay *r = arg;
-    for (int k = 0; k < N_BATCHES; k++) {
-        struct batch *b = &r->b[k];
-        if ((b->phase != PHASE_PRODUCING && b->phase != PHASE_DELIVERED) || b->txn_gen != gen ||
-            b->committed || b->held)
-            continue;
-        if (res == PRODUCER_TXN_DONE)
-            b->committed = true;
-        else if (res != PRODUCER_TXN_RETRY)
-            b->aborted = true;
-    }
-    if (res == PRODUCER_TXN_ABORTED || res == PRODUCER_TXN_FAILED)
+    if (batch_txn_ended(r->b, N_BATCHES, gen, res))
         txn_drop_held(r);
     uint64_t ms = now_ms(r) - r->txn_start_ms;
     switch (res) {
@@ -1427,57 +1342,26 @@ static void on_txn_ended(void *arg, unsigned gen, enum producer_txn_result res, 
     step(r);
 }
 
-/* Initialises, commits and settles; needs no PostgreSQL. */
-static void fence_step(struct relay *r)
+/* Carries out what plan_fence decided, in its order: settles, initialises,
+ * commits, releases; needs no PostgreSQL. */
+static void fence_step(struct relay *r, const struct plan_state *s)
 {
     struct producer *p = &r->prod;
-    enum producer_txn_state st = producer_txn_state(p);
-    if (st == PRODUCER_TXN_OFF)
-        return;
-    /* A dead producer's open transaction is never committed, nor one in which
-     * a message failed: settle their batches as aborted at once, so that the
-     * failures are recorded while the abort waits for the coordinator (which
-     * may be down: the outage then costs no attempt and marks nothing). */
-    bool doomed = producer_txn_doomed(p);
-    for (int k = 0; k < N_BATCHES; k++) {
-        struct batch *b = &r->b[k];
-        if (b->phase != PHASE_DELIVERED || b->committed)
-            continue;
-        if (b->aborted || st == PRODUCER_TXN_DEAD || (doomed && b->txn_gen == producer_txn_gen(p)))
-            txn_unpublish(r, b);
-    }
-    if (st == PRODUCER_TXN_UNINIT) {
-        /* Before the first produce of a leader, never for a standby. */
-        if (r->st.role == STATS_ROLE_LEADER && !r->lead_unverified && !r->stopping &&
-            producer_txn_init(p, on_txn_ended, r) == 0)
-            r->txn_start_ms = now_ms(r);
-        return;
-    }
-    if (st == PRODUCER_TXN_DEAD || r->stopping)
+    struct fence_plan f = plan_fence(s);
+    for (int k = 0; k < N_BATCHES; k++)
+        if (f.unpublish & (1u << k))
+            txn_unpublish(r, &r->b[k]);
+    if (f.init && producer_txn_init(p, on_txn_ended, r) == 0)
+        r->txn_start_ms = now_ms(r);
+    if (f.drop_held)
         txn_drop_held(r);
-    if (st != PRODUCER_TXN_OPEN)
-        return;
-    bool due = false;
-    for (int k = 0; k < N_BATCHES; k++) {
-        struct batch *b = &r->b[k];
-        if (b->phase != PHASE_DELIVERED || b->committed)
-            continue;
-        if (b->txn_gen != producer_txn_gen(p))
-            continue; /* its transaction ended: on_txn_ended settles it */
-        if (producer_txn_empty(p))
-            b->committed = true; /* nothing of it reached the producer: nothing to commit */
-        else
-            due = true;
-    }
-    /* Commits what is in flight too: commit_transaction waits for its reports.
-     * A doomed transaction is ended at once: the commit call aborts it. */
-    if (due || doomed) {
-        if (producer_txn_commit(p, on_txn_ended, r) == 0)
-            r->txn_start_ms = now_ms(r);
-        return;
-    }
-    if (producer_txn_empty(p))
-        txn_release(r);
+    for (int k = 0; k < N_BATCHES; k++)
+        if (f.settle_empty & (1u << k))
+            r->b[k].committed = true;
+    if (f.commit && producer_txn_commit(p, on_txn_ended, r) == 0)
+        r->txn_start_ms = now_ms(r);
+    if (f.release >= 0)
+        txn_release(r, f.release, f.release_stale);
 }
 
 /* ---- the decision ------------------------------------------------------ */
@@ -1511,133 +1395,114 @@ static void on_prepared(struct pg_conn *pg, PGresult *res, void *arg)
     step(r);
 }
 
-/* A new connection's checks and preparations, in order: the session, the
- * schema, the hot statements. @return true while they are not all done (a
- * statement may have gone out). */
-static bool connection_step(struct relay *r)
+static void prepare(struct relay *r, int i)
 {
-    /* Stopped before the checks passed: nothing was claimed on this
-     * connection nor the lock taken, so nothing is waited for. */
-    if (r->stopping && all_empty(r) && (!r->session_checked || !r->schema_checked)) {
-        finish(r);
+    const char *sql = *(char *const *)((const char *)&r->sql + hot_statements[i].offset);
+    pg_prepare(&r->pg, hot_statements[i].name, sql, hot_statements[i].nparams, on_prepared, r);
+}
+
+/* The relay as plan_next sees it. */
+static void snapshot(const struct relay *r, struct plan_state *s)
+{
+    const struct producer *p = &r->prod;
+    *s = (struct plan_state){
+        .now_ms = uv_now(r->loop),
+        .pg_ready = pg_ready(&r->pg),
+        .backoff = r->backoff,
+        .session_checked = r->session_checked,
+        .schema_checked = r->schema_checked,
+        .prepared = r->prepared,
+        .n_hot = N_HOT,
+        .listening = r->listening,
+        .role = r->st.role,
+        .lock_due = r->lock_due,
+        .holder_due = r->holder_due,
+        .ready_sent = r->ready_sent,
+        .refused = r->st.refused,
+        .refuse_deadline_ms = r->refuse_deadline_ms,
+        .stopping = r->stopping,
+        .wake = r->wake,
+        .halted = r->st.halted,
+        .halt_pending = r->halt_pending,
+        .queue_full = r->queue_full,
+        .isolating = r->isolating,
+        .isolate_until_id = r->isolate_until_id,
+        .truncations = r->truncations,
+        .batch_size = r->cfg->batch_size,
+        .retention_due = r->retention_due,
+        .backlog_due_ms = r->backlog_due_ms,
+        .row_security = r->st.row_security,
+        .claim_first = r->claim_first,
+        .claim_first_until = r->claim_first_until,
+        .producer_fatal = producer_fatal(p),
+        .txn = producer_txn_state(p),
+        .txn_doomed = producer_txn_doomed(p),
+        .txn_empty = producer_txn_empty(p),
+        .txn_gen = producer_txn_gen(p),
+        .lead_unverified = r->lead_unverified,
+        .b = r->b,
+        .n_batches = N_BATCHES,
+    };
+}
+
+/* Carries out @p p. @return true when the relay is to be planned again (what
+ * was done sent no statement and decided nothing else). */
+static bool carry_out(struct relay *r, const struct plan_step *p)
+{
+    if (p->queue_drained)
+        r->queue_full = false;
+    switch (p->act) {
+    case PLAN_WAIT: break;
+    case PLAN_FINISH: finish(r); break;
+    case PLAN_CHECK_SESSION: session_check(r); break;
+    case PLAN_WIND_DOWN: wind_down(r); break;
+    case PLAN_CHECK_SCHEMA: schema_check(r); break;
+    case PLAN_PREPARE: prepare(r, p->index); break;
+    case PLAN_MARK: mark(r, &r->b[p->slot]); break;
+    /* Fails (and backs off) when no new instance can be made. */
+    case PLAN_REPLACE_PRODUCER: return replace_producer(r);
+    case PLAN_TAKE_LOCK:
+        r->lock_due = false;
+        lock_query(r, r->ssql.lock, on_lock);
+        break;
+    case PLAN_VERIFY_LOCK:
+        r->lock_due = false;
+        lock_query(r, r->ssql.verify, on_verified);
+        break;
+    case PLAN_ASK_HOLDER:
+        r->holder_due = false;
+        pg_query(&r->pg, r->ssql.holder, 0, NULL, on_holder, r);
+        break;
+    case PLAN_READY:
+        r->ready_sent = true;
+        notify_send("READY=1");
         return true;
-    }
-    /* Before anything else: is this connection a session of its own, and
-     * may this role see every row? */
-    if (!r->session_checked) {
-        if (!r->backoff)
-            session_check(r);
-        return true;
-    }
-    if (r->st.refused &&
-        (r->prepared < N_HOT || all_empty(r) || now_ms(r) >= r->refuse_deadline_ms)) {
-        wind_down(r);
-        return true;
-    }
-    /* Then: is the table the one this binary's statements were written for? */
-    if (!r->schema_checked) {
-        if (!r->backoff)
-            schema_check(r);
-        return true;
-    }
-    if (r->prepared < N_HOT) {
-        if (!r->backoff) {
-            const char *sql = *(char *const *)((const char *)&r->sql +
-                                               hot_statements[r->prepared].offset);
-            pg_prepare(&r->pg, hot_statements[r->prepared].name, sql,
-                       hot_statements[r->prepared].nparams, on_prepared, r);
-        }
-        return true;
+    case PLAN_COUNT_BACKLOG:
+        r->backlog_due_ms = p->at_ms;
+        pg_query(&r->pg, r->sql.backlog, 0, NULL, on_backlog, r);
+        break;
+    case PLAN_LISTEN: pg_query(&r->pg, r->sql.listen, 0, NULL, on_listen, r); break;
+    case PLAN_CLAIM: claim(r, p); break;
+    case PLAN_RETENTION: retention(r); break;
     }
     return false;
 }
 
-/* Delivered rows are marked whatever our role: a mark records a fact. The
- * older batch first, so marks follow the order rows were claimed.
- * @return true when nothing else may run now (a mark went out, marks are
- * due, back-off, stopping, refused). */
-static bool marks_step(struct relay *r)
-{
-    for (int k = 0; k < N_BATCHES; k++) {
-        if (r->b[k].phase == PHASE_DELIVERED && !r->backoff && txn_settled(r, &r->b[k])) {
-            mark(r, &r->b[k]);
-            return true;
-        }
-    }
-    if (r->stopping) {
-        if (all_empty(r))
-            finish(r);
-        return true;
-    }
-    /* A batch still being committed is with Kafka, not waiting for its marks. */
-    bool to_mark = false;
-    for (int k = 0; k < N_BATCHES; k++)
-        to_mark |= r->b[k].phase == PHASE_DELIVERED && txn_settled(r, &r->b[k]);
-    /* refused: the batches in flight are marked first */
-    return r->backoff || to_mark || r->st.refused;
-}
-
-/* Another batch is claimed only while the others are with Kafka; retention
- * runs when nothing is in flight. */
-static void claim_step(struct relay *r)
-{
-    struct batch *free_slot = NULL;
-    bool busy = false;
-    for (int k = 0; k < N_BATCHES; k++) {
-        if (r->b[k].phase == PHASE_EMPTY)
-            free_slot = free_slot ? free_slot : &r->b[k];
-        else if (r->b[k].phase != PHASE_PRODUCING && !txn_with_kafka(r, &r->b[k]))
-            busy = true;
-    }
-    if (in_flight(r) == 0)
-        r->queue_full = false; /* nothing of ours is queued: there is room */
-    /* Rows produced alone go one at a time: nothing else may share their request. */
-    if (r->isolating && !all_empty(r))
-        busy = true;
-    if (r->wake && !r->st.halted && !r->halt_pending && !r->queue_full && free_slot && !busy &&
-        txn_may_claim(r)) {
-        claim(r, free_slot);
-        return;
-    }
-    if (r->retention_due && all_empty(r))
-        retention(r);
-}
-
-/* The one decision point: called after every event, it sends at most one
- * statement (the connection runs one at a time), in order of priority. */
+/* The one decision point, called after every event: the Kafka transaction's
+ * needs first, then at most one statement (the connection runs one at a
+ * time), as plan_next decides. */
 static void step(struct relay *r)
 {
+    struct plan_state s;
     if (r->finished)
         return;
-    fence_step(r);
-    if (!pg_ready(&r->pg) || connection_step(r) || marks_step(r))
-        return;
-    if (producer_fatal(&r->prod)) {
-        if (!all_empty(r) || producer_txn_state(&r->prod) == PRODUCER_TXN_BUSY ||
-            !replace_producer(r))
-            return; /* the batches in flight fail with __FATAL first */
-    }
-    if (leadership_step(r))
-        return;
-    if (!r->ready_sent) {
-        /* Connected and the role is known: what systemd's Type=notify waits for. */
-        r->ready_sent = true;
-        notify_send("READY=1");
-    }
-    /* Under row-level security the relay would count only what it sees. */
-    if (now_ms(r) >= r->backlog_due_ms && !r->st.row_security &&
-        !(r->claim_first && now_ms(r) < r->claim_first_until)) {
-        r->backlog_due_ms = now_ms(r) + BACKLOG_EVERY_MS;
-        pg_query(&r->pg, r->sql.backlog, 0, NULL, on_backlog, r);
-        return;
-    }
-    if (r->st.role != STATS_ROLE_LEADER)
-        return;
-    if (!r->listening) {
-        pg_query(&r->pg, r->sql.listen, 0, NULL, on_listen, r);
-        return;
-    }
-    claim_step(r);
+    snapshot(r, &s);
+    fence_step(r, &s);
+    struct plan_step p;
+    do {
+        snapshot(r, &s); /* after what fence_step, or the step before, changed */
+        p = plan_next(&s);
+    } while (carry_out(r, &p) && !r->finished);
 }
 
 /* ---- PostgreSQL connection --------------------------------------------- */
@@ -1649,24 +1514,17 @@ static void on_reconnect_timer(uv_timer_t *t)
     start_connect(t->data);
 }
 
-/* Exponential back-off with jitter: a fleet of relays that lost the same
- * database does not reconnect in lock step. */
 static void schedule_reconnect(struct relay *r)
 {
     if (r->stopping) {
-        /* Nothing more can be marked; what was delivered is republished next run. */
-        if (!any_phase(r, PHASE_PRODUCING))
+        if (plan_drain_on_lost(any_phase(r, PHASE_PRODUCING)) == DRAIN_FINISH)
             finish(r);
         return;
     }
     if (r->st.refused)
         return; /* for good: a new connection would be refused the same way */
-    uint64_t delay = (uint64_t)r->cfg->reconnect_interval_ms;
-    for (unsigned k = 0; k < r->reconnect_attempt && delay < (uint64_t)r->cfg->reconnect_max_ms; k++)
-        delay *= 2;
-    if (delay > (uint64_t)r->cfg->reconnect_max_ms)
-        delay = (uint64_t)r->cfg->reconnect_max_ms;
-    delay = delay / 2 + (uint64_t)rand() % (delay / 2 + 1);
+    uint64_t delay = plan_reconnect_delay(r->reconnect_attempt, (uint64_t)r->cfg->reconnect_interval_ms,
+                                          (uint64_t)r->cfg->reconnect_max_ms, (uint64_t)rand());
     r->reconnect_attempt++;
     log_info("reconnecting to postgres later", "delay_ms=%" PRIu64 " attempt=%u", delay,
              r->reconnect_attempt);
@@ -1727,7 +1585,7 @@ static void on_tick(uv_timer_t *t)
     r->backoff = false;
     r->lock_due = true;
     r->wake = true;
-    if (r->retention_s > 0 && now_ms(r) - r->last_retention_ms >= RETENTION_EVERY_MS)
+    if (plan_retention_due(r->retention_s, now_ms(r), r->last_retention_ms))
         r->retention_due = true;
     producer_poll(&r->prod);
     log_limit_flush(&r->failures, stats_mono());
@@ -1737,7 +1595,7 @@ static void on_tick(uv_timer_t *t)
 static void on_shutdown_timer(uv_timer_t *t)
 {
     struct relay *r = t->data;
-    if (!r->purged && any_phase(r, PHASE_PRODUCING)) {
+    if (plan_drain_on_deadline(r->purged, any_phase(r, PHASE_PRODUCING)) == DRAIN_PURGE) {
         /* Deadline reached: fail what is still in flight so the delivered part
          * can be marked; the failed rows stay unsent for the next run. */
         log_warn("shutdown timeout; abandoning undelivered messages",
@@ -1745,7 +1603,7 @@ static void on_shutdown_timer(uv_timer_t *t)
         r->purged = true;
         producer_purge(&r->prod);
         producer_poll(&r->prod);
-        uv_timer_start(&r->shutdown, on_shutdown_timer, 2000, 0);
+        uv_timer_start(&r->shutdown, on_shutdown_timer, PLAN_PURGE_GRACE_MS, 0);
         return;
     }
     log_warn("shutdown deadline passed; exiting without writing pending marks", "");
@@ -1755,6 +1613,8 @@ static void on_shutdown_timer(uv_timer_t *t)
 static void on_signal(uv_signal_t *s, int signum)
 {
     struct relay *r = s->data;
+    bool connected = pg_ready(&r->pg) || pg_busy(&r->pg);
+    enum drain_act drain = plan_drain_on_signal(r->stopping, connected, any_phase(r, PHASE_PRODUCING));
     if (r->stopping) {
         log_warn("second signal; exiting now", "signal=%d", signum);
         finish(r);
@@ -1766,7 +1626,7 @@ static void on_signal(uv_signal_t *s, int signum)
     uv_timer_stop(&r->tick);
     uv_timer_stop(&r->reconnect);
     uv_timer_start(&r->shutdown, on_shutdown_timer, (uint64_t)r->cfg->shutdown_timeout_ms, 0);
-    if (!pg_ready(&r->pg) && !pg_busy(&r->pg) && !any_phase(r, PHASE_PRODUCING))
+    if (drain == DRAIN_FINISH)
         finish(r);
     else
         step(r);
