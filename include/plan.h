@@ -55,6 +55,7 @@ struct plan_state {
     int batch_size;
     bool retention_due;
     uint64_t backlog_due_ms;    /* when the backlog is counted next */
+    uint64_t backlog_took_ms;   /* how long the last count took */
     bool row_security;          /* the backlog would count only what the role sees */
     bool claim_first;           /* a new leader's first claim goes before the count... */
     uint64_t claim_first_until; /* ...until then */
@@ -107,8 +108,17 @@ struct plan_step {
     bool queue_drained;     /* nothing of ours is queued: the producer has room again */
 };
 
-/** How often the backlog is counted. */
+/** How often the backlog is counted, at most... */
 #define PLAN_BACKLOG_EVERY_MS 5000
+/** ...and at least (a standby reads a leader silent for 30 s as stuck). */
+#define PLAN_BACKLOG_AT_MOST_EVERY_MS 20000
+/** The count walks every pending row, on the connection the claims and marks
+ * need: it may take at most one part in this of the connection's time. */
+#define PLAN_BACKLOG_SHARE 20
+
+/** When the backlog is counted next, at @p now_ms, if the last count took
+ * @p took_ms. */
+uint64_t plan_backlog_next_ms(uint64_t now_ms, uint64_t took_ms);
 
 /** The next step of the relay described by @p s (plan_fence done first). */
 struct plan_step plan_next(const struct plan_state *s);

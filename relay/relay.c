@@ -97,6 +97,8 @@ struct relay {
     long retention_s;
     uint64_t last_retention_ms;
     uint64_t backlog_due_ms;    /* next backlog query */
+    uint64_t backlog_sent_ms;   /* when the running one was sent */
+    uint64_t backlog_took_ms;   /* how long the last one took */
     uint64_t txn_start_ms;      /* the running transaction call began */
     bool lead_unverified;       /* fencing: a replaced producer waits for the lock check */
     bool claim_first;           /* new leader: its first claim goes before the backlog
@@ -719,6 +721,7 @@ static void on_backlog(struct pg_conn *pg, PGresult *res, void *arg)
     struct relay *r = arg;
     if (!res)
         return;
+    r->backlog_took_ms = now_ms(r) - r->backlog_sent_ms;
     if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1) {
         r->st.backlog_known = true;
         r->st.backlog_rows = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
@@ -750,8 +753,8 @@ static void on_backlog(struct pg_conn *pg, PGresult *res, void *arg)
     "pool_mode=transaction), where the leader lock cannot elect one leader: "
 #define POOLED_FIX "; connect directly or through session pooling, then restart"
 
-/* A live leader runs a statement at least every 5 s (the backlog query) and
- * on every tick; a standby behind a holder idle for longer than this, or
+/* A live leader runs a statement at least every 20 s (the backlog query,
+ * PLAN_BACKLOG_AT_MOST_EVERY_MS) and on every tick; a standby behind a holder idle for longer than this, or
  * behind something that is not a relay, says so in its readiness. */
 #define STANDBY_STUCK_S 30.0
 
@@ -1431,6 +1434,7 @@ static void snapshot(const struct relay *r, struct plan_state *s)
         .batch_size = r->cfg->batch_size,
         .retention_due = r->retention_due,
         .backlog_due_ms = r->backlog_due_ms,
+        .backlog_took_ms = r->backlog_took_ms,
         .row_security = r->st.row_security,
         .claim_first = r->claim_first,
         .claim_first_until = r->claim_first_until,
@@ -1479,6 +1483,7 @@ static bool carry_out(struct relay *r, const struct plan_step *p)
         return true;
     case PLAN_COUNT_BACKLOG:
         r->backlog_due_ms = p->at_ms;
+        r->backlog_sent_ms = now_ms(r);
         pg_query(&r->pg, r->sql.backlog, 0, NULL, on_backlog, r);
         break;
     case PLAN_LISTEN: pg_query(&r->pg, r->sql.listen, 0, NULL, on_listen, r); break;

@@ -143,6 +143,24 @@ Test(plan, a_new_connection_goes_through_its_steps_in_order)
               p.rescan == 0, "nothing in flight: a full claim that skips nothing");
 }
 
+/* The count of a large backlog takes a while on the claims' connection: it is
+ * spaced to keep its share of that connection small, within bounds. */
+Test(plan, a_slow_backlog_count_is_spaced_out)
+{
+    cr_assert_eq(plan_backlog_next_ms(1000, 0), 1000 + PLAN_BACKLOG_EVERY_MS);
+    cr_assert_eq(plan_backlog_next_ms(1000, 100), 1000 + PLAN_BACKLOG_EVERY_MS);
+    cr_assert_eq(plan_backlog_next_ms(1000, 400), 1000 + 400 * PLAN_BACKLOG_SHARE);
+    cr_assert_eq(plan_backlog_next_ms(1000, 5000), 1000 + PLAN_BACKLOG_AT_MOST_EVERY_MS);
+
+    struct plan_state s = leader();
+    s.backlog_due_ms = 0;
+    s.backlog_took_ms = 400;
+    struct plan_step p = plan_next(&s);
+    cr_assert_eq(p.act, PLAN_COUNT_BACKLOG);
+    cr_assert_eq(p.at_ms, s.now_ms + 400 * PLAN_BACKLOG_SHARE,
+                 "the next count waits 20 times as long as the last one took");
+}
+
 /* Marks record facts: they go before leadership, the backlog and the claim,
  * whatever the role, older slot first. */
 Test(plan, marks_come_before_everything_but_the_connection)
