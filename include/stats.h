@@ -46,6 +46,7 @@ struct stats_broker {
 struct stats_topic {
     char name[250];                /* Kafka's limit is 249 bytes */
     uint64_t published;
+    uint64_t unsettled;            /* acknowledged in the open Kafka transaction */
 };
 
 /** Who holds the leader lock, as pg_locks and pg_stat_activity showed it to
@@ -161,12 +162,14 @@ struct relay_stats {
 
     struct stats_verify verify;    /* verify_task.c */
 
-    /* producer.c, through stats_count_published(), at each acknowledgement.
-     * Unlike published_total (relay.c), a row counted here stays counted
-     * when its Kafka transaction aborts. */
+    /* producer.c, through stats_count_published() at each acknowledgement
+     * and stats_settle_published() when a Kafka transaction ends: a row of a
+     * transaction counts once it committed, as published_total (relay.c),
+     * which takes back the rows of an aborted one. */
     int n_topics;                  /* entries of topics[] in use */
     struct stats_topic topics[STATS_MAX_TOPICS];
     uint64_t published_other;      /* to topics beyond the first STATS_MAX_TOPICS */
+    uint64_t unsettled_other;
 
     /* stats_reloaded(), which relay.c calls on SIGHUP */
     bool reload_ok;                /* the last reload (or the start) succeeded */
@@ -176,8 +179,14 @@ struct relay_stats {
 /** Sets the bounds and zeroes everything; role unknown, brokers not known. */
 void stats_init(struct relay_stats *s);
 
-/** Counts one row acknowledged on @p topic (see STATS_MAX_TOPICS). */
-void stats_count_published(struct relay_stats *s, const char *topic);
+/** Counts one row acknowledged on @p topic (see STATS_MAX_TOPICS); inside a
+ * Kafka transaction (@p in_txn) only once stats_settle_published() says it
+ * committed. */
+void stats_count_published(struct relay_stats *s, const char *topic, bool in_txn);
+
+/** The open Kafka transaction ended: its rows count if it @p committed, and
+ * are forgotten otherwise (they are produced again). */
+void stats_settle_published(struct relay_stats *s, bool committed);
 
 /** Records the outcome of a configuration reload (SIGHUP). */
 void stats_reloaded(struct relay_stats *s, bool ok);

@@ -257,6 +257,7 @@ int producer_start(struct producer *p, uv_loop_t *loop, const struct relay_confi
         stats->brokers_up = -1;
         stats->n_brokers = 0;
         stats->kafka_in_flight = 0; /* a replaced producer's messages are gone with it */
+        stats_settle_published(stats, false); /* and its open transaction */
     }
     p->cfg = cfg;
     p->loop = loop;
@@ -387,7 +388,8 @@ void producer_poll(struct producer *p)
             while ((m = rd_kafka_event_message_next(ev)) != NULL) {
                 ack_clock_report(p, m->err == RD_KAFKA_RESP_ERR_NO_ERROR);
                 if (p->stats && m->err == RD_KAFKA_RESP_ERR_NO_ERROR)
-                    stats_count_published(p->stats, rd_kafka_topic_name(m->rkt));
+                    stats_count_published(p->stats, rd_kafka_topic_name(m->rkt),
+                                          p->txn != PRODUCER_TXN_OFF);
                 if (m->err && p->txn != PRODUCER_TXN_OFF)
                     p->txn_doomed = true;
                 if (p->report)
@@ -540,6 +542,8 @@ static void txn_after(uv_work_t *w, int status)
         free(j);
         return;
     }
+    if (j->op == TXN_COMMIT && p->stats)
+        stats_settle_published(p->stats, j->res == PRODUCER_TXN_DONE);
     switch (j->res) {
     case PRODUCER_TXN_DONE:
     case PRODUCER_TXN_ABORTED:

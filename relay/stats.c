@@ -28,21 +28,32 @@ void stats_init(struct relay_stats *s)
     s->reload_time = s->start_time;
 }
 
-void stats_count_published(struct relay_stats *s, const char *topic)
+void stats_count_published(struct relay_stats *s, const char *topic, bool in_txn)
 {
-    for (int i = 0; i < s->n_topics; i++) {
-        if (!strcmp(s->topics[i].name, topic)) {
-            s->topics[i].published++;
-            return;
-        }
-    }
-    if (s->n_topics < STATS_MAX_TOPICS && strlen(topic) < sizeof s->topics[0].name) {
+    uint64_t *count = NULL;
+    for (int i = 0; i < s->n_topics && !count; i++)
+        if (!strcmp(s->topics[i].name, topic))
+            count = in_txn ? &s->topics[i].unsettled : &s->topics[i].published;
+    if (!count && s->n_topics < STATS_MAX_TOPICS && strlen(topic) < sizeof s->topics[0].name) {
         struct stats_topic *t = &s->topics[s->n_topics++];
         memcpy(t->name, topic, strlen(topic) + 1);
-        t->published = 1;
-        return;
+        count = in_txn ? &t->unsettled : &t->published;
     }
-    s->published_other++;
+    if (!count)
+        count = in_txn ? &s->unsettled_other : &s->published_other;
+    (*count)++;
+}
+
+void stats_settle_published(struct relay_stats *s, bool committed)
+{
+    for (int i = 0; i < s->n_topics; i++) {
+        if (committed)
+            s->topics[i].published += s->topics[i].unsettled;
+        s->topics[i].unsettled = 0;
+    }
+    if (committed)
+        s->published_other += s->unsettled_other;
+    s->unsettled_other = 0;
 }
 
 void stats_reloaded(struct relay_stats *s, bool ok)

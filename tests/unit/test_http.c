@@ -509,13 +509,13 @@ Test(http, metrics_count_responses_by_status_code)
 
 Test(http, metrics_count_published_rows_per_topic_within_a_bound)
 {
-    stats_count_published(&st, "orders.order");
-    stats_count_published(&st, "orders.order");
-    stats_count_published(&st, "we\"ird");
+    stats_count_published(&st, "orders.order", false);
+    stats_count_published(&st, "orders.order", false);
+    stats_count_published(&st, "we\"ird", false);
     char name[32];
     for (int i = 0; i < STATS_MAX_TOPICS + 10; i++) {
         snprintf(name, sizeof name, "t%d", i);
-        stats_count_published(&st, name);
+        stats_count_published(&st, name, false);
     }
     cr_assert_eq(st.n_topics, STATS_MAX_TOPICS);
     cr_assert_eq(st.published_other, 12); /* 2 of the 64 slots went to the first topics */

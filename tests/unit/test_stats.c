@@ -1,5 +1,5 @@
 /* Unit tests of relay/stats.c: the publish rate over the last minute from
- * per-second samples, and the backlog's estimate and ETA. */
+ * per-second samples, the backlog's estimate and ETA, and the counts by topic. */
 #include <criterion/criterion.h>
 #include <string.h>
 
@@ -72,4 +72,24 @@ Test(stats, backlog_left_and_eta)
     s.published_total += 9000;
     cr_assert_eq(stats_backlog_left(&s), 0);
     cr_assert_float_eq(stats_backlog_eta(&s, 0), 0.0, 1e-9);
+}
+
+/* Rows of a Kafka transaction count by topic once it committed, as the total
+ * does; an aborted one's rows are produced again and counted then. */
+Test(stats, published_by_topic_counts_committed_transactions_only)
+{
+    struct relay_stats st;
+    stats_init(&st);
+    stats_count_published(&st, "orders", false);
+    stats_count_published(&st, "orders", true);
+    stats_count_published(&st, "orders", true);
+    cr_assert_eq(st.topics[0].published, 1, "acknowledged in an open transaction: not yet");
+    stats_settle_published(&st, false);
+    cr_assert_eq(st.topics[0].published, 1, "aborted: not counted");
+    stats_count_published(&st, "orders", true);
+    stats_count_published(&st, "payments", true);
+    stats_settle_published(&st, true);
+    cr_assert_eq(st.topics[0].published, 2);
+    cr_assert_eq(st.topics[1].published, 1);
+    cr_assert_eq(st.topics[0].unsettled + st.topics[1].unsettled, 0);
 }
