@@ -604,6 +604,20 @@ static struct latency_result latency_figures(const struct latency_run *L, long n
     return res;
 }
 
+/* Runs @p sql, an enqueue taking the event's sequence number @p n as $1, in
+ * its own transaction. @return when it committed. */
+static double enqueue_seq(PGconn *c, const char *sql, long n)
+{
+    char arg[24];
+    snprintf(arg, sizeof(arg), "%ld", n);
+    const char *params[] = { arg };
+    PGresult *r = PQexecParams(c, sql, 1, NULL, params, NULL, NULL, 0);
+    if (PQresultStatus(r) != PGRES_TUPLES_OK)
+        die("enqueue: %s", PQresultErrorMessage(r));
+    PQclear(r);
+    return now_s(); /* autocommit: the row is committed when this returns */
+}
+
 /* One writer of the latency run: its own connection, every writers-th event,
  * each a single-row transaction committed at its due time. */
 struct latency_writer {
@@ -632,14 +646,7 @@ static void *latency_writer_thread(void *opaque)
         if (due > L->t0 + L->seconds)
             break;
         sleep_s(due - now_s());
-        char arg[24];
-        snprintf(arg, sizeof(arg), "%ld", n);
-        const char *params[] = { arg };
-        PGresult *r = PQexecParams(c, sql, 1, NULL, params, NULL, NULL, 0);
-        if (PQresultStatus(r) != PGRES_TUPLES_OK)
-            die("enqueue: %s", PQresultErrorMessage(r));
-        PQclear(r);
-        L->commit[n] = now_s(); /* autocommit: the row is committed when this returns */
+        L->commit[n] = enqueue_seq(c, sql, n);
         w->written++;
     }
     w->last = now_s();
@@ -911,14 +918,7 @@ static struct fresh_result fresh_behind_backlog(PGconn *c, const char *table, lo
                                      "\"sent_at\" IS NULL AND \"id\" <= %ld LIMIT 1) s",
                                   table, base_id) == 0)
             break;
-        char arg[24];
-        snprintf(arg, sizeof(arg), "%ld", n);
-        const char *params[] = { arg };
-        PGresult *r = PQexecParams(c, sql, 1, NULL, params, NULL, NULL, 0);
-        if (PQresultStatus(r) != PGRES_TUPLES_OK)
-            die("enqueue: %s", PQresultErrorMessage(r));
-        PQclear(r);
-        L.commit[n] = now_s();
+        L.commit[n] = enqueue_seq(c, sql, n);
     }
     res.drain_seconds = now_s() - p.started;
     for (int i = 0; i < 600; i++) {
@@ -1017,7 +1017,31 @@ struct tool_result {
     double rows_per_s;
     double peak_rss_mb;
     double bound_mb;
+    long messages;             /* verify: rows found in Kafka */
+    long truncated_partitions; /* verify: partitions whose log starts after the window */
 };
+
+/* The first number after "key": in the JSON text @p js (verify's report puts
+ * its totals before the per-topic objects), or -1. */
+static long json_first_number(const char *js, const char *key)
+{
+    char pat[64];
+    snprintf(pat, sizeof(pat), "\"%s\":", key);
+    const char *at = strstr(js, pat);
+    return at ? strtol(at + strlen(pat), NULL, 10) : -1;
+}
+
+static char *read_text(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return NULL;
+    static char buf[1 << 16];
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    return buf;
+}
 
 static struct tool_result verify_run(const char *table, long rows, long slice_rows)
 {
@@ -1035,12 +1059,26 @@ static struct tool_result verify_run(const char *table, long rows, long slice_ro
     char log[512];
     snprintf(log, sizeof(log), "%s/verify-%s-%ld.json", workdir, table, slice_rows);
     struct cmd_cost c = run_measured(argv, log);
+    const char *js = read_text(log);
+    if (!js)
+        die("verify of %s wrote no report (%s)", table, log);
+    struct tool_result t = { .rows = rows, .slice_rows = slice_rows,
+                             .rows_per_s = (double)rows / c.seconds, .peak_rss_mb = c.peak_rss_mb,
+                             .bound_mb = verify_bound_mb(slice_rows),
+                             .messages = json_first_number(js, "messages"),
+                             .truncated_partitions = json_first_number(js, "truncated_partitions") };
     /* A drain the relay finished must verify clean: anything else is a bug,
-     * not a figure. */
-    if (c.status != 0)
+     * not a figure. One exception: librdkafka's mock cluster keeps only the
+     * last few MB of each partition, so after a large drain verify reports
+     * the rows sent before that as missing, and says why (truncated
+     * partitions). Nothing else may be wrong. */
+    bool mock_truncated = getenv("OUTBOX_RELAY_TEST_MOCK_CONTROL") && t.truncated_partitions > 0 &&
+                          json_first_number(js, "mismatched") == 0 &&
+                          json_first_number(js, "out_of_order") == 0 &&
+                          json_first_number(js, "duplicates") == 0;
+    if (c.status != 0 && !(c.status == 1 && mock_truncated))
         die("verify of %s exited %d (see %s)", table, c.status, log);
-    return (struct tool_result){ rows, slice_rows, (double)rows / c.seconds, c.peak_rss_mb,
-                                 verify_bound_mb(slice_rows) };
+    return t;
 }
 
 static struct tool_result replay_run(PGconn *pc, const char *table, long rows)
@@ -1069,8 +1107,8 @@ static struct tool_result replay_run(PGconn *pc, const char *table, long rows)
     struct cmd_cost c = run_measured(argv, log);
     if (c.status != 0)
         die("replay of %s exited %d (see %s)", table, c.status, log);
-    return (struct tool_result){ rows, 0, (double)rows / c.seconds, c.peak_rss_mb,
-                                 REPLAY_BOUND_MB };
+    return (struct tool_result){ .rows = rows, .rows_per_s = (double)rows / c.seconds,
+                                 .peak_rss_mb = c.peak_rss_mb, .bound_mb = REPLAY_BOUND_MB };
 }
 
 static void tool_json(FILE *o, const char *name, const struct tool_result *t)
@@ -1078,6 +1116,9 @@ static void tool_json(FILE *o, const char *name, const struct tool_result *t)
     fprintf(o, "  \"%s\": {\"rows\": %ld, ", name, t->rows);
     if (t->slice_rows)
         fprintf(o, "\"slice_rows\": %ld, ", t->slice_rows);
+    if (t->slice_rows)
+        fprintf(o, "\"found_in_kafka\": %ld, \"truncated_partitions\": %ld, ", t->messages,
+                t->truncated_partitions);
     fprintf(o, "\"rows_per_s\": %.0f, \"peak_rss_mb\": %.1f, \"bound_mb\": %.1f},\n",
             t->rows_per_s, t->peak_rss_mb, t->bound_mb);
 }
@@ -1325,8 +1366,12 @@ int main(int argc, char **argv)
             snprintf(what, sizeof(what), "verify, slices of %ld", t->slice_rows);
         else
             snprintf(what, sizeof(what), "replay");
-        fprintf(stderr, "%-26s %ld rows: %.0f rows/s, peak RSS %.1f MB (bound %.0f MB)\n", what,
+        fprintf(stderr, "%-26s %ld rows: %.0f rows/s, peak RSS %.1f MB (bound %.0f MB)", what,
                 t->rows, t->rows_per_s, t->peak_rss_mb, t->bound_mb);
+        if (t->truncated_partitions > 0)
+            fprintf(stderr, "; %ld found in Kafka (the mock kept only the end of its partitions)",
+                    t->messages);
+        fprintf(stderr, "\n");
     }
     fprintf(stderr, "CPU s per 100k events: %.3f\n", d_mark.cpu_s * 100000.0 / (double)d_mark.rows);
     fprintf(stderr, "logs and claim plans: %s\n", workdir);
