@@ -16,10 +16,18 @@
 
 /* ---- poison policies: one row each --------------------------------------- */
 
-enum poison_policy { POISON_HOLD_AGGREGATE = 0, POISON_DEAD_LETTER, POISON_HALT, POISON_N };
+/* Each policy's enum and relay.on_poison value; what it does is its row of
+ * policies[] in engine.c. The configuration accepts exactly these names. */
+#define POISON_POLICIES(X)                                                                         \
+    X(POISON_HOLD_AGGREGATE, "hold_aggregate")                                                     \
+    X(POISON_DEAD_LETTER, "dead_letter")                                                           \
+    X(POISON_HALT, "halt")
+
+#define POISON_ENUM_(e, name) e,
+enum poison_policy { POISON_POLICIES(POISON_ENUM_) POISON_N };
+#undef POISON_ENUM_
 
 struct poison_rules {
-    const char *name;       /* its relay.on_poison value */
     bool hold_claim;        /* the claim skips the aggregates of dead rows (SQL_HOLD_AGGREGATE) */
     bool hold_in_flight;    /* later rows of a failed row's aggregate in the batches in flight
                                wait behind it instead of overtaking it */

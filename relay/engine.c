@@ -6,33 +6,33 @@
 
 /* ---- poison policies ------------------------------------------------------ */
 
-/* A new policy is a row here (and its name in the config's documentation);
- * the relay reads only these columns. */
+/* A new policy is its line in POISON_POLICIES (engine.h) and its row here
+ * (and its name in the config key's description); the relay reads only these
+ * columns. */
 static const struct poison_rules policies[POISON_N] = {
     [POISON_HOLD_AGGREGATE] = {
-        .name = "hold_aggregate", .hold_claim = true, .hold_in_flight = true,
+        .hold_claim = true, .hold_in_flight = true,
         .dead_letters = true, .halts = false,
         .dead_msg = "row dead-lettered; later rows of its aggregate are held",
     },
     [POISON_DEAD_LETTER] = {
-        .name = "dead_letter", .hold_claim = false, .hold_in_flight = false,
+        .hold_claim = false, .hold_in_flight = false,
         .dead_letters = true, .halts = false,
         .dead_msg = "row dead-lettered; later rows of its aggregate continue",
     },
     /* The row stays where it is (no dead_at), and so does everything after it. */
     [POISON_HALT] = {
-        .name = "halt", .hold_claim = false, .hold_in_flight = true,
+        .hold_claim = false, .hold_in_flight = true,
         .dead_letters = false, .halts = true,
         .dead_msg = "row dead-lettered",
     },
 };
 
+#define POISON_NAME_(e, name) [e] = name,
 const char *const poison_policy_names[POISON_N + 1] = {
-    [POISON_HOLD_AGGREGATE] = "hold_aggregate",
-    [POISON_DEAD_LETTER] = "dead_letter",
-    [POISON_HALT] = "halt",
-    [POISON_N] = NULL,
+    POISON_POLICIES(POISON_NAME_)[POISON_N] = NULL,
 };
+#undef POISON_NAME_
 
 const struct poison_rules *poison_rules_of(enum poison_policy p)
 {
@@ -42,7 +42,7 @@ const struct poison_rules *poison_rules_of(enum poison_policy p)
 enum poison_policy poison_policy_parse(const char *name)
 {
     for (int p = 0; p < POISON_N; p++)
-        if (strcmp(name, policies[p].name) == 0)
+        if (strcmp(name, poison_policy_names[p]) == 0)
             return (enum poison_policy)p;
     return POISON_N;
 }

@@ -58,7 +58,7 @@ problems=$(awk '
     }
     /^[A-Za-z_]/ && match($0, /[A-Za-z_][A-Za-z0-9_]*\(/) {
         name = substr($0, RSTART, RLENGTH - 1)
-        if (header && $0 !~ /^static inline/ && $0 !~ /^typedef/) declared[b, name] = 1
+        if (header && $0 !~ /^static inline/ && $0 !~ /^(typedef|enum|struct|union)[[:space:]]/) declared[b, name] = 1
         else if (!header && $0 !~ /;[[:space:]]*$/) defined[b, name] = 1
     }
     END {

@@ -391,7 +391,7 @@ static void poisoned_aggregate(enum poison_policy pol, bool want_held)
         a->agg[1] = strdup("order\x1f" "7");
     /* The second batch's rows, produced after: row 0 is of order 7. */
     bool held = rules->hold_in_flight && batch_holds(slots, 2, "order\x1f" "7");
-    cr_assert_eq(held, want_held, "%s", rules->name);
+    cr_assert_eq(held, want_held, "%s", poison_policy_names[pol]);
     for (int i = 0; i < 3; i++)
         b->state[i] = i == 0 && held ? ROW_SKIPPED : ROW_DELIVERED;
     b->n_delivered = held ? 2 : 3;
