@@ -16,6 +16,7 @@
  * claims ids only, the wide one reads the relay's columns) and with a peer:
  * tests/bench/peer_relay.py, the sequential relay one writes by hand.
  */
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -1021,26 +1022,40 @@ struct tool_result {
     long truncated_partitions; /* verify: partitions whose log starts after the window */
 };
 
-/* The first number after "key": in the JSON text @p js (verify's report puts
- * its totals before the per-topic objects), or -1. */
-static long json_first_number(const char *js, const char *key)
-{
-    char pat[64];
-    snprintf(pat, sizeof(pat), "\"%s\":", key);
-    const char *at = strstr(js, pat);
-    return at ? strtol(at + strlen(pat), NULL, 10) : -1;
-}
+struct verify_totals {
+    long messages, mismatched, out_of_order, duplicates, truncated_partitions;
+};
 
-static char *read_text(const char *path)
+/* verify --json's report in @p path (its output and log): its totals and how many partitions began
+ * after the window. @return false when there is no report to read. */
+static bool verify_report(const char *path, struct verify_totals *t)
 {
     FILE *f = fopen(path, "r");
     if (!f)
-        return NULL;
-    static char buf[1 << 16];
+        return false;
+    static char buf[1 << 20];
     size_t n = fread(buf, 1, sizeof(buf) - 1, f);
     fclose(f);
     buf[n] = '\0';
-    return buf;
+    /* Its log lines (stderr) share the file: the report is the line that
+     * opens an object. */
+    const char *js = buf[0] == '{' ? buf : strstr(buf, "\n{");
+    cJSON *root = js ? cJSON_Parse(js) : NULL;
+    const cJSON *total = cJSON_GetObjectItemCaseSensitive(root, "total");
+    if (!cJSON_IsObject(total)) {
+        cJSON_Delete(root);
+        return false;
+    }
+    const char *names[] = { "messages", "mismatched", "out_of_order", "duplicates" };
+    long *into[] = { &t->messages, &t->mismatched, &t->out_of_order, &t->duplicates };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(total, names[i]);
+        *into[i] = cJSON_IsNumber(v) ? (long)v->valuedouble : -1;
+    }
+    const cJSON *tp = cJSON_GetObjectItemCaseSensitive(root, "truncated_partitions");
+    t->truncated_partitions = cJSON_IsNumber(tp) ? (long)tp->valuedouble : 0;
+    cJSON_Delete(root);
+    return true;
 }
 
 static struct tool_result verify_run(const char *table, long rows, long slice_rows)
@@ -1059,23 +1074,20 @@ static struct tool_result verify_run(const char *table, long rows, long slice_ro
     char log[512];
     snprintf(log, sizeof(log), "%s/verify-%s-%ld.json", workdir, table, slice_rows);
     struct cmd_cost c = run_measured(argv, log);
-    const char *js = read_text(log);
-    if (!js)
+    struct verify_totals v;
+    if (!verify_report(log, &v))
         die("verify of %s wrote no report (%s)", table, log);
     struct tool_result t = { .rows = rows, .slice_rows = slice_rows,
                              .rows_per_s = (double)rows / c.seconds, .peak_rss_mb = c.peak_rss_mb,
-                             .bound_mb = verify_bound_mb(slice_rows),
-                             .messages = json_first_number(js, "messages"),
-                             .truncated_partitions = json_first_number(js, "truncated_partitions") };
+                             .bound_mb = verify_bound_mb(slice_rows), .messages = v.messages,
+                             .truncated_partitions = v.truncated_partitions };
     /* A drain the relay finished must verify clean: anything else is a bug,
      * not a figure. One exception: librdkafka's mock cluster keeps only the
      * last few MB of each partition, so after a large drain verify reports
      * the rows sent before that as missing, and says why (truncated
      * partitions). Nothing else may be wrong. */
-    bool mock_truncated = getenv("OUTBOX_RELAY_TEST_MOCK_CONTROL") && t.truncated_partitions > 0 &&
-                          json_first_number(js, "mismatched") == 0 &&
-                          json_first_number(js, "out_of_order") == 0 &&
-                          json_first_number(js, "duplicates") == 0;
+    bool mock_truncated = getenv("OUTBOX_RELAY_TEST_MOCK_CONTROL") && v.truncated_partitions > 0 &&
+                          v.mismatched == 0 && v.out_of_order == 0 && v.duplicates == 0;
     if (c.status != 0 && !(c.status == 1 && mock_truncated))
         die("verify of %s exited %d (see %s)", table, c.status, log);
     return t;
