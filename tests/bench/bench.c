@@ -224,7 +224,26 @@ static struct relay_proc relay_start(const char *table, const char *const *extra
     return p;
 }
 
-/* Peak resident memory (VmHWM, bytes) and CPU seconds (user + system). */
+/* CPU seconds (user + system) a process has used; -1 when it is gone. */
+static double proc_cpu_s(pid_t pid)
+{
+    char path[64], line[512];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    double cpu = -1;
+    if (f && fgets(line, sizeof(line), f)) {
+        /* Fields after the command name in parentheses: utime is the 14th. */
+        char *p = strrchr(line, ')');
+        unsigned long ut = 0, st = 0;
+        if (p && sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) == 2)
+            cpu = (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+    }
+    if (f)
+        fclose(f);
+    return cpu;
+}
+
+/* Peak resident memory (VmHWM) in MB and CPU seconds of a process. */
 static void relay_cost(pid_t pid, double *rss_mb, double *cpu_s)
 {
     char path[64], line[256];
@@ -236,18 +255,27 @@ static void relay_cost(pid_t pid, double *rss_mb, double *cpu_s)
             *rss_mb = strtod(line + 6, NULL) / 1024.0;
     if (f)
         fclose(f);
-    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-    f = fopen(path, "r");
-    *cpu_s = -1;
-    if (f && fgets(line, sizeof(line), f)) {
-        /* Fields after the command name in parentheses: utime is the 14th. */
-        char *p = strrchr(line, ')');
-        unsigned long ut = 0, st = 0;
-        if (p && sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) == 2)
-            *cpu_s = (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+    *cpu_s = proc_cpu_s(pid);
+}
+
+/* CPU seconds of the PostgreSQL backends serving other clients than the
+ * benchmark (@p c) and @p except: during a drain, the relay's or the peer's.
+ * They connected for the drain, so what they used is the drain's. */
+static double client_backends_cpu_s(PGconn *c, int except)
+{
+    PGresult *r = PQexec(c, "SELECT pid FROM pg_stat_activity WHERE backend_type = "
+                            "'client backend' AND pid <> pg_backend_pid()");
+    double sum = 0;
+    if (PQresultStatus(r) != PGRES_TUPLES_OK)
+        die("pg_stat_activity: %s", PQresultErrorMessage(r));
+    for (int i = 0; i < PQntuples(r); i++) {
+        int pid = atoi(PQgetvalue(r, i, 0));
+        double cpu = pid == except ? -1 : proc_cpu_s(pid);
+        if (cpu > 0)
+            sum += cpu;
     }
-    if (f)
-        fclose(f);
+    PQclear(r);
+    return sum;
 }
 
 static void relay_stop(struct relay_proc *p)
@@ -318,6 +346,7 @@ struct drain_result {
     double rows_per_s;
     double peak_rss_mb;     /* -1: not measured (the peer exits by itself) */
     double cpu_s;
+    double pg_cpu_s;        /* PostgreSQL backends doing the drain; -1: not measured */
 };
 
 enum runner { RUN_RELAY, RUN_PEER };
@@ -396,14 +425,26 @@ static struct drain_result drain(PGconn *c, const char *table, long rows, int ag
     migrate(table);
     seed(c, table, rows, aggregates);
 
+    /* Whether the last row is done is one index lookup; whether every row
+     * is walks the dead entries the drain leaves in the partial index, more
+     * of them every time: done only once the last row is, or the poll would
+     * load the server under the relay (and not under the floors). */
+    long long last_id = pg_int(c, "SELECT max(\"id\") FROM \"public\".\"%s\"", table);
     PGconn *holder = o->hold ? hold_snapshot() : NULL;
-    struct drain_result r = { .rows = rows, .peak_rss_mb = -1, .cpu_s = -1 };
+    int holder_pid = holder ? PQbackendPID(holder) : 0;
+    struct drain_result r = { .rows = rows, .peak_rss_mb = -1, .cpu_s = -1, .pg_cpu_s = -1 };
     struct relay_proc p = o->runner == RUN_PEER ? peer_start(table) : relay_start(table, o->extra);
     const char *who = o->runner == RUN_PEER ? "peer" : "relay";
     double deadline = p.started + 1800;
     bool exited = false;
     for (;;) {
-        long long left = o->deleting
+        long long last_left = o->deleting
+            ? pg_int(c, "SELECT count(*) FROM \"public\".\"%s\" WHERE \"id\" = %lld", table,
+                     last_id)
+            : pg_int(c, "SELECT count(*) FROM \"public\".\"%s\" WHERE \"id\" = %lld AND "
+                        "\"sent_at\" IS NULL", table, last_id);
+        long long left = last_left ? 1
+            : o->deleting
             ? pg_int(c, "SELECT count(*) FROM (SELECT 1 FROM \"public\".\"%s\" LIMIT 1) s", table)
             : pg_int(c, "SELECT count(*) FROM (SELECT 1 FROM \"public\".\"%s\" WHERE "
                         "\"sent_at\" IS NULL AND \"dead_at\" IS NULL LIMIT 1) s", table);
@@ -422,6 +463,8 @@ static struct drain_result drain(PGconn *c, const char *table, long rows, int ag
         sleep_s(0.02);
     }
     double end = now_s();
+    if (!exited)
+        r.pg_cpu_s = client_backends_cpu_s(c, holder_pid);
     if (!exited && o->runner == RUN_RELAY)
         relay_cost(p.pid, &r.peak_rss_mb, &r.cpu_s);
     if (!exited)
@@ -457,9 +500,12 @@ static struct drain_result floor_run(PGconn *c, const char *table, long rows, in
             "WHERE \"id\" = ANY(ids) AND \"sent_at\" IS NULL; COMMIT; END LOOP; END $$",
             table, body, table);
     struct drain_result r = { .rows = rows, .peak_rss_mb = -1, .cpu_s = -1 };
+    double cpu0 = proc_cpu_s(PQbackendPID(c));
     double t0 = now_s();
     pg_exec(c, "CALL \"public\".\"%s_floor\"(%d)", table, batch);
     r.seconds = now_s() - t0;
+    double cpu1 = proc_cpu_s(PQbackendPID(c));
+    r.pg_cpu_s = cpu0 >= 0 && cpu1 >= 0 ? cpu1 - cpu0 : -1;
     r.rows_per_s = (double)rows / r.seconds;
     return r;
 }
@@ -987,6 +1033,9 @@ static void drain_json(FILE *o, const char *name, const struct drain_result *d,
     if (d->peak_rss_mb >= 0)
         fprintf(o, "\"peak_rss_mb\": %.1f, \"cpu_s_per_100k\": %.3f, ", d->peak_rss_mb,
                 d->cpu_s * 100000.0 / (double)d->rows);
+    if (d->pg_cpu_s >= 0)
+        fprintf(o, "\"postgres_cpu_s_per_100k\": %.3f, \"postgres_busy\": %.2f, ",
+                d->pg_cpu_s * 100000.0 / (double)d->rows, d->pg_cpu_s / d->seconds);
     if (min_floor) {
         fprintf(o, "\"vs_minimal_floor\": ");
         ratio_json(o, d->rows_per_s, min_floor->rows_per_s);
@@ -1148,12 +1197,48 @@ static const struct latency_result *at_rate(const struct latency_result *lat, in
     return NULL;
 }
 
+/* The latency scenario at each rate of @p rates ("1000,5000"), into @p lat
+ * (at most 8). @return how many ran. */
+static int latencies(PGconn *c, char *rates, double seconds, struct latency_result *lat)
+{
+    int n = 0;
+    for (char *save = NULL, *tok = strtok_r(rates, ",", &save); tok && n < 8;
+         tok = strtok_r(NULL, ",", &save)) {
+        int rate = atoi(tok);
+        fprintf(stderr, "bench: latency at %d events/s for %.0f s\n", rate, seconds);
+        lat[n++] = latency(c, "bench_latency", rate, seconds);
+    }
+    drop(c, "bench_latency");
+    return n;
+}
+
+static void latency_line(const struct latency_result *l)
+{
+    fprintf(stderr, "latency @%5d/s: p50 %.2f ms  p99 %.2f ms  max %.2f ms  (%ld/%ld received; "
+                    "%.0f/s achieved by %d writer%s)\n",
+            l->rate, l->p50_ms, l->p99_ms, l->max_ms, l->received, l->events, l->achieved_rate,
+            l->writers, l->writers > 1 ? "s" : "");
+}
+
+static void latency_json(FILE *o, const struct latency_result *lat, int n)
+{
+    fprintf(o, "  \"latency\": [");
+    for (int i = 0; i < n; i++)
+        fprintf(o, "%s\n    {\"rate\": %d, \"achieved_rate\": %.0f, \"writers\": %d, "
+                   "\"events\": %ld, \"received\": %ld, \"p50_ms\": %.2f, \"p99_ms\": %.2f, "
+                   "\"max_ms\": %.2f}",
+                i ? "," : "", lat[i].rate, lat[i].achieved_rate, lat[i].writers, lat[i].events,
+                lat[i].received, lat[i].p50_ms, lat[i].p99_ms, lat[i].max_ms);
+    fprintf(o, "\n  ]");
+}
+
 int main(int argc, char **argv)
 {
     long rows = 1000000, cost_small = 100000, lt_rows = -1, start_rows = -1, fresh_rows = -1;
     int aggregates = 5000, start_runs = 3, fresh_rate = 100;
     double lat_seconds = 10;
     char rates_arg[64] = "1000,5000";
+    bool latency_only = false;
     static const struct option opts[] = {
         { "relay", required_argument, NULL, 'r' },
         { "peer", required_argument, NULL, 'p' },
@@ -1165,6 +1250,7 @@ int main(int argc, char **argv)
         { "fresh-rate", required_argument, NULL, 'F' },
         { "smoke", no_argument, NULL, 'S' },
         { "relay-opt", required_argument, NULL, 'X' },
+        { "latency-only", no_argument, NULL, 'l' },
         { NULL, 0, NULL, 0 },
     };
     int ch;
@@ -1182,6 +1268,7 @@ int main(int argc, char **argv)
                 relay_opts[n_relay_opts++] = optarg;
             break;
         case 'R': snprintf(rates_arg, sizeof(rates_arg), "%s", optarg); break;
+        case 'l': latency_only = true; break;
         case 'S':
             rows = 5000;
             cost_small = 2000;
@@ -1192,7 +1279,7 @@ int main(int argc, char **argv)
             break;
         default: die("usage: outbox-relay-bench --relay PATH [--peer PATH] [--rows N] "
                      "[--aggregates N] [--latency-seconds S] [--rates R1,R2] [--long-txn-rows N] "
-                     "[--fresh-rate R] [--smoke] [--relay-opt section.key=value]...");
+                     "[--fresh-rate R] [--smoke] [--latency-only] [--relay-opt section.key=value]...");
         }
     }
     pg_conninfo = getenv("OUTBOX_RELAY_TEST_PG");
@@ -1214,6 +1301,20 @@ int main(int argc, char **argv)
     fresh_rows = rows;
 
     PGconn *c = pg_open();
+    if (latency_only) {
+        /* Tuning the latency path needs only its own scenario. */
+        struct latency_result lat[8];
+        int n_lat = latencies(c, rates_arg, lat_seconds, lat);
+        PQfinish(c);
+        fprintf(stdout, "{\n");
+        machine_json(stdout);
+        latency_json(stdout, lat, n_lat);
+        fprintf(stdout, "\n}\n");
+        for (int i = 0; i < n_lat; i++)
+            latency_line(&lat[i]);
+        fprintf(stderr, "logs: %s\n", workdir);
+        return 0;
+    }
     /* Floors and peer first, then the relay: all on identical fresh tables. */
     fprintf(stderr, "bench: minimal SQL floor on %ld rows\n", rows);
     struct drain_result fl_min = minimal_floor(c, "bench_floor_min", rows, aggregates, 1000);
@@ -1255,16 +1356,10 @@ int main(int argc, char **argv)
     struct drain_result lt_held = drain(c, "bench_lt_held", lt_rows, aggregates, &lt1_o);
 
     struct latency_result lat[8];
-    int n_lat = 0;
-    for (char *save = NULL, *tok = strtok_r(rates_arg, ",", &save); tok && n_lat < 8;
-         tok = strtok_r(NULL, ",", &save)) {
-        int rate = atoi(tok);
-        fprintf(stderr, "bench: latency at %d events/s for %.0f s\n", rate, lat_seconds);
-        lat[n_lat++] = latency(c, "bench_latency", rate, lat_seconds);
-    }
+    int n_lat = latencies(c, rates_arg, lat_seconds, lat);
     const char *tables[] = { "bench_floor_min", "bench_floor", "bench_peer", "bench_drain",
                              "bench_drain_del", "bench_cost", "bench_start", "bench_fresh",
-                             "bench_lt_free", "bench_lt_held", "bench_latency" };
+                             "bench_lt_free", "bench_lt_held" };
     for (size_t i = 0; i < sizeof(tables) / sizeof(tables[0]); i++)
         drop(c, tables[i]);
     PQfinish(c);
@@ -1274,24 +1369,16 @@ int main(int argc, char **argv)
     double growth = (d_mark.peak_rss_mb - d_small.peak_rss_mb) / d_small.peak_rss_mb * 100.0;
     fprintf(o, "{\n");
     machine_json(o);
-    fprintf(o, "  \"minimal_floor\": {\"rows\": %ld, \"seconds\": %.3f, \"rows_per_s\": %.0f},\n",
-            fl_min.rows, fl_min.seconds, fl_min.rows_per_s);
-    fprintf(o, "  \"wide_floor\": {\"rows\": %ld, \"seconds\": %.3f, \"rows_per_s\": %.0f},\n",
-            fl_wide.rows, fl_wide.seconds, fl_wide.rows_per_s);
+    drain_json(o, "minimal_floor", &fl_min, NULL, NULL, NULL);
+    drain_json(o, "wide_floor", &fl_wide, NULL, NULL, NULL);
     drain_json(o, "peer", &peer, NULL, NULL, NULL);
     drain_json(o, "drain", &d_mark, &fl_min, &fl_wide, &peer);
     drain_json(o, "drain_on_sent_delete", &d_del, &fl_min, &fl_wide, &peer);
     tool_json(o, "verify", &v_small);
     tool_json(o, "verify_default_slice", &v_default);
     tool_json(o, "replay", &rp);
-    fprintf(o, "  \"latency\": [");
-    for (int i = 0; i < n_lat; i++)
-        fprintf(o, "%s\n    {\"rate\": %d, \"achieved_rate\": %.0f, \"writers\": %d, "
-                   "\"events\": %ld, \"received\": %ld, \"p50_ms\": %.2f, \"p99_ms\": %.2f, "
-                   "\"max_ms\": %.2f}",
-                i ? "," : "", lat[i].rate, lat[i].achieved_rate, lat[i].writers, lat[i].events,
-                lat[i].received, lat[i].p50_ms, lat[i].p99_ms, lat[i].max_ms);
-    fprintf(o, "\n  ],\n");
+    latency_json(o, lat, n_lat);
+    fprintf(o, ",\n");
     fprintf(o, "  \"startup\": {\"backlog_rows\": %ld, \"runs\": %d, "
                "\"start_to_leader_ms\": {\"median\": %.1f, \"max\": %.1f}, "
                "\"leader_to_first_received_ms\": {\"median\": %.1f, \"max\": %.1f}, "
@@ -1351,11 +1438,17 @@ int main(int argc, char **argv)
     fprintf(stderr, "%-30s %9.0f %9.2f %9.2f %9.2f\n", "relay, on_sent=delete", d_del.rows_per_s,
             d_del.rows_per_s / fl_min.rows_per_s, d_del.rows_per_s / fl_wide.rows_per_s,
             d_del.rows_per_s / peer.rows_per_s);
+    fprintf(stderr, "PostgreSQL CPU s per 100k rows (share of the drain it was busy):");
+    const struct drain_result *pgs[] = { &fl_min, &fl_wide, &peer, &d_mark, &d_del };
+    const char *pgn[] = { "minimal floor", "wide floor", "peer", "mark", "delete" };
+    for (int i = 0; i < 5; i++)
+        if (pgs[i]->pg_cpu_s >= 0)
+            fprintf(stderr, "%s %s %.2f (%.0f%%)", i ? ";" : "", pgn[i],
+                    pgs[i]->pg_cpu_s * 100000.0 / (double)pgs[i]->rows,
+                    100.0 * pgs[i]->pg_cpu_s / pgs[i]->seconds);
+    fprintf(stderr, "\n");
     for (int i = 0; i < n_lat; i++)
-        fprintf(stderr, "latency @%5d/s: p50 %.2f ms  p99 %.2f ms  max %.2f ms  (%ld/%ld received; "
-                        "%.0f/s achieved by %d writer%s)\n",
-                lat[i].rate, lat[i].p50_ms, lat[i].p99_ms, lat[i].max_ms, lat[i].received,
-                lat[i].events, lat[i].achieved_rate, lat[i].writers, lat[i].writers > 1 ? "s" : "");
+        latency_line(&lat[i]);
     fprintf(stderr, "start-up (%ld-row backlog, median of %d): start → leader %.0f ms; leader → "
                     "first received %.0f ms (max %.0f), first marked %.0f ms\n",
             su.backlog, su.runs, median(su.start_to_leader_ms, su.runs), first_ms,
