@@ -265,14 +265,14 @@ static double client_backends_cpu_s(PGconn *c, int except)
 {
     PGresult *r = PQexec(c, "SELECT pid FROM pg_stat_activity WHERE backend_type = "
                             "'client backend' AND pid <> pg_backend_pid()");
-    double sum = 0;
+    double sum = -1; /* none: the client is gone (the peer exits when done) */
     if (PQresultStatus(r) != PGRES_TUPLES_OK)
         die("pg_stat_activity: %s", PQresultErrorMessage(r));
     for (int i = 0; i < PQntuples(r); i++) {
         int pid = atoi(PQgetvalue(r, i, 0));
         double cpu = pid == except ? -1 : proc_cpu_s(pid);
-        if (cpu > 0)
-            sum += cpu;
+        if (cpu >= 0)
+            sum = (sum < 0 ? 0 : sum) + cpu;
     }
     PQclear(r);
     return sum;
