@@ -71,7 +71,7 @@ struct relay_config {
 
 /** How a leader that lost its leadership is kept from publishing (relay.fencing). */
 enum relay_fencing {
-    /* Each batch is a Kafka transaction under one transactional.id: a new
+    /* Batches are Kafka transactions under one transactional.id: a new
      * leader's init_transactions fences the old one, whose writes stay
      * invisible to read_committed consumers. */
     RELAY_FENCING_TRANSACTIONAL = 0,

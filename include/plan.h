@@ -166,9 +166,11 @@ struct fence_plan plan_fence(const struct plan_state *s);
 bool plan_txn_settled(const struct plan_state *s, const struct batch *b);
 
 /** Whether batch @p b's freshly claimed rows wait (their claim result kept)
- *  instead of being produced now: one transaction per batch, so rows claimed
- *  while another batch's transaction is open, ending or doomed, or while an
- *  older claim waits, are produced the moment the open one is done. */
+ *  instead of being produced now. Rows claimed while the open transaction
+ *  still takes messages join it (a transaction then holds the batch in flight
+ *  and this one: a commit and an AddPartitionsToTxn less, and no wait behind
+ *  the commit); rows claimed while it is ending or doomed, or while an older
+ *  claim waits, are produced the moment the next one opens. */
 bool plan_txn_holds(const struct plan_state *s, const struct batch *b);
 
 /** Whether a claim may run: not before transactions are initialised, nor into

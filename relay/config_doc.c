@@ -44,7 +44,7 @@ static const struct {
     {"relay.fencing",
      "How a leader that lost its leadership (paused, stalled, cut off from PostgreSQL but not from "
      "Kafka) is kept from publishing what it still had queued after another relay took over:\n\n"
-     "- `transactional`: each batch is a Kafka transaction of `transactional_id`; a new leader "
+     "- `transactional`: batches are published in Kafka transactions of `transactional_id`; a new leader "
      "initialises transactions before producing, which fences the old one: its late writes are "
      "aborted and never reach consumers reading with `isolation.level=read_committed` "
      "(librdkafka's default; the Java client's default is `read_uncommitted`).\n"

@@ -48,7 +48,7 @@ bool plan_txn_holds(const struct plan_state *s, const struct batch *b)
     bool others_held = false;
     for (int k = 0; k < s->n_batches; k++)
         others_held |= s->b[k].held != NULL && &s->b[k] != b;
-    return !(s->txn == PRODUCER_TXN_OPEN && !s->txn_doomed && s->txn_empty && !others_held);
+    return !(s->txn == PRODUCER_TXN_OPEN && !s->txn_doomed && !others_held);
 }
 
 /* The oldest batch whose claim result waits for the open transaction; -1. */

@@ -736,10 +736,10 @@ Test(plan, fencing_initialises_commits_and_releases)
     h1->held = h0->held = NULL;
 }
 
-/* One transaction per batch: rows claimed while another batch's
- * transaction is open (not empty), ending, or doomed wait for it; so do rows
- * claimed while an older claim waits. */
-Test(plan, a_claim_waits_for_the_open_transaction)
+/* Rows claimed while the open transaction takes messages join it, even
+ * when another batch is in it; rows claimed while it is ending or doomed
+ * wait for the next one, and so do rows claimed while an older claim waits. */
+Test(plan, a_claim_joins_the_open_transaction_unless_it_ends)
 {
     struct plan_state s = leader();
     struct batch *b = load(1, 20, 5, PHASE_PRODUCING);
@@ -748,7 +748,7 @@ Test(plan, a_claim_waits_for_the_open_transaction)
     s.txn_empty = true;
     cr_assert(!plan_txn_holds(&s, b), "an open, empty transaction takes it");
     s.txn_empty = false;
-    cr_assert(plan_txn_holds(&s, b), "another batch's transaction is open");
+    cr_assert(!plan_txn_holds(&s, b), "it joins the batch in flight in the open transaction");
     s.txn_empty = true;
     s.txn = PRODUCER_TXN_BUSY;
     cr_assert(plan_txn_holds(&s, b), "a commit runs");
