@@ -141,8 +141,11 @@ struct relay_stats {
      * statistics until socket.timeout.ms; what shows it sooner is messages
      * waiting while no acknowledgement arrives. */
     int64_t kafka_in_flight;       /* produced, no delivery report yet (this producer) */
+    bool kafka_committing;         /* a commit (or abort) waits for the transaction
+                                      coordinator: a hung one stalls the relay too */
     double kafka_ack_clock;        /* stats_mono(): the last acknowledgement, or when
-                                      kafka_in_flight rose from 0, whichever is later */
+                                      kafka_in_flight rose from 0 or a commit began
+                                      with none in flight, whichever is later */
 
     /* relay.c: the outbox table's schema, what this binary needs before relaying. */
     int schema_version;            /* recorded by migrate; -1 = not read yet */

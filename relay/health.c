@@ -82,8 +82,9 @@ static bool check_acks(const struct health_in *in, char *why, size_t len)
     const struct relay_stats *s = in->s;
     int limit_ms = in->cfg ? in->cfg->ack_timeout_ms : 0;
     double wait = stats_ack_wait(s, in->mono_now);
-    snprintf(why, len, "%lld message%s in flight, no acknowledgement for %.0f s",
-             (long long)s->kafka_in_flight, s->kafka_in_flight == 1 ? "" : "s", floor(wait));
+    snprintf(why, len, "%lld message%s in flight%s, no acknowledgement for %.0f s",
+             (long long)s->kafka_in_flight, s->kafka_in_flight == 1 ? "" : "s",
+             s->kafka_committing ? " and a transaction ending" : "", floor(wait));
     return limit_ms <= 0 || wait * 1000 < limit_ms;
 }
 

@@ -219,7 +219,8 @@ static void kafka_metrics(const struct http_context *ctx, struct strbuf *out)
     gauge(out, "outbox_relay_kafka_in_flight_messages",
           "Messages produced and not yet acknowledged or failed.", (double)s->kafka_in_flight);
     gauge(out, "outbox_relay_kafka_ack_wait_seconds",
-          "Seconds since the last acknowledgement while messages are in flight (0 when none are).",
+          "Seconds since the last acknowledgement while messages are in flight or a commit "
+          "waits (0 when neither).",
           stats_ack_wait(s, ctx->mono_now));
     gauge(out, "outbox_relay_producer_fatal",
           "1 while the producer is in a fatal state (it is then replaced).",

@@ -257,6 +257,7 @@ int producer_start(struct producer *p, uv_loop_t *loop, const struct relay_confi
         stats->brokers_up = -1;
         stats->n_brokers = 0;
         stats->kafka_in_flight = 0; /* a replaced producer's messages are gone with it */
+        stats->kafka_committing = false;
         stats_settle_published(stats, false); /* and its open transaction */
     }
     p->cfg = cfg;
@@ -542,8 +543,12 @@ static void txn_after(uv_work_t *w, int status)
         free(j);
         return;
     }
-    if (j->op == TXN_COMMIT && p->stats)
+    if (j->op == TXN_COMMIT && p->stats) {
         stats_settle_published(p->stats, j->res == PRODUCER_TXN_DONE);
+        p->stats->kafka_committing = false;
+        if (j->res == PRODUCER_TXN_DONE || j->res == PRODUCER_TXN_ABORTED)
+            p->stats->kafka_ack_clock = stats_mono(); /* the coordinator answered */
+    }
     switch (j->res) {
     case PRODUCER_TXN_DONE:
     case PRODUCER_TXN_ABORTED:
@@ -587,6 +592,12 @@ static int txn_start(struct producer *p, enum txn_op op, producer_txn_cb cb, voi
     }
     p->job = j;
     p->txn = PRODUCER_TXN_BUSY;
+    if (op == TXN_COMMIT && p->stats) {
+        /* Every message may be acknowledged and the coordinator hung. */
+        if (p->in_flight == 0)
+            p->stats->kafka_ack_clock = stats_mono();
+        p->stats->kafka_committing = true;
+    }
     return 0;
 }
 

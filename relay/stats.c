@@ -139,7 +139,7 @@ double stats_backlog_eta(const struct relay_stats *s, double rate)
 
 double stats_ack_wait(const struct relay_stats *s, double mono_now)
 {
-    if (s->kafka_in_flight <= 0 || mono_now <= s->kafka_ack_clock)
+    if ((s->kafka_in_flight <= 0 && !s->kafka_committing) || mono_now <= s->kafka_ack_clock)
         return 0;
     return mono_now - s->kafka_ack_clock;
 }

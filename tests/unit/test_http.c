@@ -284,8 +284,16 @@ Test(http, readyz_fails_when_messages_wait_too_long_for_an_acknowledgement)
     cr_assert_eq(exchange("GET /readyz HTTP/1.1\r\n\r\n"), 200);
     cfg.ack_timeout_ms = 10000;
 
-    /* Nothing in flight: no evidence either way, however old the last ack. */
+    /* Every message acknowledged, the commit waiting for a hung coordinator:
+     * the relay is as stuck as with messages in flight. */
     st.kafka_in_flight = 0;
+    st.kafka_committing = true;
+    cr_assert_eq(exchange("GET /readyz HTTP/1.1\r\n\r\n"), 503);
+    cr_assert(strstr(body(), "[-]acks 0 messages in flight and a transaction ending, no "
+                             "acknowledgement for 3600 s\n"), "%s", body());
+    st.kafka_committing = false;
+
+    /* Nothing in flight: no evidence either way, however old the last ack. */
     cr_assert_eq(exchange("GET /readyz HTTP/1.1\r\n\r\n"), 200);
     cr_assert_eq(exchange("GET /metrics HTTP/1.1\r\n\r\n"), 200);
     cr_assert(strstr(body(), "\noutbox_relay_kafka_ack_wait_seconds 0\n"), "%s", body());
