@@ -402,26 +402,20 @@ static void on_claimed(struct pg_conn *pg, PGresult *res, void *arg)
      * producing this batch, so the database works while we do. */
     batch_load(b, res);
     b->phase = PHASE_PRODUCING;
-    if (plan_txn_holds(&s, b)) {
-        b->held = res; /* produced when the open transaction is done (fence_step) */
-        pg_result_keep(pg);
+    if (!plan_txn_holds(&s, b)) {
+        b->txn_gen = producer_txn_gen(&r->prod);
         step(r);
-        return;
+        /* That step may have begun ending the transaction these rows were to
+         * join: then they wait for the next one, as if held from the start. */
+        snapshot(r, &s);
+        if (b->phase != PHASE_PRODUCING || !plan_txn_holds(&s, b)) {
+            produce_rows(r, b, res);
+            step(r);
+            return;
+        }
     }
-    b->txn_gen = producer_txn_gen(&r->prod);
-    step(r);
-    /* That step may have begun ending the transaction these rows were to
-     * join: then they wait for the next one, as if held from the start. */
-    const struct producer *prod = &r->prod;
-    if (producer_txn_state(prod) != PRODUCER_TXN_OFF &&
-        (producer_txn_state(prod) != PRODUCER_TXN_OPEN || producer_txn_gen(prod) != b->txn_gen ||
-         producer_txn_doomed(prod)) && b->phase == PHASE_PRODUCING) {
-        b->held = res;
-        pg_result_keep(pg);
-        step(r);
-        return;
-    }
-    produce_rows(r, b, res);
+    b->held = res; /* produced when the open transaction is done (fence_step) */
+    pg_result_keep(pg);
     step(r);
 }
 
