@@ -243,6 +243,37 @@ static double proc_cpu_s(pid_t pid)
     return cpu;
 }
 
+/* The whole machine's CPU time so far, every core, from /proc/stat: what the
+ * stack, the relay and the benchmark itself took together. A figure measured
+ * while it was all busy says more about the machine than about the relay. */
+struct machine_cpu {
+    unsigned long long busy, total;
+};
+
+static struct machine_cpu machine_cpu_now(void)
+{
+    struct machine_cpu m = { 0, 0 };
+    unsigned long long v[8] = { 0 };
+    FILE *f = fopen("/proc/stat", "r");
+    if (f && fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3],
+                    &v[4], &v[5], &v[6], &v[7]) == 8) {
+        for (int i = 0; i < 8; i++)
+            m.total += v[i];
+        m.busy = m.total - v[3] - v[4]; /* idle and iowait */
+    }
+    if (f)
+        fclose(f);
+    return m;
+}
+
+/* The share of all cores busy between @p a and @p b; -1 when unknown. */
+static double machine_busy(struct machine_cpu a, struct machine_cpu b)
+{
+    if (b.total <= a.total)
+        return -1;
+    return (double)(b.busy - a.busy) / (double)(b.total - a.total);
+}
+
 /* Peak resident memory (VmHWM) in MB and CPU seconds of a process. */
 static void relay_cost(pid_t pid, double *rss_mb, double *cpu_s)
 {
@@ -347,6 +378,7 @@ struct drain_result {
     double peak_rss_mb;     /* -1: not measured (the peer exits by itself) */
     double cpu_s;
     double pg_cpu_s;        /* PostgreSQL backends doing the drain; -1: not measured */
+    double machine_busy;    /* share of all cores busy during it; -1: not measured */
 };
 
 enum runner { RUN_RELAY, RUN_PEER };
@@ -433,6 +465,7 @@ static struct drain_result drain(PGconn *c, const char *table, long rows, int ag
     PGconn *holder = o->hold ? hold_snapshot() : NULL;
     int holder_pid = holder ? PQbackendPID(holder) : 0;
     struct drain_result r = { .rows = rows, .peak_rss_mb = -1, .cpu_s = -1, .pg_cpu_s = -1 };
+    struct machine_cpu m0 = machine_cpu_now();
     struct relay_proc p = o->runner == RUN_PEER ? peer_start(table) : relay_start(table, o->extra);
     const char *who = o->runner == RUN_PEER ? "peer" : "relay";
     double deadline = p.started + 1800;
@@ -463,6 +496,7 @@ static struct drain_result drain(PGconn *c, const char *table, long rows, int ag
         sleep_s(0.02);
     }
     double end = now_s();
+    r.machine_busy = machine_busy(m0, machine_cpu_now());
     if (!exited)
         r.pg_cpu_s = client_backends_cpu_s(c, holder_pid);
     if (!exited && o->runner == RUN_RELAY)
@@ -501,9 +535,11 @@ static struct drain_result floor_run(PGconn *c, const char *table, long rows, in
             table, body, table);
     struct drain_result r = { .rows = rows, .peak_rss_mb = -1, .cpu_s = -1 };
     double cpu0 = proc_cpu_s(PQbackendPID(c));
+    struct machine_cpu m0 = machine_cpu_now();
     double t0 = now_s();
     pg_exec(c, "CALL \"public\".\"%s_floor\"(%d)", table, batch);
     r.seconds = now_s() - t0;
+    r.machine_busy = machine_busy(m0, machine_cpu_now());
     double cpu1 = proc_cpu_s(PQbackendPID(c));
     r.pg_cpu_s = cpu0 >= 0 && cpu1 >= 0 ? cpu1 - cpu0 : -1;
     r.rows_per_s = (double)rows / r.seconds;
@@ -626,6 +662,7 @@ struct latency_result {
     long received;
     int writers; /* connections that wrote the events */
     double p50_ms, p99_ms, max_ms;
+    double machine_busy; /* share of all cores busy while the events were written; -1: unknown */
 };
 
 /* Commit → received percentiles of the first @p n events of @p L. */
@@ -735,6 +772,7 @@ static struct latency_result latency(PGconn *c, const char *table, int rate, dou
     struct latency_writer w[16];
     pthread_t wt[16];
     L.t0 = now_s() + 0.05;
+    struct machine_cpu m0 = machine_cpu_now();
     for (int k = 0; k < L.writers; k++) {
         w[k] = (struct latency_writer){ .L = &L, .k = k };
         pthread_create(&wt[k], NULL, latency_writer_thread, &w[k]);
@@ -746,6 +784,7 @@ static struct latency_result latency(PGconn *c, const char *table, int rate, dou
         n += w[k].written;
         t1 = w[k].last > t1 ? w[k].last : t1;
     }
+    res.machine_busy = machine_busy(m0, machine_cpu_now());
     res.events = n;
     res.writers = L.writers;
     res.achieved_rate = (double)n / (t1 - L.t0);
@@ -1036,6 +1075,8 @@ static void drain_json(FILE *o, const char *name, const struct drain_result *d,
     if (d->pg_cpu_s >= 0)
         fprintf(o, "\"postgres_cpu_s_per_100k\": %.3f, \"postgres_busy\": %.2f, ",
                 d->pg_cpu_s * 100000.0 / (double)d->rows, d->pg_cpu_s / d->seconds);
+    if (d->machine_busy >= 0)
+        fprintf(o, "\"machine_busy\": %.2f, ", d->machine_busy);
     if (min_floor) {
         fprintf(o, "\"vs_minimal_floor\": ");
         ratio_json(o, d->rows_per_s, min_floor->rows_per_s);
@@ -1215,9 +1256,9 @@ static int latencies(PGconn *c, char *rates, double seconds, struct latency_resu
 static void latency_line(const struct latency_result *l)
 {
     fprintf(stderr, "latency @%5d/s: p50 %.2f ms  p99 %.2f ms  max %.2f ms  (%ld/%ld received; "
-                    "%.0f/s achieved by %d writer%s)\n",
+                    "%.0f/s achieved by %d writer%s; machine %.0f%% busy)\n",
             l->rate, l->p50_ms, l->p99_ms, l->max_ms, l->received, l->events, l->achieved_rate,
-            l->writers, l->writers > 1 ? "s" : "");
+            l->writers, l->writers > 1 ? "s" : "", 100.0 * l->machine_busy);
 }
 
 static void latency_json(FILE *o, const struct latency_result *lat, int n)
@@ -1226,9 +1267,9 @@ static void latency_json(FILE *o, const struct latency_result *lat, int n)
     for (int i = 0; i < n; i++)
         fprintf(o, "%s\n    {\"rate\": %d, \"achieved_rate\": %.0f, \"writers\": %d, "
                    "\"events\": %ld, \"received\": %ld, \"p50_ms\": %.2f, \"p99_ms\": %.2f, "
-                   "\"max_ms\": %.2f}",
+                   "\"max_ms\": %.2f, \"machine_busy\": %.2f}",
                 i ? "," : "", lat[i].rate, lat[i].achieved_rate, lat[i].writers, lat[i].events,
-                lat[i].received, lat[i].p50_ms, lat[i].p99_ms, lat[i].max_ms);
+                lat[i].received, lat[i].p50_ms, lat[i].p99_ms, lat[i].max_ms, lat[i].machine_busy);
     fprintf(o, "\n  ]");
 }
 
@@ -1446,6 +1487,9 @@ int main(int argc, char **argv)
             fprintf(stderr, "%s %s %.2f (%.0f%%)", i ? ";" : "", pgn[i],
                     pgs[i]->pg_cpu_s * 100000.0 / (double)pgs[i]->rows,
                     100.0 * pgs[i]->pg_cpu_s / pgs[i]->seconds);
+    fprintf(stderr, "\nmachine busy (all cores, everything on it):");
+    for (int i = 0; i < 5; i++)
+        fprintf(stderr, "%s %s %.0f%%", i ? ";" : "", pgn[i], 100.0 * pgs[i]->machine_busy);
     fprintf(stderr, "\n");
     for (int i = 0; i < n_lat; i++)
         latency_line(&lat[i]);
