@@ -7,7 +7,7 @@
  * when the answer says so, asks again. The connection runs one statement at a
  * time, so each answer names at most one statement, in the priorities of the
  * relay: the connection's checks, marks, the producer, leadership, the
- * backlog count, the claim, retention.
+ * backlog count, the quiet lock, the claim, retention.
  *
  * Also here: what the Kafka transaction needs next (plan_fence), the
  * reconnect back-off, and what a shutdown does with the batches in flight.
@@ -23,6 +23,16 @@
 #include "engine.h"
 #include "kafka_rules.h"
 #include "stats.h"
+
+/** The quiet lock (schema/004). Writers send no NOTIFY while the leader holds
+ *  it; the leader then claims one batch after another without being woken.
+ *  It stops by releasing the lock (LEAVING) and, before its last claim,
+ *  waiting until no writer that left its NOTIFY out is still open. */
+enum plan_quiet {
+    PLAN_QUIET_OFF = 0,     /* writers notify */
+    PLAN_QUIET_ON,          /* the lock is held: writers send none */
+    PLAN_QUIET_LEAVING,     /* released; writers that sent none may still be open */
+};
 
 /** The relay as step() sees it. The batches are the daemon's own slots, read only. */
 struct plan_state {
@@ -60,6 +70,12 @@ struct plan_state {
     bool claim_first;           /* a new leader's first claim goes before the count... */
     uint64_t claim_first_until; /* ...until then */
 
+    /* the quiet lock: while held, the table's trigger sends no NOTIFY (schema/004) */
+    enum plan_quiet quiet;
+    bool quiet_wanted;          /* a claim found rows and a NOTIFY came in while it ran */
+    bool quiet_idle;            /* the last claim found nothing */
+    uint64_t quiet_check_at_ms; /* leaving: when to look again for writers that sent none */
+
     /* Kafka */
     bool producer_fatal;        /* the producer instance is unusable */
     enum producer_txn_state txn;
@@ -93,6 +109,9 @@ enum plan_act {
     PLAN_LISTEN,            /* LISTEN, so that new rows wake us */
     PLAN_CLAIM,             /* claim up to .limit rows into batch .slot, skipping .skip */
     PLAN_RETENTION,         /* delete a round of old sent rows */
+    PLAN_TAKE_QUIET,        /* take the quiet lock */
+    PLAN_RELEASE_QUIET,     /* release it */
+    PLAN_CHECK_QUIET,       /* leaving: is a writer that sent no NOTIFY still open */
 };
 
 struct plan_step {
@@ -139,6 +158,9 @@ struct claim_verdict {
     bool isolation_over;    /* every suspect has been produced alone */
     bool alone;             /* the batch's rows are produced alone */
     bool more;              /* the claim was full: more rows are probably waiting */
+    bool quiet_wanted;      /* rows, and a NOTIFY came in while the claim ran: writers
+                               are quicker than claims, take the quiet lock */
+    bool quiet_idle;        /* nothing found: the quiet lock is of no use now */
 };
 
 /** Batch @p b's claim returned @p n rows, the first with id @p first_id. */

@@ -73,6 +73,11 @@ struct sql_session {
     char *holder;       /* who holds the lock: columns of enum sql_holder_col; no row if nobody */
     char *version;      /* $1 = "schema.table": the newest migration recorded for it (0: none);
                            only once the check saw the bookkeeping table */
+    /* The quiet lock: held by the leader while it claims one batch after
+     * another, so that the table's trigger sends no NOTIFY (schema/004). */
+    char *quiet_on;     /* true when taken */
+    char *quiet_off;    /* releases it: true when it was held */
+    char *quiet_check;  /* true when no transaction that left its NOTIFY out is still open */
 };
 
 /** Column order of sql_session.check. */

@@ -229,6 +229,32 @@ static struct plan_step claim(const struct plan_state *s)
     return p;
 }
 
+/* The quiet lock, before a claim: taken when writers notify faster than
+ * claims return, released when a claim finds nothing. Only a leader holds
+ * it: a standby holding it would leave the new leader unwoken. */
+static struct plan_step quiet(const struct plan_state *s, bool *done)
+{
+    *done = false;
+    bool leading = s->role == STATS_ROLE_LEADER && s->listening && !s->stopping && !s->refused;
+    switch (s->quiet) {
+    case PLAN_QUIET_OFF:
+        if (leading && s->quiet_wanted)
+            return act(PLAN_TAKE_QUIET);
+        break;
+    case PLAN_QUIET_ON:
+        if (!leading || s->quiet_idle)
+            return act(PLAN_RELEASE_QUIET);
+        break;
+    case PLAN_QUIET_LEAVING:
+        /* A claim that finds rows comes first: the check is for the last one. */
+        if (leading && s->quiet_idle && s->now_ms >= s->quiet_check_at_ms)
+            return act(PLAN_CHECK_QUIET);
+        break;
+    }
+    *done = true;
+    return act(PLAN_WAIT);
+}
+
 /* The first stages, in priority order: each answers a step, or sets *done
  * when it has nothing to do and the next may decide. */
 static struct plan_step (*const stages[])(const struct plan_state *, bool *) = {
@@ -268,6 +294,9 @@ struct plan_step plan_next(const struct plan_state *s)
         p.at_ms = plan_backlog_next_ms(s->now_ms, s->backlog_took_ms);
         return p;
     }
+    p = quiet(s, &done);
+    if (!done)
+        return p;
     if (s->role != STATS_ROLE_LEADER)
         return act(PLAN_WAIT);
     if (!s->listening)
@@ -279,6 +308,9 @@ struct claim_verdict plan_claimed(const struct plan_state *s, const struct batch
                                   int64_t first_id)
 {
     struct claim_verdict v = { .use = CLAIM_PRODUCE, .alone = b->alone };
+    /* s->wake was cleared when the claim was sent: set again, a NOTIFY came. */
+    v.quiet_wanted = n > 0 && s->wake;
+    v.quiet_idle = n == 0;
     if (b->claim_gen != s->truncations) {
         v.use = CLAIM_STALE;
         return v;
@@ -294,6 +326,8 @@ struct claim_verdict plan_claimed(const struct plan_state *s, const struct batch
     /* A row produced alone while suspects remain means more are waiting
      * too: the poll interval would pace the isolation at one row per interval. */
     v.more = n >= (v.alone ? 1 : s->batch_size);
+    /* No NOTIFY wakes a quiet relay: it claims again while claims find rows. */
+    v.more |= s->quiet != PLAN_QUIET_OFF;
     return v;
 }
 
@@ -316,6 +350,9 @@ const char *plan_act_name(enum plan_act a)
         [PLAN_LISTEN] = "listen",
         [PLAN_CLAIM] = "claim",
         [PLAN_RETENTION] = "retention",
+        [PLAN_TAKE_QUIET] = "take_quiet",
+        [PLAN_RELEASE_QUIET] = "release_quiet",
+        [PLAN_CHECK_QUIET] = "check_quiet",
     };
     return (unsigned)a < sizeof names / sizeof names[0] && names[a] ? names[a] : "?";
 }

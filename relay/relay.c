@@ -126,6 +126,13 @@ struct relay {
     struct verify_task *verify; /* [verify] interval; NULL when off */
     struct progress *progress;  /* the publish rate; NULL when out of memory */
     struct log_limit failures;  /* per-row failure lines: a few in full, then summaries */
+
+    /* The quiet lock (schema/004): see enum plan_quiet. */
+    enum plan_quiet quiet;
+    bool quiet_wanted, quiet_idle;
+    uint64_t quiet_check_at_ms;
+    uint64_t quiet_backoff_ms;  /* leaving: the wait before the next check, doubling */
+    uv_timer_t quiet_timer;     /* leaving: claim and check again */
 };
 
 static void step(struct relay *r);
@@ -390,6 +397,8 @@ static void on_claimed(struct pg_conn *pg, PGresult *res, void *arg)
         r->isolate_until_id = 0;
     }
     b->alone = v.alone;
+    r->quiet_wanted |= v.quiet_wanted;
+    r->quiet_idle = v.quiet_idle;
     if (v.use != CLAIM_PRODUCE) {
         batch_reset(b); /* rows claimed but not produced stay unsent */
         r->wake |= v.use == CLAIM_STALE;
@@ -1219,6 +1228,101 @@ static void wind_down(struct relay *r)
     notify_status(r);
 }
 
+/* ---- the quiet lock ----------------------------------------------------- */
+
+/* A first check again this soon after the lock was released; then twice as
+ * long each time, up to QUIET_LAST_CHECK_MS (or the poll interval): a writer
+ * that sent no NOTIFY and stays open costs a claim and a check that often,
+ * and its row, once committed, waits no longer than that. */
+#define QUIET_FIRST_CHECK_MS 5
+#define QUIET_LAST_CHECK_MS 100
+
+static void quiet_reset(struct relay *r)
+{
+    r->quiet = PLAN_QUIET_OFF;
+    r->quiet_wanted = false;
+    r->quiet_idle = false;
+    uv_timer_stop(&r->quiet_timer);
+}
+
+/* A quiet-lock statement's one boolean; -1 (logged, back-off) on failure. */
+static int quiet_answer(struct relay *r, PGresult *res, const char *what)
+{
+    if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1) {
+        log_error("the quiet lock's statement failed", "statement=%s error=%s", what,
+                  log_quote(PQresultErrorMessage(res)));
+        session_evidence(r, res, what);
+        r->backoff = true;
+        return -1;
+    }
+    return PQgetvalue(res, 0, 0)[0] == 't';
+}
+
+static void on_quiet_on(struct pg_conn *pg, PGresult *res, void *arg)
+{
+    (void)pg;
+    struct relay *r = arg;
+    if (!res)
+        return;
+    r->quiet_wanted = false;
+    if (quiet_answer(r, res, "quiet_on") == 1) {
+        r->quiet = PLAN_QUIET_ON;
+        r->quiet_idle = false;
+        r->wake = true; /* from now on no NOTIFY says so */
+        log_debug("quiet: writers send no NOTIFY while claims find rows", "");
+    }
+    step(r);
+}
+
+static void on_quiet_off(struct pg_conn *pg, PGresult *res, void *arg)
+{
+    (void)pg;
+    struct relay *r = arg;
+    if (!res)
+        return;
+    if (quiet_answer(r, res, "quiet_off") < 0)
+        return;
+    r->quiet = PLAN_QUIET_LEAVING;
+    r->quiet_check_at_ms = now_ms(r);
+    r->quiet_backoff_ms = QUIET_FIRST_CHECK_MS;
+    step(r);
+}
+
+static void on_quiet_timer(uv_timer_t *t)
+{
+    struct relay *r = t->data;
+    r->wake = true;
+    step(r);
+}
+
+static void on_quiet_check(struct pg_conn *pg, PGresult *res, void *arg)
+{
+    (void)pg;
+    struct relay *r = arg;
+    if (!res)
+        return;
+    int none_open = quiet_answer(r, res, "quiet_check");
+    if (none_open < 0)
+        return;
+    if (none_open) {
+        /* Every row whose writer sent no NOTIFY is committed: one last claim. */
+        r->quiet = PLAN_QUIET_OFF;
+        r->wake = true;
+        log_debug("quiet: writers notify again", "");
+    } else {
+        /* Claim what the ones that ended wrote, and look again later. */
+        r->quiet_check_at_ms = now_ms(r) + r->quiet_backoff_ms;
+        uv_timer_start(&r->quiet_timer, on_quiet_timer, r->quiet_backoff_ms, 0);
+        r->quiet_backoff_ms *= 2;
+        if (r->quiet_backoff_ms > QUIET_LAST_CHECK_MS)
+            r->quiet_backoff_ms = QUIET_LAST_CHECK_MS;
+        if (r->quiet_backoff_ms > (uint64_t)r->cfg->poll_interval_ms)
+            r->quiet_backoff_ms = (uint64_t)r->cfg->poll_interval_ms;
+        r->wake = true;
+    }
+    step(r);
+}
+
 static void on_listen(struct pg_conn *pg, PGresult *res, void *arg)
 {
     (void)pg;
@@ -1422,6 +1526,10 @@ static void snapshot(const struct relay *r, struct plan_state *s)
         .prepared = r->prepared,
         .n_hot = N_HOT,
         .listening = r->listening,
+        .quiet = r->quiet,
+        .quiet_wanted = r->quiet_wanted,
+        .quiet_idle = r->quiet_idle,
+        .quiet_check_at_ms = r->quiet_check_at_ms,
         .role = r->st.role,
         .lock_due = r->lock_due,
         .holder_due = r->holder_due,
@@ -1492,6 +1600,11 @@ static bool carry_out(struct relay *r, const struct plan_step *p)
         pg_query(&r->pg, r->sql.backlog, 0, NULL, on_backlog, r);
         break;
     case PLAN_LISTEN: pg_query(&r->pg, r->sql.listen, 0, NULL, on_listen, r); break;
+    case PLAN_TAKE_QUIET: pg_query(&r->pg, r->ssql.quiet_on, 0, NULL, on_quiet_on, r); break;
+    case PLAN_RELEASE_QUIET: pg_query(&r->pg, r->ssql.quiet_off, 0, NULL, on_quiet_off, r); break;
+    case PLAN_CHECK_QUIET:
+        pg_query(&r->pg, r->ssql.quiet_check, 0, NULL, on_quiet_check, r);
+        break;
     case PLAN_CLAIM: claim(r, p); break;
     case PLAN_RETENTION: retention(r); break;
     }
@@ -1559,6 +1672,7 @@ static void on_pg_connected(struct pg_conn *pg, void *arg)
     r->prepared = 0;
     r->halt_pending = false; /* its record may be lost: the row is claimed and fails again */
     r->st.pg_up = true;
+    quiet_reset(r); /* a new session holds no lock */
     step(r);
 }
 
@@ -1574,6 +1688,7 @@ static void on_pg_lost(struct pg_conn *pg, const char *why, void *arg)
     r->may_hold_lock = false; /* the server ends the session, and the lock with it */
     r->st.pg_up = false;
     r->listening = false;
+    quiet_reset(r);
     notify_status(r);
     schedule_reconnect(r);
 }
@@ -1691,6 +1806,7 @@ static void finish(struct relay *r)
     uv_close((uv_handle_t *)&r->reconnect, NULL);
     uv_close((uv_handle_t *)&r->shutdown, NULL);
     uv_close((uv_handle_t *)&r->watchdog, NULL);
+    uv_close((uv_handle_t *)&r->quiet_timer, NULL);
     uv_close((uv_handle_t *)&r->sigterm, NULL);
     uv_close((uv_handle_t *)&r->sigint, NULL);
     uv_close((uv_handle_t *)&r->sighup, NULL);
@@ -1741,6 +1857,8 @@ static void loop_start(struct relay *r)
     r->sighup.data = r;
     uv_signal_start(&r->sighup, on_sighup, SIGHUP);
     uv_timer_init(r->loop, &r->watchdog);
+    uv_timer_init(r->loop, &r->quiet_timer);
+    r->quiet_timer.data = r;
     uint64_t wd_usec = notify_watchdog_usec();
     if (wd_usec > 0) /* twice per interval, as sd_watchdog_enabled(3) advises */
         uv_timer_start(&r->watchdog, on_watchdog, wd_usec / 2000, wd_usec / 2000);

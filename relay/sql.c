@@ -106,11 +106,30 @@ static bool suffix_valid(const char *s, size_t n)
     return true;
 }
 
+/* The key of one of a table's advisory locks, a bigint SQL expression: the
+ * relay's statements and the migrations' trigger must name the same lock. */
+static void lock_key(const char *role, const char *schema, const char *table, char *out,
+                     size_t len)
+{
+    /* Valid identifiers contain no quotes, so these cannot overflow. */
+    char plain[2 * CONFIG_IDENT_MAX + 2], literal[2 * sizeof plain + 4];
+    snprintf(plain, sizeof plain, "%s.%s", schema, table);
+    sql_quote_literal(plain, literal, sizeof literal);
+    snprintf(out, len, "hashtextextended('outbox-relay:%s:' || %s, 0)", role, literal);
+}
+#define LOCK_KEY_MAX (2 * (2 * CONFIG_IDENT_MAX + 2) + 4 + 80)
+
 /* Writes the replacement of one {{name}} to @p out; false if the name is unknown. */
 static bool render_placeholder(FILE *out, const char *name, size_t n, const char *schema,
                                const char *table, const char *channel)
 {
     char buf[2 * PG_IDENT_MAX + 4];
+    char key[LOCK_KEY_MAX];
+
+    if ((n == 10 && !memcmp(name, "lock:quiet", 10)) || (n == 9 && !memcmp(name, "lock:skip", 9))) {
+        lock_key(n == 10 ? "quiet" : "skip", schema, table, key, sizeof key);
+        return fputs(key, out) >= 0;
+    }
 
     if (n == 6 && !memcmp(name, "schema", 6))
         return sql_quote_ident(schema, buf, sizeof buf) >= 0 && fputs(buf, out) >= 0;
@@ -312,7 +331,6 @@ void sql_statements_free(struct sql_statements *s)
 /* The leader lock in SQL, for the statements that take, check, release and
  * look at it. The lock key is derived from the table, so relays for
  * different outbox tables in one database elect their leaders independently. */
-#define LOCK_KEY_MAX (2 * (2 * CONFIG_IDENT_MAX + 2) + 4 + 80)
 struct leader_lock_sql {
     char key[LOCK_KEY_MAX];          /* the advisory lock's bigint key, an expression */
     char match[LOCK_KEY_MAX + 400];  /* a pg_locks row "l" that is the lock, granted */
@@ -321,11 +339,7 @@ struct leader_lock_sql {
 
 static void leader_lock_sql(const char *schema, const char *table, struct leader_lock_sql *l)
 {
-    /* Valid identifiers contain no quotes, so these cannot overflow. */
-    char plain[2 * CONFIG_IDENT_MAX + 2], lock_key[2 * sizeof plain + 4];
-    snprintf(plain, sizeof plain, "%s.%s", schema, table);
-    sql_quote_literal(plain, lock_key, sizeof lock_key);
-    snprintf(l->key, sizeof l->key, "hashtextextended('outbox-relay:leader:' || %s, 0)", lock_key);
+    lock_key("leader", schema, table, l->key, sizeof l->key);
     /* pg_locks shows a bigint advisory key as classid (high half), objid (low
      * half) and objsubid 1; advisory locks belong to one database. */
     snprintf(l->match, sizeof l->match,
@@ -418,9 +432,20 @@ int sql_session_init(struct sql_session *q, const char *schema, const char *tabl
     struct leader_lock_sql lock;
     leader_lock_sql(schema, table, &lock);
 
+    char quiet[LOCK_KEY_MAX], skip[LOCK_KEY_MAX];
+    lock_key("quiet", schema, table, quiet, sizeof quiet);
+    lock_key("skip", schema, table, skip, sizeof skip);
+
     int rc = build_session_check(&q->check, schema, table);
     rc |= build_newest(&q->version, qschema);
     rc |= build_lock_statements(q, &lock);
+    rc |= build(&q->quiet_on, "SELECT pg_try_advisory_lock(%s)", quiet);
+    rc |= build(&q->quiet_off, "SELECT pg_advisory_unlock(%s)", quiet);
+    /* Taken and given back at once: only whether it could be taken matters. */
+    rc |= build(&q->quiet_check,
+                "SELECT CASE WHEN pg_try_advisory_lock(%s) THEN pg_advisory_unlock(%s) "
+                "ELSE false END",
+                skip, skip);
     if (rc != 0) {
         sql_session_free(q);
         return -ENOMEM;
@@ -436,6 +461,9 @@ void sql_session_free(struct sql_session *q)
     free(q->release);
     free(q->holder);
     free(q->version);
+    free(q->quiet_on);
+    free(q->quiet_off);
+    free(q->quiet_check);
     memset(q, 0, sizeof *q);
 }
 

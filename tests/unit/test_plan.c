@@ -374,6 +374,72 @@ Test(plan, a_claim_older_than_a_cut_is_stale)
     cr_assert(!plan_claimed(&s, b, 10, 50).more);
 }
 
+/* The quiet lock: taken when a claim found rows and a NOTIFY came while it
+ * ran; then every claim that finds rows is followed by another; released
+ * when one finds nothing, and the last claim waits for the check that no
+ * writer that sent no NOTIFY is still open. Only a leader holds it. */
+Test(plan, the_quiet_lock_follows_the_claims)
+{
+    struct plan_state s = leader();
+    struct batch *b = load(0, 0, 0, PHASE_CLAIMING);
+
+    /* Rows, but no NOTIFY while the claim ran: writers are not quicker. */
+    struct claim_verdict v = plan_claimed(&s, b, 10, 50);
+    cr_assert(!v.quiet_wanted && !v.quiet_idle && !v.more);
+    s.wake = true; /* a NOTIFY came in while the claim ran */
+    v = plan_claimed(&s, b, 10, 50);
+    cr_assert(v.quiet_wanted && !v.more, "writers notify faster than claims return");
+    cr_assert(!plan_claimed(&s, b, 0, 0).quiet_wanted, "nothing found: nothing to be quiet for");
+    batch_clear(b);
+
+    s.wake = false;
+    s.quiet_wanted = true;
+    assert_act(&s, PLAN_TAKE_QUIET);
+    s.quiet_wanted = false;
+    s.quiet = PLAN_QUIET_ON;
+    s.wake = true;
+    assert_act(&s, PLAN_CLAIM);
+    /* Quiet, no NOTIFY will come: a claim that found rows asks for the next. */
+    b = load(0, 0, 0, PHASE_CLAIMING);
+    s.wake = false;
+    cr_assert(plan_claimed(&s, b, 3, 50).more, "a quiet relay claims again after rows");
+    cr_assert(!plan_claimed(&s, b, 0, 0).more);
+    cr_assert(plan_claimed(&s, b, 0, 0).quiet_idle);
+    batch_clear(b);
+
+    /* Nothing found: released, then checked before the last claim. */
+    s.quiet_idle = true;
+    assert_act(&s, PLAN_RELEASE_QUIET);
+    s.quiet = PLAN_QUIET_LEAVING;
+    s.quiet_check_at_ms = s.now_ms;
+    assert_act(&s, PLAN_CHECK_QUIET);
+    /* A writer that sent none is open: the claim goes on, the check waits. */
+    s.quiet_check_at_ms = s.now_ms + 10;
+    s.wake = true;
+    assert_act(&s, PLAN_CLAIM);
+    s.wake = false;
+    assert_act(&s, PLAN_WAIT);
+    s.now_ms += 10;
+    assert_act(&s, PLAN_CHECK_QUIET);
+    /* A claim that finds rows while leaving comes before the check. */
+    s.quiet_idle = false;
+    s.wake = true;
+    assert_act(&s, PLAN_CLAIM);
+
+    /* A standby, or a relay shutting down, never holds it. */
+    s = leader();
+    s.quiet_wanted = true;
+    s.role = STATS_ROLE_STANDBY;
+    cr_assert_neq(plan_next(&s).act, PLAN_TAKE_QUIET);
+    s.quiet = PLAN_QUIET_ON;
+    assert_act(&s, PLAN_RELEASE_QUIET);
+    s = leader();
+    s.quiet = PLAN_QUIET_ON;
+    s.refused = true;
+    s.refuse_deadline_ms = s.now_ms + 1000;
+    cr_assert_neq(plan_next(&s).act, PLAN_CLAIM);
+}
+
 /* ---- poison policies at work ---------------------------------------------- */
 
 /* A row that cannot be produced (its topic is invalid) holds the later rows

@@ -248,9 +248,31 @@ Test(sql, every_shipped_migration_renders)
         cr_assert_not_null(sql, "migration %d (%s) does not render", migrations[i].version,
                            migrations[i].name);
         cr_assert_null(strstr(sql, "{{"), "migration %s keeps a placeholder", migrations[i].name);
-        cr_assert_not_null(strstr(sql, "\"app\".\"events\""), "%s", migrations[i].name);
+        /* The table, or one of its objects ("events_notify"). */
+        cr_assert_not_null(strstr(sql, "\"app\".\"events"), "%s", migrations[i].name);
         free(sql);
     }
+}
+
+Test(sql, the_trigger_and_the_relay_name_the_same_quiet_locks)
+{
+    const char *tmpl = "{{lock:quiet}} {{lock:skip}}";
+    char *sql = sql_render_template(tmpl, "app", "events", "ev_chan");
+    cr_assert_str_eq(sql, "hashtextextended('outbox-relay:quiet:' || 'app.events', 0) "
+                          "hashtextextended('outbox-relay:skip:' || 'app.events', 0)");
+    free(sql);
+    cr_assert_null(sql_render_template("{{lock:other}}", "app", "events", "ev_chan"));
+
+    struct sql_session q;
+    cr_assert_eq(sql_session_init(&q, "app", "events"), 0);
+    cr_assert_str_eq(q.quiet_on,
+                     "SELECT pg_try_advisory_lock(hashtextextended('outbox-relay:quiet:' || "
+                     "'app.events', 0))");
+    cr_assert_not_null(strstr(q.quiet_off, "pg_advisory_unlock(hashtextextended('outbox-relay:quiet:"));
+    cr_assert_not_null(strstr(q.quiet_check, "pg_try_advisory_lock(hashtextextended('outbox-relay:skip:"));
+    /* The leader lock keeps its key: relays of two versions elect one leader. */
+    cr_assert_not_null(strstr(q.lock, "hashtextextended('outbox-relay:leader:' || 'app.events', 0)"));
+    sql_session_free(&q);
 }
 
 Test(sql, objects_check_renders)

@@ -1,0 +1,217 @@
+/* test_quiet.c — writers send no NOTIFY while the relay claims anyway
+ * (schema/004, the quiet lock), and no row waits for a poll because of it.
+ *
+ * The relay runs with a poll interval of a minute: a row that no NOTIFY woke
+ * it for and no claim found would wait that long, and these tests would see
+ * it. A separate LISTEN counts the notifications the writers sent. */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <criterion/criterion.h>
+
+#include "testlib.h"
+
+#define LOAD_ROWS 3000
+#define AGGREGATES 20
+
+static struct e2e_ctx T;
+
+static void fini(void)
+{
+    e2e_teardown(&T);
+}
+
+static PGconn *connect_or_die(void)
+{
+    PGconn *c = PQconnectdb(T.env->pg);
+    cr_assert_eq(PQstatus(c), CONNECTION_OK, "connect: %s", PQerrorMessage(c));
+    return c;
+}
+
+/* Single-row transactions, one after another, as fast as the server takes
+ * them: every one of them would send a NOTIFY. */
+struct load {
+    pthread_t th;
+    int rows;
+    atomic_int written;
+    atomic_bool stop;
+    char error[256];
+};
+
+static void *load_thread(void *arg)
+{
+    struct load *l = arg;
+    PGconn *c = PQconnectdb(T.env->pg);
+    char sql[256];
+    snprintf(sql, sizeof sql,
+             "SELECT %s('order', 'q-' || ($1::int %% %d), 'created', jsonb_build_object('n', $1::int))",
+             T.qenqueue, AGGREGATES);
+    for (int i = 0; i < l->rows && !l->stop && PQstatus(c) == CONNECTION_OK; i++) {
+        char n[16];
+        snprintf(n, sizeof n, "%d", i);
+        const char *params[] = { n };
+        PGresult *r = PQexecParams(c, sql, 1, NULL, params, NULL, NULL, 0);
+        if (PQresultStatus(r) != PGRES_TUPLES_OK) {
+            snprintf(l->error, sizeof l->error, "%s", PQresultErrorMessage(r));
+            PQclear(r);
+            break;
+        }
+        PQclear(r);
+        l->written++;
+    }
+    PQfinish(c);
+    return NULL;
+}
+
+static void load_start(struct load *l, int rows)
+{
+    memset(l, 0, sizeof *l);
+    l->rows = rows;
+    cr_assert_eq(pthread_create(&l->th, NULL, load_thread, l), 0);
+}
+
+static int load_join(struct load *l)
+{
+    pthread_join(l->th, NULL);
+    cr_assert_eq(l->error[0], '\0', "a writer failed: %s", l->error);
+    return l->written;
+}
+
+/* The notifications @p listener received so far. */
+static int notifications(PGconn *listener)
+{
+    int n = 0;
+    cr_assert(PQconsumeInput(listener), "listener: %s", PQerrorMessage(listener));
+    PGnotify *nf;
+    while ((nf = PQnotifies(listener)) != NULL) {
+        n++;
+        PQfreemem(nf);
+    }
+    return n;
+}
+
+static PGconn *listen_on_channel(void)
+{
+    PGconn *l = connect_or_die();
+    e2e_exec(l, "LISTEN \"%s\"", T.channel);
+    return l;
+}
+
+static const char *const relay_opts[] = { "relay.poll_interval_ms=60000", "log.level=debug", NULL };
+
+Test(e2e, a_busy_relay_spares_writers_the_notify, .fini = fini, .timeout = 200)
+{
+    e2e_setup(&T, "quiet");
+    e2e_migrate(&T);
+    struct e2e_relay *relay = e2e_relay_start(&T, relay_opts);
+    cr_assert(e2e_relay_wait_log(relay, "msg=\"became leader\"", 30000), "no leader (log %s)",
+              relay->log_path);
+    PGconn *listener = listen_on_channel();
+
+    struct load l;
+    load_start(&l, LOAD_ROWS);
+    int written = load_join(&l);
+    cr_assert(e2e_wait_sql(&T, 60000, "SELECT count(*) = %d FROM %s WHERE sent_at IS NOT NULL",
+                           written, T.qtable),
+              "%lld of %d rows sent: a row waited for the poll (log %s)",
+              e2e_count_where(&T, "sent_at IS NOT NULL"), written, relay->log_path);
+    int during = notifications(listener);
+    fprintf(stderr, "e2e: quiet: %d single-row transactions sent %d NOTIFYs\n", written, during);
+    cr_assert(e2e_relay_log_contains(relay, "quiet: writers send no NOTIFY"),
+              "the relay never took the quiet lock (log %s)", relay->log_path);
+    cr_assert_lt(during, written / 2, "%d of %d writers sent a NOTIFY to a relay that claimed anyway",
+                 during, written);
+
+    /* Idle again, the relay is woken by the next row's NOTIFY, not the poll. */
+    cr_assert(e2e_relay_wait_log(relay, "quiet: writers notify again", 10000),
+              "the relay kept the quiet lock with nothing to claim (log %s)", relay->log_path);
+    e2e_sleep_ms(500);
+    (void)notifications(listener);
+    int64_t t0 = e2e_now_ms();
+    e2e_exec(T.conn, "SELECT %s('order', 'late', 'created', '{}')", T.qenqueue);
+    cr_assert(e2e_wait_sql(&T, 10000, "SELECT count(*) = 0 FROM %s WHERE sent_at IS NULL", T.qtable),
+              "a row written to an idle relay was not sent within 10 s (log %s)", relay->log_path);
+    fprintf(stderr, "e2e: quiet: a row after the load sent in %lld ms\n",
+            (long long)(e2e_now_ms() - t0));
+    cr_assert_eq(notifications(listener), 1, "the row written to an idle relay sent no NOTIFY");
+
+    struct e2e_rows rows;
+    struct e2e_msgs msgs;
+    struct e2e_report rep = { 0 };
+    e2e_read_back(&T, 60000, &rows, &msgs, &rep);
+    e2e_check(&rep, rows.n == (size_t)written + 1, "%zu rows, expected %d", rows.n, written + 1);
+    e2e_report_assert(&rep, "rows written while the relay was quiet");
+    e2e_msgs_free(&msgs);
+    e2e_rows_free(&rows);
+    PQfinish(listener);
+    cr_assert_eq(e2e_relay_stop(relay, 30000), 0);
+}
+
+/* The race the skip lock closes: a writer that left its NOTIFY out while the
+ * relay was quiet, and commits only after the relay found nothing more. */
+Test(e2e, a_writer_that_sent_no_notify_is_not_left_behind, .fini = fini, .timeout = 200)
+{
+    e2e_setup(&T, "quiet_late");
+    e2e_migrate(&T);
+    struct e2e_relay *relay = e2e_relay_start(&T, relay_opts);
+    cr_assert(e2e_relay_wait_log(relay, "msg=\"became leader\"", 30000), "no leader (log %s)",
+              relay->log_path);
+
+    struct load l;
+    load_start(&l, 1000000);
+    cr_assert(e2e_relay_wait_log(relay, "quiet: writers send no NOTIFY", 20000),
+              "the relay never took the quiet lock under load (log %s)", relay->log_path);
+
+    /* A transaction that writes a row while the relay is quiet and stays
+     * open: its trigger sent no NOTIFY and holds the skip lock. */
+    PGconn *w = connect_or_die();
+    bool skipped = false;
+    for (int tries = 0; tries < 200 && !skipped; tries++) {
+        e2e_exec(w, "BEGIN");
+        e2e_exec(w, "SELECT %s('order', 'straggler', 'created', '{}')", T.qenqueue);
+        skipped = e2e_query_int(w, "SELECT count(*) FROM pg_catalog.pg_locks WHERE pid = "
+                                   "pg_backend_pid() AND locktype = 'advisory' AND granted") > 0;
+        if (!skipped) {
+            e2e_exec(w, "ROLLBACK");
+            e2e_sleep_ms(10);
+        }
+    }
+    cr_assert(skipped, "no write found the relay quiet");
+    PGconn *listener = listen_on_channel();
+
+    l.stop = true;
+    int written = load_join(&l);
+    cr_assert(e2e_wait_sql(&T, 60000, "SELECT count(*) = %d FROM %s WHERE sent_at IS NOT NULL",
+                           written, T.qtable),
+              "the load's rows were not sent (log %s)", relay->log_path);
+    /* Nothing more to claim: the relay released the quiet lock and waits
+     * for the open writer before its last claim. */
+    e2e_sleep_ms(1500);
+    int quiet_on = e2e_relay_log_count(relay, "quiet: writers send no NOTIFY");
+    int quiet_off = e2e_relay_log_count(relay, "quiet: writers notify again");
+    cr_assert_eq(quiet_off, quiet_on - 1,
+                 "the relay stopped being quiet (%d times, quiet %d times) while a writer that "
+                 "sent no NOTIFY was open (log %s)", quiet_off, quiet_on, relay->log_path);
+
+    (void)notifications(listener); /* the load's */
+    int64_t t0 = e2e_now_ms();
+    e2e_exec(w, "COMMIT");
+    cr_assert(e2e_wait_sql(&T, 10000, "SELECT count(*) = 0 FROM %s WHERE sent_at IS NULL", T.qtable),
+              "the row of a writer that sent no NOTIFY was not sent within 10 s of its commit; "
+              "the poll is a minute away (log %s)", relay->log_path);
+    int64_t took = e2e_now_ms() - t0;
+    fprintf(stderr, "e2e: quiet: the straggler's row sent %lld ms after its commit\n", (long long)took);
+    /* The relay looks for it every 100 ms (QUIET_LAST_CHECK_MS); a loaded
+     * machine gets a margin. */
+    cr_assert_lt(took, 3000, "the straggler's row took %lld ms after its commit (log %s)",
+                 (long long)took, relay->log_path);
+    cr_assert_eq(notifications(listener), 0, "the straggler sent a NOTIFY after all");
+    cr_assert(e2e_relay_wait_log(relay, "quiet: writers notify again", 10000),
+              "the relay stayed quiet (log %s)", relay->log_path);
+    PQfinish(listener);
+    PQfinish(w);
+    cr_assert_eq(e2e_relay_stop(relay, 30000), 0);
+}
