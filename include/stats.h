@@ -103,6 +103,7 @@ struct relay_stats {
     /* relay.c: the state machine, its batches and its session. */
     enum stats_role role;
     bool pg_up;
+    bool quiet;                    /* the quiet lock is held: writers send no NOTIFY (schema/004) */
     bool halted;                   /* on_poison=halt tripped */
     bool stopping;                 /* SIGTERM/SIGINT received: draining */
     char halt_reason[256];

@@ -69,7 +69,8 @@ static const struct {
      "conditional; nothing is then left to audit)."},
     {"relay.notify_channel",
      "LISTEN/NOTIFY channel that wakes the relay when rows are inserted (`migrate` creates the "
-     "trigger that notifies it). A plain identifier."},
+     "trigger that notifies it; the trigger sends nothing while the leader claims one batch after "
+     "another). A plain identifier."},
     {"relay.poll_interval_ms",
      "Poll the table this often (milliseconds) even without a notification; also how soon a "
      "standby notices that the leader is gone."},

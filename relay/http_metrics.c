@@ -194,6 +194,10 @@ static void state_metrics(const struct http_context *ctx, struct strbuf *out)
           s->role == STATS_ROLE_LEADER ? 1 : 0);
     gauge(out, "outbox_relay_postgres_up", "1 while the PostgreSQL connection is up.",
           s->pg_up ? 1 : 0);
+    gauge(out, "outbox_relay_quiet",
+          "1 while the relay holds the quiet lock: claiming one batch after another, it needs no "
+          "NOTIFY, and writers send none.",
+          s->quiet ? 1 : 0);
     gauge(out, "outbox_relay_halted",
           "1 after on_poison=halt stopped relaying (a restart is needed).", s->halted ? 1 : 0);
     gauge(out, "outbox_relay_refused",

@@ -87,6 +87,7 @@ static void add_postgres(cJSON *root, const struct relay_stats *s)
     add_number_or_null(pg, "backend_pid", s->backend_pid > 0, s->backend_pid);
     cJSON_AddBoolToObject(pg, "via_proxy", s->via_proxy);
     cJSON_AddBoolToObject(pg, "row_security", s->row_security);
+    cJSON_AddBoolToObject(pg, "quiet", s->quiet);
     cJSON_AddBoolToObject(pg, "refused", s->refused);
     add_string_or_null(pg, "refused_reason", s->refused ? s->refused_reason : NULL);
     add_time(pg, "refused_at", s->refused ? s->refused_time : 0);

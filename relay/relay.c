@@ -235,7 +235,12 @@ static void on_report(void *opaque, rd_kafka_resp_err_t err, void *arg)
     if (last) {
         log_debug("batch acknowledged", "batch=%d delivered=%d ms=%" PRIu64, b->slot,
                   b->n_delivered, now_ms(r) - b->start_ms);
-        if (b->n_suspects > 0)
+        /* One line per batch, and a broker that refuses every batch fails
+         * one after another: limited like the per-row lines. */
+        if (b->n_suspects > 0 &&
+            log_limit_allow(&r->failures, stats_mono(), LOG_LVL_WARN,
+                            "delivery failed; retrying the rows one at a time before any is charged",
+                            rd_kafka_err2name(b->suspect_err), b->span.lo))
             log_warn("delivery failed; retrying the rows one at a time before any is charged",
                      "rows=%d error=%s first_outbox_id=%" PRId64 " retry_up_to_outbox_id=%" PRId64,
                      b->n_suspects, rd_kafka_err2name(b->suspect_err), b->span.lo, r->isolate_until_id);
@@ -1237,9 +1242,15 @@ static void wind_down(struct relay *r)
 #define QUIET_FIRST_CHECK_MS 5
 #define QUIET_LAST_CHECK_MS 100
 
+static void quiet_set(struct relay *r, enum plan_quiet q)
+{
+    r->quiet = q;
+    r->st.quiet = q == PLAN_QUIET_ON;
+}
+
 static void quiet_reset(struct relay *r)
 {
-    r->quiet = PLAN_QUIET_OFF;
+    quiet_set(r, PLAN_QUIET_OFF);
     r->quiet_wanted = false;
     r->quiet_idle = false;
     uv_timer_stop(&r->quiet_timer);
@@ -1266,7 +1277,7 @@ static void on_quiet_on(struct pg_conn *pg, PGresult *res, void *arg)
         return;
     r->quiet_wanted = false;
     if (quiet_answer(r, res, "quiet_on") == 1) {
-        r->quiet = PLAN_QUIET_ON;
+        quiet_set(r, PLAN_QUIET_ON);
         r->quiet_idle = false;
         r->wake = true; /* from now on no NOTIFY says so */
         log_debug("quiet: writers send no NOTIFY while claims find rows", "");
@@ -1282,7 +1293,7 @@ static void on_quiet_off(struct pg_conn *pg, PGresult *res, void *arg)
         return;
     if (quiet_answer(r, res, "quiet_off") < 0)
         return;
-    r->quiet = PLAN_QUIET_LEAVING;
+    quiet_set(r, PLAN_QUIET_LEAVING);
     r->quiet_check_at_ms = now_ms(r);
     r->quiet_backoff_ms = QUIET_FIRST_CHECK_MS;
     step(r);
@@ -1306,7 +1317,8 @@ static void on_quiet_check(struct pg_conn *pg, PGresult *res, void *arg)
         return;
     if (none_open) {
         /* Every row whose writer sent no NOTIFY is committed: one last claim. */
-        r->quiet = PLAN_QUIET_OFF;
+        quiet_set(r, PLAN_QUIET_OFF);
+        r->quiet_wanted = false; /* from claims before: the next ones decide afresh */
         r->wake = true;
         log_debug("quiet: writers notify again", "");
     } else {

@@ -93,6 +93,20 @@ static int notifications(PGconn *listener)
     return n;
 }
 
+/* outbox_relay_quiet from the relay's /metrics; -1 when it cannot be read. */
+static int quiet_gauge(struct e2e_relay *relay)
+{
+    char *body = NULL;
+    int v = -1;
+    if (e2e_relay_http_get(relay, "/metrics", &body) == 200 && body) {
+        const char *p = strstr(body, "\noutbox_relay_quiet ");
+        if (p)
+            v = atoi(p + strlen("\noutbox_relay_quiet "));
+    }
+    free(body);
+    return v;
+}
+
 static PGconn *listen_on_channel(void)
 {
     PGconn *l = connect_or_die();
@@ -100,15 +114,21 @@ static PGconn *listen_on_channel(void)
     return l;
 }
 
-static const char *const relay_opts[] = { "relay.poll_interval_ms=60000", "log.level=debug", NULL };
+/* A fresh table and a leading relay that polls once a minute. */
+static struct e2e_relay *leading_relay(const char *name)
+{
+    static const char *const opts[] = { "relay.poll_interval_ms=60000", "log.level=debug", NULL };
+    e2e_setup(&T, name);
+    e2e_migrate(&T);
+    struct e2e_relay *relay = e2e_relay_start(&T, opts);
+    cr_assert(e2e_relay_wait_log(relay, "msg=\"became leader\"", 30000), "no leader (log %s)",
+              relay->log_path);
+    return relay;
+}
 
 Test(e2e, a_busy_relay_spares_writers_the_notify, .fini = fini, .timeout = 200)
 {
-    e2e_setup(&T, "quiet");
-    e2e_migrate(&T);
-    struct e2e_relay *relay = e2e_relay_start(&T, relay_opts);
-    cr_assert(e2e_relay_wait_log(relay, "msg=\"became leader\"", 30000), "no leader (log %s)",
-              relay->log_path);
+    struct e2e_relay *relay = leading_relay("quiet");
     PGconn *listener = listen_on_channel();
 
     struct load l;
@@ -154,26 +174,41 @@ Test(e2e, a_busy_relay_spares_writers_the_notify, .fini = fini, .timeout = 200)
  * relay was quiet, and commits only after the relay found nothing more. */
 Test(e2e, a_writer_that_sent_no_notify_is_not_left_behind, .fini = fini, .timeout = 200)
 {
-    e2e_setup(&T, "quiet_late");
-    e2e_migrate(&T);
-    struct e2e_relay *relay = e2e_relay_start(&T, relay_opts);
-    cr_assert(e2e_relay_wait_log(relay, "msg=\"became leader\"", 30000), "no leader (log %s)",
-              relay->log_path);
+    struct e2e_relay *relay = leading_relay("quiet_late");
 
     struct load l;
     load_start(&l, 1000000);
     cr_assert(e2e_relay_wait_log(relay, "quiet: writers send no NOTIFY", 20000),
               "the relay never took the quiet lock under load (log %s)", relay->log_path);
+    /* Operators see it: the gauge is 1 while the lock is held. */
+    bool seen = false;
+    for (int i = 0; i < 100 && !seen; i++) {
+        seen = quiet_gauge(relay) == 1;
+        if (!seen)
+            e2e_sleep_ms(50);
+    }
+    cr_assert(seen, "outbox_relay_quiet never read 1 under load");
 
     /* A transaction that writes a row while the relay is quiet and stays
      * open: its trigger sent no NOTIFY and holds the skip lock. */
+    /* The quiet lock's key, as README's table contract gives it. */
+    char quiet_key[160];
+    snprintf(quiet_key, sizeof quiet_key, "hashtextextended('outbox-relay:quiet:public.%s', 0)",
+             T.table);
     PGconn *w = connect_or_die();
     bool skipped = false;
     for (int tries = 0; tries < 200 && !skipped; tries++) {
         e2e_exec(w, "BEGIN");
         e2e_exec(w, "SELECT %s('order', 'straggler', 'created', '{}')", T.qenqueue);
+        /* It holds the skip lock, and the relay holds the quiet lock now. A
+         * writer that found the quiet lock free on its second look notified
+         * (and holds the skip lock too), but then the relay cannot have
+         * taken the quiet lock again: it waits for the skip lock first. */
         skipped = e2e_query_int(w, "SELECT count(*) FROM pg_catalog.pg_locks WHERE pid = "
-                                   "pg_backend_pid() AND locktype = 'advisory' AND granted") > 0;
+                                   "pg_backend_pid() AND locktype = 'advisory' AND granted") > 0 &&
+                  e2e_query_int(w, "SELECT CASE WHEN pg_try_advisory_lock_shared(%s) THEN "
+                                   "pg_advisory_unlock_shared(%s)::int ELSE 0 END",
+                                quiet_key, quiet_key) == 0;
         if (!skipped) {
             e2e_exec(w, "ROLLBACK");
             e2e_sleep_ms(10);
@@ -211,6 +246,7 @@ Test(e2e, a_writer_that_sent_no_notify_is_not_left_behind, .fini = fini, .timeou
     cr_assert_eq(notifications(listener), 0, "the straggler sent a NOTIFY after all");
     cr_assert(e2e_relay_wait_log(relay, "quiet: writers notify again", 10000),
               "the relay stayed quiet (log %s)", relay->log_path);
+    cr_assert_eq(quiet_gauge(relay), 0, "outbox_relay_quiet is not 0 once writers notify again");
     PQfinish(listener);
     PQfinish(w);
     cr_assert_eq(e2e_relay_stop(relay, 30000), 0);
