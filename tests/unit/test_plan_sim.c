@@ -8,7 +8,9 @@
  * a claim never takes a row of a batch still in flight, no row is delivered
  * twice, only delivered rows are marked, only a failure judged the row's own
  * costs it an attempt, and in the end every row is sent
- * or dead-lettered (on_poison = dead_letter), none left behind. */
+ * or dead-lettered (on_poison = dead_letter), none left behind. Writers'
+ * NOTIFYs come at random too: the relay takes and leaves the quiet lock on
+ * the way, only while it leads, and never stalls in it. */
 #include <string.h>
 
 #include <criterion/criterion.h>
@@ -29,7 +31,8 @@ struct row {
 };
 
 enum stmt { ST_NONE = 0, ST_SESSION, ST_SCHEMA, ST_PREPARE, ST_LOCK, ST_VERIFY, ST_BACKLOG,
-            ST_LISTEN, ST_CLAIM, ST_MARK, ST_RECORD, ST_RETENTION };
+            ST_LISTEN, ST_CLAIM, ST_MARK, ST_RECORD, ST_RETENTION, ST_TAKE_QUIET,
+            ST_RELEASE_QUIET, ST_CHECK_QUIET };
 
 struct sim {
     uint64_t rng;
@@ -112,6 +115,9 @@ static bool carry_out(struct sim *m, const struct plan_step *p)
     case PLAN_COUNT_BACKLOG: m->s.backlog_due_ms = p->at_ms; send(m, ST_BACKLOG, -1); return false;
     case PLAN_LISTEN: send(m, ST_LISTEN, -1); return false;
     case PLAN_RETENTION: m->s.retention_due = false; send(m, ST_RETENTION, -1); return false;
+    case PLAN_TAKE_QUIET: send(m, ST_TAKE_QUIET, -1); return false;
+    case PLAN_RELEASE_QUIET: send(m, ST_RELEASE_QUIET, -1); return false;
+    case PLAN_CHECK_QUIET: send(m, ST_CHECK_QUIET, -1); return false;
     case PLAN_MARK: {
         struct batch *b = &m->b[p->slot];
         if (batch_marks_due(b)) {
@@ -169,6 +175,8 @@ static void claimed(struct sim *m, struct batch *b)
         m->s.isolate_until_id = 0;
     }
     b->alone = v.alone;
+    m->s.quiet_wanted |= v.quiet_wanted;
+    m->s.quiet_idle = v.quiet_idle;
     if (v.use != CLAIM_PRODUCE) {
         batch_clear(b);
         m->s.wake |= v.use == CLAIM_STALE;
@@ -202,6 +210,29 @@ static void answer(struct sim *m)
         m->s.wake = true;
         break;
     case ST_CLAIM: claimed(m, b); break;
+    /* As relay.c's on_quiet_*: the lock is free, or a writer's probe holds
+     * it this instant; a writer that sent no NOTIFY is still open, or not. */
+    case ST_TAKE_QUIET:
+        m->s.quiet_wanted = false;
+        if (rnd(m, 4)) {
+            m->s.quiet = PLAN_QUIET_ON;
+            m->s.quiet_idle = false;
+            m->s.wake = true;
+        }
+        break;
+    case ST_RELEASE_QUIET:
+        m->s.quiet = PLAN_QUIET_LEAVING;
+        m->s.quiet_check_at_ms = m->s.now_ms;
+        break;
+    case ST_CHECK_QUIET:
+        if (rnd(m, 2)) {
+            m->s.quiet = PLAN_QUIET_OFF;
+            m->s.quiet_wanted = false;
+        } else {
+            m->s.quiet_check_at_ms = m->s.now_ms + 5; /* the timer wakes it then */
+        }
+        m->s.wake = true;
+        break;
     case ST_MARK:
         for (int i = 0; i < b->n_rows; i++) {
             if (b->state[i] != ROW_DELIVERED)
@@ -270,6 +301,9 @@ static void lose_connection(struct sim *m)
     m->running = ST_NONE;
     m->connected = m->s.pg_ready = false;
     m->s.role = STATS_ROLE_UNKNOWN;
+    /* The session ends, and the quiet lock with it. */
+    m->s.quiet = PLAN_QUIET_OFF;
+    m->s.quiet_wanted = m->s.quiet_idle = false;
 }
 
 static void reconnect(struct sim *m)
@@ -288,11 +322,12 @@ static bool drained(const struct sim *m)
     return m->b[0].phase == PHASE_EMPTY && m->b[1].phase == PHASE_EMPTY;
 }
 
-static void run(uint64_t seed)
+static bool run(uint64_t seed)
 {
     struct sim m;
     sim_init(&m, seed);
     int events = 0;
+    bool quiet_seen = false;
     for (; !drained(&m) && events < 200000; events++) {
         unsigned dice = rnd(&m, 100);
         struct batch *producing = NULL;
@@ -310,12 +345,26 @@ static void run(uint64_t seed)
             m.s.backoff = false; /* the tick */
             m.s.lock_due = m.s.wake = true;
             m.s.now_ms += 1000;
+        } else if (dice < 12) {
+            /* A writer's NOTIFY, when the relay is not quiet; the quiet
+             * check's timer otherwise. */
+            if (m.s.quiet == PLAN_QUIET_OFF)
+                m.s.wake = true;
+            else if (m.s.quiet == PLAN_QUIET_LEAVING && m.s.now_ms + 5 >= m.s.quiet_check_at_ms) {
+                m.s.now_ms = m.s.quiet_check_at_ms;
+                m.s.wake = true;
+            }
         } else if (producing && (dice < 60 || m.running == ST_NONE)) {
             report(&m, producing);
         } else if (m.running != ST_NONE) {
             answer(&m);
         }
         step(&m);
+        cr_assert(m.s.quiet != PLAN_QUIET_ON || m.s.role == STATS_ROLE_LEADER ||
+                      m.running == ST_RELEASE_QUIET,
+                  "seed %llu: a relay that does not lead holds the quiet lock",
+                  (unsigned long long)seed);
+        quiet_seen |= m.s.quiet == PLAN_QUIET_ON;
     }
     cr_assert(drained(&m), "seed %llu: rows left after %d events", (unsigned long long)seed, events);
     int sent = 0, dead = 0;
@@ -329,10 +378,14 @@ static void run(uint64_t seed)
     cr_assert_gt(sent, N_ROWS / 2, "seed %llu: most rows get through", (unsigned long long)seed);
     cr_assert_eq(sent + dead, N_ROWS);
     sim_free(&m);
+    return quiet_seen;
 }
 
 Test(plan_sim, every_row_ends_once_whatever_the_order_of_events)
 {
+    int quiet_runs = 0;
     for (uint64_t seed = 1; seed <= 200; seed++)
-        run(seed);
+        quiet_runs += run(seed);
+    /* The runs went through the quiet lock's states, not around them. */
+    cr_assert_gt(quiet_runs, 100, "only %d of 200 runs took the quiet lock", quiet_runs);
 }
