@@ -26,6 +26,7 @@
 #include "http.h"
 #include "batch.h"
 #include "engine.h"
+#include "health.h"
 #include "kafka_rules.h"
 #include "log.h"
 #include "log_limit.h"
@@ -718,9 +719,9 @@ static void retention(struct relay *r)
 static void notify_status(struct relay *r)
 {
     char buf[256];
-    const char *role = r->st.role == STATS_ROLE_LEADER    ? "leader"
-                       : r->st.role == STATS_ROLE_STANDBY ? "standby"
-                                                          : "starting";
+    /* systemctl status shows it: "starting" says more there than "unknown". */
+    const char *role =
+        r->st.role == STATS_ROLE_UNKNOWN ? "starting" : health_role_name(r->st.role);
     if (r->st.halted)
         role = "halted";
     if (r->st.refused) {
