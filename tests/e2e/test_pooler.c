@@ -5,92 +5,40 @@
  * or statement) must be refused, clearly and without two relays publishing;
  * session pooling must keep working; and a standby behind a lock that a
  * pooled server session kept after its client left must name that session. */
-#include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 
 #include "testlib.h"
 
-#define PGBOUNCER "/usr/sbin/pgbouncer"
 #define ROWS 2000
 #define REFUSED_POOLED "[-]database refused: the connection to PostgreSQL is pooled per transaction"
 
 static struct e2e_ctx T;
-static char bouncer_dir[600];
-static int bouncer_port;
-
-static const char *bouncer_sh(void)
-{
-    static char path[600];
-    cr_assert(T.env->stack_sh, "OUTBOX_RELAY_TEST_STACK_SH is not set (run tests/run)");
-    char copy[600];
-    snprintf(copy, sizeof(copy), "%s", T.env->stack_sh);
-    snprintf(path, sizeof(path), "%s/pgbouncer.sh", dirname(copy));
-    return path;
-}
+static struct e2e_pgbouncer bouncer;
 
 static void fini(void)
 {
-    if (bouncer_port > 0) {
-        const char *argv[] = {bouncer_sh(), "stop", bouncer_dir, NULL};
-        e2e_run_cmd(argv, 20000, NULL, NULL);
-        bouncer_port = 0;
-    }
+    e2e_pgbouncer_stop(&bouncer);
     e2e_teardown(&T);
-}
-
-/* The value of @p key in the stack's conninfo. */
-static char *conninfo_value(const char *key)
-{
-    PQconninfoOption *opts = PQconninfoParse(T.env->pg, NULL);
-    cr_assert_not_null(opts, "cannot parse %s", T.env->pg);
-    char *v = NULL;
-    for (PQconninfoOption *o = opts; o->keyword; o++)
-        if (strcmp(o->keyword, key) == 0 && o->val)
-            v = strdup(o->val);
-    PQconninfoFree(opts);
-    cr_assert_not_null(v, "%s not in %s", key, T.env->pg);
-    return v;
 }
 
 /* Starts PgBouncer in @p mode in front of the stack's PostgreSQL. */
 static void bouncer_start(const char *mode, int pool_size)
 {
-    if (access(PGBOUNCER, X_OK) != 0) {
-        cr_assert(!getenv("OUTBOX_RELAY_TEST_REQUIRED"),
-                  PGBOUNCER " is missing: apt-get install pgbouncer (tests/support/deps.sh)");
-        cr_skip_test(PGBOUNCER " is missing (Debian package pgbouncer)");
-    }
-    snprintf(bouncer_dir, sizeof(bouncer_dir), "%s/pgbouncer", T.logdir);
-    char *pgport = conninfo_value("port");
-    char size[16];
-    snprintf(size, sizeof(size), "%d", pool_size);
-    const char *argv[] = {bouncer_sh(), "start", bouncer_dir, pgport, mode, size, NULL};
-    char *out = NULL, *err = NULL;
-    int rc = e2e_run_cmd(argv, 30000, &out, &err);
-    cr_assert_eq(rc, 0, "pgbouncer.sh start failed (%d): %s", rc, err ? err : "");
-    bouncer_port = atoi(out);
-    cr_assert(bouncer_port > 0, "no port from pgbouncer.sh: %s", out);
-    fprintf(stderr, "e2e: PgBouncer pool_mode=%s default_pool_size=%d on port %d\n", mode,
-            pool_size, bouncer_port);
-    free(pgport);
-    free(out);
-    free(err);
+    e2e_pgbouncer_start(&T, &bouncer, mode, pool_size);
 }
 
 /* "postgres.conninfo=…" through PgBouncer. */
 static const char *pooled_conninfo(void)
 {
     static char buf[512];
-    char *db = conninfo_value("dbname");
-    snprintf(buf, sizeof(buf), "postgres.conninfo=host=127.0.0.1 port=%d dbname=%s user=postgres",
-             bouncer_port, db);
-    free(db);
+    char ci[480];
+    e2e_pgbouncer_conninfo(&bouncer, "", ci, sizeof ci);
+    snprintf(buf, sizeof(buf), "postgres.conninfo=%s", ci);
     return buf;
 }
 
@@ -190,9 +138,7 @@ static void two_relays_are_refused(const char *mode, int pool_size, bool lock_re
     cr_assert_eq(e2e_relay_stop(a, 30000), 0, "a refused relay did not exit 0 on SIGTERM");
     cr_assert_eq(e2e_relay_stop(b, 30000), 0, "a refused relay did not exit 0 on SIGTERM");
     /* Its server sessions end with PgBouncer, and any lock they kept. */
-    const char *stop[] = {bouncer_sh(), "stop", bouncer_dir, NULL};
-    cr_assert_eq(e2e_run_cmd(stop, 20000, NULL, NULL), 0);
-    bouncer_port = 0;
+    cr_assert_eq(e2e_pgbouncer_stop(&bouncer), 0);
 
     const char *direct[] = {"relay.poll_interval_ms=100", NULL};
     struct e2e_relay *c = e2e_relay_start(&T, direct);
@@ -261,10 +207,7 @@ Test(e2e, a_standby_names_the_pooled_session_that_kept_the_lock, .fini = fini, .
     /* A client takes the lock through the pooler and leaves; in transaction
      * mode PgBouncer does not reset the server session, which keeps the lock. */
     char ci[512];
-    char *db = conninfo_value("dbname");
-    snprintf(ci, sizeof(ci), "host=127.0.0.1 port=%d dbname=%s user=postgres application_name=outbox-relay",
-             bouncer_port, db);
-    free(db);
+    e2e_pgbouncer_conninfo(&bouncer, "application_name=outbox-relay", ci, sizeof ci);
     PGconn *pooled = PQconnectdb(ci);
     cr_assert_eq(PQstatus(pooled), CONNECTION_OK, "%s", PQerrorMessage(pooled));
     long long holder = e2e_query_int(pooled, "SELECT pg_backend_pid() FROM (SELECT pg_advisory_lock(%s)) AS l",

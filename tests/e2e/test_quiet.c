@@ -19,14 +19,17 @@
 
 static struct e2e_ctx T;
 
+static struct e2e_pgbouncer bouncer;
+
 static void fini(void)
 {
+    e2e_pgbouncer_stop(&bouncer);
     e2e_teardown(&T);
 }
 
-static PGconn *connect_or_die(void)
+static PGconn *connect_or_die(const char *conninfo)
 {
-    PGconn *c = PQconnectdb(T.env->pg);
+    PGconn *c = PQconnectdb(conninfo);
     cr_assert_eq(PQstatus(c), CONNECTION_OK, "connect: %s", PQerrorMessage(c));
     return c;
 }
@@ -34,6 +37,7 @@ static PGconn *connect_or_die(void)
 /* Single-row transactions, one after another, as fast as the server takes
  * them: every one of them would send a NOTIFY. */
 struct load {
+    const char *conninfo;
     pthread_t th;
     int rows;
     atomic_int written;
@@ -44,7 +48,7 @@ struct load {
 static void *load_thread(void *arg)
 {
     struct load *l = arg;
-    PGconn *c = PQconnectdb(T.env->pg);
+    PGconn *c = PQconnectdb(l->conninfo);
     char sql[256];
     snprintf(sql, sizeof sql,
              "SELECT %s('order', 'q-' || ($1::int %% %d), 'created', jsonb_build_object('n', $1::int))",
@@ -66,9 +70,10 @@ static void *load_thread(void *arg)
     return NULL;
 }
 
-static void load_start(struct load *l, int rows)
+static void load_start(struct load *l, const char *conninfo, int rows)
 {
     memset(l, 0, sizeof *l);
+    l->conninfo = conninfo;
     l->rows = rows;
     cr_assert_eq(pthread_create(&l->th, NULL, load_thread, l), 0);
 }
@@ -109,7 +114,7 @@ static int quiet_gauge(struct e2e_relay *relay)
 
 static PGconn *listen_on_channel(void)
 {
-    PGconn *l = connect_or_die();
+    PGconn *l = connect_or_die(T.env->pg);
     e2e_exec(l, "LISTEN \"%s\"", T.channel);
     return l;
 }
@@ -132,7 +137,7 @@ Test(e2e, a_busy_relay_spares_writers_the_notify, .fini = fini, .timeout = 200)
     PGconn *listener = listen_on_channel();
 
     struct load l;
-    load_start(&l, LOAD_ROWS);
+    load_start(&l, T.env->pg, LOAD_ROWS);
     int written = load_join(&l);
     cr_assert(e2e_wait_sql(&T, 60000, "SELECT count(*) = %d FROM %s WHERE sent_at IS NOT NULL",
                            written, T.qtable),
@@ -171,13 +176,12 @@ Test(e2e, a_busy_relay_spares_writers_the_notify, .fini = fini, .timeout = 200)
 }
 
 /* The race the skip lock closes: a writer that left its NOTIFY out while the
- * relay was quiet, and commits only after the relay found nothing more. */
-Test(e2e, a_writer_that_sent_no_notify_is_not_left_behind, .fini = fini, .timeout = 200)
+ * relay was quiet, and commits only after the relay found nothing more.
+ * The writers connect with @p conninfo. */
+static void straggler(struct e2e_relay *relay, const char *conninfo)
 {
-    struct e2e_relay *relay = leading_relay("quiet_late");
-
     struct load l;
-    load_start(&l, 1000000);
+    load_start(&l, conninfo, 1000000);
     cr_assert(e2e_relay_wait_log(relay, "quiet: writers send no NOTIFY", 20000),
               "the relay never took the quiet lock under load (log %s)", relay->log_path);
     /* Operators see it: the gauge is 1 while the lock is held. */
@@ -195,7 +199,7 @@ Test(e2e, a_writer_that_sent_no_notify_is_not_left_behind, .fini = fini, .timeou
     char quiet_key[160];
     snprintf(quiet_key, sizeof quiet_key, "hashtextextended('outbox-relay:quiet:public.%s', 0)",
              T.table);
-    PGconn *w = connect_or_die();
+    PGconn *w = connect_or_die(conninfo);
     bool skipped = false;
     for (int tries = 0; tries < 200 && !skipped; tries++) {
         e2e_exec(w, "BEGIN");
@@ -250,4 +254,22 @@ Test(e2e, a_writer_that_sent_no_notify_is_not_left_behind, .fini = fini, .timeou
     PQfinish(listener);
     PQfinish(w);
     cr_assert_eq(e2e_relay_stop(relay, 30000), 0);
+}
+
+Test(e2e, a_writer_that_sent_no_notify_is_not_left_behind, .fini = fini, .timeout = 200)
+{
+    struct e2e_relay *relay = leading_relay("quiet_late");
+    straggler(relay, T.env->pg);
+}
+
+/* The same, the writers behind PgBouncer in transaction mode, as many
+ * applications run: the trigger's locks live no longer than its statement
+ * or its transaction, which is what such a pooler keeps together. */
+Test(e2e, writers_behind_transaction_pooling, .fini = fini, .timeout = 200)
+{
+    struct e2e_relay *relay = leading_relay("quiet_pooled");
+    e2e_pgbouncer_start(&T, &bouncer, "transaction", 2);
+    char ci[512];
+    e2e_pgbouncer_conninfo(&bouncer, "", ci, sizeof ci);
+    straggler(relay, ci);
 }

@@ -348,6 +348,31 @@ char **e2e_topics_of(const struct e2e_ctx *t, const struct e2e_rows *rows, size_
 
 void e2e_topics_free(char **topics);
 
+/* ---- PgBouncer, tests/support/pgbouncer.sh (pgbouncer.c) ------------------- */
+
+struct e2e_pgbouncer {
+    const struct e2e_env *env;
+    char dir[600];
+    char dbname[128];
+    int port;                   /* 0: not running */
+};
+
+/** Starts PgBouncer with pool_mode @p mode and default_pool_size @p pool_size
+ *  in front of the stack's PostgreSQL, in the test's log directory. Skips the
+ *  test if PgBouncer is not installed, unless OUTBOX_RELAY_TEST_REQUIRED. */
+void e2e_pgbouncer_start(const struct e2e_ctx *t, struct e2e_pgbouncer *b, const char *mode,
+                         int pool_size);
+
+/** Stops it (safe twice). @return pgbouncer.sh's exit status. */
+int e2e_pgbouncer_stop(struct e2e_pgbouncer *b);
+
+/** A libpq conninfo through it, with @p extra ("key=value ...", may be "") after. */
+void e2e_pgbouncer_conninfo(const struct e2e_pgbouncer *b, const char *extra, char *out,
+                            size_t len);
+
+/** The value of @p key in @p conninfo (caller frees). */
+char *e2e_conninfo_value(const char *conninfo, const char *key);
+
 /* ---- small things (util.c) ------------------------------------------------ */
 
 /** Monotonic milliseconds. */
