@@ -308,7 +308,9 @@ struct claim_verdict plan_claimed(const struct plan_state *s, const struct batch
                                   int64_t first_id)
 {
     struct claim_verdict v = { .use = CLAIM_PRODUCE, .alone = b->alone };
-    /* s->wake was cleared when the claim was sent: set again, a NOTIFY came. */
+    /* s->wake was cleared when the claim was sent: set again, a NOTIFY came
+     * (or the tick, or a rescan: then the lock is taken for nothing, and
+     * given back after the next claim that finds no row). */
     v.quiet_wanted = n > 0 && s->wake;
     v.quiet_idle = n == 0;
     if (b->claim_gen != s->truncations) {
