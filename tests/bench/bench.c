@@ -23,6 +23,7 @@
 #include <inttypes.h>
 #include <libpq-fe.h>
 #include <librdkafka/rdkafka.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -663,6 +664,7 @@ struct latency_result {
     int writers; /* connections that wrote the events */
     double p50_ms, p99_ms, max_ms;
     double machine_busy; /* share of all cores busy while the events were written; -1: unknown */
+    long notifies;       /* NOTIFYs the writers sent (the others left it out: the quiet lock) */
 };
 
 /* Commit → received percentiles of the first @p n events of @p L. */
@@ -738,6 +740,25 @@ static void *latency_writer_thread(void *opaque)
     return NULL;
 }
 
+struct listener {
+    PGconn *conn;
+    volatile bool *stop;
+    long count;
+};
+
+static void *listener_thread(void *arg)
+{
+    struct listener *l = arg;
+    struct pollfd pfd = { .fd = PQsocket(l->conn), .events = POLLIN };
+    while (!*l->stop) {
+        if (poll(&pfd, 1, 50) > 0 && !PQconsumeInput(l->conn))
+            die("listener: %s", PQerrorMessage(l->conn));
+        for (PGnotify *nf; (nf = PQnotifies(l->conn)) != NULL; PQfreemem(nf))
+            l->count++;
+    }
+    return NULL;
+}
+
 static struct latency_result latency(PGconn *c, const char *table, int rate, double seconds)
 {
     struct latency_result res = { .rate = rate };
@@ -771,6 +792,12 @@ static struct latency_result latency(PGconn *c, const char *table, int rate, dou
 
     struct latency_writer w[16];
     pthread_t wt[16];
+    /* Counts the writers' NOTIFYs on the relay's default channel, reading
+     * them as they come: unread, they would fill the socket and stall. */
+    struct listener ln = { .conn = pg_open(), .stop = &L.stop };
+    pg_exec(ln.conn, "LISTEN \"outbox_relay\"");
+    pthread_t lt;
+    pthread_create(&lt, NULL, listener_thread, &ln);
     L.t0 = now_s() + 0.05;
     struct machine_cpu m0 = machine_cpu_now();
     for (int k = 0; k < L.writers; k++) {
@@ -800,6 +827,9 @@ static struct latency_result latency(PGconn *c, const char *table, int rate, dou
     }
     L.stop = true;
     pthread_join(th, NULL);
+    pthread_join(lt, NULL);
+    res.notifies = ln.count;
+    PQfinish(ln.conn);
     rd_kafka_consumer_close(L.consumer);
     rd_kafka_destroy(L.consumer);
     relay_stop(&p);
@@ -1256,9 +1286,9 @@ static int latencies(PGconn *c, char *rates, double seconds, struct latency_resu
 static void latency_line(const struct latency_result *l)
 {
     fprintf(stderr, "latency @%5d/s: p50 %.2f ms  p99 %.2f ms  max %.2f ms  (%ld/%ld received; "
-                    "%.0f/s achieved by %d writer%s; machine %.0f%% busy)\n",
+                    "%.0f/s achieved by %d writer%s; %ld NOTIFYs; machine %.0f%% busy)\n",
             l->rate, l->p50_ms, l->p99_ms, l->max_ms, l->received, l->events, l->achieved_rate,
-            l->writers, l->writers > 1 ? "s" : "", 100.0 * l->machine_busy);
+            l->writers, l->writers > 1 ? "s" : "", l->notifies, 100.0 * l->machine_busy);
 }
 
 static void latency_json(FILE *o, const struct latency_result *lat, int n)
@@ -1267,9 +1297,10 @@ static void latency_json(FILE *o, const struct latency_result *lat, int n)
     for (int i = 0; i < n; i++)
         fprintf(o, "%s\n    {\"rate\": %d, \"achieved_rate\": %.0f, \"writers\": %d, "
                    "\"events\": %ld, \"received\": %ld, \"p50_ms\": %.2f, \"p99_ms\": %.2f, "
-                   "\"max_ms\": %.2f, \"machine_busy\": %.2f}",
+                   "\"max_ms\": %.2f, \"notifies\": %ld, \"machine_busy\": %.2f}",
                 i ? "," : "", lat[i].rate, lat[i].achieved_rate, lat[i].writers, lat[i].events,
-                lat[i].received, lat[i].p50_ms, lat[i].p99_ms, lat[i].max_ms, lat[i].machine_busy);
+                lat[i].received, lat[i].p50_ms, lat[i].p99_ms, lat[i].max_ms, lat[i].notifies,
+                lat[i].machine_busy);
     fprintf(o, "\n  ]");
 }
 
