@@ -103,6 +103,12 @@ int batch_failures_uncharged(const struct batch *b);
  *  @p n batches: a later row of it must wait behind that row. */
 bool batch_holds(const struct batch *batches, int n, const char *key);
 
+/** The rows of the batches in @p mask (bit k: batches[k]) whose ids lie in
+ *  @p span: what a claim skipping @p span leaves out on purpose (every one
+ *  of them is still unsent). A pending row in the span beyond these is in
+ *  no batch: it committed after their claims. */
+int batch_rows_within(const struct batch *batches, int n, unsigned mask, struct id_span span);
+
 /* ---- the batch's phases ---------------------------------------------------- */
 
 /** The reports the @p n batches still wait for. */

@@ -232,3 +232,15 @@ enum row_end batch_row_end(const struct batch *b, int i)
         return ROW_END_CHARGED;
     return ROW_END_CLAIMABLE;
 }
+
+int batch_rows_within(const struct batch *batches, int n, unsigned mask, struct id_span span)
+{
+    int rows = 0;
+    for (int k = 0; k < n; k++) {
+        if (!(mask & (1u << k)))
+            continue;
+        for (int i = 0; i < batches[k].n_rows; i++)
+            rows += batches[k].ids[i] >= span.lo && batches[k].ids[i] <= span.hi;
+    }
+    return rows;
+}

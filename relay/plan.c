@@ -230,8 +230,8 @@ static struct plan_step claim(const struct plan_state *s)
 }
 
 /* The quiet lock, before a claim: taken when writers notify faster than
- * claims return, released when a claim finds nothing. Only a leader holds
- * it: a standby holding it would leave the new leader unwoken. */
+ * claims return (plan_claimed), released when a claim finds nothing. Only a
+ * leader holds it: a standby holding it would leave the new leader unwoken. */
 static struct plan_step quiet(const struct plan_state *s, bool *done)
 {
     *done = false;
@@ -308,10 +308,7 @@ struct claim_verdict plan_claimed(const struct plan_state *s, const struct batch
                                   int64_t first_id)
 {
     struct claim_verdict v = { .use = CLAIM_PRODUCE, .alone = b->alone };
-    /* s->wake was cleared when the claim was sent: set again, a NOTIFY came
-     * (or the tick, or a rescan: then the lock is taken for nothing, and
-     * given back after the next claim that finds no row). */
-    v.quiet_wanted = n > 0 && s->wake;
+    v.quiet_wanted = n > 0 && s->notifies >= PLAN_QUIET_NOTIFIES;
     v.quiet_idle = n == 0;
     if (b->claim_gen != s->truncations) {
         v.use = CLAIM_STALE;

@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -131,6 +132,7 @@ struct relay {
     /* The quiet lock (schema/004): see enum plan_quiet. */
     enum plan_quiet quiet;
     bool quiet_wanted, quiet_idle;
+    int notifies;               /* NOTIFYs since the last claim was sent */
     uint64_t quiet_check_at_ms;
     uint64_t quiet_backoff_ms;  /* leaving: the wait before the next check, doubling */
     uv_timer_t quiet_timer;     /* leaving: claim and check again */
@@ -447,18 +449,20 @@ static void claim(struct relay *r, const struct plan_step *p)
     for (int k = 0; k < N_BATCHES; k++)
         if (p->rescan & (1u << k))
             r->b[k].rescan_after_mark = true;
-    char limit[16], los[24], his[24];
+    char limit[16], los[24], his[24], inside[16];
     b->alone = p->alone;
     b->claim_gen = r->truncations;
     snprintf(limit, sizeof(limit), "%d", p->limit);
     snprintf(los, sizeof(los), "%" PRId64, p->skip.lo);
     snprintf(his, sizeof(his), "%" PRId64, p->skip.hi);
-    const char *params[] = { limit, los, his };
+    snprintf(inside, sizeof(inside), "%d", batch_rows_within(r->b, N_BATCHES, p->rescan, p->skip));
+    const char *params[] = { limit, los, his, inside };
     r->wake = false;
+    r->notifies = 0;
     r->claim_first = false;
     b->phase = PHASE_CLAIMING;
     b->start_ms = now_ms(r);
-    if (pg_query_prepared(&r->pg, "claim", 3, params, on_claimed, b) < 0)
+    if (pg_query_prepared(&r->pg, "claim", 4, params, on_claimed, b) < 0)
         batch_reset(b);
 }
 
@@ -1498,7 +1502,7 @@ static const struct {
     size_t offset;
     int nparams;
 } hot_statements[] = {
-    { "claim", offsetof(struct sql_statements, claim), 3 },
+    { "claim", offsetof(struct sql_statements, claim), 4 },
     { "mark", offsetof(struct sql_statements, mark_sent), 1 },
 };
 #define N_HOT (int)(sizeof(hot_statements) / sizeof(hot_statements[0]))
@@ -1541,6 +1545,7 @@ static void snapshot(const struct relay *r, struct plan_state *s)
         .listening = r->listening,
         .quiet = r->quiet,
         .quiet_wanted = r->quiet_wanted,
+        .notifies = r->notifies,
         .quiet_idle = r->quiet_idle,
         .quiet_check_at_ms = r->quiet_check_at_ms,
         .role = r->st.role,
@@ -1712,6 +1717,8 @@ static void on_pg_notify(struct pg_conn *pg, const char *channel, void *arg)
     (void)channel;
     struct relay *r = arg;
     r->wake = true;
+    if (r->notifies < INT_MAX) /* a standby claims nothing, and counts on */
+        r->notifies++;
     step(r);
 }
 

@@ -418,8 +418,8 @@ static struct claim_plan explain_claim(PGconn *c, const char *table, const char 
     if (asprintf(&sql, "EXPLAIN (ANALYZE, BUFFERS) %s", q.claim) < 0)
         die("out of memory");
     sql_statements_free(&q);
-    const char *params[] = { "1000", "1", "0" }; /* a full batch, nothing in flight */
-    PGresult *r = PQexecParams(c, sql, 3, NULL, params, NULL, NULL, 0);
+    const char *params[] = { "1000", "1", "0", "0" }; /* a full batch, nothing in flight */
+    PGresult *r = PQexecParams(c, sql, 4, NULL, params, NULL, NULL, 0);
     free(sql);
     if (PQresultStatus(r) != PGRES_TUPLES_OK)
         die("EXPLAIN of the claim: %s", PQresultErrorMessage(r));

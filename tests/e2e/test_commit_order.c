@@ -122,3 +122,46 @@ Test(e2e, late_commit_of_low_id, .fini = fini, .timeout = 280)
     verify_all_once("a low id committed late");
     cr_assert_eq(e2e_relay_stop(relay, 30000), 0, "relay did not exit 0 on SIGTERM");
 }
+
+/* A row that commits inside the id range of a batch still with Kafka, after
+ * that batch was claimed, is in no batch. A later row of its aggregate,
+ * written after it committed, gets an id above the range: it must not be
+ * published first. The mock's round trip holds the batch with Kafka. */
+Test(e2e, a_late_row_inside_a_batch_in_flight_keeps_its_aggregate_order, .fini = fini,
+     .timeout = 200)
+{
+    e2e_setup(&T, "gap");
+    if (!T.env->mock_control)
+        cr_skip_test("needs the mock broker's round-trip control");
+    e2e_migrate(&T);
+    const char *extra[] = {"relay.poll_interval_ms=50", "log.level=debug", NULL};
+    struct e2e_relay *relay = e2e_relay_start(&T, extra);
+    cr_assert(e2e_relay_wait_log(relay, "msg=\"became leader\"", 30000), "no leader");
+    enqueue_one(T.conn, "warm-up", "{}");
+    e2e_wait_all_sent(&T, 30000);
+
+    cr_assert(e2e_mock_command(&T, "rtt -1 1500"), "mock: rtt");
+    PGconn *y = e2e_pg_connect(), *x = e2e_pg_connect();
+    e2e_exec(y, "BEGIN");
+    long long k = enqueue_one(y, "other-1", "{}");
+    e2e_exec(x, "BEGIN");
+    long long late = enqueue_one(x, "the-aggregate", "{\"n\": 1}");
+    long long k2 = enqueue_one(y, "other-2", "{}");
+    e2e_exec(y, "COMMIT");
+    cr_assert(k < late && late < k2, "ids %lld %lld %lld not in insert order", k, late, k2);
+    /* The relay claims k and k2: a batch whose range holds the open row. */
+    cr_assert(e2e_relay_wait_log(relay, "msg=\"claimed\" batch=0 rows=2", 10000) ||
+                  e2e_relay_wait_log(relay, "msg=\"claimed\" batch=1 rows=2", 100),
+              "the batch of rows %lld and %lld was not claimed (log %s)", k, k2, relay->log_path);
+    e2e_exec(x, "COMMIT");
+    long long next = enqueue_one(x, "the-aggregate", "{\"n\": 2}");
+    cr_assert_gt(next, k2);
+    e2e_sleep_ms(500); /* claims while the batch is still with Kafka */
+    cr_assert(e2e_mock_command(&T, "rtt -1 0"), "mock: rtt 0");
+
+    e2e_wait_all_sent(&T, 60000);
+    PQfinish(x);
+    PQfinish(y);
+    verify_all_once("a row committed inside the range of a batch in flight");
+    cr_assert_eq(e2e_relay_stop(relay, 30000), 0, "relay did not exit 0 on SIGTERM");
+}

@@ -374,6 +374,22 @@ Test(plan, a_claim_older_than_a_cut_is_stale)
     cr_assert(!plan_claimed(&s, b, 10, 50).more);
 }
 
+/* What a claim skipping the batches in flight leaves out on purpose: their
+ * rows inside the skipped span, and nothing else (a pending row beyond them
+ * is in no batch). */
+Test(plan, the_rows_a_skipped_span_holds)
+{
+    struct batch *a = load(0, 10, 4, PHASE_PRODUCING);  /* 10..13 */
+    struct batch *b = load(1, 20, 3, PHASE_PRODUCING);  /* 20..22 */
+    b->ids[1] = 30;                                     /* 20, 30, 22 */
+    struct id_span all = { .lo = 10, .hi = 30 };
+    cr_assert_eq(batch_rows_within(slots, 2, 3u, all), 7);
+    cr_assert_eq(batch_rows_within(slots, 2, 1u, all), 4, "only the batches of the mask");
+    cr_assert_eq(batch_rows_within(slots, 2, 3u, (struct id_span){ .lo = 12, .hi = 21 }), 3);
+    cr_assert_eq(batch_rows_within(slots, 2, 3u, id_span_empty()), 0);
+    (void)a;
+}
+
 /* The quiet lock: taken when a claim found rows and a NOTIFY came while it
  * ran; then every claim that finds rows is followed by another; released
  * when one finds nothing, and the last claim waits for the check that no
@@ -383,16 +399,19 @@ Test(plan, the_quiet_lock_follows_the_claims)
     struct plan_state s = leader();
     struct batch *b = load(0, 0, 0, PHASE_CLAIMING);
 
-    /* Rows, but no NOTIFY while the claim ran: writers are not quicker. */
+    /* Rows, but few NOTIFYs while the claim ran: writers are not quicker. */
     struct claim_verdict v = plan_claimed(&s, b, 10, 50);
     cr_assert(!v.quiet_wanted && !v.quiet_idle && !v.more);
-    s.wake = true; /* a NOTIFY came in while the claim ran */
+    s.notifies = PLAN_QUIET_NOTIFIES - 1;
+    cr_assert(!plan_claimed(&s, b, 10, 50).quiet_wanted, "a writer or two: NOTIFY is cheap");
+    s.notifies = PLAN_QUIET_NOTIFIES;
     v = plan_claimed(&s, b, 10, 50);
     cr_assert(v.quiet_wanted && !v.more, "writers notify faster than claims return");
     cr_assert(!plan_claimed(&s, b, 0, 0).quiet_wanted, "nothing found: nothing to be quiet for");
     batch_clear(b);
 
     s.wake = false;
+    s.notifies = 0;
     s.quiet_wanted = true;
     assert_act(&s, PLAN_TAKE_QUIET);
     s.quiet_wanted = false;

@@ -136,6 +136,7 @@ static bool carry_out(struct sim *m, const struct plan_step *p)
         b->alone = p->alone;
         b->claim_gen = m->s.truncations;
         m->s.wake = false;
+        m->s.notifies = 0;
         b->phase = PHASE_CLAIMING;
         m->claim = *p;
         send(m, ST_CLAIM, p->slot);
@@ -348,8 +349,10 @@ static bool run(uint64_t seed)
         } else if (dice < 12) {
             /* A writer's NOTIFY, when the relay is not quiet; the quiet
              * check's timer otherwise. */
-            if (m.s.quiet == PLAN_QUIET_OFF)
+            if (m.s.quiet == PLAN_QUIET_OFF) {
                 m.s.wake = true;
+                m.s.notifies += 1 + (int)rnd(&m, 4); /* a few writers at once, now and then */
+            }
             else if (m.s.quiet == PLAN_QUIET_LEAVING && m.s.now_ms + 5 >= m.s.quiet_check_at_ms) {
                 m.s.now_ms = m.s.quiet_check_at_ms;
                 m.s.wake = true;
