@@ -215,6 +215,14 @@ bool plan_txn_may_claim(const struct plan_state *s);
  *  same database do not reconnect in lock step. */
 uint64_t plan_reconnect_delay(unsigned attempt, uint64_t base_ms, uint64_t max_ms, uint64_t random);
 
+/** Leaving the quiet lock: the wait before the next check for writers that
+ *  sent no NOTIFY, after a wait of @p prev_ms (0: the first). A writer that
+ *  stays open costs a claim and a check that often, and its row, once
+ *  committed, waits no longer than that. */
+#define PLAN_QUIET_FIRST_CHECK_MS 5
+#define PLAN_QUIET_LAST_CHECK_MS 100
+uint64_t plan_quiet_check_wait(uint64_t prev_ms, uint64_t poll_interval_ms);
+
 /** Retention runs every PLAN_RETENTION_EVERY_MS when enabled (@p retention_s > 0). */
 #define PLAN_RETENTION_EVERY_MS 60000
 bool plan_retention_due(long retention_s, uint64_t now_ms, uint64_t last_ms);

@@ -368,6 +368,14 @@ uint64_t plan_reconnect_delay(unsigned attempt, uint64_t base_ms, uint64_t max_m
     return delay / 2 + random % (delay / 2 + 1);
 }
 
+uint64_t plan_quiet_check_wait(uint64_t prev_ms, uint64_t poll_interval_ms)
+{
+    uint64_t wait = prev_ms ? 2 * prev_ms : PLAN_QUIET_FIRST_CHECK_MS;
+    if (wait > PLAN_QUIET_LAST_CHECK_MS)
+        wait = PLAN_QUIET_LAST_CHECK_MS;
+    return wait < poll_interval_ms ? wait : poll_interval_ms;
+}
+
 bool plan_retention_due(long retention_s, uint64_t now_ms, uint64_t last_ms)
 {
     return retention_s > 0 && now_ms - last_ms >= PLAN_RETENTION_EVERY_MS;

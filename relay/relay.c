@@ -134,7 +134,7 @@ struct relay {
     bool quiet_wanted, quiet_idle;
     int notifies;               /* NOTIFYs since the last claim was sent */
     uint64_t quiet_check_at_ms;
-    uint64_t quiet_backoff_ms;  /* leaving: the wait before the next check, doubling */
+    uint64_t quiet_backoff_ms;  /* leaving: the last wait before a check (0: none yet) */
     uv_timer_t quiet_timer;     /* leaving: claim and check again */
 };
 
@@ -1240,13 +1240,6 @@ static void wind_down(struct relay *r)
 
 /* ---- the quiet lock ----------------------------------------------------- */
 
-/* A first check again this soon after the lock was released; then twice as
- * long each time, up to QUIET_LAST_CHECK_MS (or the poll interval): a writer
- * that sent no NOTIFY and stays open costs a claim and a check that often,
- * and its row, once committed, waits no longer than that. */
-#define QUIET_FIRST_CHECK_MS 5
-#define QUIET_LAST_CHECK_MS 100
-
 static void quiet_set(struct relay *r, enum plan_quiet q)
 {
     r->quiet = q;
@@ -1300,7 +1293,7 @@ static void on_quiet_off(struct pg_conn *pg, PGresult *res, void *arg)
         return;
     quiet_set(r, PLAN_QUIET_LEAVING);
     r->quiet_check_at_ms = now_ms(r);
-    r->quiet_backoff_ms = QUIET_FIRST_CHECK_MS;
+    r->quiet_backoff_ms = 0;
     step(r);
 }
 
@@ -1328,13 +1321,10 @@ static void on_quiet_check(struct pg_conn *pg, PGresult *res, void *arg)
         log_debug("quiet: writers notify again", "");
     } else {
         /* Claim what the ones that ended wrote, and look again later. */
+        r->quiet_backoff_ms =
+            plan_quiet_check_wait(r->quiet_backoff_ms, (uint64_t)r->cfg->poll_interval_ms);
         r->quiet_check_at_ms = now_ms(r) + r->quiet_backoff_ms;
         uv_timer_start(&r->quiet_timer, on_quiet_timer, r->quiet_backoff_ms, 0);
-        r->quiet_backoff_ms *= 2;
-        if (r->quiet_backoff_ms > QUIET_LAST_CHECK_MS)
-            r->quiet_backoff_ms = QUIET_LAST_CHECK_MS;
-        if (r->quiet_backoff_ms > (uint64_t)r->cfg->poll_interval_ms)
-            r->quiet_backoff_ms = (uint64_t)r->cfg->poll_interval_ms;
         r->wake = true;
     }
     step(r);

@@ -374,6 +374,19 @@ Test(plan, a_claim_older_than_a_cut_is_stale)
     cr_assert(!plan_claimed(&s, b, 10, 50).more);
 }
 
+/* Leaving the quiet lock: 5 ms, doubling, at most 100 ms or the poll interval. */
+Test(plan, the_quiet_checks_back_off)
+{
+    uint64_t w = 0, seen[8];
+    for (int i = 0; i < 8; i++)
+        seen[i] = w = plan_quiet_check_wait(w, 1000);
+    uint64_t want[8] = { 5, 10, 20, 40, 80, 100, 100, 100 };
+    for (int i = 0; i < 8; i++)
+        cr_assert_eq(seen[i], want[i], "wait %d: %llu ms", i, (unsigned long long)seen[i]);
+    cr_assert_eq(plan_quiet_check_wait(40, 50), 50, "never longer than the poll interval");
+    cr_assert_eq(plan_quiet_check_wait(0, 1), 1);
+}
+
 /* What a claim skipping the batches in flight leaves out on purpose: their
  * rows inside the skipped span, and nothing else (a pending row beyond them
  * is in no batch). */
