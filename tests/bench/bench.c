@@ -37,6 +37,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kafka_rules.h"
 #include "sql.h"
 
 #ifndef PEER_RELAY_PY
@@ -665,6 +666,12 @@ struct latency_result {
     double p50_ms, p99_ms, max_ms;
     double machine_busy; /* share of all cores busy while the events were written; -1: unknown */
     long notifies;       /* NOTIFYs the writers sent (the others left it out: the quiet lock) */
+    /* Kafka's floor at the same rate (kafka_floor), with and without
+     * transactions; events 0 when not measured. */
+    struct latency_floor {
+        long events, received;
+        double achieved_rate, p50_ms, p99_ms, max_ms, machine_busy;
+    } floor_txn, floor_none;
 };
 
 /* Commit → received percentiles of the first @p n events of @p L. */
@@ -835,6 +842,187 @@ static struct latency_result latency(PGconn *c, const char *table, int rate, dou
     relay_stop(&p);
 
     struct latency_result f = latency_figures(&L, n);
+    res.received = f.received;
+    res.p50_ms = f.p50_ms;
+    res.p99_ms = f.p99_ms;
+    res.max_ms = f.max_ms;
+    free(L.commit);
+    free(L.recv);
+    return res;
+}
+
+static void ensure_topic(const char *topic);
+
+/* ---- the Kafka floor of latency ------------------------------------------- */
+
+/* What Kafka alone costs an event at a rate, measured like the relay: the
+ * same due times, the same producer settings (kafka_rules.c) and the same
+ * consumer, but no database: this process produces each event when it is due.
+ * With transactions it holds every event due by the time one begins and
+ * commits it at once, one transaction after the other (what the relay's
+ * joined transactions do at best); without, each event is produced when due.
+ * The relay's latency above this floor is what the database, the wake-up and
+ * the relay itself add. */
+struct kafka_floor {
+    struct latency_run *L;
+    rd_kafka_t *rk;
+    bool txn;
+    long produced;
+    long unacked;   /* produced, no delivery report yet */
+    double last;
+};
+
+static void floor_delivered(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
+{
+    (void)rk;
+    struct kafka_floor *F = opaque;
+    if (m->err)
+        die("floor: delivery failed: %s", rd_kafka_err2str(m->err));
+    F->unacked--;
+}
+
+/* Waits for every delivery report, as the relay does before it commits (a
+ * commit with messages in flight would wait inside librdkafka's flush). */
+static void floor_acked(struct kafka_floor *F)
+{
+    while (F->unacked > 0)
+        rd_kafka_poll(F->rk, 100);
+}
+
+static rd_kafka_t *floor_producer(struct kafka_floor *F)
+{
+    bool txn = F->txn;
+    char err[512], id[64];
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    rd_kafka_conf_set_dr_msg_cb(conf, floor_delivered);
+    rd_kafka_conf_set_opaque(conf, F);
+    size_t n;
+    const struct kafka_setting *s = kafka_producer_settings(&n);
+    for (size_t i = 0; i < n; i++)
+        if (rd_kafka_conf_set(conf, s[i].key, s[i].value, err, sizeof(err)) != RD_KAFKA_CONF_OK)
+            die("floor producer: %s", err);
+    if (txn) {
+        snprintf(id, sizeof(id), "outbox-relay-bench-floor-%d", (int)getpid());
+        s = kafka_transaction_settings(&n);
+        for (size_t i = 0; i < n; i++)
+            if (rd_kafka_conf_set(conf, s[i].key, s[i].value ? s[i].value : id, err,
+                                  sizeof(err)) != RD_KAFKA_CONF_OK)
+                die("floor producer: %s", err);
+    }
+    rd_kafka_conf_set(conf, "bootstrap.servers", kafka_servers, err, sizeof(err));
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
+    if (!rk)
+        die("floor producer: %s", err);
+    if (txn) {
+        rd_kafka_error_t *e = rd_kafka_init_transactions(rk, 30000);
+        if (e)
+            die("floor producer: init_transactions: %s", rd_kafka_error_string(e));
+    }
+    return rk;
+}
+
+static void floor_produce(struct kafka_floor *F, const char *topic, long k)
+{
+    char key[16], value[64];
+    int klen = snprintf(key, sizeof(key), "%ld", k < 0 ? 0 : k % 500);
+    int vlen = snprintf(value, sizeof(value), "{\"ping\": true, \"seq\": %ld}", k);
+    rd_kafka_resp_err_t e;
+    while ((e = rd_kafka_producev(F->rk, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_KEY(key, (size_t)klen),
+                                  RD_KAFKA_V_VALUE(value, (size_t)vlen),
+                                  RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END)) ==
+           RD_KAFKA_RESP_ERR__QUEUE_FULL)
+        rd_kafka_poll(F->rk, 1);
+    if (e)
+        die("floor produce: %s", rd_kafka_err2str(e));
+    F->unacked++;
+}
+
+static void floor_begin(struct kafka_floor *F)
+{
+    rd_kafka_error_t *e = F->txn ? rd_kafka_begin_transaction(F->rk) : NULL;
+    if (e)
+        die("floor: begin_transaction: %s", rd_kafka_error_string(e));
+}
+
+static void floor_commit(struct kafka_floor *F)
+{
+    floor_acked(F);
+    rd_kafka_error_t *e = F->txn ? rd_kafka_commit_transaction(F->rk, 30000) : NULL;
+    if (e)
+        die("floor: commit_transaction: %s", rd_kafka_error_string(e));
+}
+
+static void *floor_thread(void *arg)
+{
+    struct kafka_floor *F = arg;
+    struct latency_run *L = F->L;
+    char topic[160];
+    snprintf(topic, sizeof(topic), "%s.order", L->table);
+    long next = 0, last = L->n - 16;
+    double end = L->t0 + L->seconds;
+    while (next < last && L->t0 + (double)next / L->rate <= end) {
+        sleep_s(L->t0 + (double)next / L->rate - now_s());
+        if (F->txn)
+            floor_begin(F);
+        double now = now_s();
+        for (; next < last && L->t0 + (double)next / L->rate <= now; next++) {
+            L->commit[next] = L->t0 + (double)next / L->rate; /* available from its due time */
+            floor_produce(F, topic, next);
+            F->produced++;
+        }
+        if (F->txn)
+            floor_commit(F);
+        else
+            rd_kafka_poll(F->rk, 0);
+    }
+    F->last = now_s();
+    floor_acked(F);
+    return NULL;
+}
+
+static struct latency_result kafka_floor(const char *table, int rate, double seconds, bool txn)
+{
+    struct latency_result res = { .rate = rate, .notifies = -1 };
+    char topic[160];
+    snprintf(topic, sizeof(topic), "%s.order", table);
+    ensure_topic(topic);
+    struct latency_run L = { .table = table, .rate = rate, .seconds = seconds };
+    long cap = (long)(rate * seconds) + 16;
+    L.commit = calloc((size_t)cap, sizeof(double));
+    L.recv = calloc((size_t)cap, sizeof(double));
+    L.n = cap;
+    struct kafka_floor F = { .L = &L, .txn = txn };
+    F.rk = floor_producer(&F);
+    /* The topic's metadata and a first transaction before the clock starts,
+     * as the relay's warm-up event gives it. */
+    floor_begin(&F);
+    floor_produce(&F, topic, -1);
+    floor_commit(&F);
+    L.consumer = consumer_at_end(topic);
+    pthread_t th, ft;
+    pthread_create(&th, NULL, consume_thread, &L);
+    sleep_s(1.0); /* let the consumer reach the end of every partition */
+    L.t0 = now_s() + 0.05;
+    struct machine_cpu m0 = machine_cpu_now();
+    pthread_create(&ft, NULL, floor_thread, &F);
+    pthread_join(ft, NULL);
+    res.machine_busy = machine_busy(m0, machine_cpu_now());
+    res.events = F.produced;
+    res.achieved_rate = (double)F.produced / (F.last - L.t0);
+    for (int i = 0; i < 200; i++) {
+        long got = 0;
+        for (long k = 0; k < F.produced; k++)
+            got += L.recv[k] > 0;
+        if (got == F.produced)
+            break;
+        sleep_s(0.05);
+    }
+    L.stop = true;
+    pthread_join(th, NULL);
+    rd_kafka_consumer_close(L.consumer);
+    rd_kafka_destroy(L.consumer);
+    rd_kafka_destroy(F.rk);
+    struct latency_result f = latency_figures(&L, F.produced);
     res.received = f.received;
     res.p50_ms = f.p50_ms;
     res.p99_ms = f.p99_ms;
@@ -1268,6 +1456,29 @@ static const struct latency_result *at_rate(const struct latency_result *lat, in
     return NULL;
 }
 
+static struct latency_floor floor_figures(struct latency_result r)
+{
+    return (struct latency_floor){ .events = r.events, .received = r.received,
+                                   .achieved_rate = r.achieved_rate, .p50_ms = r.p50_ms,
+                                   .p99_ms = r.p99_ms, .max_ms = r.max_ms,
+                                   .machine_busy = r.machine_busy };
+}
+
+/* Whether the relay runs with relay.fencing=none (--relay-opt): then its
+ * floor is Kafka's without transactions. */
+static bool relay_unfenced(void)
+{
+    for (int i = 0; i < n_relay_opts; i++)
+        if (!strcmp(relay_opts[i], "relay.fencing=none"))
+            return true;
+    return false;
+}
+
+static const struct latency_floor *own_floor(const struct latency_result *l)
+{
+    return relay_unfenced() ? &l->floor_none : &l->floor_txn;
+}
+
 /* The latency scenario at each rate of @p rates ("1000,5000"), into @p lat
  * (at most 8). @return how many ran. */
 static int latencies(PGconn *c, char *rates, double seconds, struct latency_result *lat)
@@ -1277,7 +1488,13 @@ static int latencies(PGconn *c, char *rates, double seconds, struct latency_resu
          tok = strtok_r(NULL, ",", &save)) {
         int rate = atoi(tok);
         fprintf(stderr, "bench: latency at %d events/s for %.0f s\n", rate, seconds);
-        lat[n++] = latency(c, "bench_latency", rate, seconds);
+        lat[n] = latency(c, "bench_latency", rate, seconds);
+        fprintf(stderr, "bench: Kafka's own latency at %d events/s, with and without "
+                        "transactions\n", rate);
+        lat[n].floor_txn = floor_figures(kafka_floor("bench_latency_floor", rate, seconds, true));
+        lat[n].floor_none =
+            floor_figures(kafka_floor("bench_latency_floor", rate, seconds, false));
+        n++;
     }
     drop(c, "bench_latency");
     return n;
@@ -1289,18 +1506,48 @@ static void latency_line(const struct latency_result *l)
                     "%.0f/s achieved by %d writer%s; %ld NOTIFYs; machine %.0f%% busy)\n",
             l->rate, l->p50_ms, l->p99_ms, l->max_ms, l->received, l->events, l->achieved_rate,
             l->writers, l->writers > 1 ? "s" : "", l->notifies, 100.0 * l->machine_busy);
+    const struct latency_floor *f[] = { &l->floor_txn, &l->floor_none };
+    static const char *const name[] = { "with transactions", "idempotent only" };
+    for (int i = 0; i < 2; i++)
+        if (f[i]->events)
+            fprintf(stderr, "  Kafka alone %-17s p50 %.2f ms  p99 %.2f ms  max %.2f ms  (%.0f/s; "
+                            "machine %.0f%% busy)\n",
+                    name[i], f[i]->p50_ms, f[i]->p99_ms, f[i]->max_ms, f[i]->achieved_rate,
+                    100.0 * f[i]->machine_busy);
+}
+
+static void floor_json(FILE *o, const char *name, const struct latency_floor *f)
+{
+    fprintf(o, "\"%s\": {\"achieved_rate\": %.0f, \"events\": %ld, \"received\": %ld, "
+               "\"p50_ms\": %.2f, \"p99_ms\": %.2f, \"max_ms\": %.2f, \"machine_busy\": %.2f}",
+            name, f->achieved_rate, f->events, f->received, f->p50_ms, f->p99_ms, f->max_ms,
+            f->machine_busy);
 }
 
 static void latency_json(FILE *o, const struct latency_result *lat, int n)
 {
     fprintf(o, "  \"latency\": [");
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
         fprintf(o, "%s\n    {\"rate\": %d, \"achieved_rate\": %.0f, \"writers\": %d, "
                    "\"events\": %ld, \"received\": %ld, \"p50_ms\": %.2f, \"p99_ms\": %.2f, "
-                   "\"max_ms\": %.2f, \"notifies\": %ld, \"machine_busy\": %.2f}",
+                   "\"max_ms\": %.2f, \"notifies\": %ld, \"machine_busy\": %.2f",
                 i ? "," : "", lat[i].rate, lat[i].achieved_rate, lat[i].writers, lat[i].events,
                 lat[i].received, lat[i].p50_ms, lat[i].p99_ms, lat[i].max_ms, lat[i].notifies,
                 lat[i].machine_busy);
+        const struct latency_floor *own = own_floor(&lat[i]);
+        if (own->events) {
+            /* What the database, the wake-up and the relay add to Kafka's own. */
+            fprintf(o, ", \"kafka_floor\": {");
+            floor_json(o, "transactional", &lat[i].floor_txn);
+            fprintf(o, ", ");
+            floor_json(o, "none", &lat[i].floor_none);
+            fprintf(o, "}, \"over_kafka_floor\": {\"fencing\": \"%s\", \"p50_ms\": %.2f, "
+                       "\"p99_ms\": %.2f}",
+                    relay_unfenced() ? "none" : "transactional", lat[i].p50_ms - own->p50_ms,
+                    lat[i].p99_ms - own->p99_ms);
+        }
+        fprintf(o, "}");
+    }
     fprintf(o, "\n  ]");
 }
 
