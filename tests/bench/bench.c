@@ -419,7 +419,7 @@ static struct claim_plan explain_claim(PGconn *c, const char *table, const char 
     if (asprintf(&sql, "EXPLAIN (ANALYZE, BUFFERS) %s", q.claim) < 0)
         die("out of memory");
     sql_statements_free(&q);
-    const char *params[] = { "1000", "1", "0", "0" }; /* a full batch, nothing in flight */
+    const char *params[] = { "1000", "1", "0", "{}" }; /* a full batch, nothing in flight */
     PGresult *r = PQexecParams(c, sql, 4, NULL, params, NULL, NULL, 0);
     free(sql);
     if (PQresultStatus(r) != PGRES_TUPLES_OK)
@@ -1488,15 +1488,21 @@ static int latencies(PGconn *c, char *rates, double seconds, struct latency_resu
          tok = strtok_r(NULL, ",", &save)) {
         int rate = atoi(tok);
         fprintf(stderr, "bench: latency at %d events/s for %.0f s\n", rate, seconds);
-        lat[n] = latency(c, "bench_latency", rate, seconds);
+        /* A topic of its own for every run: the mock finds a fetch's offset by
+         * walking the partition's message sets from the oldest, so a topic that
+         * earlier runs filled makes every later fetch slower. */
+        char table[64], txn[64], none[64];
+        snprintf(table, sizeof(table), "bench_latency_%d_%d", rate, (int)getpid());
+        snprintf(txn, sizeof(txn), "bench_kafka_txn_%d_%d", rate, (int)getpid());
+        snprintf(none, sizeof(none), "bench_kafka_none_%d_%d", rate, (int)getpid());
+        lat[n] = latency(c, table, rate, seconds);
+        drop(c, table);
         fprintf(stderr, "bench: Kafka's own latency at %d events/s, with and without "
                         "transactions\n", rate);
-        lat[n].floor_txn = floor_figures(kafka_floor("bench_latency_floor", rate, seconds, true));
-        lat[n].floor_none =
-            floor_figures(kafka_floor("bench_latency_floor", rate, seconds, false));
+        lat[n].floor_txn = floor_figures(kafka_floor(txn, rate, seconds, true));
+        lat[n].floor_none = floor_figures(kafka_floor(none, rate, seconds, false));
         n++;
     }
-    drop(c, "bench_latency");
     return n;
 }
 
