@@ -103,11 +103,19 @@ int batch_failures_uncharged(const struct batch *b);
  *  @p n batches: a later row of it must wait behind that row. */
 bool batch_holds(const struct batch *batches, int n, const char *key);
 
-/** The rows of the batches in @p mask (bit k: batches[k]) whose ids lie in
- *  @p span: what a claim skipping @p span leaves out on purpose (every one
- *  of them is still unsent). A pending row in the span beyond these is in
- *  no batch: it committed after their claims. */
-int batch_rows_within(const struct batch *batches, int n, unsigned mask, struct id_span span);
+/** At most this many gaps are passed to a claim; a span with more is
+ *  skipped whole, and nothing above it is claimed until it is marked. */
+#define BATCH_GAPS_MAX 100
+
+/** The ids in @p span that no batch of @p mask (bit k: batches[k]) holds,
+ *  ascending, into @p gaps: the only ids a pending row in the span that is in
+ *  no batch can have (it committed after their claims). The claim takes such
+ *  rows with the rows above the span, in id order, so that no later row of
+ *  their aggregate overtakes them. @return how many (0 for an empty span),
+ *  or -1 when there are more than @p max, or a batch's ids are not ascending
+ *  (nothing then proves which ids are free). */
+int batch_gaps_within(const struct batch *batches, int n, unsigned mask, struct id_span span,
+                      int64_t *gaps, int max);
 
 /* ---- the batch's phases ---------------------------------------------------- */
 

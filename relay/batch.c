@@ -233,14 +233,38 @@ enum row_end batch_row_end(const struct batch *b, int i)
     return ROW_END_CLAIMABLE;
 }
 
-int batch_rows_within(const struct batch *batches, int n, unsigned mask, struct id_span span)
+int batch_gaps_within(const struct batch *batches, int n, unsigned mask, struct id_span span,
+                      int64_t *gaps, int max)
 {
-    int rows = 0;
-    for (int k = 0; k < n; k++) {
-        if (!(mask & (1u << k)))
-            continue;
-        for (int i = 0; i < batches[k].n_rows; i++)
-            rows += batches[k].ids[i] >= span.lo && batches[k].ids[i] <= span.hi;
+    int at[sizeof(unsigned) * 8] = { 0 }; /* a cursor per batch: one bit of @p mask each */
+    int found = 0;
+    int64_t next = span.lo; /* the lowest id not yet known to be held */
+    if (span.lo > span.hi)
+        return 0;
+    for (;;) {
+        /* The lowest id of the batches' next ones: a merge of ascending lists. */
+        int take = -1;
+        for (int k = 0; k < n && k < (int)(sizeof at / sizeof at[0]); k++) {
+            if (!(mask & (1u << k)) || at[k] >= batches[k].n_rows)
+                continue;
+            const int64_t *ids = batches[k].ids;
+            if (at[k] > 0 && ids[at[k]] <= ids[at[k] - 1])
+                return -1;
+            if (take < 0 || ids[at[k]] < batches[take].ids[at[take]])
+                take = k;
+        }
+        int64_t id = take < 0 ? span.hi + 1 : batches[take].ids[at[take]++];
+        if (id < span.lo || id < next)
+            continue; /* below the span, or held by two batches */
+        if (id > span.hi + 1)
+            id = span.hi + 1;
+        for (; next < id; next++) {
+            if (found == max)
+                return -1;
+            gaps[found++] = next;
+        }
+        next = id + 1;
+        if (take < 0 || next > span.hi)
+            return found;
     }
-    return rows;
 }

@@ -449,14 +449,26 @@ static void claim(struct relay *r, const struct plan_step *p)
     for (int k = 0; k < N_BATCHES; k++)
         if (p->rescan & (1u << k))
             r->b[k].rescan_after_mark = true;
-    char limit[16], los[24], his[24], inside[16];
+    char limit[16], los[24], his[24];
+    int64_t gaps[BATCH_GAPS_MAX];
     b->alone = p->alone;
     b->claim_gen = r->truncations;
     snprintf(limit, sizeof(limit), "%d", p->limit);
     snprintf(los, sizeof(los), "%" PRId64, p->skip.lo);
     snprintf(his, sizeof(his), "%" PRId64, p->skip.hi);
-    snprintf(inside, sizeof(inside), "%d", batch_rows_within(r->b, N_BATCHES, p->rescan, p->skip));
-    const char *params[] = { limit, los, his, inside };
+    int n_gaps = batch_gaps_within(r->b, N_BATCHES, p->rescan, p->skip, gaps, BATCH_GAPS_MAX);
+    struct strbuf *in_gaps = &r->params[0]; /* free: no mark or record is being built */
+    strbuf_reset(in_gaps);
+    strbuf_printf(in_gaps, "{");
+    for (int i = 0; i < n_gaps; i++)
+        strbuf_printf(in_gaps, "%s%" PRId64, i ? "," : "", gaps[i]);
+    strbuf_printf(in_gaps, "}");
+    if (in_gaps->oom) {
+        log_error("out of memory building a claim", "gaps=%d", n_gaps);
+        r->backoff = true;
+        return;
+    }
+    const char *params[] = { limit, los, his, n_gaps < 0 ? NULL : strbuf_str(in_gaps) };
     r->wake = false;
     r->notifies = 0;
     r->claim_first = false;

@@ -263,22 +263,22 @@ int sql_statements_init(struct sql_statements *s, const char *schema, const char
                  " AND d.\"aggregate_id\" = o.\"aggregate_id\" AND d.\"id\" < o.\"id\")",
                  q);
 
-    /* A row inside the skipped range that is in no batch committed after
-     * that batch's claim: a later row of its aggregate, above the range, must
-     * not overtake it. While the range holds more pending rows than the
-     * batches in flight have in it ($4), nothing above it is claimed; the
-     * claim after their marks takes them all in id order. One count, once
-     * per claim (an InitPlan), over the batches' own index entries. */
+    /* The batches in flight are skipped by their id range ($2..$3): their
+     * rows are still unsent. A row inside the range that is in no batch
+     * committed after their claims; its id is one of the range's gaps ($4,
+     * the ids no batch holds), and it is claimed with the rows above the
+     * range, in id order, so that no later row of its aggregate overtakes it.
+     * With the gaps unknown ($4 NULL, too many to pass) nothing inside or
+     * above the range is claimed until the batches are marked. */
     int rc = 0;
     rc |= build(&s->claim,
                 "SELECT " CLAIM_COLUMNS " "
                 "FROM %s AS o WHERE o.\"sent_at\" IS NULL AND o.\"dead_at\" IS NULL "
-                "AND o.\"id\" NOT BETWEEN $2::bigint AND $3::bigint%s "
-                "AND (o.\"id\" < $2::bigint OR (SELECT count(*) FROM %s AS g "
-                "WHERE g.\"sent_at\" IS NULL AND g.\"dead_at\" IS NULL "
-                "AND g.\"id\" BETWEEN $2::bigint AND $3::bigint) <= $4::bigint) "
+                "AND (o.\"id\" NOT BETWEEN $2::bigint AND $3::bigint "
+                "OR o.\"id\" = ANY($4::bigint[]))%s "
+                "AND (o.\"id\" < $2::bigint OR $4::bigint[] IS NOT NULL) "
                 "ORDER BY o.\"id\" LIMIT $1",
-                q, holdbuf, q);
+                q, holdbuf);
     if (flags & SQL_DELETE_SENT)
         rc |= build(&s->mark_sent,
                     "DELETE FROM %s WHERE \"id\" = ANY($1::bigint[]) AND \"sent_at\" IS NULL", q);

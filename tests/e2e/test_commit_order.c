@@ -156,8 +156,18 @@ Test(e2e, a_late_row_inside_a_batch_in_flight_keeps_its_aggregate_order, .fini =
     e2e_exec(x, "COMMIT");
     long long next = enqueue_one(x, "the-aggregate", "{\"n\": 2}");
     cr_assert_gt(next, k2);
-    e2e_sleep_ms(500); /* claims while the batch is still with Kafka */
+    /* The late row is claimed while the batch is still with Kafka, by its
+     * id, a gap of the skipped range (the later row, above the range, with
+     * it or after it: in id order either way). */
+    int found = 0;
+    for (int i = 0; i < 100 && found < 3; i++) {
+        e2e_sleep_ms(10);
+        found = e2e_relay_log_count(relay, "msg=\"claimed\"") -
+                e2e_relay_log_count(relay, " rows=0 ");
+    }
     cr_assert(e2e_mock_command(&T, "rtt -1 0"), "mock: rtt 0");
+    cr_assert_geq(found, 3, "row %lld was not claimed while the batch of %lld and %lld was with "
+                  "Kafka (log %s)", late, k, k2, relay->log_path);
 
     e2e_wait_all_sent(&T, 60000);
     PQfinish(x);

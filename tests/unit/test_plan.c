@@ -387,20 +387,30 @@ Test(plan, the_quiet_checks_back_off)
     cr_assert_eq(plan_quiet_check_wait(0, 1), 1);
 }
 
-/* What a claim skipping the batches in flight leaves out on purpose: their
- * rows inside the skipped span, and nothing else (a pending row beyond them
- * is in no batch). */
-Test(plan, the_rows_a_skipped_span_holds)
+/* The ids of a skipped span that no batch in flight holds: the only ones a
+ * row committed after their claims can have, passed to the claim. */
+Test(plan, the_gaps_of_a_skipped_span)
 {
+    int64_t g[8];
     struct batch *a = load(0, 10, 4, PHASE_PRODUCING);  /* 10..13 */
     struct batch *b = load(1, 20, 3, PHASE_PRODUCING);  /* 20..22 */
-    b->ids[1] = 30;                                     /* 20, 30, 22 */
-    struct id_span all = { .lo = 10, .hi = 30 };
-    cr_assert_eq(batch_rows_within(slots, 2, 3u, all), 7);
-    cr_assert_eq(batch_rows_within(slots, 2, 1u, all), 4, "only the batches of the mask");
-    cr_assert_eq(batch_rows_within(slots, 2, 3u, (struct id_span){ .lo = 12, .hi = 21 }), 3);
-    cr_assert_eq(batch_rows_within(slots, 2, 3u, id_span_empty()), 0);
-    (void)a;
+    b->ids[2] = 24;                                     /* 20, 21, 24 */
+    struct id_span both = id_span_union(a->span, (struct id_span){ .lo = 20, .hi = 24 });
+    cr_assert_eq(batch_gaps_within(slots, 2, 3u, both, g, 8), 8, "14..19, 22, 23");
+    cr_assert_eq(g[0], 14);
+    cr_assert_eq(g[5], 19);
+    cr_assert_eq(g[6], 22);
+    cr_assert_eq(g[7], 23);
+    cr_assert_eq(batch_gaps_within(slots, 2, 3u, both, g, 7), -1, "more than the room: unknown");
+    cr_assert_eq(batch_gaps_within(slots, 2, 1u, (struct id_span){ .lo = 10, .hi = 13 }, g, 8), 0,
+                 "a batch of consecutive ids leaves none");
+    cr_assert_eq(batch_gaps_within(slots, 2, 2u, (struct id_span){ .lo = 20, .hi = 24 }, g, 8), 2,
+                 "only the batches of the mask");
+    cr_assert_eq(g[0], 22);
+    cr_assert_eq(batch_gaps_within(slots, 2, 3u, id_span_empty(), g, 8), 0);
+    b->ids[2] = 20; /* not ascending: which ids are free is not known */
+    cr_assert_eq(batch_gaps_within(slots, 2, 2u, (struct id_span){ .lo = 20, .hi = 24 }, g, 8),
+                 -1);
 }
 
 /* The quiet lock: taken when a claim found rows and a NOTIFY came while it

@@ -43,6 +43,8 @@ struct sim {
     enum stmt running;              /* the statement in flight */
     int running_slot;
     struct plan_step claim;         /* the claim in flight */
+    int64_t gaps[BATCH_GAPS_MAX];   /* its skip span's ids in no batch */
+    int n_gaps;                     /* -1: unknown, nothing inside or above the span */
 };
 
 static unsigned rnd(struct sim *m, unsigned n)
@@ -139,6 +141,7 @@ static bool carry_out(struct sim *m, const struct plan_step *p)
         m->s.notifies = 0;
         b->phase = PHASE_CLAIMING;
         m->claim = *p;
+        m->n_gaps = batch_gaps_within(m->b, 2, p->rescan, p->skip, m->gaps, BATCH_GAPS_MAX);
         send(m, ST_CLAIM, p->slot);
         return false;
     }
@@ -155,13 +158,25 @@ static void step(struct sim *m)
     while (carry_out(m, &p));
 }
 
-/* The claim statement: the oldest unsent rows outside the skip span. */
+static bool sim_gap(const struct sim *m, int64_t id)
+{
+    for (int i = 0; i < m->n_gaps; i++)
+        if (m->gaps[i] == id)
+            return true;
+    return false;
+}
+
+/* The claim statement: the oldest unsent rows outside the skip span or in
+ * its gaps; with the gaps unknown, none inside or above the span. */
 static void claimed(struct sim *m, struct batch *b)
 {
     int n = 0;
     for (int64_t id = 1; id <= N_ROWS && n < m->claim.limit; id++) {
         struct row *r = &m->rows[id];
-        if (r->sent || r->dead || (id >= m->claim.skip.lo && id <= m->claim.skip.hi))
+        if (m->n_gaps < 0 && id >= m->claim.skip.lo)
+            break;
+        if (r->sent || r->dead ||
+            (id >= m->claim.skip.lo && id <= m->claim.skip.hi && !sim_gap(m, id)))
             continue;
         const struct batch *o = &m->b[1 - b->slot];
         for (int i = 0; i < o->n_rows; i++)

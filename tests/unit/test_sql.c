@@ -139,10 +139,9 @@ Test(sql, statements_for_default_table)
                      "to_char(o.\"created_at\" AT TIME ZONE 'UTC', "
                      "'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') "
                      "FROM \"public\".\"outbox\" AS o WHERE o.\"sent_at\" IS NULL AND "
-                     "o.\"dead_at\" IS NULL AND o.\"id\" NOT BETWEEN $2::bigint AND $3::bigint "
-                     "AND (o.\"id\" < $2::bigint OR (SELECT count(*) FROM \"public\".\"outbox\" AS g "
-                     "WHERE g.\"sent_at\" IS NULL AND g.\"dead_at\" IS NULL "
-                     "AND g.\"id\" BETWEEN $2::bigint AND $3::bigint) <= $4::bigint) "
+                     "o.\"dead_at\" IS NULL AND (o.\"id\" NOT BETWEEN $2::bigint AND $3::bigint "
+                     "OR o.\"id\" = ANY($4::bigint[])) "
+                     "AND (o.\"id\" < $2::bigint OR $4::bigint[] IS NOT NULL) "
                      "ORDER BY o.\"id\" LIMIT $1");
     cr_assert_str_eq(s.mark_sent,
                      "UPDATE \"public\".\"outbox\" SET \"sent_at\" = clock_timestamp() "
