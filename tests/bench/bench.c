@@ -697,6 +697,52 @@ static struct latency_result latency_figures(const struct latency_run *L, long n
     return res;
 }
 
+/* Room for @p L's events, and a consumer at the end of @p topic reading
+ * them on a thread of its own (returned). */
+static pthread_t latency_listen(struct latency_run *L, const char *topic)
+{
+    L->n = (long)(L->rate * L->seconds) + 16;
+    L->commit = calloc((size_t)L->n, sizeof(double));
+    L->recv = calloc((size_t)L->n, sizeof(double));
+    if (!L->commit || !L->recv)
+        die("out of memory");
+    L->consumer = consumer_at_end(topic);
+    pthread_t th;
+    pthread_create(&th, NULL, consume_thread, L);
+    sleep_s(1.0); /* let the consumer reach the end of every partition */
+    return th;
+}
+
+/* The percentiles of the first @p n events of @p L into @p res; frees @p L's room. */
+static void latency_take(struct latency_result *res, struct latency_run *L, long n)
+{
+    struct latency_result f = latency_figures(L, n);
+    res->received = f.received;
+    res->p50_ms = f.p50_ms;
+    res->p99_ms = f.p99_ms;
+    res->max_ms = f.max_ms;
+    free(L->commit);
+    free(L->recv);
+}
+
+/* Waits up to @p wait_s for the first @p n events of @p L to arrive, then
+ * stops its consumer (thread @p th) and closes it. */
+static void latency_collect(struct latency_run *L, pthread_t th, long n, double wait_s)
+{
+    for (double waited = 0; waited < wait_s; waited += 0.05) {
+        long got = 0;
+        for (long k = 0; k < n; k++)
+            got += L->recv[k] > 0;
+        if (got == n)
+            break;
+        sleep_s(0.05);
+    }
+    L->stop = true;
+    pthread_join(th, NULL);
+    rd_kafka_consumer_close(L->consumer);
+    rd_kafka_destroy(L->consumer);
+}
+
 /* Runs @p sql, an enqueue taking the event's sequence number @p n as $1, in
  * its own transaction. @return when it committed. */
 static double enqueue_seq(PGconn *c, const char *sql, long n)
@@ -785,17 +831,10 @@ static struct latency_result latency(PGconn *c, const char *table, int rate, dou
     snprintf(topic, sizeof(topic), "%s.order", table);
 
     struct latency_run L = { .table = table, .rate = rate, .seconds = seconds };
-    long cap = (long)(rate * seconds) + 16;
-    L.commit = calloc((size_t)cap, sizeof(double));
-    L.recv = calloc((size_t)cap, sizeof(double));
-    L.n = cap;
     L.writers = (rate + LATENCY_RATE_PER_WRITER - 1) / LATENCY_RATE_PER_WRITER;
     if (L.writers > 16)
         L.writers = 16;
-    L.consumer = consumer_at_end(topic);
-    pthread_t th;
-    pthread_create(&th, NULL, consume_thread, &L);
-    sleep_s(1.0); /* let the consumer reach the end of every partition */
+    pthread_t th = latency_listen(&L, topic);
 
     struct latency_writer w[16];
     pthread_t wt[16];
@@ -823,31 +862,13 @@ static struct latency_result latency(PGconn *c, const char *table, int rate, dou
     res.writers = L.writers;
     res.achieved_rate = (double)n / (t1 - L.t0);
 
-    /* Wait (bounded) for the stragglers. */
-    for (int i = 0; i < 200; i++) {
-        long got = 0;
-        for (long k = 0; k < n; k++)
-            got += L.recv[k] > 0;
-        if (got == n)
-            break;
-        sleep_s(0.05);
-    }
-    L.stop = true;
-    pthread_join(th, NULL);
+    latency_collect(&L, th, n, 10.0); /* the stragglers, bounded */
     pthread_join(lt, NULL);
     res.notifies = ln.count;
     PQfinish(ln.conn);
-    rd_kafka_consumer_close(L.consumer);
-    rd_kafka_destroy(L.consumer);
     relay_stop(&p);
 
-    struct latency_result f = latency_figures(&L, n);
-    res.received = f.received;
-    res.p50_ms = f.p50_ms;
-    res.p99_ms = f.p99_ms;
-    res.max_ms = f.max_ms;
-    free(L.commit);
-    free(L.recv);
+    latency_take(&res, &L, n);
     return res;
 }
 
@@ -987,10 +1008,6 @@ static struct latency_result kafka_floor(const char *table, int rate, double sec
     snprintf(topic, sizeof(topic), "%s.order", table);
     ensure_topic(topic);
     struct latency_run L = { .table = table, .rate = rate, .seconds = seconds };
-    long cap = (long)(rate * seconds) + 16;
-    L.commit = calloc((size_t)cap, sizeof(double));
-    L.recv = calloc((size_t)cap, sizeof(double));
-    L.n = cap;
     struct kafka_floor F = { .L = &L, .txn = txn };
     F.rk = floor_producer(&F);
     /* The topic's metadata and a first transaction before the clock starts,
@@ -998,10 +1015,7 @@ static struct latency_result kafka_floor(const char *table, int rate, double sec
     floor_begin(&F);
     floor_produce(&F, topic, -1);
     floor_commit(&F);
-    L.consumer = consumer_at_end(topic);
-    pthread_t th, ft;
-    pthread_create(&th, NULL, consume_thread, &L);
-    sleep_s(1.0); /* let the consumer reach the end of every partition */
+    pthread_t ft, th = latency_listen(&L, topic);
     L.t0 = now_s() + 0.05;
     struct machine_cpu m0 = machine_cpu_now();
     pthread_create(&ft, NULL, floor_thread, &F);
@@ -1009,26 +1023,9 @@ static struct latency_result kafka_floor(const char *table, int rate, double sec
     res.machine_busy = machine_busy(m0, machine_cpu_now());
     res.events = F.produced;
     res.achieved_rate = (double)F.produced / (F.last - L.t0);
-    for (int i = 0; i < 200; i++) {
-        long got = 0;
-        for (long k = 0; k < F.produced; k++)
-            got += L.recv[k] > 0;
-        if (got == F.produced)
-            break;
-        sleep_s(0.05);
-    }
-    L.stop = true;
-    pthread_join(th, NULL);
-    rd_kafka_consumer_close(L.consumer);
-    rd_kafka_destroy(L.consumer);
+    latency_collect(&L, th, F.produced, 10.0);
     rd_kafka_destroy(F.rk);
-    struct latency_result f = latency_figures(&L, F.produced);
-    res.received = f.received;
-    res.p50_ms = f.p50_ms;
-    res.p99_ms = f.p99_ms;
-    res.max_ms = f.max_ms;
-    free(L.commit);
-    free(L.recv);
+    latency_take(&res, &L, F.produced);
     return res;
 }
 
@@ -1196,16 +1193,10 @@ static struct fresh_result fresh_behind_backlog(PGconn *c, const char *table, lo
     snprintf(topic, sizeof(topic), "%s.fresh", table);
     ensure_topic(topic);
 
-    struct latency_run L = { .table = table, .rate = rate };
+    struct latency_run L = { .table = table, .rate = rate, .seconds = 1800 };
     long base_id = pg_int(c, "SELECT max(\"id\") FROM \"public\".\"%s\"", table);
-    long cap = (long)rate * 1800 + 16;
-    L.commit = calloc((size_t)cap, sizeof(double));
-    L.recv = calloc((size_t)cap, sizeof(double));
-    L.n = cap;
-    L.consumer = consumer_at_end(topic);
-    pthread_t th;
-    pthread_create(&th, NULL, consume_thread, &L);
-    sleep_s(1.0);
+    pthread_t th = latency_listen(&L, topic);
+    long cap = L.n;
 
     char sql[256];
     snprintf(sql, sizeof(sql),
@@ -1225,24 +1216,12 @@ static struct fresh_result fresh_behind_backlog(PGconn *c, const char *table, lo
         L.commit[n] = enqueue_seq(c, sql, n);
     }
     res.drain_seconds = now_s() - p.started;
-    for (int i = 0; i < 600; i++) {
-        long got = 0;
-        for (long k = 0; k < n; k++)
-            got += L.recv[k] > 0;
-        if (got == n)
-            break;
-        sleep_s(0.05);
-    }
-    L.stop = true;
-    pthread_join(th, NULL);
-    rd_kafka_consumer_close(L.consumer);
-    rd_kafka_destroy(L.consumer);
+    latency_collect(&L, th, n, 30.0);
     relay_stop(&p);
-    res.lat = latency_figures(&L, n);
+    latency_take(&res.lat, &L, n);
     res.lat.rate = rate;
+    res.lat.events = n;
     res.lat.achieved_rate = (double)n / res.drain_seconds;
-    free(L.commit);
-    free(L.recv);
     return res;
 }
 
