@@ -743,6 +743,12 @@ static void latency_collect(struct latency_run *L, pthread_t th, long n, double 
     rd_kafka_destroy(L->consumer);
 }
 
+/* When event @p n of @p L is due: the writers commit it, Kafka's floor produces it. */
+static double latency_due(const struct latency_run *L, long n)
+{
+    return L->t0 + (double)n / L->rate;
+}
+
 /* Runs @p sql, an enqueue taking the event's sequence number @p n as $1, in
  * its own transaction. @return when it committed. */
 static double enqueue_seq(PGconn *c, const char *sql, long n)
@@ -781,7 +787,7 @@ static void *latency_writer_thread(void *opaque)
              "jsonb_build_object('ping', true, 'seq', $1::int))",
              L->table);
     for (long n = w->k; n < L->n - 16; n += L->writers) {
-        double due = L->t0 + (double)n / L->rate;
+        double due = latency_due(L, n);
         if (due > L->t0 + L->seconds)
             break;
         sleep_s(due - now_s());
@@ -886,6 +892,7 @@ static void ensure_topic(const char *topic);
  * the relay itself add. */
 struct kafka_floor {
     struct latency_run *L;
+    const char *topic;
     rd_kafka_t *rk;
     bool txn;
     long produced;
@@ -973,32 +980,29 @@ static void floor_commit(struct kafka_floor *F)
         die("floor: commit_transaction: %s", rd_kafka_error_string(e));
 }
 
-static void *floor_thread(void *arg)
+/* Produces every event of the run when it is due; with transactions, each
+ * transaction holds the events due when it began. */
+static void kafka_floor_run(struct kafka_floor *F)
 {
-    struct kafka_floor *F = arg;
     struct latency_run *L = F->L;
-    char topic[160];
-    snprintf(topic, sizeof(topic), "%s.order", L->table);
     long next = 0, last = L->n - 16;
     double end = L->t0 + L->seconds;
-    while (next < last && L->t0 + (double)next / L->rate <= end) {
-        sleep_s(L->t0 + (double)next / L->rate - now_s());
-        if (F->txn)
-            floor_begin(F);
+    while (next < last && latency_due(L, next) <= end) {
+        sleep_s(latency_due(L, next) - now_s());
+        floor_begin(F);
         double now = now_s();
-        for (; next < last && L->t0 + (double)next / L->rate <= now; next++) {
-            L->commit[next] = L->t0 + (double)next / L->rate; /* available from its due time */
-            floor_produce(F, topic, next);
+        for (; next < last && latency_due(L, next) <= now; next++) {
+            L->commit[next] = latency_due(L, next); /* available from its due time */
+            floor_produce(F, F->topic, next);
             F->produced++;
         }
         if (F->txn)
             floor_commit(F);
         else
-            rd_kafka_poll(F->rk, 0);
+            rd_kafka_poll(F->rk, 0); /* serves the reports; no waiting for them */
     }
     F->last = now_s();
     floor_acked(F);
-    return NULL;
 }
 
 static struct latency_result kafka_floor(const char *table, int rate, double seconds, bool txn)
@@ -1008,18 +1012,17 @@ static struct latency_result kafka_floor(const char *table, int rate, double sec
     snprintf(topic, sizeof(topic), "%s.order", table);
     ensure_topic(topic);
     struct latency_run L = { .table = table, .rate = rate, .seconds = seconds };
-    struct kafka_floor F = { .L = &L, .txn = txn };
+    struct kafka_floor F = { .L = &L, .topic = topic, .txn = txn };
     F.rk = floor_producer(&F);
     /* The topic's metadata and a first transaction before the clock starts,
      * as the relay's warm-up event gives it. */
     floor_begin(&F);
     floor_produce(&F, topic, -1);
     floor_commit(&F);
-    pthread_t ft, th = latency_listen(&L, topic);
+    pthread_t th = latency_listen(&L, topic);
     L.t0 = now_s() + 0.05;
     struct machine_cpu m0 = machine_cpu_now();
-    pthread_create(&ft, NULL, floor_thread, &F);
-    pthread_join(ft, NULL);
+    kafka_floor_run(&F);
     res.machine_busy = machine_busy(m0, machine_cpu_now());
     res.events = F.produced;
     res.achieved_rate = (double)F.produced / (F.last - L.t0);
