@@ -363,7 +363,8 @@ char *redact_message(const char *conninfo, const char *message)
     char *res = NULL;
     size_t *lens = nd.n ? malloc(nd.n * sizeof *lens) : NULL;
     if (!nd.oom && (lens || !nd.n)) {
-        qsort(nd.v, nd.n, sizeof *nd.v, longest_first);
+        if (nd.n) /* nd.v is NULL then, which qsort may not be given */
+            qsort(nd.v, nd.n, sizeof *nd.v, longest_first);
         for (size_t k = 0; k < nd.n; k++)
             lens[k] = strlen(nd.v[k]);
 
