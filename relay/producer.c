@@ -60,15 +60,31 @@ static void ack_clock_watch(struct producer *p)
     p->ack_stalled = stalled;
 }
 
+/* The instance cannot go on: it takes nothing more, and what waits in its
+ * queues is purged now, after the last message it accepted from us.
+ * librdkafka purges its queues itself when the error is raised, on its own
+ * thread; a message rd_kafka_producev() was enqueueing at that moment (it
+ * checked for a fatal error before) lands after that purge and would wait
+ * for message.timeout.ms, and the batch and the replacement with it. Purged,
+ * such messages are reported at once with __PURGE_QUEUE, not the rows'
+ * fault. Requests in flight are left alone: their outcome is real. */
+static void set_fatal(struct producer *p)
+{
+    bool first = !p->fatal;
+    p->fatal = true;
+    if (p->stats)
+        p->stats->producer_fatal = true;
+    if (first && p->rk)
+        rd_kafka_purge(p->rk, RD_KAFKA_PURGE_F_QUEUE);
+}
+
 /* A fatal error (an idempotent or transactional producer that cannot go on,
  * e.g. fenced by a newer producer of the same transactional.id). */
 static void on_fatal(struct producer *p)
 {
     char buf[512];
     rd_kafka_resp_err_t orig = rd_kafka_fatal_error(p->rk, buf, sizeof(buf));
-    p->fatal = true;
-    if (p->stats)
-        p->stats->producer_fatal = true;
+    set_fatal(p);
     log_error("kafka producer fatal error", "error=%s reason=%s", rd_kafka_err2name(orig),
               log_quote(buf));
 }
@@ -361,7 +377,7 @@ int producer_send(struct producer *p, const struct event_row *row, const char *t
     case RD_KAFKA_RESP_ERR__QUEUE_FULL:
         return -ENOBUFS;
     case RD_KAFKA_RESP_ERR__FATAL:
-        p->fatal = true;
+        set_fatal(p);
         return -EIO;
     case RD_KAFKA_RESP_ERR__STATE:
         /* No transaction open (failed, or being ended): not the row's fault. */
@@ -563,9 +579,7 @@ static void txn_after(uv_work_t *w, int status)
         break;
     case PRODUCER_TXN_FAILED:
         p->txn = PRODUCER_TXN_DEAD;
-        p->fatal = true;
-        if (p->stats)
-            p->stats->producer_fatal = true;
+        set_fatal(p);
         break;
     }
     /* The outcome first: reports served later must find their batches settled. */
