@@ -554,7 +554,8 @@ static int one_slice(struct run *r, int64_t *after, int64_t own_lo, int64_t own_
                      int64_t lo_ms, int64_t hi_ms, bool first, int64_t since_ms)
 {
     size_t limit = r->o->slice_rows ? r->o->slice_rows : VERIFY_SLICE_ROWS_DEFAULT;
-    memset(r->topic_used, 0, r->topic_used_cap);
+    if (r->topic_used_cap) /* topic_used is NULL until a row names a topic */
+        memset(r->topic_used, 0, r->topic_used_cap);
     vcheck_slice_begin(r->v, 0, 0, false, lo_ms, hi_ms);
     size_t n = 0;
     int64_t min_ms = INT64_MAX;
