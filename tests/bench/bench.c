@@ -54,13 +54,19 @@ static int n_relay_opts;
 
 static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 
+/* The stack's librdkafka mock cluster, which the stack controls through a FIFO. */
+static bool broker_is_mock(void)
+{
+    return getenv("OUTBOX_RELAY_TEST_MOCK_CONTROL") != NULL;
+}
+
 /* What the figures were measured against: tests/bench/run names it. */
 static const char *broker_name(void)
 {
     const char *named = getenv("BENCH_BROKER");
     if (named && *named)
         return named;
-    return getenv("OUTBOX_RELAY_TEST_MOCK_CONTROL") ? "librdkafka mock cluster" : "external";
+    return broker_is_mock() ? "librdkafka mock cluster" : "external";
 }
 
 static void die(const char *fmt, ...)
@@ -1376,7 +1382,7 @@ static struct tool_result verify_run(const char *table, long rows, long slice_ro
      * last few MB of each partition, so after a large drain verify reports
      * the rows sent before that as missing, and says why (truncated
      * partitions). Nothing else may be wrong. */
-    bool mock_truncated = getenv("OUTBOX_RELAY_TEST_MOCK_CONTROL") && v.truncated_partitions > 0 &&
+    bool mock_truncated = broker_is_mock() && v.truncated_partitions > 0 &&
                           v.mismatched == 0 && v.out_of_order == 0 && v.duplicates == 0;
     if (c.status != 0 && !(c.status == 1 && mock_truncated))
         die("verify of %s exited %d (see %s)", table, c.status, log);
@@ -1461,18 +1467,18 @@ static const struct latency_floor *own_floor(const struct latency_result *l)
     return relay_unfenced() ? &l->floor_none : &l->floor_txn;
 }
 
-/* The latency scenario at each rate of @p rates ("1000,5000"), into @p lat
- * (at most 8). @return how many ran. */
 /* How long a broker that is not the mock carries transactions before the
  * latency runs: a JVM broker answers its first minute of them several times
  * slower (Apache Kafka 3.9, one node, four runs in a row at 1,000 events/s:
  * Kafka's own p50 47, 37, 26, 19 ms, the relay's 105, 35, 26, 16 ms). */
 #define WARMUP_SECONDS 60
 
+/* The latency scenario at each rate of @p rates ("1000,5000"), into @p lat
+ * (at most 8). @return how many ran. */
 static int latencies(PGconn *c, char *rates, double seconds, struct latency_result *lat)
 {
     int n = 0;
-    if (!getenv("OUTBOX_RELAY_TEST_MOCK_CONTROL")) {
+    if (!broker_is_mock()) {
         char warm[64];
         snprintf(warm, sizeof(warm), "bench_kafka_warmup_%d", (int)getpid());
         fprintf(stderr, "bench: %d s of transactions to warm the broker up\n", WARMUP_SECONDS);
