@@ -124,6 +124,7 @@ enum plan_act {
 struct plan_step {
     enum plan_act act;
     int slot;               /* PLAN_MARK, PLAN_CLAIM */
+    unsigned with;          /* PLAN_MARK: other slots (bit k) whose marks go in the same statement */
     int index;              /* PLAN_PREPARE */
     int limit;              /* PLAN_CLAIM: 1 while isolating, else batch_size */
     bool alone;             /* PLAN_CLAIM: the row is produced alone (isolating) */

@@ -145,18 +145,28 @@ static struct plan_step connection_checks(const struct plan_state *s, bool *done
     return act(PLAN_WAIT);
 }
 
+static bool mark_due(const struct plan_state *s, const struct batch *b)
+{
+    return b->phase == PHASE_DELIVERED && !s->backoff && plan_txn_settled(s, b);
+}
+
 /* Delivered rows are marked whatever our role (a mark records a fact), the
- * older slot first. PLAN_WAIT with @p *done false when nothing else may run:
- * back-off, stopping (only marks, until all is empty), refused. */
+ * lowest slot first, with every other batch whose marks are due as well: a
+ * Kafka transaction settles its batches at once, and one statement is one
+ * round trip and one commit. PLAN_WAIT with @p *done false when nothing else
+ * may run: back-off, stopping (only marks, until all is empty), refused. */
 static struct plan_step marks(const struct plan_state *s, bool *done)
 {
     *done = false;
     for (int k = 0; k < s->n_batches; k++) {
-        if (s->b[k].phase == PHASE_DELIVERED && !s->backoff && plan_txn_settled(s, &s->b[k])) {
-            struct plan_step p = act(PLAN_MARK);
-            p.slot = k;
-            return p;
-        }
+        if (!mark_due(s, &s->b[k]))
+            continue;
+        struct plan_step p = act(PLAN_MARK);
+        p.slot = k;
+        for (int j = k + 1; j < s->n_batches && batch_marks_due(&s->b[k]); j++)
+            if (mark_due(s, &s->b[j]) && batch_marks_due(&s->b[j]))
+                p.with |= 1u << j;
+        return p;
     }
     if (s->stopping)
         return act(all_empty(s) ? PLAN_FINISH : PLAN_WAIT);

@@ -643,55 +643,93 @@ static void record_failure_from(struct relay *r, struct batch *b, int from)
     step(r);
 }
 
+/* Every batch whose marks the statement just ended was writing. */
+static unsigned marking_slots(const struct relay *r)
+{
+    unsigned slots = 0;
+    for (int k = 0; k < N_BATCHES; k++)
+        if (r->b[k].phase == PHASE_MARKING)
+            slots |= 1u << k;
+    return slots;
+}
+
+/* One statement marks the batches of @p arg's mark (the lead, and those
+ * marked with it); each then records its failures in turn, the lead first. */
 static void on_marked(struct pg_conn *pg, PGresult *res, void *arg)
 {
     (void)pg;
     struct batch *b = arg;
     struct relay *r = relay_of(b);
+    unsigned slots = marking_slots(r);
     if (!res) {
-        if (batch_lost(b))
-            batch_reset(b);
+        for (int k = 0; k < N_BATCHES; k++)
+            if ((slots & (1u << k)) && batch_lost(&r->b[k]))
+                batch_reset(&r->b[k]);
         return;
     }
+    for (int k = 0; k < N_BATCHES; k++)
+        if (slots & (1u << k))
+            r->b[k].phase = PHASE_DELIVERED;
     if (PQresultStatus(res) != PGRES_COMMAND_OK) {
         log_error("marking rows sent failed", "error=%s", log_quote(PQresultErrorMessage(res)));
         session_evidence(r, res, "mark");
-        b->phase = PHASE_DELIVERED;
         r->backoff = true;
         return;
     }
-    log_debug("batch marked sent", "batch=%d rows=%d marked=%s ms=%" PRIu64, b->slot,
-              b->n_delivered, PQcmdTuples(res), now_ms(r) - b->start_ms);
-    b->marked = true;
+    int rows = 0;
+    for (int k = 0; k < N_BATCHES; k++) {
+        if (!(slots & (1u << k)))
+            continue;
+        r->b[k].marked = true;
+        rows += r->b[k].n_delivered;
+    }
+    log_debug("batch marked sent", "batch=%d batches=%d rows=%d marked=%s ms=%" PRIu64, b->slot,
+              __builtin_popcount(slots), rows, PQcmdTuples(res), now_ms(r) - b->start_ms);
+    /* The others are DELIVERED and marked: the plan hands them to mark(),
+     * which goes straight on to their failures. */
     record_failures(r, b);
 }
 
-static void mark(struct relay *r, struct batch *b)
+/* Marks the delivered rows of @p b, and in the same statement those of the
+ * slots in @p with (bit k): one round trip and one commit instead of one
+ * each, when a Kafka transaction settled several batches at once. */
+static void mark(struct relay *r, struct batch *b, unsigned with)
 {
     if (!batch_marks_due(b)) {
         record_failures(r, b);
         return;
     }
     struct strbuf *ids = &r->params[0];
-    int k = 0;
+    int n = 0;
     strbuf_reset(ids);
     strbuf_printf(ids, "{");
-    for (int i = 0; i < b->n_rows; i++)
-        if (b->state[i] == ROW_DELIVERED)
-            strbuf_printf(ids, "%s%" PRId64, k++ ? "," : "", b->ids[i]);
+    with = (with | (1u << b->slot));
+    for (int k = 0; k < N_BATCHES; k++) {
+        struct batch *x = &r->b[k];
+        if (!(with & (1u << k)) || !batch_marks_due(x))
+            continue;
+        for (int i = 0; i < x->n_rows; i++)
+            if (x->state[i] == ROW_DELIVERED)
+                strbuf_printf(ids, "%s%" PRId64, n++ ? "," : "", x->ids[i]);
+        x->phase = PHASE_MARKING;
+    }
     strbuf_printf(ids, "}");
     if (ids->oom) {
-        log_error("out of memory building marks", "rows=%d", k);
+        log_error("out of memory building marks", "rows=%d", n);
+        for (int k = 0; k < N_BATCHES; k++)
+            if (r->b[k].phase == PHASE_MARKING)
+                r->b[k].phase = PHASE_DELIVERED;
         r->backoff = true;
         return;
     }
     const char *params[] = { strbuf_str(ids) };
-    b->phase = PHASE_MARKING;
     /* Refused for a pooled session: the prepared mark may be gone, the text is not. */
     int rc = r->st.refused ? pg_query(&r->pg, r->sql.mark_sent, 1, params, on_marked, b)
                            : pg_query_prepared(&r->pg, "mark", 1, params, on_marked, b);
-    if (rc < 0 && b->phase == PHASE_MARKING)
-        b->phase = PHASE_DELIVERED;
+    if (rc < 0)
+        for (int k = 0; k < N_BATCHES; k++)
+            if (r->b[k].phase == PHASE_MARKING)
+                r->b[k].phase = PHASE_DELIVERED;
 }
 
 /* ---- retention --------------------------------------------------------- */
@@ -1595,7 +1633,7 @@ static bool carry_out(struct relay *r, const struct plan_step *p)
     case PLAN_WIND_DOWN: wind_down(r); break;
     case PLAN_CHECK_SCHEMA: schema_check(r); break;
     case PLAN_PREPARE: prepare(r, p->index); break;
-    case PLAN_MARK: mark(r, &r->b[p->slot]); break;
+    case PLAN_MARK: mark(r, &r->b[p->slot], p->with); break;
     /* Fails (and backs off) when no new instance can be made. */
     case PLAN_REPLACE_PRODUCER: return replace_producer(r);
     case PLAN_TAKE_LOCK:

@@ -844,6 +844,47 @@ Test(plan, fencing_initialises_commits_and_releases)
     h1->held = h0->held = NULL;
 }
 
+/* A transaction's commit settles its batches at once: one statement marks
+ * them all. A batch still with Kafka, or with nothing delivered, is not in
+ * it; a batch marked with another goes on to its failures without one. */
+Test(plan, batches_settled_together_are_marked_by_one_statement)
+{
+    struct plan_state s = leader();
+    s.txn = PRODUCER_TXN_OPEN;
+    s.txn_gen = 7;
+    struct batch *a = load(0, 1, 5, PHASE_DELIVERED), *b = load(1, 6, 5, PHASE_DELIVERED);
+    delivered(a);
+    delivered(b);
+    a->txn_gen = b->txn_gen = 7;
+    a->committed = true;
+    struct plan_step p = plan_next(&s);
+    cr_assert(p.act == PLAN_MARK && p.slot == 0 && p.with == 0,
+              "the other batch's transaction has not committed: not marked with it");
+    b->committed = true;
+    p = plan_next(&s);
+    cr_assert(p.act == PLAN_MARK && p.slot == 0 && p.with == 2u, "both in one statement, got %s %d %u",
+              plan_act_name(p.act), p.slot, p.with);
+    /* Marked together: the second is DELIVERED and marked, nothing is due. */
+    a->marked = b->marked = true;
+    batch_clear(a);
+    p = plan_next(&s);
+    cr_assert(p.act == PLAN_MARK && p.slot == 1 && p.with == 0);
+    cr_assert(!batch_marks_due(b) && batch_after_marks(b) == BATCH_DONE);
+    /* A batch none of whose rows was delivered has failures to record only. */
+    load(0, 1, 5, PHASE_DELIVERED);
+    a->committed = true;
+    b->marked = false;
+    p = plan_next(&s);
+    cr_assert(p.act == PLAN_MARK && p.slot == 0 && p.with == 0,
+              "nothing of slot 0 to mark: it is not the statement's lead, nor slot 1 marked with it");
+    /* Without fencing, every delivered batch is settled. */
+    s.txn = PRODUCER_TXN_OFF;
+    delivered(a);
+    a->committed = b->committed = false;
+    p = plan_next(&s);
+    cr_assert(p.act == PLAN_MARK && p.slot == 0 && p.with == 2u);
+}
+
 /* Rows claimed while the open transaction takes messages join it, even
  * when another batch is in it; rows claimed while it is ending or doomed
  * wait for the next one, and so do rows claimed while an older claim waits. */

@@ -123,7 +123,11 @@ static bool carry_out(struct sim *m, const struct plan_step *p)
     case PLAN_MARK: {
         struct batch *b = &m->b[p->slot];
         if (batch_marks_due(b)) {
-            b->phase = PHASE_MARKING;
+            for (int k = 0; k < 2; k++)
+                if (k == p->slot || (p->with & (1u << k))) {
+                    cr_assert(batch_marks_due(&m->b[k]), "slot %d marked along with nothing to mark", k);
+                    m->b[k].phase = PHASE_MARKING;
+                }
             send(m, ST_MARK, p->slot);
         } else {
             after_marks(m, b);
@@ -250,13 +254,21 @@ static void answer(struct sim *m)
         m->s.wake = true;
         break;
     case ST_MARK:
-        for (int i = 0; i < b->n_rows; i++) {
-            if (b->state[i] != ROW_DELIVERED)
+        /* One statement for the batches marked together (relay.c's on_marked):
+         * each is DELIVERED and marked after it, the lead goes on at once. */
+        for (int k = 0; k < 2; k++) {
+            struct batch *x = &m->b[k];
+            if (x->phase != PHASE_MARKING)
                 continue;
-            cr_assert_eq(m->rows[b->ids[i]].delivered, 1, "row %lld", (long long)b->ids[i]);
-            m->rows[b->ids[i]].sent = true; /* conditional: writing it again changes nothing */
+            for (int i = 0; i < x->n_rows; i++) {
+                if (x->state[i] != ROW_DELIVERED)
+                    continue;
+                cr_assert_eq(m->rows[x->ids[i]].delivered, 1, "row %lld", (long long)x->ids[i]);
+                m->rows[x->ids[i]].sent = true; /* conditional: writing it again changes nothing */
+            }
+            x->phase = PHASE_DELIVERED;
+            x->marked = true;
         }
-        b->marked = true;
         after_marks(m, b);
         break;
     case ST_RECORD:
@@ -312,8 +324,12 @@ static void report(struct sim *m, struct batch *b)
 
 static void lose_connection(struct sim *m)
 {
-    if (m->running != ST_NONE && m->running_slot >= 0 && batch_lost(&m->b[m->running_slot]))
+    if (m->running == ST_MARK) {
+        for (int k = 0; k < 2; k++)
+            (void)batch_lost(&m->b[k]); /* every batch of the statement: DELIVERED, unmarked */
+    } else if (m->running != ST_NONE && m->running_slot >= 0 && batch_lost(&m->b[m->running_slot])) {
         batch_clear(&m->b[m->running_slot]);
+    }
     m->running = ST_NONE;
     m->connected = m->s.pg_ready = false;
     m->s.role = STATS_ROLE_UNKNOWN;
