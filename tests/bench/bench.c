@@ -32,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -152,6 +153,13 @@ static pid_t run_cmd(const char *const argv[], const char *log)
     if (pid < 0)
         die("fork: %s", strerror(errno));
     if (pid == 0) {
+        /* A session of its own, as a service has a cgroup of its own: with
+         * autogroup scheduling the kernel shares the CPU between sessions, and
+         * every PostgreSQL backend starts one, so in the benchmark's session
+         * the relay would share one backend's share with the load generator.
+         * Out of the terminal's process group, it must still end with us. */
+        setsid();
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
         int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
         if (fd >= 0) {
             dup2(fd, 2);
