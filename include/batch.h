@@ -136,6 +136,10 @@ bool batch_lost(struct batch *b);
 /** Whether @p b, every report in, has marks to write (then its failures). */
 bool batch_marks_due(const struct batch *b);
 
+/** Whether @p b holds a whole batch of @p size rows: claimed full, and not
+ *  cut since (a cut leaves its rows after the cut unsent, outside its span). */
+bool batch_whole(const struct batch *b, int size);
+
 /** What follows @p b's marks. */
 enum batch_next {
     BATCH_RECORD = 0,     /* failures charged to rows: record them */

@@ -17,6 +17,11 @@
  *  PostgreSQL claims or marks another. The producer queue must hold them all. */
 #define RELAY_BATCHES_IN_FLIGHT 2
 
+/** Batch slots: with Kafka transactions and a backlog, one more than in
+ *  flight, whose claim waits for the next transaction (plan_txn_holds) so
+ *  that Kafka works on it while PostgreSQL marks the transaction before. */
+#define RELAY_BATCH_SLOTS (RELAY_BATCHES_IN_FLIGHT + 1)
+
 /** librdkafka's default of queue.buffering.max.messages. */
 #define PRODUCER_QUEUE_MESSAGES_DEFAULT 100000
 

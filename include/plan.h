@@ -98,6 +98,10 @@ struct plan_state {
 /** Slots are named by a bit each in the answers. */
 #define PLAN_MAX_BATCHES 32
 
+/** Batches one Kafka transaction carries at most, and so the most the
+ *  producer's queue holds at once: a further claim waits for the next one. */
+#define PLAN_TXN_BATCHES_MAX 2
+
 /** What to do next. */
 enum plan_act {
     PLAN_WAIT = 0,          /* nothing now: the next event calls step() again */
@@ -200,8 +204,9 @@ bool plan_txn_settled(const struct plan_state *s, const struct batch *b);
  *  instead of being produced now. Rows claimed while the open transaction
  *  still takes messages join it (a transaction then holds the batch in flight
  *  and this one: a commit and an AddPartitionsToTxn less, and no wait behind
- *  the commit); rows claimed while it is ending or doomed, or while an older
- *  claim waits, are produced the moment the next one opens. */
+ *  the commit); rows claimed while it is ending or doomed, carries
+ *  PLAN_TXN_BATCHES_MAX batches already, or while an older claim waits, are
+ *  produced the moment the next one opens. */
 bool plan_txn_holds(const struct plan_state *s, const struct batch *b);
 
 /** Whether a claim may run: not before transactions are initialised, nor into

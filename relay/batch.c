@@ -190,6 +190,11 @@ bool batch_marks_due(const struct batch *b)
     return !b->marked && b->n_delivered > 0;
 }
 
+bool batch_whole(const struct batch *b, int size)
+{
+    return b->n_rows >= size && b->n_rows > 0 && b->span.hi >= b->ids[b->n_rows - 1];
+}
+
 enum batch_next batch_after_marks(const struct batch *b)
 {
     if (batch_failures_to_record(b) > 0)

@@ -41,6 +41,18 @@ bool plan_txn_may_claim(const struct plan_state *s)
            ((s->txn == PRODUCER_TXN_OPEN || s->txn == PRODUCER_TXN_BUSY) && !s->txn_doomed);
 }
 
+/* The batches produced into the open transaction, @p b aside. */
+static int txn_batches(const struct plan_state *s, const struct batch *b)
+{
+    int n = 0;
+    for (int k = 0; k < s->n_batches; k++) {
+        const struct batch *o = &s->b[k];
+        n += o != b && !o->held && !o->committed && o->txn_gen == s->txn_gen &&
+             (o->phase == PHASE_PRODUCING || o->phase == PHASE_DELIVERED);
+    }
+    return n;
+}
+
 bool plan_txn_holds(const struct plan_state *s, const struct batch *b)
 {
     if (s->txn == PRODUCER_TXN_OFF)
@@ -48,7 +60,8 @@ bool plan_txn_holds(const struct plan_state *s, const struct batch *b)
     bool others_held = false;
     for (int k = 0; k < s->n_batches; k++)
         others_held |= s->b[k].held != NULL && &s->b[k] != b;
-    return !(s->txn == PRODUCER_TXN_OPEN && !s->txn_doomed && !others_held);
+    return !(s->txn == PRODUCER_TXN_OPEN && !s->txn_doomed && !others_held &&
+             txn_batches(s, b) < PLAN_TXN_BATCHES_MAX);
 }
 
 /* The oldest batch whose claim result waits for the open transaction; -1. */
@@ -202,14 +215,24 @@ static struct plan_step leadership(const struct plan_state *s, bool *done)
  * runs when nothing is in flight. */
 static struct plan_step claim(const struct plan_state *s)
 {
-    int free_slot = -1;
-    bool busy = false;
+    int free_slot = -1, in_use = 0;
+    bool busy = false, full = true;
     for (int k = 0; k < s->n_batches; k++) {
-        if (s->b[k].phase == PHASE_EMPTY)
+        if (s->b[k].phase == PHASE_EMPTY) {
             free_slot = free_slot >= 0 ? free_slot : k;
-        else if (s->b[k].phase != PHASE_PRODUCING && !txn_with_kafka(s, &s->b[k]))
+            continue;
+        }
+        in_use++;
+        full &= batch_whole(&s->b[k], s->batch_size);
+        if (s->b[k].phase != PHASE_PRODUCING && !txn_with_kafka(s, &s->b[k]))
             busy = true;
     }
+    /* A slot beyond what one transaction carries serves a backlog only: its
+     * claim waits for the next transaction, which Kafka then works on while
+     * this one's batches are marked. Under a trickle the rows it took would
+     * wait for that transaction instead of joining the next claim's. */
+    if (in_use >= PLAN_TXN_BATCHES_MAX && (s->txn == PRODUCER_TXN_OFF || !full))
+        free_slot = -1;
     bool drained = batch_outstanding(s->b, s->n_batches) == 0; /* nothing of ours is queued: there is room */
     /* Rows produced alone go one at a time: nothing else may share their request. */
     if (s->isolating && !all_empty(s))

@@ -44,8 +44,9 @@
 
 /* Several batches may be in flight: while Kafka acknowledges some,
  * PostgreSQL claims or marks another, so neither side waits for the other. */
-#define N_BATCHES RELAY_BATCHES_IN_FLIGHT
+#define N_BATCHES RELAY_BATCH_SLOTS
 _Static_assert(N_BATCHES <= PLAN_MAX_BATCHES, "the engine names each batch slot by a bit");
+_Static_assert(RELAY_BATCHES_IN_FLIGHT == PLAN_TXN_BATCHES_MAX, "the producer's queue holds a transaction's batches");
 
 /* A delivery report's opaque: the batch slot in the top bits, the row below. */
 #define OPAQUE_ROW_BITS 20

@@ -16,12 +16,14 @@
 
 #define BATCH_SIZE 100
 
-static struct batch slots[2];
+#define SLOTS 3
+
+static struct batch slots[SLOTS];
 
 static void setup(void)
 {
     memset(slots, 0, sizeof slots);
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < SLOTS; k++) {
         slots[k].slot = k;
         cr_assert_eq(batch_reserve(&slots[k], BATCH_SIZE), 0);
     }
@@ -29,7 +31,7 @@ static void setup(void)
 
 static void teardown(void)
 {
-    for (int k = 0; k < 2; k++)
+    for (int k = 0; k < SLOTS; k++)
         batch_free(&slots[k]);
 }
 
@@ -909,6 +911,77 @@ Test(plan, a_claim_joins_the_open_transaction_unless_it_ends)
     slots[0].held = &dummy;
     cr_assert(plan_txn_holds(&s, b), "an older claim waits: it goes first");
     slots[0].held = NULL;
+}
+
+/* With transactions and a backlog, a third slot claims while the two batches
+ * of the open transaction are with Kafka, skipping both; its rows wait for the
+ * next transaction, so that Kafka works on them while the two are marked.
+ * Under a trickle (batches not full) or without transactions there is no
+ * third claim: its rows would wait for that transaction instead of joining. */
+Test(plan, a_third_batch_is_claimed_for_the_next_transaction_of_a_backlog)
+{
+    struct plan_state s = leader();
+    s.n_batches = SLOTS;
+    s.txn = PRODUCER_TXN_OPEN;
+    s.txn_gen = 4;
+    s.wake = true;
+    struct batch *a = load(0, 1, BATCH_SIZE, PHASE_PRODUCING);
+    struct batch *b = load(1, 1 + BATCH_SIZE, BATCH_SIZE, PHASE_PRODUCING);
+    producing(a);
+    producing(b);
+    a->txn_gen = b->txn_gen = 4;
+    struct plan_step p = plan_next(&s);
+    cr_assert(p.act == PLAN_CLAIM && p.slot == 2, "got %s slot %d", plan_act_name(p.act), p.slot);
+    cr_assert(p.skip.lo == 1 && p.skip.hi == 2 * BATCH_SIZE && p.rescan == 3u, "both are skipped");
+    struct batch *c = load(2, 1 + 2 * BATCH_SIZE, BATCH_SIZE, PHASE_PRODUCING);
+    cr_assert(plan_txn_holds(&s, c), "the open transaction carries two batches: the next takes it");
+    a->phase = PHASE_EMPTY;
+    cr_assert(!plan_txn_holds(&s, c), "with one batch in it, it joins");
+    a->phase = PHASE_PRODUCING;
+
+    /* The two committed: the held claim is produced into the next
+     * transaction, and the two are marked meanwhile, by one statement. */
+    int dummy;
+    c->held = &dummy;
+    delivered(a);
+    delivered(b);
+    a->committed = b->committed = true;
+    s.txn_gen = 5;
+    s.txn_empty = true;
+    struct fence_plan f = plan_fence(&s);
+    cr_assert(f.release == 2 && !f.release_stale && !f.commit);
+    c->held = NULL;
+    c->txn_gen = 5;
+    producing(c);
+    s.txn_empty = false;
+    p = plan_next(&s);
+    cr_assert(p.act == PLAN_MARK && p.slot == 0 && p.with == 2u, "got %s", plan_act_name(p.act));
+
+    /* A trickle: two batches that are not full leave the third slot alone. */
+    load(2, 0, 0, PHASE_EMPTY);
+    load(0, 1, 5, PHASE_PRODUCING);
+    load(1, 6, 5, PHASE_PRODUCING);
+    producing(a);
+    producing(b);
+    a->committed = b->committed = false;
+    a->txn_gen = b->txn_gen = 5;
+    assert_act(&s, PLAN_WAIT);
+    load(0, 1, BATCH_SIZE, PHASE_PRODUCING);
+    load(1, 1 + BATCH_SIZE, BATCH_SIZE, PHASE_PRODUCING);
+    producing(a);
+    producing(b);
+    assert_act(&s, PLAN_CLAIM);
+    /* A batch cut short (a full producer queue) gave its later rows back:
+     * they lie between the two spans, and a third claim skipping both would
+     * publish the rows above them first. */
+    batch_cut_at(b, BATCH_SIZE / 2);
+    assert_act(&s, PLAN_WAIT);
+    load(1, 1 + BATCH_SIZE, BATCH_SIZE, PHASE_PRODUCING);
+    producing(b);
+    assert_act(&s, PLAN_CLAIM);
+    /* Without transactions nothing would hold it: two batches at most. */
+    s.txn = PRODUCER_TXN_OFF;
+    assert_act(&s, PLAN_WAIT);
 }
 
 /* A failure record that fails: the batch's is retried row by row; a single
