@@ -97,7 +97,10 @@ struct fence_plan plan_fence(const struct plan_state *s)
         f.init = s->role == STATS_ROLE_LEADER && !s->lead_unverified && !s->stopping;
         return f;
     }
-    f.drop_held = s->txn == PRODUCER_TXN_DEAD || s->stopping;
+    /* What a claim answering now would not produce (plan_claimed) is not
+     * produced from a held claim either. */
+    f.drop_held = s->txn == PRODUCER_TXN_DEAD || s->stopping || s->halted || s->halt_pending ||
+                  s->refused;
     if (s->txn != PRODUCER_TXN_OPEN)
         return f;
     bool due = false;

@@ -984,6 +984,35 @@ Test(plan, a_third_batch_is_claimed_for_the_next_transaction_of_a_backlog)
     assert_act(&s, PLAN_WAIT);
 }
 
+/* A claim held for the next transaction is given back, not produced, once
+ * the relay halts on a poison row (or will), stops or is refused: a claim
+ * answering now would be dropped too. */
+Test(plan, a_held_claim_is_dropped_when_the_relay_halts)
+{
+    struct plan_state s = leader();
+    s.n_batches = SLOTS;
+    s.txn = PRODUCER_TXN_OPEN;
+    s.txn_gen = 2;
+    s.txn_empty = true;
+    struct batch *h = load(2, 11, 5, PHASE_PRODUCING);
+    int dummy;
+    h->held = &dummy;
+    struct fence_plan f = plan_fence(&s);
+    cr_assert(f.release == 2 && !f.drop_held, "produced into the open transaction");
+    s.halt_pending = true;
+    f = plan_fence(&s);
+    cr_assert(f.drop_held && f.release < 0, "a row in flight will halt the relay");
+    s.halt_pending = false;
+    s.halted = true;
+    f = plan_fence(&s);
+    cr_assert(f.drop_held && f.release < 0, "halted");
+    s.halted = false;
+    s.refused = true;
+    f = plan_fence(&s);
+    cr_assert(f.drop_held && f.release < 0, "refused");
+    h->held = NULL;
+}
+
 /* A failure record that fails: the batch's is retried row by row; a single
  * row's gives the batch up (its rows are claimed again); row by row, a lost
  * one is skipped and the next written. */
