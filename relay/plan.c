@@ -41,6 +41,13 @@ bool plan_txn_may_claim(const struct plan_state *s)
            ((s->txn == PRODUCER_TXN_OPEN || s->txn == PRODUCER_TXN_BUSY) && !s->txn_doomed);
 }
 
+/* Claimed rows are not produced now, whether the claim just answered
+ * (plan_claimed) or was held for the next transaction (plan_fence). */
+static bool claims_unwanted(const struct plan_state *s)
+{
+    return s->stopping || s->halted || s->halt_pending || s->refused;
+}
+
 /* The batches produced into the open transaction, @p b aside. */
 static int txn_batches(const struct plan_state *s, const struct batch *b)
 {
@@ -97,10 +104,7 @@ struct fence_plan plan_fence(const struct plan_state *s)
         f.init = s->role == STATS_ROLE_LEADER && !s->lead_unverified && !s->stopping;
         return f;
     }
-    /* What a claim answering now would not produce (plan_claimed) is not
-     * produced from a held claim either. */
-    f.drop_held = s->txn == PRODUCER_TXN_DEAD || s->stopping || s->halted || s->halt_pending ||
-                  s->refused;
+    f.drop_held = s->txn == PRODUCER_TXN_DEAD || claims_unwanted(s);
     if (s->txn != PRODUCER_TXN_OPEN)
         return f;
     bool due = false;
@@ -354,7 +358,7 @@ struct claim_verdict plan_claimed(const struct plan_state *s, const struct batch
         v.isolation_over = true;
         v.alone = n > 0;
     }
-    if (s->stopping || n == 0 || s->halted || s->halt_pending || s->refused) {
+    if (n == 0 || claims_unwanted(s)) {
         v.use = CLAIM_DROP;
         return v;
     }
