@@ -913,6 +913,17 @@ Test(plan, a_claim_joins_the_open_transaction_unless_it_ends)
     slots[0].held = NULL;
 }
 
+/* Slots 0 and 1 hold @p n rows each, one after the other, being produced
+ * into transaction @p gen. */
+static void two_producing(int n, unsigned gen)
+{
+    for (int k = 0; k < 2; k++) {
+        producing(load(k, 1 + k * n, n, PHASE_PRODUCING));
+        slots[k].txn_gen = gen;
+        slots[k].committed = false;
+    }
+}
+
 /* With transactions and a backlog, a third slot claims while the two batches
  * of the open transaction are with Kafka, skipping both; its rows wait for the
  * next transaction, so that Kafka works on them while the two are marked.
@@ -925,11 +936,8 @@ Test(plan, a_third_batch_is_claimed_for_the_next_transaction_of_a_backlog)
     s.txn = PRODUCER_TXN_OPEN;
     s.txn_gen = 4;
     s.wake = true;
-    struct batch *a = load(0, 1, BATCH_SIZE, PHASE_PRODUCING);
-    struct batch *b = load(1, 1 + BATCH_SIZE, BATCH_SIZE, PHASE_PRODUCING);
-    producing(a);
-    producing(b);
-    a->txn_gen = b->txn_gen = 4;
+    struct batch *a = &slots[0], *b = &slots[1];
+    two_producing(BATCH_SIZE, 4);
     struct plan_step p = plan_next(&s);
     cr_assert(p.act == PLAN_CLAIM && p.slot == 2, "got %s slot %d", plan_act_name(p.act), p.slot);
     cr_assert(p.skip.lo == 1 && p.skip.hi == 2 * BATCH_SIZE && p.rescan == 3u, "both are skipped");
@@ -959,25 +967,16 @@ Test(plan, a_third_batch_is_claimed_for_the_next_transaction_of_a_backlog)
 
     /* A trickle: two batches that are not full leave the third slot alone. */
     load(2, 0, 0, PHASE_EMPTY);
-    load(0, 1, 5, PHASE_PRODUCING);
-    load(1, 6, 5, PHASE_PRODUCING);
-    producing(a);
-    producing(b);
-    a->committed = b->committed = false;
-    a->txn_gen = b->txn_gen = 5;
+    two_producing(5, 5);
     assert_act(&s, PLAN_WAIT);
-    load(0, 1, BATCH_SIZE, PHASE_PRODUCING);
-    load(1, 1 + BATCH_SIZE, BATCH_SIZE, PHASE_PRODUCING);
-    producing(a);
-    producing(b);
+    two_producing(BATCH_SIZE, 5);
     assert_act(&s, PLAN_CLAIM);
     /* A batch cut short (a full producer queue) gave its later rows back:
      * they lie between the two spans, and a third claim skipping both would
      * publish the rows above them first. */
     batch_cut_at(b, BATCH_SIZE / 2);
     assert_act(&s, PLAN_WAIT);
-    load(1, 1 + BATCH_SIZE, BATCH_SIZE, PHASE_PRODUCING);
-    producing(b);
+    two_producing(BATCH_SIZE, 5);
     assert_act(&s, PLAN_CLAIM);
     /* Without transactions nothing would hold it: two batches at most. */
     s.txn = PRODUCER_TXN_OFF;
