@@ -17,6 +17,9 @@
 #   OUTBOX_RELAY_MOCK_BROKER   path of outbox-relay-mock-broker
 #                              (default: build/tests/outbox-relay-mock-broker of this repo)
 #   PG_BINDIR                  PostgreSQL programs (default /usr/lib/postgresql/15/bin)
+#   OUTBOX_RELAY_TEST_PG_DURABLE=1
+#                              PostgreSQL with fsync, synchronous_commit and
+#                              full_page_writes on, as in production (default: off, for speed)
 #
 # DIR/env exports OUTBOX_RELAY_TEST_PG; OUTBOX_RELAY_TEST_KAFKA (the mock's address,
 # else the real broker's); OUTBOX_RELAY_TEST_MOCK_KAFKA and _MOCK_CONTROL with the
@@ -103,7 +106,8 @@ pg_running() {
 }
 
 start_pg() {
-    local dir=$1 port
+    local dir=$1 port durable=off
+    if [ "${OUTBOX_RELAY_TEST_PG_DURABLE:-0}" = 1 ]; then durable=on; fi
     [ -x "$PG_BINDIR/initdb" ] || die "$PG_BINDIR/initdb not found: install postgresql-15 (or set PG_BINDIR)"
     mkdir -p "$dir/pg" "$dir/s"
     if [ "$(id -u)" = 0 ]; then
@@ -132,13 +136,13 @@ start_pg() {
     for _ in 1 2 3 4 5; do
         port=$(free_port) || die "no free TCP port found"
         cat > "$dir/pg/postgresql.auto.conf" <<EOF
-# written by stack.sh: a throwaway test cluster, durability off for speed
+# written by stack.sh: a throwaway test cluster, durability $durable
 listen_addresses = '127.0.0.1'
 port = $port
 unix_socket_directories = '$dir/s'
-fsync = off
-synchronous_commit = off
-full_page_writes = off
+fsync = $durable
+synchronous_commit = $durable
+full_page_writes = $durable
 max_connections = 200
 max_locks_per_transaction = 256
 log_min_messages = warning
