@@ -727,9 +727,33 @@ static pthread_t latency_listen(struct latency_run *L, const char *topic)
     return th;
 }
 
+/* Every event of @p L, when it was committed (or produced) and received, in
+ * seconds from the first one's due time, into latency-<table>.tsv of the run's
+ * directory: the outliers' times show what they line up with (a timer, a
+ * backlog count, the relay's debug log). */
+static void latency_dump(const struct latency_run *L, long n)
+{
+    char path[512];
+    snprintf(path, sizeof(path), "%s/latency-%s.tsv", workdir, L->table);
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return;
+    fprintf(f, "# times in seconds after %.6f (the Unix time event 0 was due)\n", L->t0);
+    fprintf(f, "seq\tcommitted_s\treceived_s\tms\n");
+    for (long k = 0; k < n; k++) {
+        if (L->commit[k] <= 0)
+            continue;
+        double ms = L->recv[k] > 0 ? (L->recv[k] - L->commit[k]) * 1000.0 : -1;
+        fprintf(f, "%ld\t%.6f\t%.6f\t%.3f\n", k, L->commit[k] - L->t0,
+                L->recv[k] > 0 ? L->recv[k] - L->t0 : -1.0, ms);
+    }
+    fclose(f);
+}
+
 /* The percentiles of the first @p n events of @p L into @p res; frees @p L's room. */
 static void latency_take(struct latency_result *res, struct latency_run *L, long n)
 {
+    latency_dump(L, n);
     struct latency_result f = latency_figures(L, n);
     res->received = f.received;
     res->p50_ms = f.p50_ms;
