@@ -8,6 +8,8 @@
 #include <stdint.h>
 #include <librdkafka/rdkafka.h>
 
+#include "pg_binary.h"
+
 /** One outbox row as claimed; strings point into the query result (not owned).
  *  topic, payload and headers_json may be NULL (SQL NULL). */
 struct event_row {
@@ -20,8 +22,11 @@ struct event_row {
     const char *payload;        /* NULL = tombstone */
     size_t payload_len;
     const char *headers_json;   /* NULL or a JSON object whose string values become headers */
-    int64_t created_ms;         /* created_at, milliseconds since the epoch */
+    int64_t created_ms;         /* created_at, milliseconds since the epoch; 0 if infinite */
     const char *created_at;     /* created_at as RFC 3339 text (UTC) */
+    /* Where event_id and created_at are formatted when read in binary. */
+    char event_id_text[PGB_UUID_TEXT];
+    char created_at_text[PGB_TIME_TEXT];
 };
 
 /** Checks a topic template: only the placeholders ${aggregate_type} and

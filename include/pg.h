@@ -72,6 +72,10 @@ int pg_prepare(struct pg_conn *pg, const char *name, const char *sql, int nparam
 int pg_query_prepared(struct pg_conn *pg, const char *name, int nparams,
                       const char *const *params, pg_result_cb cb, void *arg);
 
+/** pg_query_prepared(), its result in binary format (pg_binary.h). */
+int pg_query_prepared_binary(struct pg_conn *pg, const char *name, int nparams,
+                             const char *const *params, pg_result_cb cb, void *arg);
+
 /** @return the backend pid libpq was told at connect (BackendKeyData), 0 when
  *  not connected. A pooler or proxy hands out its own, so it differs from
  *  what pg_backend_pid() answers. */
@@ -95,8 +99,9 @@ void pg_close(struct pg_conn *pg);
 /** pg_close, then frees the conninfo. */
 void pg_free(struct pg_conn *pg);
 
-/** Points @p out at row @p i of a result with the claim statement's columns
- *  (CLAIM_* in sql.h): valid as long as the result is. */
+/** Points @p out at row @p i of a binary result with the claim statement's
+ *  columns (CLAIM_* in sql.h): valid as long as the result and @p out are
+ *  (event_id and created_at are formatted into @p out). */
 void pg_claim_row(const PGresult *res, int i, struct event_row *out);
 
 #endif

@@ -38,10 +38,11 @@ struct sql_statements {
 #define SQL_HOLD_AGGREGATE 0x1u  /* claim skips rows behind a dead row of their aggregate */
 #define SQL_DELETE_SENT    0x2u  /* acknowledged rows are deleted, not marked */
 
-/** Column order of the claim result. */
+/** Column order of the claim result, which is read in binary format
+ *  (pg_binary.h): bigint, uuid, text ×6, timestamptz. */
 enum sql_claim_col {
     CLAIM_ID = 0, CLAIM_EVENT_ID, CLAIM_AGGREGATE_TYPE, CLAIM_AGGREGATE_ID, CLAIM_EVENT_TYPE,
-    CLAIM_TOPIC, CLAIM_PAYLOAD, CLAIM_HEADERS, CLAIM_CREATED_MS, CLAIM_CREATED_AT, CLAIM_NCOLS
+    CLAIM_TOPIC, CLAIM_PAYLOAD, CLAIM_HEADERS, CLAIM_CREATED_AT, CLAIM_NCOLS
 };
 
 /** Builds the statements. @return 0 or -ENOMEM / -EINVAL (identifier not valid). */
@@ -160,7 +161,7 @@ struct sql_window {
                        (each NULL = any): rows to replay, sent or not (ROWS_SENT tells) */
 };
 
-/** Columns after the claim's in the rows and replay results. */
+/** Columns after the claim's in the rows and replay results (booleans). */
 enum sql_rows_col { ROWS_SENT = CLAIM_NCOLS, ROWS_DEAD, ROWS_NCOLS };
 
 /** @return 0, -EINVAL (schema or table not a valid identifier) or -ENOMEM. */

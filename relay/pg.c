@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "pg_binary.h"
 #include "redact.h"
 #include "sql.h"
 
@@ -317,7 +318,7 @@ int pg_server_version(const struct pg_conn *pg)
     return pg->conn ? PQserverVersion(pg->conn) : 0;
 }
 
-enum send_kind { SEND_QUERY, SEND_PREPARE, SEND_PREPARED };
+enum send_kind { SEND_QUERY, SEND_PREPARE, SEND_PREPARED, SEND_PREPARED_BINARY };
 
 /* The one way a statement goes out: libpq queues it, we flush what the
  * socket takes and watch for the rest. */
@@ -333,7 +334,8 @@ static int send_statement(struct pg_conn *pg, enum send_kind kind, const char *n
                  ? PQsendQueryParams(pg->conn, sql, nparams, NULL, params, NULL, NULL, 0)
              : kind == SEND_PREPARE
                  ? PQsendPrepare(pg->conn, name, sql, nparams, NULL)
-                 : PQsendQueryPrepared(pg->conn, name, nparams, params, NULL, NULL, 0);
+                 : PQsendQueryPrepared(pg->conn, name, nparams, params, NULL, NULL,
+                                       kind == SEND_PREPARED_BINARY);
     if (!ok) {
         lost(pg, PQerrorMessage(pg->conn));
         return -EIO;
@@ -371,6 +373,12 @@ int pg_query_prepared(struct pg_conn *pg, const char *name, int nparams,
     return send_statement(pg, SEND_PREPARED, name, NULL, nparams, params, cb, arg);
 }
 
+int pg_query_prepared_binary(struct pg_conn *pg, const char *name, int nparams,
+                             const char *const *params, pg_result_cb cb, void *arg)
+{
+    return send_statement(pg, SEND_PREPARED_BINARY, name, NULL, nparams, params, cb, arg);
+}
+
 void pg_close(struct pg_conn *pg)
 {
     pg->result_cb = NULL;
@@ -386,9 +394,9 @@ void pg_free(struct pg_conn *pg)
 
 void pg_claim_row(const PGresult *res, int i, struct event_row *out)
 {
+    int64_t created = pgb_timestamptz(PQgetvalue(res, i, CLAIM_CREATED_AT));
     *out = (struct event_row){
-        .id = strtoll(PQgetvalue(res, i, CLAIM_ID), NULL, 10),
-        .event_id = PQgetvalue(res, i, CLAIM_EVENT_ID),
+        .id = pgb_int8(PQgetvalue(res, i, CLAIM_ID)),
         .aggregate_type = PQgetvalue(res, i, CLAIM_AGGREGATE_TYPE),
         .aggregate_id = PQgetvalue(res, i, CLAIM_AGGREGATE_ID),
         .event_type = PQgetvalue(res, i, CLAIM_EVENT_TYPE),
@@ -396,7 +404,15 @@ void pg_claim_row(const PGresult *res, int i, struct event_row *out)
         .payload = PQgetisnull(res, i, CLAIM_PAYLOAD) ? NULL : PQgetvalue(res, i, CLAIM_PAYLOAD),
         .payload_len = (size_t)PQgetlength(res, i, CLAIM_PAYLOAD),
         .headers_json = PQgetisnull(res, i, CLAIM_HEADERS) ? NULL : PQgetvalue(res, i, CLAIM_HEADERS),
-        .created_ms = strtoll(PQgetvalue(res, i, CLAIM_CREATED_MS), NULL, 10),
-        .created_at = PQgetvalue(res, i, CLAIM_CREATED_AT),
+        .created_ms = pgb_time_epoch_ms(created),
     };
+    /* A table whose event_id is not a uuid (a text column, say) is read as its text. */
+    if (PQftype(res, CLAIM_EVENT_ID) == PGB_UUIDOID) {
+        pgb_uuid_text(PQgetvalue(res, i, CLAIM_EVENT_ID), out->event_id_text);
+        out->event_id = out->event_id_text;
+    } else {
+        out->event_id = PQgetvalue(res, i, CLAIM_EVENT_ID);
+    }
+    pgb_time_text(created, out->created_at_text);
+    out->created_at = out->created_at_text;
 }

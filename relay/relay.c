@@ -34,6 +34,7 @@
 #include "migrate.h"
 #include "notify.h"
 #include "pg.h"
+#include "pg_binary.h"
 #include "plan.h"
 #include "producer.h"
 #include "progress.h"
@@ -271,8 +272,8 @@ static void batch_load(struct batch *b, PGresult *res)
 {
     int n = PQntuples(res);
     for (int i = 0; i < n; i++) {
-        b->ids[i] = strtoll(PQgetvalue(res, i, CLAIM_ID), NULL, 10);
-        b->created_ms[i] = strtoll(PQgetvalue(res, i, CLAIM_CREATED_MS), NULL, 10);
+        b->ids[i] = pgb_int8(PQgetvalue(res, i, CLAIM_ID));
+        b->created_ms[i] = pgb_time_epoch_ms(pgb_timestamptz(PQgetvalue(res, i, CLAIM_CREATED_AT)));
     }
     batch_loaded(b, n);
 }
@@ -400,7 +401,7 @@ static void on_claimed(struct pg_conn *pg, PGresult *res, void *arg)
     log_debug("claimed", "batch=%d rows=%d ms=%" PRIu64, b->slot, n, now_ms(r) - b->start_ms);
     struct plan_state s;
     snapshot(r, &s);
-    struct claim_verdict v = plan_claimed(&s, b, n, n ? strtoll(PQgetvalue(res, 0, CLAIM_ID), NULL, 10) : 0);
+    struct claim_verdict v = plan_claimed(&s, b, n, n ? pgb_int8(PQgetvalue(res, 0, CLAIM_ID)) : 0);
     if (v.isolation_over) {
         r->isolating = false;
         r->isolate_until_id = 0;
@@ -475,7 +476,7 @@ static void claim(struct relay *r, const struct plan_step *p)
     r->claim_first = false;
     b->phase = PHASE_CLAIMING;
     b->start_ms = now_ms(r);
-    if (pg_query_prepared(&r->pg, "claim", 4, params, on_claimed, b) < 0)
+    if (pg_query_prepared_binary(&r->pg, "claim", 4, params, on_claimed, b) < 0)
         batch_reset(b);
 }
 

@@ -25,6 +25,7 @@
 #include "event.h"
 #include "log.h"
 #include "pg.h"
+#include "pg_binary.h"
 #include "producer.h"
 #include "sql.h"
 #include "stats.h"
@@ -292,7 +293,7 @@ static int read_page(struct run *r, PGresult **res)
     snprintf(limit_s, sizeof limit_s, "%d", PAGE_ROWS);
     const char *params[] = {a->from_id, a->to_id,          a->since,        a->until,     after_s,
                             limit_s,    a->aggregate_type, a->aggregate_id, a->event_type};
-    *res = PQexecParams(r->conn, r->q.replay, 9, NULL, params, NULL, NULL, 0);
+    *res = PQexecParams(r->conn, r->q.replay, 9, NULL, params, NULL, NULL, 1);
     if (PQresultStatus(*res) == PGRES_TUPLES_OK)
         return EXIT_OK;
     const char *state = PQresultErrorField(*res, PG_DIAG_SQLSTATE);
@@ -426,7 +427,7 @@ static int replay_page(struct run *r, bool *more)
         struct event_row e;
         row_of(res, i, &e);
         page_last = e.id;
-        status = replay_row(r, &e, PQgetvalue(res, i, ROWS_SENT)[0] == 't');
+        status = replay_row(r, &e, pgb_bool(PQgetvalue(res, i, ROWS_SENT)));
     }
     PQclear(res);
     if (r->rk)

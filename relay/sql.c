@@ -226,14 +226,15 @@ static void qualified_name(const char *schema, const char *table, char *out, siz
     snprintf(out, len, "%s.%s", qschema, qtable);
 }
 
-/* What a claim reads of a row, in the order of enum sql_claim_col: the text the
- * message carries, and created_at as milliseconds (floor(), not a cast: a cast
- * rounds, and a timestamp 1 ms after created_at would be wrong) and as text. */
+/* What a claim reads of a row, in the order of enum sql_claim_col, read in
+ * binary format: the id, event_id and created_at as the server holds them
+ * (pg_binary.c formats them; the server's own formatting of them, to_char()
+ * above all, cost more than the rest of a claim), the text the message carries
+ * as text (the JSON columns' text is the server's, as PostgreSQL prints it). */
 #define CLAIM_COLUMNS                                                                              \
-    "o.\"id\", o.\"event_id\"::text, o.\"aggregate_type\", o.\"aggregate_id\", "                   \
-    "o.\"event_type\", o.\"topic\", o.\"payload\"::text, o.\"headers\"::text, "                     \
-    "floor(extract(epoch FROM o.\"created_at\") * 1000)::bigint, "                                 \
-    "to_char(o.\"created_at\" AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
+    "o.\"id\"::bigint, o.\"event_id\", o.\"aggregate_type\"::text, o.\"aggregate_id\"::text, "     \
+    "o.\"event_type\"::text, o.\"topic\"::text, o.\"payload\"::text, o.\"headers\"::text, "         \
+    "o.\"created_at\"::timestamptz"
 
 int sql_statements_init(struct sql_statements *s, const char *schema, const char *table,
                         const char *channel, unsigned flags)

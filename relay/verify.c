@@ -28,6 +28,7 @@
 #include "event.h"
 #include "log.h"
 #include "pg.h"
+#include "pg_binary.h"
 #include "sql.h"
 #include "stats.h"
 
@@ -189,8 +190,8 @@ static int row_add(struct run *r, PGresult *res, int i)
     struct event_row e;
     pg_claim_row(res, i, &e);
     struct vcheck_row row = {.id = e.id};
-    const char *sent = PQgetvalue(res, i, ROWS_SENT), *dead = PQgetvalue(res, i, ROWS_DEAD);
-    row.state = sent[0] == 't' ? VCHECK_SENT : dead[0] == 't' ? VCHECK_DEAD : VCHECK_PENDING;
+    bool sent = pgb_bool(PQgetvalue(res, i, ROWS_SENT)), dead = pgb_bool(PQgetvalue(res, i, ROWS_DEAD));
+    row.state = sent ? VCHECK_SENT : dead ? VCHECK_DEAD : VCHECK_PENDING;
     vcheck_uuid_parse(e.event_id, strlen(e.event_id), row.event_id);
 
     /* The same topic the relay computes (relay.c): the row's own, else the template. */
@@ -568,7 +569,7 @@ static int one_slice(struct run *r, int64_t *after, int64_t own_lo, int64_t own_
         snprintf(r->page_limit, sizeof r->page_limit, "%zu", want);
         const char *params[] = {r->params[0], r->params[1], r->params[2], r->params[3],
                                 r->page_after, r->page_limit};
-        PGresult *res = PQexecParams(r->conn, r->q.rows, 6, NULL, params, NULL, NULL, 0);
+        PGresult *res = PQexecParams(r->conn, r->q.rows, 6, NULL, params, NULL, NULL, 1);
         if (PQresultStatus(res) != PGRES_TUPLES_OK) {
             int rc = pg_fail(r, res, "reading the outbox table");
             PQclear(res);
@@ -582,12 +583,12 @@ static int one_slice(struct run *r, int64_t *after, int64_t own_lo, int64_t own_
                 snprintf(r->err, r->errlen, "out of memory");
                 return rc;
             }
-            int64_t ms = strtoll(PQgetvalue(res, i, CLAIM_CREATED_MS), NULL, 10);
+            int64_t ms = pgb_time_epoch_ms(pgb_timestamptz(PQgetvalue(res, i, CLAIM_CREATED_AT)));
             if (ms < min_ms)
                 min_ms = ms;
         }
         if (got > 0)
-            *after = strtoll(PQgetvalue(res, got - 1, CLAIM_ID), NULL, 10);
+            *after = pgb_int8(PQgetvalue(res, got - 1, CLAIM_ID));
         PQclear(res);
         n += (size_t)got;
         if ((size_t)got < want) {

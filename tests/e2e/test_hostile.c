@@ -165,6 +165,64 @@ Test(e2e, huge_payload_and_odd_keys, .fini = fini, .timeout = 120)
     e2e_rows_free(&rows);
 }
 
+/* created_at is any timestamptz PostgreSQL holds: infinity, -infinity and a
+ * date BC included. A claim once turned created_at into milliseconds on the
+ * server, and one row stamped infinity made every claim fail ("cannot convert
+ * infinity to bigint"): nothing at all was relayed. */
+Test(e2e, created_at_at_the_ends_of_time, .fini = fini, .timeout = 120)
+{
+    e2e_setup(&T, "hostile_time");
+    e2e_migrate(&T);
+    static const char *const when[] = { NULL, "infinity", "-infinity", "0044-03-15 12:00:00+00 BC",
+                                        "12345-01-01 00:00:00+00", NULL };
+    static const char *const header[] = { NULL, "infinity", "-infinity",
+                                          "-0043-03-15T12:00:00.000000Z",
+                                          "+12345-01-01T00:00:00.000000Z", NULL };
+    /* Milliseconds since the Unix epoch of the fixed finite ones (0: none). */
+    static const int64_t stamp[] = { 0, 0, 0, -INT64_C(63517780800000), INT64_C(327403382400000), 0 };
+    enum { N = sizeof when / sizeof when[0] };
+    for (int i = 0; i < N; i++)
+        e2e_exec(T.conn,
+                 "INSERT INTO %s (aggregate_type, aggregate_id, event_type, payload, created_at) "
+                 "VALUES ('clock', 'c', 'tick', jsonb_build_object('n', %d), %s%s%s)",
+                 T.qtable, i, when[i] ? "'" : "", when[i] ? when[i] : "clock_timestamp()",
+                 when[i] ? "'::timestamptz" : "");
+    const char *extra[] = { "relay.poll_interval_ms=50", NULL };
+    struct e2e_relay *relay = e2e_relay_start(&T, extra);
+    e2e_wait_all_sent(&T, 30000);
+
+    char topic[256];
+    snprintf(topic, sizeof topic, "%s.clock", T.table);
+    const char *topics[] = { topic };
+    struct e2e_msgs msgs;
+    e2e_consume(topics, 1, 30000, &msgs);
+    struct e2e_report rep = {0};
+    e2e_check(&rep, msgs.n == N, "%zu messages for %d rows", msgs.n, N);
+    for (size_t i = 0; i < msgs.n && i < N; i++) {
+        const struct e2e_msg *m = &msgs.v[i];
+        char want[32];
+        snprintf(want, sizeof want, "{\"n\": %zu}", i);
+        e2e_check(&rep, m->value && strcmp(m->value, want) == 0, "message %zu is %s, expected %s",
+                  i, m->value ? m->value : "a tombstone", want);
+        const char *h = e2e_msg_header(m, "created_at");
+        if (header[i])
+            e2e_check(&rep, h && strcmp(h, header[i]) == 0, "message %zu: created_at %s, expected %s",
+                      i, h ? h : "missing", header[i]);
+        else
+            e2e_check(&rep, h && strlen(h) == 27 && h[10] == 'T' && h[26] == 'Z',
+                      "message %zu: created_at %s is not RFC 3339", i, h ? h : "missing");
+        /* An infinite created_at is stamped when it is sent, not at 0; the others carry it. */
+        if (stamp[i] != 0)
+            e2e_check(&rep, m->timestamp == stamp[i], "message %zu: timestamp %lld, expected %lld",
+                      i, (long long)m->timestamp, (long long)stamp[i]);
+        else
+            e2e_check(&rep, m->timestamp > 0, "message %zu: timestamp %lld", i, (long long)m->timestamp);
+    }
+    e2e_report_assert(&rep, "created_at at the ends of time");
+    cr_assert_eq(e2e_relay_stop(relay, 30000), 0, "relay did not exit 0 on SIGTERM");
+    e2e_msgs_free(&msgs);
+}
+
 /* Invalid UTF-8 (and NUL) cannot reach the relay: in a UTF8 database
  * PostgreSQL refuses such text, and jsonb refuses \u0000, at INSERT. This
  * documents why the relay has no code path for them. */

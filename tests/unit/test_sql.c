@@ -132,12 +132,9 @@ Test(sql, statements_for_default_table)
     struct sql_statements s;
     cr_assert_eq(sql_statements_init(&s, "public", "outbox", "outbox_relay", 0), 0);
     cr_assert_str_eq(s.claim,
-                     "SELECT o.\"id\", o.\"event_id\"::text, o.\"aggregate_type\", "
-                     "o.\"aggregate_id\", o.\"event_type\", o.\"topic\", o.\"payload\"::text, "
-                     "o.\"headers\"::text, "
-                     "floor(extract(epoch FROM o.\"created_at\") * 1000)::bigint, "
-                     "to_char(o.\"created_at\" AT TIME ZONE 'UTC', "
-                     "'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') "
+                     "SELECT o.\"id\"::bigint, o.\"event_id\", o.\"aggregate_type\"::text, "
+                     "o.\"aggregate_id\"::text, o.\"event_type\"::text, o.\"topic\"::text, "
+                     "o.\"payload\"::text, o.\"headers\"::text, o.\"created_at\"::timestamptz "
                      "FROM \"public\".\"outbox\" AS o WHERE o.\"sent_at\" IS NULL AND "
                      "o.\"dead_at\" IS NULL AND (o.\"id\" NOT BETWEEN $2::bigint AND $3::bigint "
                      "OR o.\"id\" = ANY($4::bigint[])) "
@@ -197,16 +194,15 @@ Test(sql, claim_columns_are_in_enum_order)
     struct sql_statements s;
     cr_assert_eq(sql_statements_init(&s, "public", "outbox", "c", 0), 0);
     const char *cols[CLAIM_NCOLS] = {
-        [CLAIM_ID] = "o.\"id\"",
-        [CLAIM_EVENT_ID] = "o.\"event_id\"::text",
-        [CLAIM_AGGREGATE_TYPE] = "o.\"aggregate_type\"",
-        [CLAIM_AGGREGATE_ID] = "o.\"aggregate_id\"",
-        [CLAIM_EVENT_TYPE] = "o.\"event_type\"",
-        [CLAIM_TOPIC] = "o.\"topic\"",
+        [CLAIM_ID] = "o.\"id\"::bigint",
+        [CLAIM_EVENT_ID] = "o.\"event_id\"",
+        [CLAIM_AGGREGATE_TYPE] = "o.\"aggregate_type\"::text",
+        [CLAIM_AGGREGATE_ID] = "o.\"aggregate_id\"::text",
+        [CLAIM_EVENT_TYPE] = "o.\"event_type\"::text",
+        [CLAIM_TOPIC] = "o.\"topic\"::text",
         [CLAIM_PAYLOAD] = "o.\"payload\"::text",
         [CLAIM_HEADERS] = "o.\"headers\"::text",
-        [CLAIM_CREATED_MS] = "floor(extract(epoch",
-        [CLAIM_CREATED_AT] = "to_char(",
+        [CLAIM_CREATED_AT] = "o.\"created_at\"::timestamptz",
     };
     const char *prev = s.claim;
     for (int i = 0; i < CLAIM_NCOLS; i++) {
