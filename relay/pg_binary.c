@@ -1,7 +1,6 @@
 /* pg_binary.c — PostgreSQL's binary wire format; see pg_binary.h. */
 #include "pg_binary.h"
 
-#include <stdio.h>
 #include <string.h>
 
 /* Seconds from the Unix epoch to PostgreSQL's, 2000-01-01 00:00 UTC. */
@@ -76,6 +75,16 @@ static void civil_from_days(int64_t days, int64_t *y, int *m, int *d)
     *y = yoe + era * 400 + (*m <= 2);
 }
 
+/* @p n (< 10^@p width) as @p width digits at @p o. @return the end. */
+static char *digits(char *o, unsigned long long n, int width)
+{
+    for (int i = width - 1; i >= 0; i--, n /= 10)
+        o[i] = (char)('0' + n % 10);
+    return o + width;
+}
+
+/* By hand, not snprintf(): this runs for every row a claim reads, and
+ * snprintf() took about 1 µs of it. */
 void pgb_time_text(int64_t t, char out[PGB_TIME_TEXT])
 {
     if (pgb_time_infinite(t)) {
@@ -88,13 +97,30 @@ void pgb_time_text(int64_t t, char out[PGB_TIME_TEXT])
     int64_t y;
     int m, d;
     civil_from_days(days, &y, &m, &d);
-    char year[8]; /* PostgreSQL's years run from 4714 BC to 294276 */
-    if (y >= 1 && y <= 9999)
-        snprintf(year, sizeof year, "%04lld", (long long)y);
-    else
-        snprintf(year, sizeof year, "%c%04lld", y < 0 ? '-' : '+', (long long)(y < 0 ? -y : y));
-    /* Every field is in range by construction; the casts tell the compiler so. */
-    snprintf(out, PGB_TIME_TEXT, "%s-%02u-%02uT%02u:%02u:%02u.%06uZ", year, (unsigned)m % 100,
-             (unsigned)d % 100, (unsigned)(sod / 3600) % 100, (unsigned)(sod / 60 % 60),
-             (unsigned)(sod % 60), (unsigned)us % 1000000);
+    char *o = out;
+    if (y >= 1 && y <= 9999) {
+        o = digits(o, (unsigned long long)y, 4);
+    } else {
+        /* PostgreSQL's years run from 4714 BC to 294276. */
+        unsigned long long a = (unsigned long long)(y < 0 ? -y : y);
+        int width = 4;
+        while (width < 6 && a >= (width == 4 ? 10000ULL : 100000ULL))
+            width++;
+        *o++ = y < 0 ? '-' : '+';
+        o = digits(o, a, width);
+    }
+    *o++ = '-';
+    o = digits(o, (unsigned)m, 2);
+    *o++ = '-';
+    o = digits(o, (unsigned)d, 2);
+    *o++ = 'T';
+    o = digits(o, (unsigned long long)(sod / 3600), 2);
+    *o++ = ':';
+    o = digits(o, (unsigned long long)(sod / 60 % 60), 2);
+    *o++ = ':';
+    o = digits(o, (unsigned long long)(sod % 60), 2);
+    *o++ = '.';
+    o = digits(o, (unsigned long long)us, 6);
+    *o++ = 'Z';
+    *o = '\0';
 }
