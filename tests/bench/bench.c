@@ -577,8 +577,8 @@ static struct drain_result minimal_floor(PGconn *c, const char *table, long rows
 }
 
 /* The wide floor: the same claim and conditional UPDATE as the relay, the
- * relay's columns read and formatted, done entirely inside PostgreSQL: what
- * the database allows with no client and no broker. */
+ * relay's columns read and formatted as text (to_char() of created_at too, as
+ * the claim did before it read binary), done entirely inside PostgreSQL. */
 static struct drain_result wide_floor(PGconn *c, const char *table, long rows, int aggregates,
                                       int batch)
 {
