@@ -8,6 +8,7 @@
 
 #include <libpq-fe.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <uv.h>
 
 #include "event.h"
@@ -103,5 +104,11 @@ void pg_free(struct pg_conn *pg);
  *  columns (CLAIM_* in sql.h): valid as long as the result and @p out are
  *  (event_id and created_at are formatted into @p out). */
 void pg_claim_row(const PGresult *res, int i, struct event_row *out);
+
+/** The id of row @p i of such a result. */
+int64_t pg_claim_id(const PGresult *res, int i);
+
+/** Its created_at in milliseconds since the Unix epoch (pgb_time_epoch_ms). */
+int64_t pg_claim_created_ms(const PGresult *res, int i);
 
 #endif

@@ -9,12 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/** Type OIDs (pg_type.oid, fixed for built-in types). */
-#define PGB_BOOLOID 16
-#define PGB_INT8OID 20
-#define PGB_TEXTOID 25
+/** uuid's type OID (pg_type.oid, fixed for built-in types). */
 #define PGB_UUIDOID 2950
-#define PGB_TIMESTAMPTZOID 1184
 
 /** Room for a uuid as text, with its NUL. */
 #define PGB_UUID_TEXT 37

@@ -392,11 +392,21 @@ void pg_free(struct pg_conn *pg)
     pg->conninfo = NULL;
 }
 
+int64_t pg_claim_id(const PGresult *res, int i)
+{
+    return pgb_int8(PQgetvalue(res, i, CLAIM_ID));
+}
+
+int64_t pg_claim_created_ms(const PGresult *res, int i)
+{
+    return pgb_time_epoch_ms(pgb_timestamptz(PQgetvalue(res, i, CLAIM_CREATED_AT)));
+}
+
 void pg_claim_row(const PGresult *res, int i, struct event_row *out)
 {
     int64_t created = pgb_timestamptz(PQgetvalue(res, i, CLAIM_CREATED_AT));
     *out = (struct event_row){
-        .id = pgb_int8(PQgetvalue(res, i, CLAIM_ID)),
+        .id = pg_claim_id(res, i),
         .aggregate_type = PQgetvalue(res, i, CLAIM_AGGREGATE_TYPE),
         .aggregate_id = PQgetvalue(res, i, CLAIM_AGGREGATE_ID),
         .event_type = PQgetvalue(res, i, CLAIM_EVENT_TYPE),

@@ -103,9 +103,7 @@ void pgb_time_text(int64_t t, char out[PGB_TIME_TEXT])
     } else {
         /* PostgreSQL's years run from 4714 BC to 294276. */
         unsigned long long a = (unsigned long long)(y < 0 ? -y : y);
-        int width = 4;
-        while (width < 6 && a >= (width == 4 ? 10000ULL : 100000ULL))
-            width++;
+        int width = a >= 100000 ? 6 : a >= 10000 ? 5 : 4;
         *o++ = y < 0 ? '-' : '+';
         o = digits(o, a, width);
     }

@@ -34,7 +34,6 @@
 #include "migrate.h"
 #include "notify.h"
 #include "pg.h"
-#include "pg_binary.h"
 #include "plan.h"
 #include "producer.h"
 #include "progress.h"
@@ -272,8 +271,8 @@ static void batch_load(struct batch *b, PGresult *res)
 {
     int n = PQntuples(res);
     for (int i = 0; i < n; i++) {
-        b->ids[i] = pgb_int8(PQgetvalue(res, i, CLAIM_ID));
-        b->created_ms[i] = pgb_time_epoch_ms(pgb_timestamptz(PQgetvalue(res, i, CLAIM_CREATED_AT)));
+        b->ids[i] = pg_claim_id(res, i);
+        b->created_ms[i] = pg_claim_created_ms(res, i);
     }
     batch_loaded(b, n);
 }
@@ -401,7 +400,7 @@ static void on_claimed(struct pg_conn *pg, PGresult *res, void *arg)
     log_debug("claimed", "batch=%d rows=%d ms=%" PRIu64, b->slot, n, now_ms(r) - b->start_ms);
     struct plan_state s;
     snapshot(r, &s);
-    struct claim_verdict v = plan_claimed(&s, b, n, n ? pgb_int8(PQgetvalue(res, 0, CLAIM_ID)) : 0);
+    struct claim_verdict v = plan_claimed(&s, b, n, n ? pg_claim_id(res, 0) : 0);
     if (v.isolation_over) {
         r->isolating = false;
         r->isolate_until_id = 0;

@@ -583,12 +583,12 @@ static int one_slice(struct run *r, int64_t *after, int64_t own_lo, int64_t own_
                 snprintf(r->err, r->errlen, "out of memory");
                 return rc;
             }
-            int64_t ms = pgb_time_epoch_ms(pgb_timestamptz(PQgetvalue(res, i, CLAIM_CREATED_AT)));
+            int64_t ms = pg_claim_created_ms(res, i);
             if (ms < min_ms)
                 min_ms = ms;
         }
         if (got > 0)
-            *after = pgb_int8(PQgetvalue(res, got - 1, CLAIM_ID));
+            *after = pg_claim_id(res, got - 1);
         PQclear(res);
         n += (size_t)got;
         if ((size_t)got < want) {
