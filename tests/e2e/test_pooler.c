@@ -5,6 +5,8 @@
  * or statement) must be refused, clearly and without two relays publishing;
  * session pooling must keep working; and a standby behind a lock that a
  * pooled server session kept after its client left must name that session. */
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,8 +22,49 @@
 static struct e2e_ctx T;
 static struct e2e_pgbouncer bouncer;
 
+/* Other clients of the pooler. A transaction pooler serves many, and each of
+ * their transactions takes whichever server session is idle, so a relay's
+ * next transaction lands on another one sooner or later. Alone, a client is
+ * handed the server session it used last (PgBouncer reuses the most recent),
+ * every time, and a relay standing by behind a lock would never see its
+ * statements move, nor refuse. */
+#define TRAFFIC_CLIENTS 2
+static struct {
+    pthread_t th[TRAFFIC_CLIENTS];
+    int n;
+    volatile bool stop;
+    char conninfo[480];
+} traffic;
+
+static void *traffic_thread(void *arg)
+{
+    (void)arg;
+    PGconn *c = PQconnectdb(traffic.conninfo);
+    while (!traffic.stop && PQstatus(c) == CONNECTION_OK)
+        PQclear(PQexec(c, "SELECT pg_sleep(0.02)"));
+    PQfinish(c);
+    return NULL;
+}
+
+static void traffic_start(void)
+{
+    e2e_pgbouncer_conninfo(&bouncer, "application_name=other-client", traffic.conninfo,
+                           sizeof traffic.conninfo);
+    traffic.stop = false;
+    for (traffic.n = 0; traffic.n < TRAFFIC_CLIENTS; traffic.n++)
+        cr_assert_eq(pthread_create(&traffic.th[traffic.n], NULL, traffic_thread, NULL), 0);
+}
+
+static void traffic_stop(void)
+{
+    traffic.stop = true;
+    for (; traffic.n > 0; traffic.n--)
+        pthread_join(traffic.th[traffic.n - 1], NULL);
+}
+
 static void fini(void)
 {
+    traffic_stop();
     e2e_pgbouncer_stop(&bouncer);
     e2e_teardown(&T);
 }
@@ -113,6 +156,9 @@ static void two_relays_are_refused(const char *mode, int pool_size, bool lock_re
                   e2e_relay_log_contains(a, "msg=\"refusing to relay\""),
               "the first relay neither led nor refused (log %s)", a->log_path);
     struct e2e_relay *b = e2e_relay_start(&T, extra);
+    /* With server sessions to spare, as a pooler shared with an application. */
+    if (pool_size > TRAFFIC_CLIENTS)
+        traffic_start();
 
     for (int i = 0; i < 2; i++) {
         struct e2e_relay *r = i == 0 ? a : b;
@@ -137,6 +183,7 @@ static void two_relays_are_refused(const char *mode, int pool_size, bool lock_re
 
     cr_assert_eq(e2e_relay_stop(a, 30000), 0, "a refused relay did not exit 0 on SIGTERM");
     cr_assert_eq(e2e_relay_stop(b, 30000), 0, "a refused relay did not exit 0 on SIGTERM");
+    traffic_stop();
     /* Its server sessions end with PgBouncer, and any lock they kept. */
     cr_assert_eq(e2e_pgbouncer_stop(&bouncer), 0);
 
