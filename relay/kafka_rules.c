@@ -142,6 +142,10 @@ static bool err_is_permanent(rd_kafka_resp_err_t err)
     case RD_KAFKA_RESP_ERR_INVALID_MSG_SIZE:
     case RD_KAFKA_RESP_ERR_RECORD_LIST_TOO_LARGE:
     case RD_KAFKA_RESP_ERR_INVALID_RECORD:
+    /* The row's created_at lies outside the topic's
+     * message.timestamp.before.max.ms / after.max.ms: produced again, it is
+     * refused again (one dated ahead only once the clock has caught up). */
+    case RD_KAFKA_RESP_ERR_INVALID_TIMESTAMP:
     case RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED:
     case RD_KAFKA_RESP_ERR_TOPIC_EXCEPTION:
     case RD_KAFKA_RESP_ERR_INVALID_REQUIRED_ACKS:

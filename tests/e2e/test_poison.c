@@ -7,6 +7,7 @@
  * headers that are not an object, headers whose values are not all strings.
  * Every test asserts the table (attempts, last_error, dead_at, sent_at) and
  * what a real consumer reads back from Kafka. */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -272,6 +273,100 @@ Test(e2e, poison_dead_letter, .fini = fini, .timeout = 120)
                  l.poison[p]);
     cr_assert_str_eq(summary, want, "dead list --json does not show exactly the five dead rows");
     free(summary);
+    cr_assert_eq(e2e_relay_stop(relay, 30000), 0, "relay did not exit 0 on SIGTERM");
+}
+
+/* Creates @p topic, one partition, on @p bootstrap with the topic setting @p key = @p value. */
+static void create_topic(const char *bootstrap, const char *topic, const char *key, const char *value)
+{
+    char err[512];
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    cr_assert_eq(rd_kafka_conf_set(conf, "bootstrap.servers", bootstrap, err, sizeof err),
+                 RD_KAFKA_CONF_OK, "%s", err);
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof err);
+    cr_assert(rk, "%s", err);
+    rd_kafka_NewTopic_t *nt = rd_kafka_NewTopic_new(topic, 1, 1, err, sizeof err);
+    cr_assert(nt, "%s", err);
+    cr_assert_eq(rd_kafka_NewTopic_set_config(nt, key, value), RD_KAFKA_RESP_ERR_NO_ERROR);
+    rd_kafka_queue_t *q = rd_kafka_queue_new(rk);
+    rd_kafka_CreateTopics(rk, &nt, 1, NULL, q);
+    rd_kafka_event_t *ev = rd_kafka_queue_poll(q, 30000);
+    cr_assert(ev, "CreateTopics %s: no answer within 30 s", topic);
+    size_t n = 0;
+    const rd_kafka_topic_result_t **tr =
+        rd_kafka_CreateTopics_result_topics(rd_kafka_event_CreateTopics_result(ev), &n);
+    cr_assert(!rd_kafka_event_error(ev) && n == 1 && !rd_kafka_topic_result_error(tr[0]),
+              "CreateTopics %s: %s", topic,
+              n == 1 ? rd_kafka_topic_result_error_string(tr[0]) : rd_kafka_event_error_string(ev));
+    rd_kafka_event_destroy(ev);
+    rd_kafka_queue_destroy(q);
+    rd_kafka_NewTopic_destroy(nt);
+    rd_kafka_destroy(rk);
+}
+
+/* A real broker refuses a message whose timestamp lies outside its topic's
+ * message.timestamp.after.max.ms (one hour by default since Kafka 4.0) or
+ * before.max.ms, and refuses it again however often it comes: INVALID_TIMESTAMP
+ * charges that row once. The rows that went in the same produce request go,
+ * and the later rows of its aggregate wait (hold_aggregate). The mock checks
+ * no timestamps. */
+Test(e2e, poison_timestamp_the_topic_refuses, .fini = fini, .timeout = 120)
+{
+    e2e_setup(&T, "pstamp");
+    if (!T.env->real_kafka)
+        cr_skip_test("needs a real Kafka broker: the mock checks no message timestamps");
+    e2e_migrate(&T);
+    char topic[256];
+    snprintf(topic, sizeof topic, "%s.order", T.table);
+    create_topic(T.kafka, topic, "message.timestamp.after.max.ms", "3600000");
+
+    insert_ok("a", 1);
+    long long ahead = e2e_query_int(T.conn,
+                                    "INSERT INTO %s (aggregate_type, aggregate_id, event_type, payload, "
+                                    "created_at) VALUES ('order', 'a', 'created', "
+                                    "jsonb_build_object('n', 2), now() + interval '2 hours') RETURNING id",
+                                    T.qtable);
+    long long after = insert_ok("a", 3);
+    insert_ok("b", 4);
+    struct e2e_relay *relay = start_relay("hold_aggregate");
+    cr_assert(e2e_wait_sql(&T, 60000,
+                           "SELECT (SELECT dead_at IS NOT NULL FROM %s WHERE id = %lld) "
+                           "AND (SELECT count(*) FROM %s WHERE sent_at IS NOT NULL) = 2",
+                           T.qtable, ahead, T.qtable),
+              "the row dated two hours ahead is not dead, or the other aggregate's rows are not sent: "
+              "%lld dead, %lld sent (log %s)",
+              e2e_count_where(&T, "dead_at IS NOT NULL"), e2e_count_where(&T, "sent_at IS NOT NULL"),
+              relay->log_path);
+
+    struct e2e_report rep = {0};
+    PGresult *res = e2e_query(T.conn,
+                              "SELECT id, attempts, dead_at IS NOT NULL, sent_at IS NOT NULL, "
+                              "coalesce(last_error, '') FROM %s ORDER BY id",
+                              T.qtable);
+    for (int i = 0; i < PQntuples(res); i++) {
+        long long id = atoll(PQgetvalue(res, i, 0));
+        int attempts = atoi(PQgetvalue(res, i, 1));
+        bool dead = PQgetvalue(res, i, 2)[0] == 't', sent = PQgetvalue(res, i, 3)[0] == 't';
+        const char *err = PQgetvalue(res, i, 4);
+        if (id == ahead) {
+            e2e_check(&rep, attempts == 1 && dead && !sent,
+                      "row %lld: attempts %d, dead %d, sent %d; expected one attempt, dead, unsent", id,
+                      attempts, dead, sent);
+            e2e_check(&rep, strstr(err, "INVALID_TIMESTAMP") != NULL,
+                      "row %lld: last_error \"%s\" does not name INVALID_TIMESTAMP", id, err);
+        } else {
+            /* Innocent: never charged; the one behind it in its aggregate waits. */
+            e2e_check(&rep, attempts == 0 && !dead, "row %lld charged: attempts %d, dead %d", id,
+                      attempts, dead);
+            e2e_check(&rep, sent == (id != after), "row %lld: sent %d, expected %d", id, sent,
+                      id != after);
+        }
+    }
+    PQclear(res);
+    e2e_report_assert(&rep, "a timestamp the topic refuses");
+    cr_assert(e2e_relay_log_contains(relay, "row dead-lettered; later rows of its aggregate are held"),
+              "no dead-letter log line (log %s)", relay->log_path);
+    verify_sent_rows_once("a timestamp the topic refuses");
     cr_assert_eq(e2e_relay_stop(relay, 30000), 0, "relay did not exit 0 on SIGTERM");
 }
 

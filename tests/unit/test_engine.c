@@ -71,6 +71,7 @@ Test(kafka_rules, errors_fall_in_the_right_class)
         {RD_KAFKA_RESP_ERR__MSG_TIMED_OUT, true, KAFKA_FAULT_OURS},
         {RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE, false, KAFKA_FAULT_PERMANENT},
         {RD_KAFKA_RESP_ERR_INVALID_RECORD, false, KAFKA_FAULT_PERMANENT},
+        {RD_KAFKA_RESP_ERR_INVALID_TIMESTAMP, false, KAFKA_FAULT_PERMANENT},
         {RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED, false, KAFKA_FAULT_PERMANENT},
         /* The cause of a fatal error stays a suspect: it may be the row's. */
         {RD_KAFKA_RESP_ERR_INVALID_RECORD, true, KAFKA_FAULT_PERMANENT},
