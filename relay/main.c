@@ -11,18 +11,18 @@
 #include <uv.h>
 
 #include "build_config.h"
-#include "cli_args.h"
-#include "config.h"
-#include "config_doc.h"
-#include "dead.h"
-#include "errors.h"
-#include "log.h"
-#include "migrate.h"
-#include "producer.h"
-#include "relay.h"
-#include "replay.h"
-#include "status_cli.h"
-#include "verify.h"
+#include "base/cli_args.h"
+#include "config/config.h"
+#include "cmd/config_doc.h"
+#include "cmd/dead.h"
+#include "base/errors.h"
+#include "base/log.h"
+#include "cmd/migrate.h"
+#include "io/producer.h"
+#include "daemon/relay.h"
+#include "cmd/replay.h"
+#include "cmd/status_cli.h"
+#include "cmd/verify.h"
 
 #define MAX_OVERRIDES 256
 

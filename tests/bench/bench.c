@@ -38,8 +38,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "kafka_rules.h"
-#include "sql.h"
+#include "core/kafka_rules.h"
+#include "core/sql.h"
 
 #ifndef PEER_RELAY_PY
 #define PEER_RELAY_PY "tests/bench/peer_relay.py"

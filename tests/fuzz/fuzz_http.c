@@ -11,11 +11,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config.h"
-#include "http_metrics.h"
-#include "http_request.h"
-#include "stats.h"
-#include "strbuf.h"
+#include "config/config.h"
+#include "daemon/http_metrics.h"
+#include "daemon/http_request.h"
+#include "base/stats.h"
+#include "base/strbuf.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -5,7 +5,7 @@
 #   promtool check rules   the rules file
 #   promtool test rules    its unit tests (outbox-relay.rules.test.yml)
 #   the dashboard is JSON, and every outbox_relay_* / process_* name in the
-#   rules and the dashboard is one relay/http_metrics.c writes.
+#   rules and the dashboard is one relay/daemon/http_metrics.c writes.
 # Exit 77 (skipped) without promtool (Debian's prometheus package).
 set -euo pipefail
 ROOT=$1
@@ -20,7 +20,7 @@ python3 -c 'import json, sys; json.load(open(sys.argv[1]))' "$DIR/outbox-relay-d
 
 # Names the relay writes: every quoted metric name in http_metrics.c (a
 # histogram's series add _bucket, _sum and _count).
-exported=$(grep -o '"\(outbox_relay\|process\)_[a-z_]*' "$ROOT/relay/http_metrics.c" | tr -d '"' | sort -u)
+exported=$(grep -o '"\(outbox_relay\|process\)_[a-z_]*' "$ROOT/relay/daemon/http_metrics.c" | tr -d '"' | sort -u)
 used=$(grep -oh '\b\(outbox_relay\|process\)_[a-z_]*' "$DIR/outbox-relay.rules.yml" "$DIR/outbox-relay-dashboard.json" |
     sed -E 's/_(bucket|sum|count)$//' | sort -u)
 missing=$(comm -23 <(echo "$used") <(echo "$exported"))

@@ -7,8 +7,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "config.h"
-#include "log.h"
+#include "config/config.h"
+#include "base/log.h"
 
 static struct relay_config cfg;
 static char err[1024];

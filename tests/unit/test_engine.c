@@ -9,10 +9,10 @@
 #include <criterion/criterion.h>
 #include <librdkafka/rdkafka.h>
 
-#include "batch.h"
-#include "config.h"
-#include "engine.h"
-#include "kafka_rules.h"
+#include "core/batch.h"
+#include "config/config.h"
+#include "core/engine.h"
+#include "core/kafka_rules.h"
 
 /* ---- a failed delivery ---------------------------------------------------- */
 

@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "event.h"
+#include "core/event.h"
 
 static char err[256];
 

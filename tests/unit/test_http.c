@@ -10,12 +10,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config.h"
-#include "http_metrics.h"
-#include "http_request.h"
-#include "listen_addr.h"
-#include "stats.h"
-#include "strbuf.h"
+#include "config/config.h"
+#include "daemon/http_metrics.h"
+#include "daemon/http_request.h"
+#include "base/listen_addr.h"
+#include "base/stats.h"
+#include "base/strbuf.h"
 
 static struct relay_config cfg;
 static struct relay_stats st;

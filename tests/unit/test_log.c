@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "log.h"
+#include "base/log.h"
 
 static char path[64];
 static int saved_stderr = -1;

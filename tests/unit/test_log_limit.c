@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "log_limit.h"
+#include "base/log_limit.h"
 
 static FILE *sink;
 static int saved_stderr = -1;

@@ -5,7 +5,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "pg_binary.h"
+#include "core/pg_binary.h"
 
 /* @p x as PostgreSQL sends an int8 or a timestamptz: 8 bytes, big-endian. */
 static void be64(int64_t x, char out[8])

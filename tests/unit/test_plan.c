@@ -10,9 +10,9 @@
 #include <criterion/criterion.h>
 #include <librdkafka/rdkafka.h>
 
-#include "batch.h"
-#include "engine.h"
-#include "plan.h"
+#include "core/batch.h"
+#include "core/engine.h"
+#include "core/plan.h"
 
 #define BATCH_SIZE 100
 

@@ -15,9 +15,9 @@
 
 #include <criterion/criterion.h>
 
-#include "batch.h"
-#include "engine.h"
-#include "plan.h"
+#include "core/batch.h"
+#include "core/engine.h"
+#include "core/plan.h"
 
 #define N_ROWS 300
 #define BATCH 16

@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config.h"
-#include "redact.h"
+#include "config/config.h"
+#include "base/redact.h"
 
 /* Redacts @p message for @p conninfo; asserts that none of the NULL-terminated
  * @p secrets is left and that @p keep (the part that makes the error clear) is.

@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "migrate.h"
-#include "sql.h"
+#include "cmd/migrate.h"
+#include "core/sql.h"
 
 Test(sql, ident_valid_accepts_plain_identifiers)
 {

@@ -3,7 +3,7 @@
 #include <criterion/criterion.h>
 #include <string.h>
 
-#include "stats.h"
+#include "base/stats.h"
 
 Test(stats, rate_unknown_before_a_second_of_samples)
 {

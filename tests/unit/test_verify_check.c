@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "verify_check.h"
+#include "core/verify_check.h"
 
 static struct vcheck V;
 static uint32_t T0, T1;

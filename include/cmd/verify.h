@@ -1,0 +1,71 @@
+/* verify.h — `outbox-relay verify`: does Kafka hold what the outbox table says
+ * was sent? Also run periodically by the daemon (verify_task.h).
+ *
+ * Read-only on both sides: the table is read in id-ordered pages, Kafka with
+ * a read_committed consumer that assigns partitions itself (no group, no
+ * commits) from the offsets matching the window's timestamps. */
+#ifndef OUTBOX_VERIFY_H
+#define OUTBOX_VERIFY_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "config/config.h"
+#include "core/verify_check.h"
+
+/** Rows held at once by default: the memory bound (see README). */
+#define VERIFY_SLICE_ROWS_DEFAULT 500000
+
+/** Which rows to check; NULL = open. Combined with AND. */
+struct verify_window {
+    const char *from_id, *to_id;  /* decimal ids, inclusive */
+    const char *since, *until;    /* timestamps PostgreSQL reads (timestamptz); until exclusive */
+};
+
+struct verify_opts {
+    struct verify_window w;
+    size_t slice_rows;            /* 0 = VERIFY_SLICE_ROWS_DEFAULT */
+    bool progress;                /* a progress line on stderr (a terminal) */
+    atomic_int *stop;             /* may be NULL; non-zero: stop soon with -EINTR */
+};
+
+/** What a run saw besides the counts. */
+struct verify_meta {
+    uint64_t window_rows;         /* rows in the window when it started */
+    int64_t first_id, last_id;    /* 0 when empty */
+    uint64_t messages_read;       /* all messages consumed, judged or not */
+    unsigned slices;
+    double duration;              /* seconds */
+    size_t missing_topics;        /* topics of sent rows that Kafka does not have */
+    size_t truncated_partitions;  /* partitions read from their first message, after deleted
+                                     ones: retention may have removed what the window needs */
+};
+
+/** Runs one check of the window @p o->w of the table of @p cfg into @p v
+ *  (vcheck_init'ed by the caller, which chooses how many examples it keeps).
+ *  @return 0; -EHOSTUNREACH PostgreSQL unreachable; -ENETUNREACH Kafka
+ *  unreachable or a partition could not be read; -ENOENT the table does
+ *  not exist; -EINVAL a window value PostgreSQL refused; -EINTR stopped;
+ *  -EIO/-ENOMEM otherwise. @p err says why. */
+int verify_run(const struct relay_config *cfg, const struct verify_opts *o, struct vcheck *v,
+               struct verify_meta *meta, char *err, size_t errlen);
+
+/** Prints the command's usage (`verify --help`) to @p out. */
+void verify_usage(FILE *out);
+
+/** The command: `verify [--since T] [--until T] [--from-id N] [--to-id N]
+ *  [--json] [--examples N] [--slice-rows N]`; @p argv holds its words.
+ *  @return a process exit status: 0 nothing missing, mismatched or out of
+ *  order; 1 something is; 64 usage; 69 PostgreSQL or Kafka unreachable;
+ *  70 error; 78 the table does not exist; 130 interrupted. */
+int verify_main(const struct relay_config *cfg, int argc, char **argv);
+
+/** Parses a window bound given as a duration ("90s", "15m", "2h", "7d": that
+ *  long before @p now, unix seconds) into RFC 3339 UTC text in @p out;
+ *  anything else is copied for PostgreSQL to read. */
+void verify_time_arg(const char *arg, double now, char *out, size_t outlen);
+
+#endif

@@ -1,0 +1,76 @@
+/* event.h — turning one claimed outbox row into the parts of a Kafka message:
+ * topic (from the row or the template), key and headers. Pure logic, no I/O. */
+#ifndef OUTBOX_EVENT_H
+#define OUTBOX_EVENT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <librdkafka/rdkafka.h>
+
+#include "core/pg_binary.h"
+
+/** One outbox row as claimed; strings point into the query result (not owned).
+ *  topic, payload and headers_json may be NULL (SQL NULL). */
+struct event_row {
+    int64_t id;
+    const char *event_id;
+    const char *aggregate_type;
+    const char *aggregate_id;
+    const char *event_type;
+    const char *topic;          /* overrides the template when not NULL and not empty */
+    const char *payload;        /* NULL = tombstone */
+    size_t payload_len;
+    const char *headers_json;   /* NULL or a JSON object whose string values become headers */
+    int64_t created_ms;         /* created_at, milliseconds since the epoch; 0 if infinite */
+    const char *created_at;     /* created_at as RFC 3339 text (UTC) */
+    /* Where event_id and created_at are formatted when read in binary. */
+    char event_id_text[PGB_UUID_TEXT];
+    char created_at_text[PGB_TIME_TEXT];
+};
+
+/** Checks a topic template: only the placeholders ${aggregate_type} and
+ *  ${event_type} are allowed. @return 0 or -EINVAL (errbuf says why). */
+int event_topic_template_check(const char *tmpl, char *errbuf, size_t errlen);
+
+/** Renders @p tmpl for a row into @p out.
+ *  @return the length written, -ENOSPC if it does not fit, -EINVAL on an unknown placeholder. */
+int event_topic_render(const char *tmpl, const char *aggregate_type, const char *event_type,
+                       char *out, size_t outlen);
+
+/** The topic row @p e goes to: its own topic (cut to @p outlen - 1 bytes),
+ *  else @p tmpl rendered for it; "" when the template cannot be rendered. */
+void event_row_topic(const char *tmpl, const struct event_row *e, char *out, size_t outlen);
+
+/** Checks a topic name before producing: 1..249 bytes of [A-Za-z0-9._-], not
+ *  "." or "..", and not starting with "__" (Kafka's internal topics, such as
+ *  __consumer_offsets). @return 0 or -EINVAL with errbuf saying why (printable
+ *  ASCII only, so it can be stored as last_error whatever the topic held). */
+int event_topic_check(const char *topic, char *errbuf, size_t errlen);
+
+/** @return true if event_topic_check() accepts @p topic. */
+bool event_topic_valid(const char *topic);
+
+/** The header `outbox-relay replay` adds to a message it publishes again
+ *  (its value: when, RFC 3339 UTC). Reserved like the relay's own. */
+#define EVENT_REPLAY_HEADER "replay"
+
+/** @return true if @p name (@p len bytes) is one of the relay's own header
+ *  names (event_id, event_type, aggregate_type, aggregate_id, outbox_id,
+ *  created_at) or EVENT_REPLAY_HEADER, which a row's headers may not use. */
+bool event_header_reserved(const char *name, size_t len);
+
+/** @return the name of the relay's @p i-th own header, or NULL past the last:
+ *  the one list behind event_headers_build() and event_header_reserved(). */
+const char *event_header_name(size_t i);
+
+/** Builds the message headers for @p row: event_id, event_type, aggregate_type,
+ *  aggregate_id, outbox_id, created_at, then each string member of the row's
+ *  headers object, in document order.
+ *  @return 0 and *out (caller owns it, or hands it to rd_kafka_producev), or
+ *  -EINVAL with errbuf when headers_json is not a JSON object of strings or
+ *  names a reserved header (event_header_reserved()): the row is poison. */
+int event_headers_build(const struct event_row *row, rd_kafka_headers_t **out,
+                        char *errbuf, size_t errlen);
+
+#endif

@@ -1,0 +1,653 @@
+/* sql.c — the relay's SQL text: identifier checks, quoting, the migration
+ * template renderer and the statements the relay runs. No SQL is built
+ * anywhere else, and nothing here accepts an identifier it has not checked. */
+#include "core/sql.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* PostgreSQL truncates identifiers to NAMEDATALEN-1 bytes; a derived name
+ * ("<table>_<suffix>") longer than that would silently collide. */
+#define PG_IDENT_MAX 63
+#define CONFIG_IDENT_MAX 48
+
+static bool ident_start(char c)
+{
+    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '_';
+}
+
+static bool ident_char(char c)
+{
+    return ident_start(c) || (c >= '0' && c <= '9');
+}
+
+int sql_ident_valid(const char *name)
+{
+    if (!name || !ident_start(name[0]))
+        return 0;
+    size_t n = 1;
+    for (; name[n]; n++) {
+        if (!ident_char(name[n]) || n >= CONFIG_IDENT_MAX)
+            return 0;
+    }
+    return 1;
+}
+
+static int quote_with(char q, const char *s, char *out, size_t outlen)
+{
+    size_t need = 2;
+    for (const char *p = s; *p; p++)
+        need += (*p == q) ? 2 : 1;
+    if (need + 1 > outlen)
+        return -ENOSPC;
+
+    char *o = out;
+    *o++ = q;
+    for (const char *p = s; *p; p++) {
+        if (*p == q)
+            *o++ = q;
+        *o++ = *p;
+    }
+    *o++ = q;
+    *o = '\0';
+    return (int)(o - out);
+}
+
+int sql_quote_ident(const char *name, char *out, size_t outlen)
+{
+    if (!name)
+        return -EINVAL;
+    return quote_with('"', name, out, outlen);
+}
+
+/* Like PQescapeLiteral: a string with a backslash is written in the E'' form
+ * with backslashes doubled, which means the same thing whether the server has
+ * standard_conforming_strings on (the default since 9.1) or off. Without a
+ * backslash the plain form is unambiguous under both settings. */
+int sql_quote_literal(const char *s, char *out, size_t outlen)
+{
+    if (!s)
+        return -EINVAL;
+    if (!strchr(s, '\\'))
+        return quote_with('\'', s, out, outlen);
+
+    size_t need = 3;
+    for (const char *p = s; *p; p++)
+        need += (*p == '\'' || *p == '\\') ? 2 : 1;
+    if (need + 1 > outlen)
+        return -ENOSPC;
+
+    char *o = out;
+    *o++ = 'E';
+    *o++ = '\'';
+    for (const char *p = s; *p; p++) {
+        if (*p == '\'' || *p == '\\')
+            *o++ = *p;
+        *o++ = *p;
+    }
+    *o++ = '\'';
+    *o = '\0';
+    return (int)(o - out);
+}
+
+static bool suffix_valid(const char *s, size_t n)
+{
+    if (n == 0)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_'))
+            return false;
+    }
+    return true;
+}
+
+/* The key of one of a table's advisory locks, a bigint SQL expression: the
+ * relay's statements and the migrations' trigger must name the same lock. */
+static void lock_key(const char *role, const char *schema, const char *table, char *out,
+                     size_t len)
+{
+    /* Valid identifiers contain no quotes, so these cannot overflow. */
+    char plain[2 * CONFIG_IDENT_MAX + 2], literal[2 * sizeof plain + 4];
+    snprintf(plain, sizeof plain, "%s.%s", schema, table);
+    sql_quote_literal(plain, literal, sizeof literal);
+    snprintf(out, len, "hashtextextended('outbox-relay:%s:' || %s, 0)", role, literal);
+}
+#define LOCK_KEY_MAX (2 * (2 * CONFIG_IDENT_MAX + 2) + 4 + 80)
+
+/* Writes the replacement of one {{name}} to @p out; false if the name is unknown. */
+static bool render_placeholder(FILE *out, const char *name, size_t n, const char *schema,
+                               const char *table, const char *channel)
+{
+    char buf[2 * PG_IDENT_MAX + 4];
+    char key[LOCK_KEY_MAX];
+
+    if ((n == 10 && !memcmp(name, "lock:quiet", 10)) || (n == 9 && !memcmp(name, "lock:skip", 9))) {
+        lock_key(n == 10 ? "quiet" : "skip", schema, table, key, sizeof key);
+        return fputs(key, out) >= 0;
+    }
+
+    if (n == 6 && !memcmp(name, "schema", 6))
+        return sql_quote_ident(schema, buf, sizeof buf) >= 0 && fputs(buf, out) >= 0;
+    if (n == 5 && !memcmp(name, "table", 5))
+        return sql_quote_ident(table, buf, sizeof buf) >= 0 && fputs(buf, out) >= 0;
+    if (n == 7 && !memcmp(name, "channel", 7))
+        return sql_quote_literal(channel, buf, sizeof buf) >= 0 && fputs(buf, out) >= 0;
+    if (n > 6 && !memcmp(name, "table:", 6)) {
+        const char *suffix = name + 6;
+        size_t slen = n - 6;
+        char ident[PG_IDENT_MAX + 1];
+        if (!suffix_valid(suffix, slen) || strlen(table) + 1 + slen > PG_IDENT_MAX)
+            return false;
+        snprintf(ident, sizeof ident, "%s_%.*s", table, (int)slen, suffix);
+        return sql_quote_ident(ident, buf, sizeof buf) >= 0 && fputs(buf, out) >= 0;
+    }
+    return false;
+}
+
+char *sql_render_template(const char *tmpl, const char *schema, const char *table,
+                          const char *channel)
+{
+    if (!tmpl || !sql_ident_valid(schema) || !sql_ident_valid(table) ||
+        !sql_ident_valid(channel))
+        return NULL;
+
+    char *res = NULL;
+    size_t reslen = 0;
+    FILE *out = open_memstream(&res, &reslen);
+    if (!out)
+        return NULL;
+
+    bool ok = true;
+    const char *p = tmpl;
+    while (ok) {
+        const char *open = strstr(p, "{{");
+        if (!open) {
+            ok = fputs(p, out) >= 0;
+            break;
+        }
+        const char *close = strstr(open + 2, "}}");
+        if (!close) {
+            ok = false;
+            break;
+        }
+        ok = fwrite(p, 1, (size_t)(open - p), out) == (size_t)(open - p) &&
+             render_placeholder(out, open + 2, (size_t)(close - open - 2), schema, table,
+                                channel);
+        p = close + 2;
+    }
+
+    if (fclose(out) != 0)
+        ok = false;
+    if (!ok) {
+        free(res);
+        return NULL;
+    }
+    return res;
+}
+
+/* asprintf into *dst; leaves *dst NULL on failure (asprintf leaves it undefined). */
+static int build(char **dst, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static int build(char **dst, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = vasprintf(dst, fmt, ap);
+    va_end(ap);
+    if (rc < 0) {
+        *dst = NULL;
+        return -ENOMEM;
+    }
+    return 0;
+}
+
+/* The highest migration recorded for $1 = "schema.table" (0: none), in the
+ * bookkeeping table of @p qschema (quoted): read by migrate and by run. */
+static int build_newest(char **dst, const char *qschema)
+{
+    return build(dst,
+                 "SELECT coalesce(max(\"version\"), 0) FROM %s.\"outbox_relay_migrations\" "
+                 "WHERE \"table_name\" = $1",
+                 qschema);
+}
+
+/* "schema"."table" of two valid identifiers (no quotes in them: no overflow). */
+#define QUALIFIED_MAX (4 * CONFIG_IDENT_MAX + 10)
+static void qualified_name(const char *schema, const char *table, char *out, size_t len)
+{
+    char qschema[2 * CONFIG_IDENT_MAX + 4], qtable[2 * CONFIG_IDENT_MAX + 4];
+    sql_quote_ident(schema, qschema, sizeof qschema);
+    sql_quote_ident(table, qtable, sizeof qtable);
+    snprintf(out, len, "%s.%s", qschema, qtable);
+}
+
+/* What a claim reads of a row, in the order of enum sql_claim_col, read in
+ * binary format: the id, event_id and created_at as the server holds them
+ * (pg_binary.c formats them; the server's own formatting of them, to_char()
+ * above all, cost more than the rest of a claim), the text the message carries
+ * as text (the JSON columns' text is the server's, as PostgreSQL prints it). */
+#define CLAIM_COLUMNS                                                                              \
+    "o.\"id\"::bigint, o.\"event_id\", o.\"aggregate_type\"::text, o.\"aggregate_id\"::text, "     \
+    "o.\"event_type\"::text, o.\"topic\"::text, o.\"payload\"::text, o.\"headers\"::text, "         \
+    "o.\"created_at\"::timestamptz"
+
+int sql_statements_init(struct sql_statements *s, const char *schema, const char *table,
+                        const char *channel, unsigned flags)
+{
+    memset(s, 0, sizeof *s);
+    if (!sql_ident_valid(schema) || !sql_ident_valid(table) || !sql_ident_valid(channel))
+        return -EINVAL;
+
+    char qchannel[2 * CONFIG_IDENT_MAX + 4], q[QUALIFIED_MAX];
+
+    /* Valid identifiers contain no quotes, so these cannot overflow. */
+    qualified_name(schema, table, q, sizeof q);
+    sql_quote_ident(channel, qchannel, sizeof qchannel);
+
+    /* Under hold_aggregate a dead row blocks the later rows of its aggregate
+     * until an operator requeues or drops it; the dead-row index keeps the
+     * anti-join cheap (dead rows are few). That index holds a hash of the
+     * aggregate_id, not the text (schema/003), so the hash is compared too. */
+    char holdbuf[640] = "";
+    if (flags & SQL_HOLD_AGGREGATE)
+        snprintf(holdbuf, sizeof holdbuf,
+                 " AND NOT EXISTS (SELECT 1 FROM %s AS d WHERE d.\"dead_at\" IS NOT NULL"
+                 " AND d.\"sent_at\" IS NULL"
+                 " AND hashtextextended(d.\"aggregate_id\", 0) ="
+                 " hashtextextended(o.\"aggregate_id\", 0)"
+                 " AND d.\"aggregate_type\" = o.\"aggregate_type\""
+                 " AND d.\"aggregate_id\" = o.\"aggregate_id\" AND d.\"id\" < o.\"id\")",
+                 q);
+
+    /* The batches in flight are skipped by their id range ($2..$3): their
+     * rows are still unsent. A row inside the range that is in no batch
+     * committed after their claims; its id is one of the range's gaps ($4,
+     * the ids no batch holds), and it is claimed with the rows above the
+     * range, in id order, so that no later row of its aggregate overtakes it.
+     * With the gaps unknown ($4 NULL, too many to pass) nothing inside or
+     * above the range is claimed until the batches are marked. */
+    int rc = 0;
+    rc |= build(&s->claim,
+                "SELECT " CLAIM_COLUMNS " "
+                "FROM %s AS o WHERE o.\"sent_at\" IS NULL AND o.\"dead_at\" IS NULL "
+                "AND (o.\"id\" NOT BETWEEN $2::bigint AND $3::bigint "
+                "OR o.\"id\" = ANY($4::bigint[]))%s "
+                "AND (o.\"id\" < $2::bigint OR $4::bigint[] IS NOT NULL) "
+                "ORDER BY o.\"id\" LIMIT $1",
+                q, holdbuf);
+    if (flags & SQL_DELETE_SENT)
+        rc |= build(&s->mark_sent,
+                    "DELETE FROM %s WHERE \"id\" = ANY($1::bigint[]) AND \"sent_at\" IS NULL", q);
+    else
+        rc |= build(&s->mark_sent,
+                    "UPDATE %s SET \"sent_at\" = clock_timestamp() "
+                    "WHERE \"id\" = ANY($1::bigint[]) AND \"sent_at\" IS NULL",
+                    q);
+    rc |= build(&s->record_failures,
+                "UPDATE %s AS t SET \"attempts\" = t.\"attempts\" + 1, \"last_error\" = f.err, "
+                "\"dead_at\" = CASE WHEN $4::bool AND t.\"attempts\" + 1 >= f.max "
+                "THEN clock_timestamp() END "
+                "FROM unnest($1::bigint[], $2::text[], $3::int[]) AS f(id, err, max) "
+                "WHERE t.\"id\" = f.id AND t.\"sent_at\" IS NULL AND t.\"dead_at\" IS NULL "
+                "RETURNING t.\"id\", t.\"attempts\", t.\"dead_at\" IS NOT NULL, "
+                "t.\"attempts\" >= f.max",
+                q);
+    rc |= build(&s->listen, "LISTEN %s", qchannel);
+    /* Small batches through the sent-row index: each DELETE holds its row
+     * locks briefly and never scans the table. */
+    rc |= build(&s->retention,
+                "DELETE FROM %s WHERE \"id\" IN (SELECT \"id\" FROM %s "
+                "WHERE \"sent_at\" < clock_timestamp() - make_interval(secs => $1::bigint) "
+                "ORDER BY \"sent_at\" LIMIT $2::int)",
+                q, q);
+    /* Both counts ride on the partial indexes; the oldest row is the first
+     * pending id. */
+    rc |= build(&s->backlog,
+                "SELECT (SELECT count(*) FROM %s WHERE \"sent_at\" IS NULL AND \"dead_at\" IS NULL), "
+                "COALESCE((SELECT extract(epoch FROM clock_timestamp() - \"created_at\")::float8 "
+                "FROM %s WHERE \"sent_at\" IS NULL AND \"dead_at\" IS NULL ORDER BY \"id\" "
+                "LIMIT 1), 0), "
+                "(SELECT count(*) FROM %s WHERE \"dead_at\" IS NOT NULL AND \"sent_at\" IS NULL)",
+                q, q, q);
+    if (rc != 0) {
+        sql_statements_free(s);
+        return -ENOMEM;
+    }
+    return 0;
+}
+
+void sql_statements_free(struct sql_statements *s)
+{
+    free(s->claim);
+    free(s->mark_sent);
+    free(s->record_failures);
+    free(s->listen);
+    free(s->retention);
+    free(s->backlog);
+    memset(s, 0, sizeof *s);
+}
+
+/* ---- the session and the leader lock ----------------------------------- */
+
+/* The marker a relay sets in its session at connect: a custom setting, which
+ * poolers do not carry from one server session to another. */
+#define SESSION_MARKER "outbox_relay.session"
+
+/* The leader lock in SQL, for the statements that take, check, release and
+ * look at it. The lock key is derived from the table, so relays for
+ * different outbox tables in one database elect their leaders independently. */
+struct leader_lock_sql {
+    char key[LOCK_KEY_MAX];          /* the advisory lock's bigint key, an expression */
+    char match[LOCK_KEY_MAX + 400];  /* a pg_locks row "l" that is the lock, granted */
+    char held[LOCK_KEY_MAX + 500];   /* true when this backend holds it */
+};
+
+static void leader_lock_sql(const char *schema, const char *table, struct leader_lock_sql *l)
+{
+    lock_key("leader", schema, table, l->key, sizeof l->key);
+    /* pg_locks shows a bigint advisory key as classid (high half), objid (low
+     * half) and objsubid 1; advisory locks belong to one database. */
+    snprintf(l->match, sizeof l->match,
+             "l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted "
+             "AND l.database = (SELECT oid FROM pg_catalog.pg_database "
+             "WHERE datname = current_database()) "
+             "AND ((l.classid::int8 << 32) | l.objid::int8) = %s",
+             l->key);
+    snprintf(l->held, sizeof l->held,
+             "EXISTS (SELECT 1 FROM pg_catalog.pg_locks AS l WHERE %s "
+             "AND l.pid = pg_backend_pid())",
+             l->match);
+}
+
+/* The check at connect: marks the session, reads what decides whether it
+ * may relay (row security, the table, the migrations ledger). */
+static int build_session_check(char **out, const char *schema, const char *table)
+{
+    char qualified[QUALIFIED_MAX], regclass[2 * sizeof qualified + 4];
+    char qschema[2 * CONFIG_IDENT_MAX + 4], ledger[sizeof qschema + 30];
+    char ledger_regclass[2 * sizeof ledger + 4];
+    /* Valid identifiers contain no quotes, so these cannot overflow. */
+    sql_quote_ident(schema, qschema, sizeof qschema);
+    snprintf(ledger, sizeof ledger, "%s.\"outbox_relay_migrations\"", qschema);
+    sql_quote_literal(ledger, ledger_regclass, sizeof ledger_regclass);
+    qualified_name(schema, table, qualified, sizeof qualified);
+    sql_quote_literal(qualified, regclass, sizeof regclass);
+
+    /* row_security_active() answers for this role as the planner will:
+     * superuser, BYPASSRLS, ownership and FORCE ROW LEVEL SECURITY included.
+     * With row_security off, a policy added later makes the claim fail
+     * loudly instead of hiding rows. */
+    return build(out,
+                 "SELECT pg_backend_pid(), set_config('" SESSION_MARKER "', $1, false), "
+                 "CASE WHEN $2::bool THEN set_config('row_security', 'off', false) "
+                 "ELSE current_setting('row_security') END, "
+                 "c.oid IS NOT NULL, COALESCE(row_security_active(c.oid), false), "
+                 "COALESCE(c.relrowsecurity, false), COALESCE(c.relforcerowsecurity, false), "
+                 "r.rolbypassrls, r.rolsuper, COALESCE(pg_has_role(c.relowner, 'USAGE'), false), "
+                 "current_user::text, to_regclass(%s) IS NOT NULL, "
+                 "COALESCE(has_table_privilege(to_regclass(%s), 'SELECT'), false) "
+                 "FROM pg_catalog.pg_roles AS r "
+                 "LEFT JOIN pg_catalog.pg_class AS c ON c.oid = to_regclass(%s) "
+                 "WHERE r.rolname = current_user",
+                 ledger_regclass, ledger_regclass, regclass);
+}
+
+/* Taking, checking and releasing the leader lock, and who holds it. */
+static int build_lock_statements(struct sql_session *q, const struct leader_lock_sql *l)
+{
+    int rc = 0;
+    /* MATERIALIZED: pg_locks is read before the lock is tried, so a backend
+     * that already held it (another client's, behind a pooler) is seen, and
+     * is not handed the lock a second time. */
+    rc |= build(&q->lock,
+                "WITH mine AS MATERIALIZED (SELECT %s AS held, "
+                "current_setting('" SESSION_MARKER "', true) IS NOT DISTINCT FROM $1 AS ours) "
+                "SELECT pg_backend_pid(), mine.ours, mine.held, "
+                "CASE WHEN mine.ours AND NOT mine.held THEN pg_try_advisory_lock(%s) "
+                "ELSE false END FROM mine",
+                l->held, l->key);
+    rc |= build(&q->verify,
+                "SELECT pg_backend_pid(), "
+                "current_setting('" SESSION_MARKER "', true) IS NOT DISTINCT FROM $1, %s",
+                l->held);
+    rc |= build(&q->release,
+                "SELECT CASE WHEN pg_backend_pid() = $1::int AND %s "
+                "THEN pg_advisory_unlock(%s) ELSE false END",
+                l->held, l->key);
+    /* The server's clock for the idle time: the relay's may differ. */
+    rc |= build(&q->holder,
+                "SELECT l.pid, a.application_name, host(a.client_addr), "
+                "extract(epoch FROM a.backend_start)::float8, a.state, "
+                "extract(epoch FROM clock_timestamp() - a.state_change)::float8 "
+                "FROM pg_catalog.pg_locks AS l "
+                "LEFT JOIN pg_catalog.pg_stat_activity AS a ON a.pid = l.pid "
+                "WHERE %s LIMIT 1",
+                l->match);
+    return rc;
+}
+
+int sql_session_init(struct sql_session *q, const char *schema, const char *table)
+{
+    memset(q, 0, sizeof *q);
+    if (!sql_ident_valid(schema) || !sql_ident_valid(table))
+        return -EINVAL;
+
+    char qschema[2 * CONFIG_IDENT_MAX + 4];
+    sql_quote_ident(schema, qschema, sizeof qschema);
+    struct leader_lock_sql lock;
+    leader_lock_sql(schema, table, &lock);
+
+    char quiet[LOCK_KEY_MAX], skip[LOCK_KEY_MAX];
+    lock_key("quiet", schema, table, quiet, sizeof quiet);
+    lock_key("skip", schema, table, skip, sizeof skip);
+
+    int rc = build_session_check(&q->check, schema, table);
+    rc |= build_newest(&q->version, qschema);
+    rc |= build_lock_statements(q, &lock);
+    rc |= build(&q->quiet_on, "SELECT pg_try_advisory_lock(%s)", quiet);
+    rc |= build(&q->quiet_off, "SELECT pg_advisory_unlock(%s)", quiet);
+    /* Taken and given back at once: only whether it could be taken matters. */
+    rc |= build(&q->quiet_check,
+                "SELECT CASE WHEN pg_try_advisory_lock(%s) THEN pg_advisory_unlock(%s) "
+                "ELSE false END",
+                skip, skip);
+    if (rc != 0) {
+        sql_session_free(q);
+        return -ENOMEM;
+    }
+    return 0;
+}
+
+void sql_session_free(struct sql_session *q)
+{
+    free(q->check);
+    free(q->lock);
+    free(q->verify);
+    free(q->release);
+    free(q->holder);
+    free(q->version);
+    free(q->quiet_on);
+    free(q->quiet_off);
+    free(q->quiet_check);
+    memset(q, 0, sizeof *q);
+}
+
+int sql_migrate_init(struct sql_migrate *q, const char *schema)
+{
+    memset(q, 0, sizeof *q);
+    if (!sql_ident_valid(schema))
+        return -EINVAL;
+
+    char qschema[2 * CONFIG_IDENT_MAX + 4];
+    sql_quote_ident(schema, qschema, sizeof qschema);
+
+    /* One key for all tables: migrations of different tables may share the
+     * schema and its bookkeeping table, so they serialise too. */
+    q->lock = strdup("SELECT pg_advisory_xact_lock(hashtextextended('outbox-relay:migrate', 0))");
+    if (!q->lock)
+        goto nomem;
+    if (asprintf(&q->create_schema, "CREATE SCHEMA IF NOT EXISTS %s", qschema) < 0) {
+        q->create_schema = NULL;
+        goto nomem;
+    }
+    if (asprintf(&q->create_table,
+                 "CREATE TABLE IF NOT EXISTS %s.\"outbox_relay_migrations\" ("
+                 "\"table_name\" text NOT NULL, "
+                 "\"version\" int NOT NULL, "
+                 "\"name\" text NOT NULL, "
+                 "\"applied_at\" timestamptz NOT NULL DEFAULT clock_timestamp(), "
+                 "PRIMARY KEY (\"table_name\", \"version\"))",
+                 qschema) < 0) {
+        q->create_table = NULL;
+        goto nomem;
+    }
+    if (asprintf(&q->applied,
+                 "SELECT 1 FROM %s.\"outbox_relay_migrations\" "
+                 "WHERE \"table_name\" = $1 AND \"version\" = $2::int",
+                 qschema) < 0) {
+        q->applied = NULL;
+        goto nomem;
+    }
+    if (build_newest(&q->newest, qschema) < 0)
+        goto nomem;
+    if (asprintf(&q->record,
+                 "INSERT INTO %s.\"outbox_relay_migrations\" (\"table_name\", \"version\", "
+                 "\"name\") VALUES ($1, $2::int, $3)",
+                 qschema) < 0) {
+        q->record = NULL;
+        goto nomem;
+    }
+    return 0;
+
+nomem:
+    sql_migrate_free(q);
+    return -ENOMEM;
+}
+
+void sql_migrate_free(struct sql_migrate *q)
+{
+    free(q->lock);
+    free(q->create_schema);
+    free(q->create_table);
+    free(q->applied);
+    free(q->newest);
+    free(q->record);
+    memset(q, 0, sizeof *q);
+}
+
+
+/* The rows an operator acts on, for table alias @p a: dead (dead_at set) or
+ * failing (not dead but attempts > 0), never sent ones. Each arm repeats the
+ * predicate of a partial index (dead_key_idx, pending_idx), so the planner can
+ * answer it from the indexes instead of scanning every sent row. */
+#define NEEDS_OPERATOR(a)                                                                   \
+    "((" a ".\"dead_at\" IS NOT NULL AND " a ".\"sent_at\" IS NULL) OR (" a                \
+    ".\"sent_at\" IS NULL AND " a ".\"dead_at\" IS NULL AND " a ".\"attempts\" > 0))"
+
+int sql_dead_init(struct sql_dead *q, const char *schema, const char *table)
+{
+    memset(q, 0, sizeof *q);
+    if (!sql_ident_valid(schema) || !sql_ident_valid(table))
+        return -EINVAL;
+
+    char t[QUALIFIED_MAX];
+    qualified_name(schema, table, t, sizeof t);
+
+    int rc = 0;
+    /* "waiting" counts the later rows of the aggregate that are neither sent
+     * nor dead: under hold_aggregate they wait for this row. One join over
+     * the pending rows, not one scan per listed row. */
+    rc |= build(&q->list,
+                "SELECT o.\"id\", o.\"event_id\"::text, o.\"aggregate_type\", o.\"aggregate_id\", "
+                "o.\"event_type\", "
+                "CASE WHEN o.\"dead_at\" IS NOT NULL THEN 'dead' ELSE 'failing' END, "
+                "o.\"attempts\", "
+                "to_char(o.\"dead_at\" AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'), "
+                "o.\"last_error\", count(l.\"id\") "
+                "FROM %s AS o LEFT JOIN %s AS l ON l.\"sent_at\" IS NULL AND l.\"dead_at\" IS NULL "
+                "AND l.\"aggregate_type\" = o.\"aggregate_type\" "
+                "AND l.\"aggregate_id\" = o.\"aggregate_id\" AND l.\"id\" > o.\"id\" "
+                "WHERE " NEEDS_OPERATOR("o") " GROUP BY o.\"id\" ORDER BY o.\"id\"",
+                t, t);
+    /* attempts back to 0 gives the row its full max_attempts again;
+     * last_error stays, so the history of why it failed is not lost. */
+    rc |= build(&q->requeue,
+                "UPDATE %s AS o SET \"dead_at\" = NULL, \"attempts\" = 0 "
+                "WHERE ($1::bigint[] IS NULL OR o.\"id\" = ANY($1::bigint[])) "
+                "AND " NEEDS_OPERATOR("o") " RETURNING o.\"id\"",
+                t);
+    rc |= build(&q->drop,
+                "DELETE FROM %s AS o WHERE o.\"id\" = ANY($1::bigint[]) "
+                "AND " NEEDS_OPERATOR("o") " RETURNING o.\"id\"",
+                t);
+    if (rc != 0) {
+        sql_dead_free(q);
+        return -ENOMEM;
+    }
+    return 0;
+}
+
+void sql_dead_free(struct sql_dead *q)
+{
+    free(q->list);
+    free(q->requeue);
+    free(q->drop);
+    memset(q, 0, sizeof *q);
+}
+
+/* The claim's columns, so that verify and replay see a row exactly as the
+ * relay published it (created_at text and milliseconds included). */
+#define ROW_COLUMNS CLAIM_COLUMNS ", o.\"sent_at\" IS NOT NULL, o.\"dead_at\" IS NOT NULL"
+
+#define WINDOW                                                                                     \
+    "($1::bigint IS NULL OR o.\"id\" >= $1::bigint) "                                              \
+    "AND ($2::bigint IS NULL OR o.\"id\" <= $2::bigint) "                                          \
+    "AND ($3::timestamptz IS NULL OR o.\"created_at\" >= $3::timestamptz) "                        \
+    "AND ($4::timestamptz IS NULL OR o.\"created_at\" < $4::timestamptz)"
+
+int sql_window_init(struct sql_window *q, const char *schema, const char *table)
+{
+    memset(q, 0, sizeof *q);
+    if (!sql_ident_valid(schema) || !sql_ident_valid(table))
+        return -EINVAL;
+    char t[QUALIFIED_MAX];
+    qualified_name(schema, table, t, sizeof t);
+
+    int rc = 0;
+    rc |= build(&q->bounds,
+                "SELECT count(*), min(o.\"id\"), max(o.\"id\"), "
+                "floor(extract(epoch FROM $3::timestamptz) * 1000)::bigint, "
+                "floor(extract(epoch FROM $4::timestamptz) * 1000)::bigint "
+                "FROM %s AS o WHERE " WINDOW,
+                t);
+    /* Keyset pages through the primary key: each page is one index range. */
+    rc |= build(&q->rows,
+                "SELECT " ROW_COLUMNS " FROM %s AS o WHERE o.\"id\" > $5::bigint AND " WINDOW
+                " ORDER BY o.\"id\" LIMIT $6::int",
+                t);
+    rc |= build(&q->replay,
+                "SELECT " ROW_COLUMNS " FROM %s AS o WHERE o.\"id\" > $5::bigint AND " WINDOW
+                " AND ($7::text IS NULL OR o.\"aggregate_type\" = $7::text)"
+                " AND ($8::text IS NULL OR o.\"aggregate_id\" = $8::text)"
+                " AND ($9::text IS NULL OR o.\"event_type\" = $9::text)"
+                " ORDER BY o.\"id\" LIMIT $6::int",
+                t);
+    if (rc != 0) {
+        sql_window_free(q);
+        return -ENOMEM;
+    }
+    return 0;
+}
+
+void sql_window_free(struct sql_window *q)
+{
+    free(q->bounds);
+    free(q->rows);
+    free(q->replay);
+    memset(q, 0, sizeof *q);
+}

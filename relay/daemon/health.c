@@ -1,0 +1,160 @@
+/* health.c — see health.h.
+ *
+ * The readiness checks are one table: their order is the order of the
+ * /readyz?verbose lines, and every reader of readiness goes through it, so
+ * the probe, /status and /metrics cannot disagree. */
+#include "daemon/health.h"
+
+#include <math.h>
+#include <stdio.h>
+
+/* Longer than any reason a check gives: the longest is a refusal's
+ * "refused: " and stats' refused_reason. */
+#define WHY_MAX 768
+
+/* What a check looks at. */
+struct health_in {
+    const struct relay_stats *s;
+    const struct relay_config *cfg;    /* may be NULL */
+    double mono_now;
+};
+
+/* One readiness check: @return whether it passes; when it does not, @p why
+ * says what fails. */
+typedef bool (*health_check_fn)(const struct health_in *in, char *why, size_t len);
+
+static bool schema_fit(const struct relay_stats *s)
+{
+    return s->schema_problem[0] == '\0';
+}
+
+static bool check_postgres(const struct health_in *in, char *why, size_t len)
+{
+    const struct relay_stats *s = in->s;
+    snprintf(why, len, "%s",
+             s->refused ? "not connected (relaying refused; see database)" : "not connected");
+    return s->pg_up;
+}
+
+/* The connection is a session of its own and this role sees every row. */
+static bool check_database(const struct health_in *in, char *why, size_t len)
+{
+    const struct relay_stats *s = in->s;
+    snprintf(why, len, "refused: %s", s->refused_reason);
+    return !s->refused;
+}
+
+/* The table is the one this binary's statements were written for. */
+static bool check_schema(const struct health_in *in, char *why, size_t len)
+{
+    const struct relay_stats *s = in->s;
+    snprintf(why, len, "%s", s->schema_problem);
+    return schema_fit(s);
+}
+
+/* A standby is ready to take over, unless it waits behind something that
+ * will not let go: then it names the holder. */
+static bool check_role(const struct health_in *in, char *why, size_t len)
+{
+    const struct relay_stats *s = in->s;
+    snprintf(why, len, "%s",
+             s->refused                     ? "none (relaying refused; see database)"
+             : !schema_fit(s)                ? "none (waiting for the schema; see schema)"
+             : s->role == STATS_ROLE_UNKNOWN ? "not known yet (leader lock not queried since connecting)"
+                                             : s->standby_reason);
+    return s->role != STATS_ROLE_UNKNOWN && !(s->role == STATS_ROLE_STANDBY && s->standby_stuck);
+}
+
+static bool check_kafka(const struct health_in *in, char *why, size_t len)
+{
+    const struct relay_stats *s = in->s;
+    if (s->brokers_up < 0)
+        snprintf(why, len, "no statistics from librdkafka yet");
+    else
+        snprintf(why, len, "no broker up (%d known)", s->brokers_total);
+    return s->brokers_up > 0;
+}
+
+/* A broker that holds its connections and answers nothing is still UP for
+ * check_kafka: messages waiting with no acknowledgement at all is what shows it. */
+static bool check_acks(const struct health_in *in, char *why, size_t len)
+{
+    const struct relay_stats *s = in->s;
+    int limit_ms = in->cfg ? in->cfg->ack_timeout_ms : 0;
+    double wait = stats_ack_wait(s, in->mono_now);
+    snprintf(why, len, "%lld message%s in flight%s, no acknowledgement for %.0f s",
+             (long long)s->kafka_in_flight, s->kafka_in_flight == 1 ? "" : "s",
+             s->kafka_committing ? " and a transaction ending" : "", floor(wait));
+    return limit_ms <= 0 || wait * 1000 < limit_ms;
+}
+
+static bool check_producer(const struct health_in *in, char *why, size_t len)
+{
+    const struct relay_stats *s = in->s;
+    snprintf(why, len, "fatal error; the producer is being replaced");
+    return !s->producer_fatal;
+}
+
+static bool check_relaying(const struct health_in *in, char *why, size_t len)
+{
+    const struct relay_stats *s = in->s;
+    snprintf(why, len, "halted: %s", s->halt_reason);
+    return !s->halted;
+}
+
+/* A relay draining for shutdown takes no new work: let the orchestrator stop
+ * routing to it. */
+static bool check_shutdown(const struct health_in *in, char *why, size_t len)
+{
+    const struct relay_stats *s = in->s;
+    snprintf(why, len, "stopping: draining in-flight deliveries");
+    return !s->stopping;
+}
+
+static const struct health_check {
+    const char *name;
+    health_check_fn check;
+} checks[] = {
+    {"postgres", check_postgres},
+    {"database", check_database},
+    {"schema", check_schema},
+    {"role", check_role},
+    {"kafka", check_kafka},
+    {"acks", check_acks},
+    {"producer", check_producer},
+    {"relaying", check_relaying},
+    {"shutdown", check_shutdown},
+};
+
+bool health_ready(const struct relay_stats *s, const struct relay_config *cfg, double mono_now,
+                  struct strbuf *out)
+{
+    const struct health_in in = {.s = s, .cfg = cfg, .mono_now = mono_now};
+    bool ready = true;
+    char why[WHY_MAX];
+    for (size_t i = 0; i < sizeof checks / sizeof checks[0]; i++) {
+        bool ok = checks[i].check(&in, why, sizeof why);
+        ready &= ok;
+        if (out)
+            strbuf_printf(out, "[%c]%s %s\n", ok ? '+' : '-', checks[i].name, ok ? "ok" : why);
+    }
+    return ready;
+}
+
+const char *health_role_name(enum stats_role role)
+{
+    switch (role) {
+    case STATS_ROLE_LEADER: return "leader";
+    case STATS_ROLE_STANDBY: return "standby";
+    default: return "unknown";
+    }
+}
+
+/* The query ran up to a few seconds ago: the oldest row has aged since. */
+double health_oldest_unsent_age(const struct relay_stats *s, double now)
+{
+    double age = s->oldest_unsent_age;
+    if (s->backlog_rows > 0 && now > s->backlog_time)
+        age += now - s->backlog_time;
+    return age;
+}

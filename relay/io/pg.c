@@ -1,0 +1,428 @@
+/* pg.c — libpq in non-blocking mode on a uv_poll_t.
+ *
+ * libpq tells us which direction it waits for (PQconnectPoll while
+ * connecting, PQflush while sending); we translate that into poll events and
+ * never block the loop. */
+#include "io/pg.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "core/pg_binary.h"
+#include "base/redact.h"
+#include "core/sql.h"
+
+static void on_poll(uv_poll_t *h, int status, int events);
+
+static void close_poll_cb(uv_handle_t *h)
+{
+    free(h);
+}
+
+static void drop_poll(struct pg_conn *pg)
+{
+    if (pg->poll) {
+        uv_poll_stop(pg->poll);
+        uv_close((uv_handle_t *)pg->poll, close_poll_cb);
+        pg->poll = NULL;
+    }
+    pg->fd = -1;
+    pg->poll_events = 0;
+}
+
+/* Watches libpq's current socket for @p events; libpq may have replaced the
+ * socket (another host of a multi-host conninfo, or a reconnect), and uv
+ * refuses to watch a new fd with an old handle, so a changed fd gets a new handle. */
+static int watch(struct pg_conn *pg, int events)
+{
+    int fd = PQsocket(pg->conn);
+    if (fd < 0)
+        return -EBADF;
+    if (pg->poll && fd != pg->fd)
+        drop_poll(pg);
+    if (!pg->poll) {
+        pg->poll = malloc(sizeof(*pg->poll));
+        if (!pg->poll)
+            return -ENOMEM;
+        int rc = uv_poll_init(pg->loop, pg->poll, fd);
+        if (rc < 0) {
+            free(pg->poll);
+            pg->poll = NULL;
+            return rc;
+        }
+        pg->poll->data = pg;
+        pg->fd = fd;
+        pg->poll_events = 0;
+    }
+    if (events != pg->poll_events) {
+        int rc = uv_poll_start(pg->poll, events, on_poll);
+        if (rc < 0)
+            return rc;
+        pg->poll_events = events;
+    }
+    return 0;
+}
+
+static void teardown(struct pg_conn *pg)
+{
+    drop_poll(pg);
+    if (pg->last) {
+        PQclear(pg->last);
+        pg->last = NULL;
+    }
+    if (pg->conn) {
+        PQfinish(pg->conn);
+        pg->conn = NULL;
+    }
+    pg->state = PG_DISCONNECTED;
+}
+
+/* The connection is gone: the running statement (if any) completes with NULL,
+ * then the owner hears about it once. */
+static void lost(struct pg_conn *pg, const char *why)
+{
+    /* libpq's messages may quote the conninfo, password included; the owner logs them. */
+    char *clean = redact_message(pg->conninfo, why && *why ? why : "connection lost");
+    char msg[512];
+    snprintf(msg, sizeof(msg), "%s", clean ? clean : "connection lost");
+    free(clean);
+    size_t n = strlen(msg);
+    while (n > 0 && (msg[n - 1] == '\n' || msg[n - 1] == ' '))
+        msg[--n] = '\0';
+
+    pg_result_cb cb = pg->result_cb;
+    void *arg = pg->result_arg;
+    pg->result_cb = NULL;
+    teardown(pg);
+    if (cb)
+        cb(pg, NULL, arg);
+    if (pg->cb.on_lost)
+        pg->cb.on_lost(pg, msg, pg->cb.arg);
+}
+
+/* Server notices and libpq's own warnings go through the relay's logger, not
+ * straight to stderr. */
+static void on_notice(void *arg, const char *message)
+{
+    (void)arg;
+    log_warn("postgres notice", "detail=%s", log_quote(message));
+}
+
+int pg_init(struct pg_conn *pg, uv_loop_t *loop, const char *conninfo,
+            const struct pg_callbacks *cb)
+{
+    memset(pg, 0, sizeof(*pg));
+    pg->loop = loop;
+    pg->fd = -1;
+    pg->cb = *cb;
+    pg->conninfo = strdup(conninfo ? conninfo : "");
+    return pg->conninfo ? 0 : -ENOMEM;
+}
+
+/* PQconnectStart with a fallback application_name, so that a standby can
+ * tell a relay holding the leader lock from anything else holding it. The
+ * conninfo is parsed here, not handed over as an expandable dbname: that
+ * would take a malformed conninfo for a database name instead of failing
+ * with libpq's own syntax error. */
+static PGconn *start_named(const char *conninfo)
+{
+    PQconninfoOption *opts = PQconninfoParse(conninfo, NULL);
+    if (!opts)
+        return PQconnectStart(conninfo); /* reports the syntax error */
+    size_t n = 0;
+    for (const PQconninfoOption *o = opts; o->keyword; o++)
+        n++;
+    const char **keys = calloc(n + 2, sizeof(*keys));
+    const char **values = calloc(n + 2, sizeof(*values));
+    PGconn *conn = NULL;
+    if (keys && values) {
+        /* First, so that a fallback_application_name of the conninfo wins. */
+        size_t k = 0;
+        keys[k] = "fallback_application_name";
+        values[k++] = "outbox-relay";
+        for (const PQconninfoOption *o = opts; o->keyword; o++) {
+            if (o->val) {
+                keys[k] = o->keyword;
+                values[k++] = o->val;
+            }
+        }
+        keys[k] = NULL;
+        conn = PQconnectStartParams(keys, values, 0);
+    }
+    free(keys);
+    free(values);
+    PQconninfoFree(opts);
+    return conn;
+}
+
+int pg_connect(struct pg_conn *pg)
+{
+    if (pg->state != PG_DISCONNECTED)
+        return -EALREADY;
+    pg->conn = start_named(pg->conninfo);
+    if (!pg->conn)
+        return -ENOMEM;
+    PQsetNoticeProcessor(pg->conn, on_notice, pg);
+    if (PQstatus(pg->conn) == CONNECTION_BAD) {
+        log_warn("postgres connection failed", "error=%s",
+                 log_quote_pq(pg->conninfo, PQerrorMessage(pg->conn)));
+        teardown(pg);
+        return -EIO;
+    }
+    pg->state = PG_CONNECTING;
+    /* PQconnectStart leaves us in the "writing" phase of the handshake. */
+    int rc = watch(pg, UV_WRITABLE);
+    if (rc < 0) {
+        teardown(pg);
+        return -EIO;
+    }
+    return 0;
+}
+
+static void connect_step(struct pg_conn *pg)
+{
+    switch (PQconnectPoll(pg->conn)) {
+    case PGRES_POLLING_READING:
+        if (watch(pg, UV_READABLE) < 0)
+            lost(pg, "cannot watch socket");
+        return;
+    case PGRES_POLLING_WRITING:
+        if (watch(pg, UV_WRITABLE) < 0)
+            lost(pg, "cannot watch socket");
+        return;
+    case PGRES_POLLING_OK:
+        if (PQsetnonblocking(pg->conn, 1) != 0 || watch(pg, UV_READABLE) < 0) {
+            lost(pg, PQerrorMessage(pg->conn));
+            return;
+        }
+        pg->state = PG_READY;
+        if (pg->cb.on_connected)
+            pg->cb.on_connected(pg, pg->cb.arg);
+        return;
+    default:
+        lost(pg, PQerrorMessage(pg->conn));
+        return;
+    }
+}
+
+static void drain_notifies(struct pg_conn *pg)
+{
+    PGnotify *n;
+    while (pg->conn && (n = PQnotifies(pg->conn)) != NULL) {
+        if (pg->cb.on_notify)
+            pg->cb.on_notify(pg, n->relname, pg->cb.arg);
+        PQfreemem(n);
+    }
+}
+
+/* Collects results while libpq can hand them out without blocking; the
+ * statement is complete when PQgetResult returns NULL. */
+static void collect_results(struct pg_conn *pg)
+{
+    while (pg->state == PG_BUSY && !PQisBusy(pg->conn)) {
+        PGresult *res = PQgetResult(pg->conn);
+        if (res) {
+            if (pg->last)
+                PQclear(pg->last);
+            pg->last = res;
+            continue;
+        }
+        pg_result_cb cb = pg->result_cb;
+        void *arg = pg->result_arg;
+        PGresult *final = pg->last;
+        pg->last = NULL;
+        pg->result_cb = NULL;
+        pg->state = PG_READY;
+        /* The callback may send the next statement or even close us. */
+        pg->keep = false;
+        if (cb)
+            cb(pg, final, arg);
+        if (!pg->keep)
+            PQclear(final);
+        pg->keep = false;
+    }
+}
+
+void pg_result_keep(struct pg_conn *pg)
+{
+    pg->keep = true;
+}
+
+static void on_poll(uv_poll_t *h, int status, int events)
+{
+    struct pg_conn *pg = h->data;
+    if (!pg || pg->poll != h)
+        return;
+    if (status < 0 && pg->state != PG_CONNECTING) {
+        lost(pg, uv_strerror(status));
+        return;
+    }
+    if (pg->state == PG_CONNECTING) {
+        connect_step(pg);
+        return;
+    }
+
+    if (events & UV_WRITABLE) {
+        int f = PQflush(pg->conn);
+        if (f < 0) {
+            lost(pg, PQerrorMessage(pg->conn));
+            return;
+        }
+        if (f == 0 && watch(pg, UV_READABLE) < 0) {
+            lost(pg, "cannot watch socket");
+            return;
+        }
+    }
+    if (events & UV_READABLE) {
+        if (!PQconsumeInput(pg->conn)) {
+            lost(pg, PQerrorMessage(pg->conn));
+            return;
+        }
+        drain_notifies(pg);
+        if (!pg->conn)
+            return;
+        collect_results(pg);
+        if (!pg->conn)
+            return;
+        drain_notifies(pg);
+    }
+    if (pg->conn && PQstatus(pg->conn) == CONNECTION_BAD)
+        lost(pg, PQerrorMessage(pg->conn));
+}
+
+int pg_announced_pid(const struct pg_conn *pg)
+{
+    return pg->conn && PQstatus(pg->conn) == CONNECTION_OK ? PQbackendPID(pg->conn) : 0;
+}
+
+const char *pg_sqlstate(const PGresult *res)
+{
+    const char *s = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+    return s ? s : "";
+}
+
+bool pg_ready(const struct pg_conn *pg)
+{
+    return pg->state == PG_READY;
+}
+
+bool pg_busy(const struct pg_conn *pg)
+{
+    return pg->state == PG_BUSY;
+}
+
+int pg_server_version(const struct pg_conn *pg)
+{
+    return pg->conn ? PQserverVersion(pg->conn) : 0;
+}
+
+enum send_kind { SEND_QUERY, SEND_PREPARE, SEND_PREPARED, SEND_PREPARED_BINARY };
+
+/* The one way a statement goes out: libpq queues it, we flush what the
+ * socket takes and watch for the rest. */
+static int send_statement(struct pg_conn *pg, enum send_kind kind, const char *name,
+                          const char *sql, int nparams, const char *const *params,
+                          pg_result_cb cb, void *arg)
+{
+    if (pg->state == PG_BUSY)
+        return -EBUSY;
+    if (pg->state != PG_READY)
+        return -ENOTCONN;
+    int ok = kind == SEND_QUERY
+                 ? PQsendQueryParams(pg->conn, sql, nparams, NULL, params, NULL, NULL, 0)
+             : kind == SEND_PREPARE
+                 ? PQsendPrepare(pg->conn, name, sql, nparams, NULL)
+                 : PQsendQueryPrepared(pg->conn, name, nparams, params, NULL, NULL,
+                                       kind == SEND_PREPARED_BINARY);
+    if (!ok) {
+        lost(pg, PQerrorMessage(pg->conn));
+        return -EIO;
+    }
+    pg->state = PG_BUSY;
+    pg->result_cb = cb;
+    pg->result_arg = arg;
+    /* A large statement may not fit the socket buffer: then wait for writable too. */
+    int f = PQflush(pg->conn);
+    int rc = f < 0 ? -EIO : watch(pg, f == 1 ? (UV_READABLE | UV_WRITABLE) : UV_READABLE);
+    if (rc < 0) {
+        /* Failing here is reported by the return value, not by the result callback. */
+        pg->result_cb = NULL;
+        lost(pg, f < 0 ? PQerrorMessage(pg->conn) : "cannot watch socket");
+        return -EIO;
+    }
+    return 0;
+}
+
+int pg_query(struct pg_conn *pg, const char *sql, int nparams, const char *const *params,
+             pg_result_cb cb, void *arg)
+{
+    return send_statement(pg, SEND_QUERY, NULL, sql, nparams, params, cb, arg);
+}
+
+int pg_prepare(struct pg_conn *pg, const char *name, const char *sql, int nparams,
+               pg_result_cb cb, void *arg)
+{
+    return send_statement(pg, SEND_PREPARE, name, sql, nparams, NULL, cb, arg);
+}
+
+int pg_query_prepared(struct pg_conn *pg, const char *name, int nparams,
+                      const char *const *params, pg_result_cb cb, void *arg)
+{
+    return send_statement(pg, SEND_PREPARED, name, NULL, nparams, params, cb, arg);
+}
+
+int pg_query_prepared_binary(struct pg_conn *pg, const char *name, int nparams,
+                             const char *const *params, pg_result_cb cb, void *arg)
+{
+    return send_statement(pg, SEND_PREPARED_BINARY, name, NULL, nparams, params, cb, arg);
+}
+
+void pg_close(struct pg_conn *pg)
+{
+    pg->result_cb = NULL;
+    teardown(pg);
+}
+
+void pg_free(struct pg_conn *pg)
+{
+    pg_close(pg);
+    free(pg->conninfo);
+    pg->conninfo = NULL;
+}
+
+int64_t pg_claim_id(const PGresult *res, int i)
+{
+    return pgb_int8(PQgetvalue(res, i, CLAIM_ID));
+}
+
+int64_t pg_claim_created_ms(const PGresult *res, int i)
+{
+    return pgb_time_epoch_ms(pgb_timestamptz(PQgetvalue(res, i, CLAIM_CREATED_AT)));
+}
+
+void pg_claim_row(const PGresult *res, int i, struct event_row *out)
+{
+    int64_t created = pgb_timestamptz(PQgetvalue(res, i, CLAIM_CREATED_AT));
+    *out = (struct event_row){
+        .id = pg_claim_id(res, i),
+        .aggregate_type = PQgetvalue(res, i, CLAIM_AGGREGATE_TYPE),
+        .aggregate_id = PQgetvalue(res, i, CLAIM_AGGREGATE_ID),
+        .event_type = PQgetvalue(res, i, CLAIM_EVENT_TYPE),
+        .topic = PQgetisnull(res, i, CLAIM_TOPIC) ? NULL : PQgetvalue(res, i, CLAIM_TOPIC),
+        .payload = PQgetisnull(res, i, CLAIM_PAYLOAD) ? NULL : PQgetvalue(res, i, CLAIM_PAYLOAD),
+        .payload_len = (size_t)PQgetlength(res, i, CLAIM_PAYLOAD),
+        .headers_json = PQgetisnull(res, i, CLAIM_HEADERS) ? NULL : PQgetvalue(res, i, CLAIM_HEADERS),
+        .created_ms = pgb_time_epoch_ms(created),
+    };
+    /* A table whose event_id is not a uuid (a text column, say) is read as its text. */
+    if (PQftype(res, CLAIM_EVENT_ID) == PGB_UUIDOID) {
+        pgb_uuid_text(PQgetvalue(res, i, CLAIM_EVENT_ID), out->event_id_text);
+        out->event_id = out->event_id_text;
+    } else {
+        out->event_id = PQgetvalue(res, i, CLAIM_EVENT_ID);
+    }
+    pgb_time_text(created, out->created_at_text);
+    out->created_at = out->created_at_text;
+}

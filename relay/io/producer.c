@@ -1,0 +1,684 @@
+/* producer.c — librdkafka's producer driven from the libuv loop. */
+#include "io/producer.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/kafka_rules.h"
+#include "base/log.h"
+
+#include <cjson/cJSON.h>
+
+
+/* ---- acknowledgements ---------------------------------------------------
+ * A broker that accepts requests and never answers stays UP in librdkafka's
+ * statistics until socket.timeout.ms (a minute) closes the connection. The
+ * clock below shows it sooner: it runs while messages are in flight and
+ * restarts at every acknowledgement; /readyz fails once it passes
+ * relay.ack_timeout_ms. Failed reports do not restart it: they are not
+ * progress, though the clock stops when nothing is left in flight. */
+
+static void ack_clock_sent(struct producer *p)
+{
+    if (p->in_flight++ == 0 && p->stats)
+        p->stats->kafka_ack_clock = stats_mono();
+    if (p->stats)
+        p->stats->kafka_in_flight = p->in_flight;
+}
+
+static void ack_clock_report(struct producer *p, bool acknowledged)
+{
+    if (p->in_flight > 0)
+        p->in_flight--;
+    if (!p->stats)
+        return;
+    p->stats->kafka_in_flight = p->in_flight;
+    if (acknowledged)
+        p->stats->kafka_ack_clock = stats_mono();
+}
+
+/* Logs when the clock passes the threshold and when it is over; the readiness
+ * check itself is computed at each request (health_ready). */
+static void ack_clock_watch(struct producer *p)
+{
+    if (!p->stats || !p->cfg)
+        return;
+    double wait = stats_ack_wait(p->stats, stats_mono());
+    double limit = p->cfg->ack_timeout_ms / 1000.0;
+    bool stalled = p->cfg->ack_timeout_ms > 0 && wait >= limit;
+    if (stalled && !p->ack_stalled)
+        log_warn("no acknowledgement from kafka", "in_flight=%" PRId64 " waited_s=%.1f "
+                 "ack_timeout_ms=%d", p->in_flight, wait, p->cfg->ack_timeout_ms);
+    else if (!stalled && p->ack_stalled)
+        log_info("kafka acknowledgements resumed", "in_flight=%" PRId64, p->in_flight);
+    p->ack_stalled = stalled;
+}
+
+/* The instance cannot go on: it takes nothing more, and what waits in its
+ * queues is purged now, after the last message it accepted from us.
+ * librdkafka purges its queues itself when the error is raised, on its own
+ * thread; a message rd_kafka_producev() was enqueueing at that moment (it
+ * checked for a fatal error before) lands after that purge and would wait
+ * for message.timeout.ms, and the batch and the replacement with it. Purged,
+ * such messages are reported at once with __PURGE_QUEUE, not the rows'
+ * fault. Requests in flight are left alone: their outcome is real. */
+static void set_fatal(struct producer *p)
+{
+    bool first = !p->fatal;
+    p->fatal = true;
+    if (p->stats)
+        p->stats->producer_fatal = true;
+    if (first && p->rk)
+        rd_kafka_purge(p->rk, RD_KAFKA_PURGE_F_QUEUE);
+}
+
+/* A fatal error (an idempotent or transactional producer that cannot go on,
+ * e.g. fenced by a newer producer of the same transactional.id). */
+static void on_fatal(struct producer *p)
+{
+    char buf[512];
+    rd_kafka_resp_err_t orig = rd_kafka_fatal_error(p->rk, buf, sizeof(buf));
+    set_fatal(p);
+    log_error("kafka producer fatal error", "error=%s reason=%s", rd_kafka_err2name(orig),
+              log_quote(buf));
+}
+
+static void on_error(struct producer *p, rd_kafka_event_t *ev)
+{
+    if (rd_kafka_event_error_is_fatal(ev)) {
+        on_fatal(p);
+        return;
+    }
+    /* Transport errors and "all brokers down" are retried by librdkafka itself. */
+    log_warn("kafka error", "error=%s reason=%s", rd_kafka_err2name(rd_kafka_event_error(ev)),
+             log_quote(rd_kafka_event_error_string(ev)));
+}
+
+/* librdkafka's statistics JSON, served on the loop thread by producer_poll. */
+static void on_stats(struct producer *p, const char *json)
+{
+    if (!p->stats || !json)
+        return;
+    ack_clock_watch(p);
+    cJSON *root = cJSON_Parse(json);
+    if (!root)
+        return;
+    const cJSON *msg_cnt = cJSON_GetObjectItemCaseSensitive(root, "msg_cnt");
+    if (cJSON_IsNumber(msg_cnt))
+        p->stats->producer_queue_msgs = (int64_t)msg_cnt->valuedouble;
+    int up = 0, total = 0;
+    const cJSON *brokers = cJSON_GetObjectItemCaseSensitive(root, "brokers");
+    const cJSON *b;
+    cJSON_ArrayForEach(b, brokers) {
+        const cJSON *nodeid = cJSON_GetObjectItemCaseSensitive(b, "nodeid");
+        const cJSON *state = cJSON_GetObjectItemCaseSensitive(b, "state");
+        /* Bootstrap entries (nodeid -1) are addresses, not brokers. */
+        if (!cJSON_IsNumber(nodeid) || nodeid->valuedouble < 0)
+            continue;
+        if (total < STATS_MAX_BROKERS) {
+            const cJSON *name = cJSON_GetObjectItemCaseSensitive(b, "nodename");
+            struct stats_broker *sb = &p->stats->brokers[total];
+            sb->id = (int32_t)nodeid->valuedouble;
+            snprintf(sb->name, sizeof(sb->name), "%s",
+                     cJSON_IsString(name) ? name->valuestring : "");
+            snprintf(sb->state, sizeof(sb->state), "%s",
+                     cJSON_IsString(state) ? state->valuestring : "");
+        }
+        total++;
+        if (cJSON_IsString(state) && strcmp(state->valuestring, "UP") == 0)
+            up++;
+    }
+    p->stats->n_brokers = total < STATS_MAX_BROKERS ? total : STATS_MAX_BROKERS;
+    p->stats->brokers_up = up;
+    p->stats->brokers_total = total;
+    cJSON_Delete(root);
+}
+
+
+static void on_log(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
+{
+    (void)rk;
+    enum log_level l = level <= 3 ? LOG_LVL_ERROR : level <= 5 ? LOG_LVL_WARN
+                     : level == 6 ? LOG_LVL_INFO : LOG_LVL_DEBUG;
+    /* librdkafka warns that a property the relay sets on purpose is
+     * experimental (enable.gapless.guarantee): not the operator's concern. */
+    if (!strcmp(fac, "CONFWARN") && strstr(buf, "enable.gapless.guarantee is experimental"))
+        l = LOG_LVL_DEBUG;
+    log_write(l, "librdkafka", "facility=%s detail=%s", fac, log_quote(buf));
+}
+
+static rd_kafka_conf_t *conf_build(const struct relay_config *cfg, bool transactional, char *errbuf,
+                                   size_t errlen)
+{
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    char err[512];
+    size_t n;
+    const struct kafka_setting *s = kafka_producer_settings(&n);
+    for (size_t i = 0; i < n; i++) {
+        if (rd_kafka_conf_set(conf, s[i].key, s[i].value, err, sizeof(err)) != RD_KAFKA_CONF_OK) {
+            snprintf(errbuf, errlen, "kafka.%s: %s", s[i].key, err);
+            rd_kafka_conf_destroy(conf);
+            return NULL;
+        }
+    }
+    /* Room for every batch in flight, unless the operator sized the queue
+     * (config_validate then checks that it is large enough). */
+    long need = (long)cfg->batch_size * RELAY_BATCHES_IN_FLIGHT;
+    if (need > PRODUCER_QUEUE_MESSAGES_DEFAULT) {
+        char v[24];
+        snprintf(v, sizeof(v), "%ld", need);
+        rd_kafka_conf_set(conf, "queue.buffering.max.messages", v, err, sizeof(err));
+    }
+    if (transactional && relay_fencing_of(cfg) == RELAY_FENCING_TRANSACTIONAL) {
+        char id[256];
+        config_transactional_id(cfg, id, sizeof(id));
+        s = kafka_transaction_settings(&n);
+        for (size_t i = 0; i < n; i++) {
+            const char *v = s[i].value ? s[i].value : id;
+            if (rd_kafka_conf_set(conf, s[i].key, v, err, sizeof(err)) != RD_KAFKA_CONF_OK) {
+                snprintf(errbuf, errlen, "kafka.%s: %s", s[i].key, err);
+                rd_kafka_conf_destroy(conf);
+                return NULL;
+            }
+        }
+    }
+    for (size_t i = 0; i < cfg->n_kafka; i++) {
+        if (rd_kafka_conf_set(conf, cfg->kafka[i].key, cfg->kafka[i].value, err, sizeof(err)) !=
+            RD_KAFKA_CONF_OK) {
+            snprintf(errbuf, errlen, "kafka.%s: %s", cfg->kafka[i].key, err);
+            rd_kafka_conf_destroy(conf);
+            return NULL;
+        }
+    }
+    return conf;
+}
+
+rd_kafka_conf_t *producer_conf_new(const struct relay_config *cfg, char *errbuf, size_t errlen)
+{
+    return conf_build(cfg, true, errbuf, errlen);
+}
+
+rd_kafka_conf_t *producer_conf_new_untransactional(const struct relay_config *cfg, char *errbuf,
+                                                   size_t errlen)
+{
+    return conf_build(cfg, false, errbuf, errlen);
+}
+
+static const char *kafka_set_by_operator(const struct relay_config *cfg, const char *key)
+{
+    for (size_t i = 0; i < cfg->n_kafka; i++) {
+        if (!strcmp(cfg->kafka[i].key, key))
+            return cfg->kafka[i].value;
+    }
+    return NULL;
+}
+
+void producer_dump_settings(const struct relay_config *cfg, FILE *out)
+{
+    size_t n;
+    const struct kafka_setting *s = kafka_producer_settings(&n);
+    for (size_t i = 0; i < n; i++) {
+        if (kafka_set_by_operator(cfg, s[i].key))
+            continue; /* printed above, as configured */
+        fprintf(out, "# %s\n%s = %s\n",
+                s[i].enforced ? "enforced by the relay (the guarantees depend on it)"
+                              : "default of the relay (may be set here)",
+                s[i].key, s[i].value);
+    }
+    if (relay_fencing_of(cfg) == RELAY_FENCING_TRANSACTIONAL) {
+        /* Comments, not keys: kafka.transactional.id is refused in this section. */
+        char id[256];
+        config_transactional_id(cfg, id, sizeof(id));
+        fprintf(out, "# set by the relay for relay.fencing=transactional (relay.transactional_id):\n"
+                     "#   transactional.id = %s\n", id);
+        if (!kafka_set_by_operator(cfg, "transaction.timeout.ms"))
+            fprintf(out, "# set by the relay for relay.fencing=transactional (may be set here):\n"
+                         "#   transaction.timeout.ms = 60000\n");
+    }
+    /* As producer_conf_new() sizes it. */
+    long need = (long)cfg->batch_size * RELAY_BATCHES_IN_FLIGHT;
+    if (need > PRODUCER_QUEUE_MESSAGES_DEFAULT &&
+        !kafka_set_by_operator(cfg, "queue.buffering.max.messages"))
+        fprintf(out, "# sized by the relay for %d batches in flight\nqueue.buffering.max.messages = %ld\n",
+                RELAY_BATCHES_IN_FLIGHT, need);
+}
+
+static void on_pipe(uv_poll_t *h, int status, int events)
+{
+    (void)status;
+    (void)events;
+    struct producer *p = h->data;
+    if (!p)
+        return; /* closing */
+    char buf[64];
+    while (read(p->pipefd[0], buf, sizeof(buf)) > 0)
+        ;
+    producer_poll(p);
+}
+
+int producer_start(struct producer *p, uv_loop_t *loop, const struct relay_config *cfg,
+                   producer_report_cb report, void *arg, struct relay_stats *stats,
+                   char *errbuf, size_t errlen)
+{
+    memset(p, 0, sizeof(*p));
+    p->stats = stats;
+    if (stats) {
+        stats->producer_fatal = false;
+        stats->brokers_up = -1;
+        stats->n_brokers = 0;
+        stats->kafka_in_flight = 0; /* a replaced producer's messages are gone with it */
+        stats->kafka_committing = false;
+        stats_settle_published(stats, false); /* and its open transaction */
+    }
+    p->cfg = cfg;
+    p->loop = loop;
+    p->report = report;
+    p->arg = arg;
+    p->pipefd[0] = p->pipefd[1] = -1;
+
+    rd_kafka_conf_t *conf = producer_conf_new(cfg, errbuf, errlen);
+    if (!conf)
+        return -EINVAL;
+    rd_kafka_conf_set_opaque(conf, p);
+    /* Events, not callbacks: librdkafka's flush (inside commit_transaction
+     * and abort_transaction, which run on a worker thread) would otherwise
+     * serve callbacks on that thread. Events are served by producer_poll only. */
+    rd_kafka_conf_set_events(conf, RD_KAFKA_EVENT_DR | RD_KAFKA_EVENT_ERROR | RD_KAFKA_EVENT_STATS);
+    rd_kafka_conf_set_log_cb(conf, on_log);
+    if (relay_fencing_of(cfg) == RELAY_FENCING_TRANSACTIONAL) {
+        p->txn = PRODUCER_TXN_UNINIT;
+        config_transactional_id(cfg, p->txn_id, sizeof(p->txn_id));
+    }
+
+    char err[512];
+    p->rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
+    if (!p->rk) {
+        rd_kafka_conf_destroy(conf);
+        snprintf(errbuf, errlen, "kafka: %s", err);
+        return -EINVAL;
+    }
+
+    if (pipe2(p->pipefd, O_NONBLOCK | O_CLOEXEC) < 0) {
+        snprintf(errbuf, errlen, "pipe: %s", strerror(errno));
+        rd_kafka_destroy(p->rk);
+        p->rk = NULL;
+        return -errno;
+    }
+    p->mainq = rd_kafka_queue_get_main(p->rk);
+    /* librdkafka writes one byte when the queue goes from empty to non-empty. */
+    rd_kafka_queue_io_event_enable(p->mainq, p->pipefd[1], "1", 1);
+    p->poll = malloc(sizeof(*p->poll));
+    if (!p->poll || uv_poll_init(loop, p->poll, p->pipefd[0]) < 0) {
+        snprintf(errbuf, errlen, "cannot watch the delivery report pipe");
+        free(p->poll);
+        p->poll = NULL;
+        rd_kafka_queue_io_event_enable(p->mainq, -1, NULL, 0);
+        rd_kafka_queue_destroy(p->mainq);
+        rd_kafka_destroy(p->rk);
+        p->rk = NULL;
+        close(p->pipefd[0]);
+        close(p->pipefd[1]);
+        return -ENOMEM;
+    }
+    p->poll->data = p;
+    uv_poll_start(p->poll, UV_READABLE, on_pipe);
+    p->started = true;
+    return 0;
+}
+
+int producer_send(struct producer *p, const struct event_row *row, const char *topic,
+                  void *opaque, char *errbuf, size_t errlen)
+{
+    if (p->fatal)
+        return -EIO;
+
+    /* librdkafka before 2.10.1 asks for the metadata of a topic that
+     * rd_kafka_producev() names for the first time only on its 1 s timer, so
+     * the first batch after start waited up to a second for it.
+     * rd_kafka_topic_new() asks at once; later calls find the topic known. */
+    if (strcmp(topic, p->known_topic) != 0) {
+        rd_kafka_topic_t *rkt = rd_kafka_topic_new(p->rk, topic, NULL);
+        if (rkt)
+            rd_kafka_topic_destroy(rkt);
+        snprintf(p->known_topic, sizeof(p->known_topic), "%s", topic);
+    }
+
+    rd_kafka_headers_t *hdrs = NULL;
+    int rc = event_headers_build(row, &hdrs, errbuf, errlen);
+    if (rc < 0)
+        return rc;
+
+    size_t keylen = strlen(row->aggregate_id);
+    rd_kafka_resp_err_t err = rd_kafka_producev(
+        p->rk,
+        RD_KAFKA_V_TOPIC(topic),
+        RD_KAFKA_V_KEY(row->aggregate_id, keylen),
+        RD_KAFKA_V_VALUE((void *)row->payload, row->payload ? row->payload_len : 0),
+        RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+        RD_KAFKA_V_TIMESTAMP(row->created_ms),
+        RD_KAFKA_V_HEADERS(hdrs),
+        RD_KAFKA_V_OPAQUE(opaque),
+        RD_KAFKA_V_END);
+    if (err == RD_KAFKA_RESP_ERR_NO_ERROR) {
+        ack_clock_sent(p);
+        p->txn_msgs++;
+        return 0; /* the message owns the headers now */
+    }
+
+    rd_kafka_headers_destroy(hdrs);
+    snprintf(errbuf, errlen, "%s", rd_kafka_err2str(err));
+    switch (err) {
+    case RD_KAFKA_RESP_ERR__QUEUE_FULL:
+        return -ENOBUFS;
+    case RD_KAFKA_RESP_ERR__FATAL:
+        set_fatal(p);
+        return -EIO;
+    case RD_KAFKA_RESP_ERR__STATE:
+        /* No transaction open (failed, or being ended): not the row's fault. */
+        return -EIO;
+    default:
+        /* MSG_SIZE_TOO_LARGE, invalid topic, …: this row will never go. */
+        return -EINVAL;
+    }
+}
+
+bool producer_fatal(const struct producer *p)
+{
+    return p->fatal || (p->rk && rd_kafka_fatal_error(p->rk, NULL, 0) != RD_KAFKA_RESP_ERR_NO_ERROR);
+}
+
+void producer_poll(struct producer *p)
+{
+    if (!p->rk)
+        return;
+    rd_kafka_event_t *ev;
+    while ((ev = rd_kafka_queue_poll(p->mainq, 0)) != NULL) {
+        switch (rd_kafka_event_type(ev)) {
+        case RD_KAFKA_EVENT_DR: {
+            const rd_kafka_message_t *m;
+            while ((m = rd_kafka_event_message_next(ev)) != NULL) {
+                ack_clock_report(p, m->err == RD_KAFKA_RESP_ERR_NO_ERROR);
+                if (p->stats && m->err == RD_KAFKA_RESP_ERR_NO_ERROR)
+                    stats_count_published(p->stats, rd_kafka_topic_name(m->rkt),
+                                          p->txn != PRODUCER_TXN_OFF);
+                if (m->err && p->txn != PRODUCER_TXN_OFF)
+                    p->txn_doomed = true;
+                if (p->report)
+                    p->report(m->_private, m->err, p->arg);
+            }
+            break;
+        }
+        case RD_KAFKA_EVENT_ERROR:
+            on_error(p, ev);
+            break;
+        case RD_KAFKA_EVENT_STATS:
+            on_stats(p, rd_kafka_event_stats(ev));
+            break;
+        default:
+            break;
+        }
+        /* Destroying a report's event releases its messages: only then does
+         * a flush waiting on another thread see them gone. */
+        rd_kafka_event_destroy(ev);
+    }
+}
+
+int producer_outq_len(const struct producer *p)
+{
+    return p->rk ? rd_kafka_outq_len(p->rk) : 0;
+}
+
+void producer_purge(struct producer *p)
+{
+    if (p->rk)
+        rd_kafka_purge(p->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+}
+
+static void free_close(uv_handle_t *h)
+{
+    free(h);
+}
+
+/* ---- transactions ------------------------------------------------------- */
+
+/* librdkafka's init_transactions, commit_transaction and abort_transaction
+ * block (a round trip to the transaction coordinator, and a flush): they run
+ * on libuv's thread pool, one at a time, and touch nothing but the instance,
+ * which librdkafka makes safe to share between threads. */
+enum txn_op { TXN_INIT, TXN_COMMIT };
+
+/* Each blocking call waits at most this long; a retriable failure is tried
+ * again until TXN_TOTAL_MS have passed, unless the producer is being stopped. */
+#define TXN_CALL_MS 5000
+#define TXN_TOTAL_MS 30000
+/* A timed-out init (no coordinator yet) is tried again after this long. */
+#define TXN_INIT_RETRY_MS 1000
+
+struct txn_job {
+    uv_work_t work;
+    struct producer *p;       /* read on the loop thread only */
+    rd_kafka_t *rk;
+    enum txn_op op;
+    unsigned gen;             /* the generation this call ends */
+    atomic_int cancel;        /* producer_stop: give up retrying */
+    bool stop_pending;        /* producer_stop ran meanwhile: destroy after the call */
+    producer_txn_cb cb;
+    void *arg;
+    enum producer_txn_result res;
+    char why[512];
+};
+
+/* Repeats @p call while it fails retriably, within TXN_TOTAL_MS. */
+static rd_kafka_error_t *txn_call(struct txn_job *j, rd_kafka_error_t *(*call)(rd_kafka_t *, int))
+{
+    uint64_t deadline = uv_hrtime() / 1000000 + TXN_TOTAL_MS;
+    for (;;) {
+        rd_kafka_error_t *e = call(j->rk, TXN_CALL_MS);
+        if (!e || !rd_kafka_error_is_retriable(e) || j->cancel ||
+            uv_hrtime() / 1000000 >= deadline)
+            return e;
+        rd_kafka_error_destroy(e);
+    }
+}
+
+static void txn_fail(struct txn_job *j, rd_kafka_error_t *e, const char *what)
+{
+    rd_kafka_resp_err_t code = rd_kafka_error_code(e);
+    char fatal[256] = "";
+    if (rd_kafka_error_is_fatal(e) || code == RD_KAFKA_RESP_ERR__FATAL)
+        rd_kafka_fatal_error(j->rk, fatal, sizeof(fatal));
+    snprintf(j->why, sizeof(j->why), "%s: %s%s%s", what, rd_kafka_error_string(e),
+             *fatal ? "; " : "", fatal);
+}
+
+/* On a worker thread. */
+static void txn_work(uv_work_t *w)
+{
+    struct txn_job *j = w->data;
+    rd_kafka_error_t *e;
+    j->res = PRODUCER_TXN_DONE;
+    if (j->op == TXN_INIT) {
+        e = txn_call(j, rd_kafka_init_transactions);
+        if (e) {
+            txn_fail(j, e, "init_transactions");
+            j->res = rd_kafka_error_is_retriable(e) && !rd_kafka_error_is_fatal(e)
+                         ? PRODUCER_TXN_RETRY
+                         : PRODUCER_TXN_FAILED;
+            rd_kafka_error_destroy(e);
+            return;
+        }
+    } else {
+        e = txn_call(j, rd_kafka_commit_transaction);
+        if (e) {
+            txn_fail(j, e, "commit_transaction");
+            bool fatal = rd_kafka_error_is_fatal(e);
+            rd_kafka_error_destroy(e);
+            if (fatal) {
+                j->res = PRODUCER_TXN_FAILED;
+                return;
+            }
+            /* Abortable (a produce failed, messages timed out), or the commit
+             * itself could not finish in time: abort, so that nothing of this
+             * transaction becomes visible, and produce the rows again. */
+            j->res = PRODUCER_TXN_ABORTED;
+            e = txn_call(j, rd_kafka_abort_transaction);
+            if (e) {
+                txn_fail(j, e, "abort_transaction");
+                j->res = PRODUCER_TXN_FAILED;
+                rd_kafka_error_destroy(e);
+                return;
+            }
+        }
+    }
+    e = rd_kafka_begin_transaction(j->rk);
+    if (e) {
+        txn_fail(j, e, "begin_transaction");
+        j->res = PRODUCER_TXN_FAILED;
+        rd_kafka_error_destroy(e);
+    }
+}
+
+static void producer_destroy(struct producer *p);
+
+/* Back on the loop thread. */
+static void txn_after(uv_work_t *w, int status)
+{
+    (void)status;
+    struct txn_job *j = w->data;
+    struct producer *p = j->p;
+    p->job = NULL;
+    if (j->stop_pending) {
+        /* The relay is gone or replaced this instance: nobody waits for the answer. */
+        producer_destroy(p);
+        free(j);
+        return;
+    }
+    if (j->op == TXN_COMMIT && p->stats) {
+        stats_settle_published(p->stats, j->res == PRODUCER_TXN_DONE);
+        p->stats->kafka_committing = false;
+        if (j->res == PRODUCER_TXN_DONE || j->res == PRODUCER_TXN_ABORTED)
+            p->stats->kafka_ack_clock = stats_mono(); /* the coordinator answered */
+    }
+    switch (j->res) {
+    case PRODUCER_TXN_DONE:
+    case PRODUCER_TXN_ABORTED:
+        p->txn = PRODUCER_TXN_OPEN;
+        p->txn_gen++;
+        p->txn_msgs = 0;
+        p->txn_doomed = false;
+        break;
+    case PRODUCER_TXN_RETRY:
+        p->txn = PRODUCER_TXN_UNINIT;
+        p->txn_retry_ms = uv_now(p->loop) + TXN_INIT_RETRY_MS;
+        break;
+    case PRODUCER_TXN_FAILED:
+        p->txn = PRODUCER_TXN_DEAD;
+        set_fatal(p);
+        break;
+    }
+    /* The outcome first: reports served later must find their batches settled. */
+    j->cb(j->arg, j->gen, j->res, j->why);
+    free(j);
+}
+
+static int txn_start(struct producer *p, enum txn_op op, producer_txn_cb cb, void *arg)
+{
+    struct txn_job *j = calloc(1, sizeof(*j));
+    if (!j)
+        return -ENOMEM;
+    j->p = p;
+    j->rk = p->rk;
+    j->op = op;
+    j->gen = p->txn_gen;
+    j->cb = cb;
+    j->arg = arg;
+    j->work.data = j;
+    int rc = uv_queue_work(p->loop, &j->work, txn_work, txn_after);
+    if (rc < 0) {
+        free(j);
+        return rc;
+    }
+    p->job = j;
+    p->txn = PRODUCER_TXN_BUSY;
+    if (op == TXN_COMMIT && p->stats) {
+        /* Every message may be acknowledged and the coordinator hung. */
+        if (p->in_flight == 0)
+            p->stats->kafka_ack_clock = stats_mono();
+        p->stats->kafka_committing = true;
+    }
+    return 0;
+}
+
+enum producer_txn_state producer_txn_state(const struct producer *p)
+{
+    return p->txn;
+}
+
+unsigned producer_txn_gen(const struct producer *p)
+{
+    return p->txn_gen;
+}
+
+bool producer_txn_doomed(const struct producer *p)
+{
+    return p->txn_doomed;
+}
+
+bool producer_txn_empty(const struct producer *p)
+{
+    return p->txn_msgs == 0;
+}
+
+int producer_txn_init(struct producer *p, producer_txn_cb cb, void *arg)
+{
+    if (p->txn != PRODUCER_TXN_UNINIT)
+        return -EALREADY;
+    if (uv_now(p->loop) < p->txn_retry_ms)
+        return -EAGAIN;
+    return txn_start(p, TXN_INIT, cb, arg);
+}
+
+int producer_txn_commit(struct producer *p, producer_txn_cb cb, void *arg)
+{
+    if (p->txn != PRODUCER_TXN_OPEN)
+        return -EALREADY;
+    return txn_start(p, TXN_COMMIT, cb, arg);
+}
+
+void producer_stop(struct producer *p)
+{
+    if (!p->started)
+        return;
+    p->started = false;
+    if (p->job) {
+        /* librdkafka is blocked in a transaction call on a worker thread:
+         * destroy the instance when the call has returned. */
+        p->job->cancel = 1;
+        p->job->stop_pending = true;
+        p->report = NULL;
+        return;
+    }
+    producer_destroy(p);
+}
+
+static void producer_destroy(struct producer *p)
+{
+    producer_purge(p);
+    producer_poll(p);
+    rd_kafka_queue_io_event_enable(p->mainq, -1, NULL, 0);
+    rd_kafka_queue_destroy(p->mainq);
+    p->report = NULL;
+    rd_kafka_destroy(p->rk);
+    p->rk = NULL;
+    p->poll->data = NULL;
+    uv_close((uv_handle_t *)p->poll, free_close);
+    p->poll = NULL;
+    close(p->pipefd[0]);
+    close(p->pipefd[1]);
+}
