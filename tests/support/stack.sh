@@ -145,6 +145,11 @@ synchronous_commit = $durable
 full_page_writes = $durable
 max_connections = 200
 max_locks_per_transaction = 256
+# log-based capture (relay.capture = wal) and Debezium's connector read the
+# outbox through logical replication slots
+wal_level = logical
+max_replication_slots = 40
+max_wal_senders = 40
 log_min_messages = warning
 log_line_prefix = '%m [%p] %a '
 EOF
