@@ -137,6 +137,9 @@ struct relay_stats {
     int n_brokers;                 /* entries of brokers[] in use */
     struct stats_broker brokers[STATS_MAX_BROKERS];
     bool producer_fatal;
+    bool kafka_answered;           /* a delivery acknowledged or the transaction coordinator
+                                      answered since this producer started: the broker is
+                                      reachable before its first statistics */
 
     /* A hung broker keeps its connections, so it stays UP in librdkafka's
      * statistics until socket.timeout.ms; what shows it sooner is messages

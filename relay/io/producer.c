@@ -271,6 +271,7 @@ int producer_start(struct producer *p, uv_loop_t *loop, const struct relay_confi
     if (stats) {
         stats->producer_fatal = false;
         stats->brokers_up = -1;
+        stats->kafka_answered = false;
         stats->n_brokers = 0;
         stats->kafka_in_flight = 0; /* a replaced producer's messages are gone with it */
         stats->kafka_committing = false;
@@ -404,6 +405,8 @@ void producer_poll(struct producer *p)
             const rd_kafka_message_t *m;
             while ((m = rd_kafka_event_message_next(ev)) != NULL) {
                 ack_clock_report(p, m->err == RD_KAFKA_RESP_ERR_NO_ERROR);
+                if (p->stats && m->err == RD_KAFKA_RESP_ERR_NO_ERROR)
+                    p->stats->kafka_answered = true;
                 if (p->stats && m->err == RD_KAFKA_RESP_ERR_NO_ERROR)
                     stats_count_published(p->stats, rd_kafka_topic_name(m->rkt),
                                           p->txn != PRODUCER_TXN_OFF);
@@ -565,6 +568,8 @@ static void txn_after(uv_work_t *w, int status)
         if (j->res == PRODUCER_TXN_DONE || j->res == PRODUCER_TXN_ABORTED)
             p->stats->kafka_ack_clock = stats_mono(); /* the coordinator answered */
     }
+    if (p->stats && (j->res == PRODUCER_TXN_DONE || j->res == PRODUCER_TXN_ABORTED))
+        p->stats->kafka_answered = true; /* the coordinator is a broker that answered */
     switch (j->res) {
     case PRODUCER_TXN_DONE:
     case PRODUCER_TXN_ABORTED:
