@@ -20,6 +20,7 @@
 #include "cmd/migrate.h"
 #include "io/producer.h"
 #include "daemon/relay.h"
+#include "io/pool_probe.h"
 #include "cmd/replay.h"
 #include "cmd/status_cli.h"
 #include "cmd/verify.h"
@@ -394,6 +395,14 @@ static int run_relay(struct relay_config *cfg, struct config_source *src)
     char *effective = config_to_logfmt(cfg);
     log_info("effective configuration", "%s", effective ? effective : "");
     free(effective);
+    /* A relay behind a transaction pooler would stand by or refuse later,
+     * silently to anyone not reading /readyz: say it now and stop. A database
+     * not reachable yet is probed again by the relay's own checks. */
+    char why[512];
+    if (pool_probe(cfg->pg_conninfo, why, sizeof why) == POOL_PROBE_SHARED) {
+        log_error("refusing to relay", "reason=%s", log_quote(why));
+        return EXIT_CONFIG;
+    }
     return relay_run(cfg, load_config, src);
 }
 

@@ -168,4 +168,12 @@ enum sql_rows_col { ROWS_SENT = CLAIM_NCOLS, ROWS_DEAD, ROWS_NCOLS };
 int sql_window_init(struct sql_window *q, const char *schema, const char *table);
 void sql_window_free(struct sql_window *q);
 
+/* The session probe before relaying (io/pool_probe.c): a session-level
+ * setting and the backend that answers, set by one connection and read by
+ * another; only a shared server session shows one connection's value to the other. */
+#define SQL_POOL_PROBE_SET                                                        \
+    "SELECT pg_backend_pid(), set_config('outbox_relay.pool_probe', $1, false)"
+#define SQL_POOL_PROBE_READ                                                       \
+    "SELECT pg_backend_pid(), current_setting('outbox_relay.pool_probe', true)"
+
 #endif
