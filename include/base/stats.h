@@ -100,7 +100,7 @@ struct stats_verify {
 struct relay_stats {
     double start_time;             /* unix seconds; stats_init() */
 
-    /* relay.c: the state machine, its batches and its session. */
+    /* the daemon (relay/daemon/relay_*.c): the state machine, its batches and its session. */
     enum stats_role role;
     bool pg_up;
     bool quiet;                    /* the quiet lock is held: writers send no NOTIFY (schema/004) */
@@ -151,11 +151,11 @@ struct relay_stats {
                                       kafka_in_flight rose from 0 or a commit began
                                       with none in flight, whichever is later */
 
-    /* relay.c: the outbox table's schema, what this binary needs before relaying. */
+    /* relay_leader.c: the outbox table's schema, what this binary needs before relaying. */
     int schema_version;            /* recorded by migrate; -1 = not read yet */
     char schema_problem[384];      /* why relaying waits for the schema; empty when it is fit */
 
-    /* relay.c: the database session, fit for relaying, and the leader lock. */
+    /* relay_leader.c: the database session, fit for relaying, and the leader lock. */
     bool refused;                  /* relaying refused for good (pooled session, row security) */
     char refused_reason[512];
     double refused_time;           /* unix seconds */
@@ -171,7 +171,7 @@ struct relay_stats {
 
     /* producer.c, through stats_count_published() at each acknowledgement
      * and stats_settle_published() when a Kafka transaction ends: a row of a
-     * transaction counts once it committed, as published_total (relay.c),
+     * transaction counts once it committed, as published_total (relay_pipeline.c),
      * which takes back the rows of an aborted one. */
     int n_topics;                  /* entries of topics[] in use */
     struct stats_topic topics[STATS_MAX_TOPICS];

@@ -236,19 +236,9 @@ static void qualified_name(const char *schema, const char *table, char *out, siz
     "o.\"event_type\"::text, o.\"topic\"::text, o.\"payload\"::text, o.\"headers\"::text, "         \
     "o.\"created_at\"::timestamptz"
 
-int sql_statements_init(struct sql_statements *s, const char *schema, const char *table,
-                        const char *channel, unsigned flags)
+/* The hot path: the claim and the mark (or delete) of what Kafka acknowledged. */
+static int build_claim_and_mark(struct sql_statements *s, const char *q, unsigned flags)
 {
-    memset(s, 0, sizeof *s);
-    if (!sql_ident_valid(schema) || !sql_ident_valid(table) || !sql_ident_valid(channel))
-        return -EINVAL;
-
-    char qchannel[2 * CONFIG_IDENT_MAX + 4], q[QUALIFIED_MAX];
-
-    /* Valid identifiers contain no quotes, so these cannot overflow. */
-    qualified_name(schema, table, q, sizeof q);
-    sql_quote_ident(channel, qchannel, sizeof qchannel);
-
     /* Under hold_aggregate a dead row blocks the later rows of its aggregate
      * until an operator requeues or drops it; the dead-row index keeps the
      * anti-join cheap (dead rows are few). That index holds a hash of the
@@ -271,8 +261,7 @@ int sql_statements_init(struct sql_statements *s, const char *schema, const char
      * range, in id order, so that no later row of its aggregate overtakes it.
      * With the gaps unknown ($4 NULL, too many to pass) nothing inside or
      * above the range is claimed until the batches are marked. */
-    int rc = 0;
-    rc |= build(&s->claim,
+    int rc = build(&s->claim,
                 "SELECT " CLAIM_COLUMNS " "
                 "FROM %s AS o WHERE o.\"sent_at\" IS NULL AND o.\"dead_at\" IS NULL "
                 "AND (o.\"id\" NOT BETWEEN $2::bigint AND $3::bigint "
@@ -288,6 +277,23 @@ int sql_statements_init(struct sql_statements *s, const char *schema, const char
                     "UPDATE %s SET \"sent_at\" = clock_timestamp() "
                     "WHERE \"id\" = ANY($1::bigint[]) AND \"sent_at\" IS NULL",
                     q);
+    return rc;
+}
+
+int sql_statements_init(struct sql_statements *s, const char *schema, const char *table,
+                        const char *channel, unsigned flags)
+{
+    memset(s, 0, sizeof *s);
+    if (!sql_ident_valid(schema) || !sql_ident_valid(table) || !sql_ident_valid(channel))
+        return -EINVAL;
+
+    char qchannel[2 * CONFIG_IDENT_MAX + 4], q[QUALIFIED_MAX];
+
+    /* Valid identifiers contain no quotes, so these cannot overflow. */
+    qualified_name(schema, table, q, sizeof q);
+    sql_quote_ident(channel, qchannel, sizeof qchannel);
+
+    int rc = build_claim_and_mark(s, q, flags);
     rc |= build(&s->record_failures,
                 "UPDATE %s AS t SET \"attempts\" = t.\"attempts\" + 1, \"last_error\" = f.err, "
                 "\"dead_at\" = CASE WHEN $4::bool AND t.\"attempts\" + 1 >= f.max "

@@ -4,7 +4,7 @@
  * the tick asks whether anything was published in it or rows are pending,
  * and logs only then; a steady trickle gets a line per interval, an idle
  * relay none. The drained line follows the backlog measurements (every few
- * seconds, relay.c): a backlog seen above zero, then a measurement of zero. */
+ * seconds, relay_step.c): a backlog seen above zero, then a measurement of zero. */
 #include "daemon/progress.h"
 
 #include <errno.h>
