@@ -383,8 +383,8 @@ static int configure(struct relay_config *cfg, const char *cmd, struct config_so
         fprintf(stderr, "outbox-relay: configuration rejected: %s\n", err);
         return EXIT_CONFIG;
     }
-    log_set_level((enum log_level)cfg->log_level);
-    log_set_format((enum log_format)log_format_parse(cfg->log_format));
+    log_set_level(cfg->log_level);
+    log_set_format(cfg->log_format);
     return GO_ON;
 }
 

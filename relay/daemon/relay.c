@@ -260,12 +260,12 @@ int relay_run(struct relay_config *cfg, relay_reload_fn reload, void *reload_arg
     r.loop = uv_default_loop();
     stats_init(&r.st);
     log_limit_init(&r.failures, LOG_LIMIT_INTERVAL_S, LOG_LIMIT_BURST);
-    r.poison = poison_rules_of(poison_policy_parse(cfg->on_poison));
-    r.retention_s = strcmp(cfg->on_sent, "delete") == 0 ? 0 : config_parse_duration(cfg->retention);
+    r.poison = poison_rules_of(cfg->on_poison);
+    r.retention_s = cfg->on_sent == RELAY_ON_SENT_DELETE ? 0 : (long)(cfg->retention_ms / 1000);
     srand((unsigned)uv_hrtime() ^ (unsigned)getpid());
 
     unsigned flags = (r.poison->hold_claim ? SQL_HOLD_AGGREGATE : 0) |
-                     (strcmp(cfg->on_sent, "delete") == 0 ? SQL_DELETE_SENT : 0);
+                     (cfg->on_sent == RELAY_ON_SENT_DELETE ? SQL_DELETE_SENT : 0);
     if (sql_statements_init(&r.sql, cfg->schema, cfg->table, cfg->notify_channel, flags) < 0) {
         log_error("cannot build SQL statements", "schema=%s table=%s", cfg->schema, cfg->table);
         return EXIT_CONFIG;
@@ -319,7 +319,8 @@ int relay_run(struct relay_config *cfg, relay_reload_fn reload, void *reload_arg
              "schema=%s table=%s topic=%s batch_size=%d poll_interval_ms=%d on_poison=%s "
              "on_sent=%s retention_s=%ld",
              cfg->schema, cfg->table, cfg->topic, cfg->batch_size, cfg->poll_interval_ms,
-             cfg->on_poison, cfg->on_sent, r.retention_s);
+             poison_policy_names[cfg->on_poison],
+             cfg->on_sent == RELAY_ON_SENT_DELETE ? "delete" : "mark", r.retention_s);
     start_connect(&r);
 
     uv_run(r.loop, UV_RUN_DEFAULT);

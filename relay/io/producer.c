@@ -175,7 +175,7 @@ static rd_kafka_conf_t *conf_build(const struct relay_config *cfg, bool transact
         snprintf(v, sizeof(v), "%ld", need);
         rd_kafka_conf_set(conf, "queue.buffering.max.messages", v, err, sizeof(err));
     }
-    if (transactional && relay_fencing_of(cfg) == RELAY_FENCING_TRANSACTIONAL) {
+    if (transactional && cfg->fencing == RELAY_FENCING_TRANSACTIONAL) {
         char id[256];
         config_transactional_id(cfg, id, sizeof(id));
         s = kafka_transaction_settings(&n);
@@ -231,7 +231,7 @@ void producer_dump_settings(const struct relay_config *cfg, FILE *out)
                               : "default of the relay (may be set here)",
                 s[i].key, s[i].value);
     }
-    if (relay_fencing_of(cfg) == RELAY_FENCING_TRANSACTIONAL) {
+    if (cfg->fencing == RELAY_FENCING_TRANSACTIONAL) {
         /* Comments, not keys: kafka.transactional.id is refused in this section. */
         char id[256];
         config_transactional_id(cfg, id, sizeof(id));
@@ -292,7 +292,7 @@ int producer_start(struct producer *p, uv_loop_t *loop, const struct relay_confi
      * serve callbacks on that thread. Events are served by producer_poll only. */
     rd_kafka_conf_set_events(conf, RD_KAFKA_EVENT_DR | RD_KAFKA_EVENT_ERROR | RD_KAFKA_EVENT_STATS);
     rd_kafka_conf_set_log_cb(conf, on_log);
-    if (relay_fencing_of(cfg) == RELAY_FENCING_TRANSACTIONAL) {
+    if (cfg->fencing == RELAY_FENCING_TRANSACTIONAL) {
         p->txn = PRODUCER_TXN_UNINIT;
         config_transactional_id(cfg, p->txn_id, sizeof(p->txn_id));
     }
