@@ -127,7 +127,7 @@ static void config_doc_usage(FILE *out)
                  "\n"
                  "Prints the documentation of the configuration keys, generated from the\n"
                  "parameter table: the commented configuration file, outbox-relay.conf(5)\n"
-                 "or the README's table.\n");
+                 "or docs/configuration.md.\n");
 }
 
 /* Every command with its usage, which `outbox-relay COMMAND --help` prints
@@ -353,7 +353,7 @@ static int run_without_config(const struct invocation *inv)
         return EXIT_OK;
     }
     /* Not in the help: it prints the documentation of the configuration keys
-     * for the source tree's generated files (conffile, man page, README). */
+     * for the source tree's generated files (conffile, man page, docs/configuration.md). */
     if (strcmp(cmd, "config-doc") == 0) {
         if (!inv->doc_format || config_doc(inv->doc_format, stdout) != 0) {
             fprintf(stderr, "outbox-relay: config-doc --format conf|man|markdown\n");

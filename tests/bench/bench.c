@@ -1477,7 +1477,7 @@ static void drain_json(FILE *o, const char *name, const struct drain_result *d,
 
 /* ---- scenario: verify and replay on the drained table ---------------------- */
 
-/* The memory each command is documented to stay within (README, verify and
+/* The memory each command is documented to stay within (docs/consumers.md, verify and
  * replay): verify holds one slice of rows, about 100 bytes each, on top of
  * its libraries and a bounded prefetch; replay holds one page of 1,000 rows
  * whatever the range. */
