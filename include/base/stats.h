@@ -165,6 +165,9 @@ struct relay_stats {
     double role_since;             /* unix seconds the current role began, 0 = unknown */
     struct stats_lock_holder holder;  /* standby: who holds the leader lock */
     bool standby_stuck;            /* standby long, the holder does not look like a relay */
+    bool standby_stalled;          /* standby: rows wait and no leader marked or deleted any for
+                                      relay.standby_stall_timeout */
+    double standby_stalled_s;      /* how long rows have waited with no progress (0: not watching) */
     char standby_reason[512];
 
     struct stats_verify verify;    /* verify_task.c */

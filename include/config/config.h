@@ -82,6 +82,8 @@ struct relay_config {
     int allow_row_security;     /* bool, default false: relay although row-level security hides
                                    rows from the relay's role (backlog then unknown) */
     enum relay_fencing fencing; /* default transactional */
+    int64_t standby_stall_timeout_ms; /* default 60 s: a standby reports a leader that makes no
+                                         progress while rows wait; 0 = never */
     char *transactional_id;     /* "" (default) = derived from schema and table */
 
     /* [http] */

@@ -96,12 +96,15 @@ enum sql_session_col {
     SESSION_NCOLS
 };
 
-/** Column order of sql_session.holder (NULL where pg_stat_activity hides it). */
+/** Column order of sql_session.holder: one row; the holder's columns NULL when
+ *  nobody holds the lock (or pg_stat_activity hides them). */
 enum sql_holder_col {
     HOLDER_PID = 0, HOLDER_APPLICATION_NAME, HOLDER_CLIENT_ADDR,
     HOLDER_BACKEND_START,     /* unix seconds */
     HOLDER_STATE,             /* active, idle, idle in transaction, … */
     HOLDER_IDLE_SECONDS,      /* since its last state change, by the server's clock */
+    HOLDER_OLDEST_AGE,        /* seconds the oldest waiting row has waited; NULL: none waits */
+    HOLDER_PROGRESS,          /* the table's updated + deleted rows (pg_stat_user_tables) */
     HOLDER_NCOLS
 };
 

@@ -43,6 +43,7 @@
 #include "io/producer.h"
 #include "daemon/progress.h"
 #include "core/sql.h"
+#include "core/standby_watch.h"
 #include "base/stats.h"
 #include "base/strbuf.h"
 #include "daemon/verify_task.h"
@@ -134,6 +135,7 @@ struct relay {
     struct verify_task *verify; /* [verify] interval; NULL when off */
     struct progress *progress;  /* the publish rate; NULL when out of memory */
     struct log_limit failures;  /* per-row failure lines: a few in full, then summaries */
+    struct standby_watch watch; /* standby: does a leader make progress? */
 
     /* The quiet lock (schema/004): see enum plan_quiet. */
     enum plan_quiet quiet;

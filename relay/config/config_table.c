@@ -98,6 +98,9 @@ const struct param config_params[] = {
     STR("relay", "schema", schema, "public", check_ident, RESTART, "schema of the outbox table"),
     INT("relay", "shutdown_timeout_ms", shutdown_timeout_ms, "10000", 0, 600000, "ms", RELOAD,
         "how long to wait for in-flight messages on shutdown"),
+    DUR("relay", "standby_stall_timeout", standby_stall_timeout_ms, "60s", RELOAD,
+        "a standby that sees rows wait this long while no leader marks or deletes any says so "
+        "(log, /status, /readyz, outbox_relay_standby_stalled; 0 = never)"),
     STR("relay", "table", table, "outbox", check_ident, RESTART, "name of the outbox table"),
     STR("relay", "transactional_id", transactional_id, "", NULL, RESTART,
         "Kafka transactional.id of relay.fencing=transactional (\"\" = outbox-relay.<schema>.<table>)"),

@@ -425,16 +425,33 @@ static int build_lock_statements(struct sql_session *q, const struct leader_lock
                 "SELECT CASE WHEN pg_backend_pid() = $1::int AND %s "
                 "THEN pg_advisory_unlock(%s) ELSE false END",
                 l->held, l->key);
-    /* The server's clock for the idle time: the relay's may differ. */
-    rc |= build(&q->holder,
-                "SELECT l.pid, a.application_name, host(a.client_addr), "
-                "extract(epoch FROM a.backend_start)::float8, a.state, "
-                "extract(epoch FROM clock_timestamp() - a.state_change)::float8 "
-                "FROM pg_catalog.pg_locks AS l "
-                "LEFT JOIN pg_catalog.pg_stat_activity AS a ON a.pid = l.pid "
-                "WHERE %s LIMIT 1",
-                l->match);
     return rc;
+}
+
+/* Who holds the leader lock, and whether it relays: the oldest waiting row's
+ * age and the table's count of updated and deleted rows, which every mark or
+ * delete of a sent row raises (the standby's view of the leader's progress).
+ * One row even when nobody holds the lock. The server's clock for the idle
+ * time and the age: the relay's may differ. */
+static int build_holder(char **out, const struct leader_lock_sql *l, const char *q,
+                        const char *regclass)
+{
+    return build(out,
+                 "SELECT h.pid, h.application_name, h.client_addr, h.backend_start, h.state, "
+                 "h.idle, "
+                 "(SELECT extract(epoch FROM clock_timestamp() - o.\"created_at\")::float8 "
+                 "FROM %s AS o WHERE o.\"sent_at\" IS NULL AND o.\"dead_at\" IS NULL "
+                 "ORDER BY o.\"id\" LIMIT 1), "
+                 "(SELECT s.n_tup_upd + s.n_tup_del FROM pg_catalog.pg_stat_user_tables AS s "
+                 "WHERE s.relid = to_regclass(%s)) "
+                 "FROM (SELECT 1) AS one LEFT JOIN LATERAL ("
+                 "SELECT l.pid, a.application_name, host(a.client_addr) AS client_addr, "
+                 "extract(epoch FROM a.backend_start)::float8 AS backend_start, a.state, "
+                 "extract(epoch FROM clock_timestamp() - a.state_change)::float8 AS idle "
+                 "FROM pg_catalog.pg_locks AS l "
+                 "LEFT JOIN pg_catalog.pg_stat_activity AS a ON a.pid = l.pid "
+                 "WHERE %s LIMIT 1) AS h ON true",
+                 q, regclass, l->match);
 }
 
 int sql_session_init(struct sql_session *q, const char *schema, const char *table)
@@ -455,6 +472,10 @@ int sql_session_init(struct sql_session *q, const char *schema, const char *tabl
     int rc = build_session_check(&q->check, schema, table);
     rc |= build_newest(&q->version, qschema);
     rc |= build_lock_statements(q, &lock);
+    char qualified[QUALIFIED_MAX], regclass[2 * sizeof qualified + 4];
+    qualified_name(schema, table, qualified, sizeof qualified);
+    sql_quote_literal(qualified, regclass, sizeof regclass);
+    rc |= build_holder(&q->holder, &lock, qualified, regclass);
     rc |= build(&q->quiet_on, "SELECT pg_try_advisory_lock(%s)", quiet);
     rc |= build(&q->quiet_off, "SELECT pg_advisory_unlock(%s)", quiet);
     /* Taken and given back at once: only whether it could be taken matters. */

@@ -62,7 +62,8 @@ static bool check_role(const struct health_in *in, char *why, size_t len)
              : !schema_fit(s)                ? "none (waiting for the schema; see schema)"
              : s->role == STATS_ROLE_UNKNOWN ? "not known yet (leader lock not queried since connecting)"
                                              : s->standby_reason);
-    return s->role != STATS_ROLE_UNKNOWN && !(s->role == STATS_ROLE_STANDBY && s->standby_stuck);
+    return s->role != STATS_ROLE_UNKNOWN &&
+           !(s->role == STATS_ROLE_STANDBY && (s->standby_stuck || s->standby_stalled));
 }
 
 /* Statistics decide once they come; before the first, a broker that already

@@ -35,6 +35,9 @@ void relay_set_role(struct relay *r, enum stats_role role)
     if (role != STATS_ROLE_STANDBY) {
         r->st.holder.known = false;
         r->st.standby_stuck = false;
+        r->st.standby_stalled = false;
+        r->st.standby_stalled_s = 0;
+        standby_watch_reset(&r->watch);
     }
 }
 
@@ -402,6 +405,33 @@ static void judge_holder(struct relay *r)
                  log_quote(h->state), h->idle_seconds);
 }
 
+/* Rows that wait while no leader marks or deletes any: whoever holds the
+ * lock relays nothing (a hung leader, a lock kept by a session that is no
+ * relay, a pooled session). Said once when it starts and when it ends. */
+static void judge_progress(struct relay *r)
+{
+    double now = (double)relay_now_ms(r) / 1000;
+    double limit = (double)r->cfg->standby_stall_timeout_ms / 1000;
+    bool was = r->st.standby_stalled;
+    r->st.standby_stalled = standby_watch_stalled(&r->watch, now, limit);
+    r->st.standby_stalled_s = standby_watch_stalled_for(&r->watch, now);
+    const struct stats_lock_holder *h = &r->st.holder;
+    if (r->st.standby_stalled && !r->st.standby_stuck)
+        snprintf(r->st.standby_reason, sizeof(r->st.standby_reason),
+                 "standby: rows have waited %.0f s (the oldest %.0f s) and no leader marked or "
+                 "deleted any; the leader lock is held by backend %d (application_name \"%s\"): "
+                 "see that relay's log and /readyz, or end a stale session with "
+                 "SELECT pg_terminate_backend(%d)",
+                 r->st.standby_stalled_s, r->watch.oldest_age, h->pid, h->application_name, h->pid);
+    if (r->st.standby_stalled && !was)
+        log_warn("no leader makes progress: rows wait and none was marked or deleted",
+                 "waited_s=%.0f oldest_row_s=%.0f holder_pid=%d application_name=%s",
+                 r->st.standby_stalled_s, r->watch.oldest_age, h->pid,
+                 log_quote(h->application_name));
+    else if (!r->st.standby_stalled && was)
+        log_info("a leader makes progress again", "");
+}
+
 static void copy_col(char *dst, size_t len, const PGresult *res, int col)
 {
     snprintf(dst, len, "%s", PQgetisnull(res, 0, col) ? "" : PQgetvalue(res, 0, col));
@@ -422,7 +452,7 @@ void relay_on_holder(struct pg_conn *pg, PGresult *res, void *arg)
     struct stats_lock_holder *h = &r->st.holder;
     memset(h, 0, sizeof(*h));
     h->idle_seconds = -1;
-    if (PQntuples(res) == 1) {
+    if (PQntuples(res) == 1 && !PQgetisnull(res, 0, HOLDER_PID)) {
         h->known = true;
         h->pid = atoi(PQgetvalue(res, 0, HOLDER_PID));
         copy_col(h->application_name, sizeof(h->application_name), res, HOLDER_APPLICATION_NAME);
@@ -435,6 +465,14 @@ void relay_on_holder(struct pg_conn *pg, PGresult *res, void *arg)
         h->looks_like_relay = strncmp(h->application_name, "outbox-relay", 12) == 0;
     }
     judge_holder(r);
+    if (PQntuples(res) == 1) {
+        double oldest = PQgetisnull(res, 0, HOLDER_OLDEST_AGE)
+                            ? -1 : strtod(PQgetvalue(res, 0, HOLDER_OLDEST_AGE), NULL);
+        int64_t progress = PQgetisnull(res, 0, HOLDER_PROGRESS)
+                               ? -1 : strtoll(PQgetvalue(res, 0, HOLDER_PROGRESS), NULL, 10);
+        standby_watch_feed(&r->watch, (double)relay_now_ms(r) / 1000, oldest, progress);
+        judge_progress(r);
+    }
     relay_step(r);
 }
 
