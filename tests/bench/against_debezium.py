@@ -73,12 +73,15 @@ def fresh_table(relay, table):
 
 def write_rows(table, n):
     """n single-row transactions, one COMMIT each, inside PostgreSQL."""
-    with psycopg2.connect(PG) as c:
-        c.autocommit = True
+    c = psycopg2.connect(PG)
+    c.autocommit = True
+    try:
         c.cursor().execute(
             'DO $$ BEGIN FOR i IN 1..%d LOOP PERFORM "public"."%s_enqueue"(\'order\', '
             "'o' || (i %% 5000), 'OrderPlaced', jsonb_build_object('seq', i, 'pad', "
             "repeat('x', 200))); COMMIT; END LOOP; END $$" % (n, table))
+    finally:
+        c.close()
 
 
 class Reader:
