@@ -39,40 +39,9 @@ usage() { sed -n '2,27p' "$SELF" | sed 's/^# \{0,1\}//' >&2; exit 64; }
 
 versions() { sed -n 's:.*<\(connect\|debezium\)\.version>\(.*\)</.*:\2:p' "$HERE/debezium/pom.xml" | paste -sd- -; }
 
-cache_dir() {
-    local base
-    if [ -n "${OUTBOX_RELAY_KAFKA_CACHE:-}" ]; then
-        base=$OUTBOX_RELAY_KAFKA_CACHE
-    elif [ "$(id -u)" = 0 ]; then
-        base=/var/cache/outbox-relay-tests
-    else
-        base=${XDG_CACHE_HOME:-$HOME/.cache}/outbox-relay
-    fi
-    echo "$base/connect-debezium-$(versions)"
-}
+cache_dir() { echo "$(cache_base)/connect-debezium-$(versions)"; }
 
-cmd_fetch() {
-    local dir tmp
-    dir=$(cache_dir)
-    if [ -f "$dir/complete" ]; then echo "$dir/libs"; return 0; fi
-    command -v mvn >/dev/null || die "mvn not found (apt-get install maven)"
-    command -v java >/dev/null || die "java not found (apt-get install openjdk-17-jre-headless)"
-    note "fetching Kafka Connect and Debezium ($(versions)) with Maven into $dir"
-    mkdir -p "$dir"
-    tmp=$(mktemp -d "$dir/fetch.XXXXXX")
-    if ! mvn -B -q -f "$HERE/debezium/pom.xml" dependency:copy-dependencies \
-            -DincludeScope=runtime -DoutputDirectory="$tmp/libs" >"$tmp/mvn.log" 2>&1; then
-        tail -n 30 "$tmp/mvn.log" >&2
-        rm -rf "$tmp"
-        die "mvn could not fetch Kafka Connect and Debezium"
-    fi
-    rm -rf "$dir/libs"
-    mv "$tmp/libs" "$dir/libs"
-    rm -rf "$tmp"
-    chmod -R a+rX "$dir"
-    touch "$dir/complete"
-    echo "$dir/libs"
-}
+cmd_fetch() { maven_fetch "$HERE/debezium/pom.xml" "$(cache_dir)" "Kafka Connect and Debezium ($(versions))"; }
 
 # conninfo_value CONNINFO KEY: one key=value of a libpq conninfo.
 conninfo_value() { tr ' ' '\n' <<<"$1" | sed -n "s/^$2=//p" | head -n 1; }
