@@ -1,0 +1,191 @@
+/* bench_drain.c — scenario 1: a backlog drained by the relay, a peer or a SQL
+ * floor, on a fresh table. */
+#include "bench.h"
+
+/* ---- scenario 1: drain, next to the floors and the peer ------------------ */
+
+
+
+/* A snapshot held open on another connection, as a long report or a
+ * forgotten BEGIN would: the row versions the drain makes dead stay visible
+ * to it, so neither VACUUM nor index scans can drop them. */
+static PGconn *hold_snapshot(void)
+{
+    PGconn *h = pg_open();
+    pg_exec(h, "BEGIN ISOLATION LEVEL REPEATABLE READ");
+    pg_exec(h, "SELECT 1");
+    return h;
+}
+
+static void release_snapshot(PGconn *h)
+{
+    pg_exec(h, "COMMIT");
+    PQfinish(h);
+}
+
+
+static struct claim_plan explain_claim(PGconn *c, const char *table, const char *label)
+{
+    struct sql_statements q;
+    if (sql_statements_init(&q, "public", table, "outbox_relay", SQL_HOLD_AGGREGATE) < 0)
+        die("cannot build the claim for %s", table);
+    char *sql;
+    if (asprintf(&sql, "EXPLAIN (ANALYZE, BUFFERS) %s", q.claim) < 0)
+        die("out of memory");
+    sql_statements_free(&q);
+    const char *params[] = { "1000", "1", "0", "{}" }; /* a full batch, nothing in flight */
+    PGresult *r = PQexecParams(c, sql, 4, NULL, params, NULL, NULL, 0);
+    free(sql);
+    if (PQresultStatus(r) != PGRES_TUPLES_OK)
+        die("EXPLAIN of the claim: %s", PQresultErrorMessage(r));
+    struct claim_plan plan = { -1, -1 };
+    char path[512];
+    snprintf(path, sizeof(path), "%s/claim-plan-%s-%s.txt", workdir, table, label);
+    FILE *f = fopen(path, "w");
+    for (int i = 0; i < PQntuples(r); i++) {
+        const char *line = PQgetvalue(r, i, 0);
+        if (f)
+            fprintf(f, "%s\n", line);
+        const char *hit = strstr(line, "Buffers: shared hit=");
+        if (hit && plan.buffers < 0) /* the first is the top node's: the whole plan */
+            plan.buffers = strtol(hit + 20, NULL, 10);
+        if (strncmp(line, "Execution Time: ", 16) == 0)
+            plan.ms = strtod(line + 16, NULL);
+    }
+    if (f)
+        fclose(f);
+    PQclear(r);
+    return plan;
+}
+
+
+struct drain_result drain(PGconn *c, const char *table, long rows, int aggregates,
+                                 const struct drain_opts *o)
+{
+    drop(c, table);
+    migrate(table);
+    seed(c, table, rows, aggregates);
+
+    /* Whether the last row is done is one index lookup; whether every row
+     * is walks the dead entries the drain leaves in the partial index, more
+     * of them every time: done only once the last row is, or the poll would
+     * load the server under the relay (and not under the floors). */
+    long long last_id = pg_int(c, "SELECT max(\"id\") FROM \"public\".\"%s\"", table);
+    PGconn *holder = o->hold ? hold_snapshot() : NULL;
+    int holder_pid = holder ? PQbackendPID(holder) : 0;
+    struct drain_result r = { .rows = rows, .peak_rss_mb = -1, .cpu_s = -1, .pg_cpu_s = -1 };
+    struct machine_cpu m0 = machine_cpu_now();
+    struct relay_proc p = o->runner == RUN_PEER_MINIMAL ? peer_start("peer_minimal.py", table)
+                          : o->runner == RUN_PEER_SAME ? peer_start("peer_same.py", table)
+                                                       : relay_start(table, o->extra);
+    const char *who = o->runner == RUN_RELAY ? "relay" : "peer";
+    double deadline = p.started + 1800;
+    bool exited = false;
+    for (;;) {
+        long long last_left = o->deleting
+            ? pg_int(c, "SELECT count(*) FROM \"public\".\"%s\" WHERE \"id\" = %lld", table,
+                     last_id)
+            : pg_int(c, "SELECT count(*) FROM \"public\".\"%s\" WHERE \"id\" = %lld AND "
+                        "\"sent_at\" IS NULL", table, last_id);
+        long long left = last_left ? 1
+            : o->deleting
+            ? pg_int(c, "SELECT count(*) FROM (SELECT 1 FROM \"public\".\"%s\" LIMIT 1) s", table)
+            : pg_int(c, "SELECT count(*) FROM (SELECT 1 FROM \"public\".\"%s\" WHERE "
+                        "\"sent_at\" IS NULL AND \"dead_at\" IS NULL LIMIT 1) s", table);
+        if (left == 0)
+            break;
+        if (exited)
+            die("%s exited before the drain of %s finished (see %s)", who, table, workdir);
+        if (now_s() > deadline)
+            die("drain of %s did not finish", table);
+        int st;
+        /* The peer exits when it finds nothing: look at the table once more. */
+        if (waitpid(p.pid, &st, WNOHANG) == p.pid) {
+            exited = true;
+            continue;
+        }
+        sleep_s(0.02);
+    }
+    double end = now_s();
+    r.machine_busy = machine_busy(m0, machine_cpu_now());
+    if (!exited)
+        r.pg_cpu_s = client_backends_cpu_s(c, holder_pid);
+    if (!exited && o->runner == RUN_RELAY)
+        relay_cost(p.pid, &r.peak_rss_mb, &r.cpu_s);
+    if (!exited)
+        relay_stop(&p);
+    if (o->plan)
+        *o->plan = explain_claim(c, table, o->hold ? "snapshot-held" : "no-snapshot");
+    if (holder)
+        release_snapshot(holder);
+    r.seconds = end - p.started;
+    r.rows_per_s = (double)rows / r.seconds;
+    if (!o->deleting) {
+        long long unsent = pg_int(c, "SELECT count(*) FROM \"public\".\"%s\" WHERE \"sent_at\" "
+                                     "IS NULL", table);
+        if (unsent)
+            die("%lld rows of %s unsent after the drain", unsent, table);
+    }
+    return r;
+}
+
+/* Runs a floor procedure on a fresh, seeded table; the procedure commits
+ * after each batch, as the relay does. */
+static struct drain_result floor_run(PGconn *c, const char *table, long rows, int aggregates,
+                                     const char *body, int batch)
+{
+    drop(c, table);
+    migrate(table);
+    seed(c, table, rows, aggregates);
+    pg_exec(c,
+            "CREATE OR REPLACE PROCEDURE \"public\".\"%s_floor\"(p_batch int) LANGUAGE plpgsql "
+            "AS $$ DECLARE ids bigint[]; bytes bigint; BEGIN LOOP %s "
+            "EXIT WHEN ids IS NULL; "
+            "UPDATE \"public\".\"%s\" SET \"sent_at\" = clock_timestamp() "
+            "WHERE \"id\" = ANY(ids) AND \"sent_at\" IS NULL; COMMIT; END LOOP; END $$",
+            table, body, table);
+    struct drain_result r = { .rows = rows, .peak_rss_mb = -1, .cpu_s = -1 };
+    double cpu0 = proc_cpu_s(PQbackendPID(c));
+    struct machine_cpu m0 = machine_cpu_now();
+    double t0 = now_s();
+    pg_exec(c, "CALL \"public\".\"%s_floor\"(%d)", table, batch);
+    r.seconds = now_s() - t0;
+    r.machine_busy = machine_busy(m0, machine_cpu_now());
+    double cpu1 = proc_cpu_s(PQbackendPID(c));
+    r.pg_cpu_s = cpu0 >= 0 && cpu1 >= 0 ? cpu1 - cpu0 : -1;
+    r.rows_per_s = (double)rows / r.seconds;
+    return r;
+}
+
+/* The minimal floor: only the ids of the oldest unsent rows, then the
+ * conditional UPDATE. Nothing a relay could do with less. */
+struct drain_result minimal_floor(PGconn *c, const char *table, long rows, int aggregates,
+                                         int batch)
+{
+    char body[512];
+    snprintf(body, sizeof(body),
+             "SELECT array_agg(s.id) INTO ids FROM (SELECT o.\"id\" AS id FROM \"public\".\"%s\" "
+             "AS o WHERE o.\"sent_at\" IS NULL AND o.\"dead_at\" IS NULL ORDER BY o.\"id\" "
+             "LIMIT p_batch) s;",
+             table);
+    return floor_run(c, table, rows, aggregates, body, batch);
+}
+
+/* The wide floor: the same claim and conditional UPDATE as the relay, the
+ * relay's columns read and formatted as text (to_char() of created_at too, as
+ * the claim did before it read binary), done entirely inside PostgreSQL. */
+struct drain_result wide_floor(PGconn *c, const char *table, long rows, int aggregates,
+                                      int batch)
+{
+    char body[1024];
+    snprintf(body, sizeof(body),
+             "SELECT array_agg(s.id), sum(length(s.payload) + length(s.headers)) INTO ids, bytes "
+             "FROM (SELECT o.\"id\" AS id, o.\"event_id\"::text AS ev, o.\"payload\"::text AS "
+             "payload, coalesce(o.\"headers\"::text, '') AS headers, "
+             "floor(extract(epoch FROM o.\"created_at\") * 1000)::bigint AS ms, "
+             "to_char(o.\"created_at\" AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') "
+             "AS ts FROM \"public\".\"%s\" AS o WHERE o.\"sent_at\" IS NULL AND o.\"dead_at\" "
+             "IS NULL ORDER BY o.\"id\" LIMIT p_batch) s;",
+             table);
+    return floor_run(c, table, rows, aggregates, body, batch);
+}
