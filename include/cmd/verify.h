@@ -16,7 +16,7 @@
 #include "config/config.h"
 #include "core/verify_check.h"
 
-/** Rows held at once by default: the memory bound (see README). */
+/** Rows held at once by default: the memory bound (see docs/consumers.md). */
 #define VERIFY_SLICE_ROWS_DEFAULT 500000
 
 /** Which rows to check; NULL = open. Combined with AND. */
