@@ -20,6 +20,7 @@
 #include "cmd/migrate.h"
 #include "io/producer.h"
 #include "daemon/relay.h"
+#include "io/pool_probe.h"
 #include "cmd/replay.h"
 #include "cmd/status_cli.h"
 #include "cmd/verify.h"
@@ -126,7 +127,7 @@ static void config_doc_usage(FILE *out)
                  "\n"
                  "Prints the documentation of the configuration keys, generated from the\n"
                  "parameter table: the commented configuration file, outbox-relay.conf(5)\n"
-                 "or the README's table.\n");
+                 "or docs/configuration.md.\n");
 }
 
 /* Every command with its usage, which `outbox-relay COMMAND --help` prints
@@ -352,7 +353,7 @@ static int run_without_config(const struct invocation *inv)
         return EXIT_OK;
     }
     /* Not in the help: it prints the documentation of the configuration keys
-     * for the source tree's generated files (conffile, man page, README). */
+     * for the source tree's generated files (conffile, man page, docs/configuration.md). */
     if (strcmp(cmd, "config-doc") == 0) {
         if (!inv->doc_format || config_doc(inv->doc_format, stdout) != 0) {
             fprintf(stderr, "outbox-relay: config-doc --format conf|man|markdown\n");
@@ -382,8 +383,8 @@ static int configure(struct relay_config *cfg, const char *cmd, struct config_so
         fprintf(stderr, "outbox-relay: configuration rejected: %s\n", err);
         return EXIT_CONFIG;
     }
-    log_set_level((enum log_level)cfg->log_level);
-    log_set_format((enum log_format)log_format_parse(cfg->log_format));
+    log_set_level(cfg->log_level);
+    log_set_format(cfg->log_format);
     return GO_ON;
 }
 
@@ -394,6 +395,14 @@ static int run_relay(struct relay_config *cfg, struct config_source *src)
     char *effective = config_to_logfmt(cfg);
     log_info("effective configuration", "%s", effective ? effective : "");
     free(effective);
+    /* A relay behind a transaction pooler would stand by or refuse later,
+     * silently to anyone not reading /readyz: say it now and stop. A database
+     * not reachable yet is probed again by the relay's own checks. */
+    char why[512];
+    if (pool_probe(cfg->pg_conninfo, why, sizeof why) == POOL_PROBE_SHARED) {
+        log_error("refusing to relay", "reason=%s", log_quote(why));
+        return EXIT_CONFIG;
+    }
     return relay_run(cfg, load_config, src);
 }
 

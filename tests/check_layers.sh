@@ -102,13 +102,15 @@ fi
 
 # A header is one module's: every function include/L/X.h declares is defined
 # in relay/L/X.c (or inline in the header), or in relay/L/X_*.c when a module
-# spans files. A header serving several modules lets them depend on each
+# spans files; X_int.h is such a module's private header, shared by X.c and
+# X_*.c only. A header serving several modules lets them depend on each
 # other unseen.
 problems=$(awk '
     function mod(path) { n = split(path, p, "/"); b = p[n]; sub(/\.[ch]$/, "", b); return p[n - 1] "/" b }
-    FNR == 1 { m = mod(FILENAME); header = FILENAME ~ /\.h$/ }
+    FNR == 1 { m = mod(FILENAME); header = FILENAME ~ /\.h$/; if (header) sub(/_int$/, "", m) }
     /^[A-Za-z_]/ && match($0, /[A-Za-z_][A-Za-z0-9_]*\(/) {
         name = substr($0, RSTART, RLENGTH - 1)
+        if (name == "_Static_assert") next
         if (header && $0 !~ /^static inline/ && $0 !~ /^(typedef|enum|struct|union)[[:space:]]/) declared[m, name] = 1
         else if (!header && $0 !~ /;[[:space:]]*$/ && $0 !~ /^static/) defined[name] = defined[name] " " m
     }
@@ -123,6 +125,17 @@ problems=$(awk '
                 printf "include/%s.h declares %s, which relay/%s.c does not define\n", p[1], p[2], p[1]
         }
     }' "$src"/include/*/*.h "$src"/relay/*/*.c | sort)
+for f in "$src"/relay/*/*.c "$src"/relay/main.c; do
+    for inc in $(sed -n 's/^#include "\([a-z]*\/[a-z0-9_]*\)_int\.h".*/\1/p' "$f"); do
+        base=$(basename "$f" .c)
+        case "$(basename "$(dirname "$f")")/$base" in
+            "$inc"|"$inc"_*) ;;
+            *) problems="$problems
+${f#"$src"/} includes ${inc}_int.h, private to ${inc}.c and ${inc}_*.c" ;;
+        esac
+    done
+done
+problems=$(echo "$problems" | sed '/^$/d')
 if [ -n "$problems" ]; then
     echo "$problems" | sed 's/^/check_layers: /' >&2
     status=1

@@ -100,7 +100,7 @@ struct stats_verify {
 struct relay_stats {
     double start_time;             /* unix seconds; stats_init() */
 
-    /* relay.c: the state machine, its batches and its session. */
+    /* the daemon (relay/daemon/relay_*.c): the state machine, its batches and its session. */
     enum stats_role role;
     bool pg_up;
     bool quiet;                    /* the quiet lock is held: writers send no NOTIFY (schema/004) */
@@ -137,6 +137,9 @@ struct relay_stats {
     int n_brokers;                 /* entries of brokers[] in use */
     struct stats_broker brokers[STATS_MAX_BROKERS];
     bool producer_fatal;
+    bool kafka_answered;           /* a delivery acknowledged or the transaction coordinator
+                                      answered since this producer started: the broker is
+                                      reachable before its first statistics */
 
     /* A hung broker keeps its connections, so it stays UP in librdkafka's
      * statistics until socket.timeout.ms; what shows it sooner is messages
@@ -148,11 +151,11 @@ struct relay_stats {
                                       kafka_in_flight rose from 0 or a commit began
                                       with none in flight, whichever is later */
 
-    /* relay.c: the outbox table's schema, what this binary needs before relaying. */
+    /* relay_leader.c: the outbox table's schema, what this binary needs before relaying. */
     int schema_version;            /* recorded by migrate; -1 = not read yet */
     char schema_problem[384];      /* why relaying waits for the schema; empty when it is fit */
 
-    /* relay.c: the database session, fit for relaying, and the leader lock. */
+    /* relay_leader.c: the database session, fit for relaying, and the leader lock. */
     bool refused;                  /* relaying refused for good (pooled session, row security) */
     char refused_reason[512];
     double refused_time;           /* unix seconds */
@@ -162,13 +165,16 @@ struct relay_stats {
     double role_since;             /* unix seconds the current role began, 0 = unknown */
     struct stats_lock_holder holder;  /* standby: who holds the leader lock */
     bool standby_stuck;            /* standby long, the holder does not look like a relay */
+    bool standby_stalled;          /* standby: rows wait and no leader marked or deleted any for
+                                      relay.standby_stall_timeout */
+    double standby_stalled_s;      /* how long rows have waited with no progress (0: not watching) */
     char standby_reason[512];
 
     struct stats_verify verify;    /* verify_task.c */
 
     /* producer.c, through stats_count_published() at each acknowledgement
      * and stats_settle_published() when a Kafka transaction ends: a row of a
-     * transaction counts once it committed, as published_total (relay.c),
+     * transaction counts once it committed, as published_total (relay_pipeline.c),
      * which takes back the rows of an aborted one. */
     int n_topics;                  /* entries of topics[] in use */
     struct stats_topic topics[STATS_MAX_TOPICS];

@@ -9,7 +9,11 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
+
+#include "base/log.h"
+#include "core/engine.h"
 
 #define CONFIG_DEFAULT_PATH "/etc/outbox-relay/outbox-relay.conf"
 
@@ -31,6 +35,26 @@ struct config_kv {
     char *value;
 };
 
+/** How a leader that lost its leadership is kept from publishing (relay.fencing). */
+enum relay_fencing {
+    /* Batches are Kafka transactions under one transactional.id: a new
+     * leader's init_transactions fences the old one, whose writes stay
+     * invisible to read_committed consumers. */
+    RELAY_FENCING_TRANSACTIONAL = 0,
+    /* The idempotent producer alone: a paused old leader may still publish
+     * what it had queued after the new leader took over. */
+    RELAY_FENCING_NONE,
+};
+
+/** What happens to a row once Kafka acknowledged it (relay.on_sent). */
+enum relay_on_sent {
+    RELAY_ON_SENT_MARK = 0,     /* sent_at set by the conditional UPDATE */
+    RELAY_ON_SENT_DELETE,       /* the row deleted by the conditional DELETE */
+};
+
+/* Every choice is an enum and every duration milliseconds here: the table of
+ * config_table.c parses the text once, at load, and nothing at run time
+ * looks at a configuration string again. */
 struct relay_config {
     /* [postgres] */
     char *pg_conninfo;          /* handed to libpq as is; "" = PG* environment */
@@ -49,44 +73,33 @@ struct relay_config {
     int shutdown_timeout_ms;    /* default 10000, 0..600000 */
     int reconnect_interval_ms;  /* default 1000, 10..600000: first wait before reconnecting */
     int reconnect_max_ms;       /* default 30000: the exponential back-off stops growing here */
-    char *on_poison;            /* "hold_aggregate" (default), "dead_letter" or "halt" */
+    enum poison_policy on_poison; /* default hold_aggregate */
     int max_attempts;           /* default 10: retriable failures before on_poison applies */
-    char *on_sent;              /* "mark" (default) or "delete" */
-    char *retention;            /* duration ("7d", "12h", "0" = keep): sent rows deleted after it */
+    enum relay_on_sent on_sent; /* default mark */
+    int64_t retention_ms;       /* default 7 days; 0 = keep: sent rows deleted after it */
     int ack_timeout_ms;         /* default 10000: /readyz fails when messages wait this long for
                                    an acknowledgement; 0 = never */
     int allow_row_security;     /* bool, default false: relay although row-level security hides
                                    rows from the relay's role (backlog then unknown) */
-    char *fencing;              /* "transactional" (default) or "none": see relay_fencing_of() */
+    enum relay_fencing fencing; /* default transactional */
+    int64_t standby_stall_timeout_ms; /* default 60 s: a standby reports a leader that makes no
+                                         progress while rows wait; 0 = never */
     char *transactional_id;     /* "" (default) = derived from schema and table */
 
     /* [http] */
     char *http_listen;          /* status endpoint, default "127.0.0.1:8423"; "" = disabled */
 
     /* [log] */
-    int log_level;              /* enum log_level, default info */
-    char *log_format;           /* "logfmt" (default) or "json" */
-    char *log_stats_interval;   /* duration, default "10s": the progress line; "0" = off */
+    enum log_level log_level;   /* default info */
+    enum log_format log_format; /* default logfmt */
+    int64_t log_stats_interval_ms; /* default 10 s: the progress line; 0 = off */
 
-    /* [verify]: the daemon's periodic verify (durations as config_parse_duration reads) */
-    char *verify_interval;      /* default "0": off */
-    char *verify_lag;           /* default "5m": the window ends this long ago */
-    char *verify_window;        /* default "1h": and starts this long before its end */
+    /* [verify]: the daemon's periodic verify */
+    int64_t verify_interval_ms; /* default 0: off */
+    int64_t verify_lag_ms;      /* default 5 min: the window ends this long ago */
+    int64_t verify_window_ms;   /* default 1 h: and starts this long before its end */
 };
 
-/** How a leader that lost its leadership is kept from publishing (relay.fencing). */
-enum relay_fencing {
-    /* Batches are Kafka transactions under one transactional.id: a new
-     * leader's init_transactions fences the old one, whose writes stay
-     * invisible to read_committed consumers. */
-    RELAY_FENCING_TRANSACTIONAL = 0,
-    /* The idempotent producer alone: a paused old leader may still publish
-     * what it had queued after the new leader took over. */
-    RELAY_FENCING_NONE,
-};
-
-/** @return relay.fencing as the enum (parse once, at start). */
-enum relay_fencing relay_fencing_of(const struct relay_config *cfg);
 
 /** Writes the transactional.id the relay uses into @p buf: relay.transactional_id,
  *  or "outbox-relay.<schema>.<table>" when that is empty. */
@@ -151,6 +164,10 @@ int config_reload_apply(struct relay_config *cur, const struct relay_config *nex
  *  @return the seconds (0 = disabled), or -EINVAL. */
 long config_parse_duration(const char *text);
 
+/** Writes @p ms as the file would say it: "0", "Nd", "Nh", "Nm" or "Ns" (the
+ *  largest unit that divides it). */
+void config_format_duration(int64_t ms, char *buf, size_t len);
+
 /** @return true if @p key (a librdkafka property or "conninfo") holds a secret. */
 bool config_key_is_secret(const char *key);
 
@@ -183,6 +200,8 @@ struct config_param_info {
     const char *section, *key;
     const char *def;              /* as written in the file */
     const char *desc;             /* one line */
+    const char *type;             /* "string", "integer", "duration", "choice" or "boolean" */
+    const char *unit;             /* of an integer ("ms", "rows", ...); "" when none */
     bool is_int;                  /* then min..max apply */
     long min, max;
     const char *const *choices;   /* NULL-terminated, or NULL */

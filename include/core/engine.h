@@ -4,7 +4,7 @@
  * and which id range a claim must skip while other batches are in flight.
  * Nothing here calls PostgreSQL, Kafka or the event loop (the source includes
  * none of their headers), so every rule is unit-tested on its own
- * (tests/unit/test_engine.c); relay.c feeds it what happened and carries out
+ * (tests/unit/test_engine.c); the daemon (relay/daemon/relay_*.c) feeds it what happened and carries out
  * what it decides. */
 #ifndef OUTBOX_ENGINE_H
 #define OUTBOX_ENGINE_H

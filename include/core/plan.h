@@ -1,6 +1,6 @@
 /* plan.h — the relay's next step, decided apart from any I/O.
  *
- * relay.c's step() describes the relay as it is (struct plan_state: the
+ * the daemon's relay_step() (relay/daemon/relay_step.c) describes the relay as it is (struct plan_state: the
  * connection and its checks, the role, the batches in flight, the Kafka
  * transaction, shutdown, what is due) and asks plan_next() what to do; it
  * carries the answer out (a statement to PostgreSQL, a producer call) and,

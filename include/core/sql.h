@@ -96,12 +96,15 @@ enum sql_session_col {
     SESSION_NCOLS
 };
 
-/** Column order of sql_session.holder (NULL where pg_stat_activity hides it). */
+/** Column order of sql_session.holder: one row; the holder's columns NULL when
+ *  nobody holds the lock (or pg_stat_activity hides them). */
 enum sql_holder_col {
     HOLDER_PID = 0, HOLDER_APPLICATION_NAME, HOLDER_CLIENT_ADDR,
     HOLDER_BACKEND_START,     /* unix seconds */
     HOLDER_STATE,             /* active, idle, idle in transaction, … */
     HOLDER_IDLE_SECONDS,      /* since its last state change, by the server's clock */
+    HOLDER_OLDEST_AGE,        /* seconds the oldest waiting row has waited; NULL: none waits */
+    HOLDER_PROGRESS,          /* the table's updated + deleted rows (pg_stat_user_tables) */
     HOLDER_NCOLS
 };
 
@@ -167,5 +170,13 @@ enum sql_rows_col { ROWS_SENT = CLAIM_NCOLS, ROWS_DEAD, ROWS_NCOLS };
 /** @return 0, -EINVAL (schema or table not a valid identifier) or -ENOMEM. */
 int sql_window_init(struct sql_window *q, const char *schema, const char *table);
 void sql_window_free(struct sql_window *q);
+
+/* The session probe before relaying (io/pool_probe.c): a session-level
+ * setting and the backend that answers, set by one connection and read by
+ * another; only a shared server session shows one connection's value to the other. */
+#define SQL_POOL_PROBE_SET                                                        \
+    "SELECT pg_backend_pid(), set_config('outbox_relay.pool_probe', $1, false)"
+#define SQL_POOL_PROBE_READ                                                       \
+    "SELECT pg_backend_pid(), current_setting('outbox_relay.pool_probe', true)"
 
 #endif

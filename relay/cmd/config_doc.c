@@ -1,6 +1,6 @@
 /* config_doc.c — the documentation of every configuration key, generated from
- * the parameter table (config.c) and the producer's own settings
- * (producer.c): the shipped conffile, outbox-relay.conf(5) and the README's
+ * the parameter table (config_table.c) and the producer's own settings
+ * (producer.c): the shipped conffile, outbox-relay.conf(5) and docs/configuration.md's
  * table. The committed files are compared with this output by a test, so a
  * key added to the table without its documentation, or a changed default,
  * fails the build's tests instead of drifting.
@@ -515,7 +515,7 @@ static void gen_man(FILE *out)
     man_footer(out);
 }
 
-/* ---- the README's table -------------------------------------------------- */
+/* ---- docs/configuration.md ------------------------------------------------ */
 
 static void md_cell(FILE *out, const char *s)
 {
@@ -529,48 +529,84 @@ static void md_cell(FILE *out, const char *s)
     }
 }
 
+static void md_code(FILE *out, const char *s)
+{
+    fputc('`', out);
+    md_cell(out, s);
+    fputc('`', out);
+}
+
+/* One key: | key | type | default | allowed | reload | meaning | */
+static void md_key(FILE *out, const struct config_param_info *p)
+{
+    fprintf(out, "| `%s.%s` | %s", p->section, p->key, p->type);
+    if (*p->unit)
+        fprintf(out, " (%s)", p->unit);
+    fputs(" | ", out);
+    if (*p->def)
+        md_code(out, p->def);
+    else
+        fputs("empty", out);
+    fputs(" | ", out);
+    if (p->is_int)
+        fprintf(out, "%ld to %ld", p->min, p->max);
+    else if (p->choices)
+        for (const char *const *c = p->choices; *c; c++) {
+            fputs(c == p->choices ? "" : ", ", out);
+            md_code(out, *c);
+        }
+    else if (!strcmp(p->type, "duration"))
+        fputs("`N`, `Ns`, `Nm`, `Nh`, `Nd` (bare: seconds; `0`: off)", out);
+    fprintf(out, " | %s | ", p->reloadable ? "yes" : "restart");
+    md_cell(out, p->desc);
+    fputs(" |\n", out);
+}
+
+static void md_kafka(FILE *out)
+{
+    fputs("| property | value | |\n|---|---|---|\n", out);
+    size_t n;
+    const struct kafka_setting *ps = kafka_producer_settings(&n);
+    for (size_t i = 0; i < n; i++) {
+        fprintf(out, "| `%s` | ", ps[i].key);
+        md_code(out, ps[i].value);
+        fprintf(out, " | %s |\n", ps[i].enforced ? "enforced" : "default, may be set");
+    }
+}
+
 static void gen_markdown(FILE *out)
 {
-    fputs("| key | default | meaning |\n|---|---|---|\n", out);
+    fputs("# Configuration reference\n\n"
+          "<!-- Generated from the parameter table (relay/config/config_table.c) by\n"
+          "     `outbox-relay config-doc --format markdown`; test config_doc checks it and\n"
+          "     `ninja -C build update-docs` rewrites it. Do not edit by hand. -->\n\n"
+          "The relay reads `/etc/outbox-relay/outbox-relay.conf` (INI; `-c FILE` for another), "
+          "then `OUTBOX_RELAY_<SECTION>_<KEY>` environment variables, then `-X section.key=value` "
+          "options; a later layer wins. Every value is checked once, at start: an unknown key, a "
+          "value out of range or a choice not listed stops the relay with exit status 78 and a "
+          "message naming the key. `outbox-relay check-config` runs the same checks "
+          "and prints the effective configuration, secrets redacted. Keys "
+          "marked *reload: yes* change on `SIGHUP` (`systemctl reload outbox-relay`); the others "
+          "need a restart.\n",
+          out);
     size_t n_sec;
     const char *const *sec = config_sections(&n_sec);
     for (size_t s = 0; s < n_sec; s++) {
+        fprintf(out, "\n## [%s]\n\n", sec[s]);
         if (!strcmp(sec[s], "kafka")) {
-            fputs("| `kafka.*` | see below | every key is handed to librdkafka as a producer property; "
-                  "`kafka.bootstrap.servers` is required |\n",
-                  out);
+            fprintf(out, "%s\n\n", kafka_intro);
+            md_kafka(out);
             continue;
         }
+        fprintf(out, "%s\n\n", section_intro(sec[s]));
+        fputs("| key | type | default | allowed | reload | meaning |\n"
+              "|---|---|---|---|---|---|\n", out);
         struct config_param_info p;
         for (size_t i = 0; config_param_info(i, &p); i++) {
-            if (strcmp(p.section, sec[s]) != 0)
-                continue;
-            fprintf(out, "| `%s.%s` | ", p.section, p.key);
-            if (*p.def) {
-                fputc('`', out);
-                md_cell(out, p.def);
-                fputc('`', out);
-            } else {
-                fputs("empty", out);
-            }
-            fputs(" | ", out);
-            md_cell(out, p.desc);
-            char f[512];
-            facts(&p, f, sizeof f, true, false);
-            fputs(" (", out);
-            md_cell(out, f);
-            fputs(") |\n", out);
+            if (strcmp(p.section, sec[s]) == 0)
+                md_key(out, &p);
         }
     }
-    fputs("\nKafka properties the relay sets before the `[kafka]` section's (enforced: the section "
-          "cannot change them):",
-          out);
-    size_t n;
-    const struct kafka_setting *ps = kafka_producer_settings(&n);
-    for (size_t i = 0; i < n; i++)
-        fprintf(out, "%s `%s=%s`%s", i ? "," : "", ps[i].key, ps[i].value,
-                ps[i].enforced ? " (enforced)" : "");
-    fputs(".\n", out);
 }
 
 int config_doc(const char *format, FILE *out)

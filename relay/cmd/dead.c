@@ -303,9 +303,9 @@ static void list_table(PGresult *res, const struct relay_config *cfg)
         putchar('\n');
     }
     printf("%d row%s in %s.%s: %d dead, %d failing (on_poison=%s, max_attempts=%d)\n", n,
-           n == 1 ? "" : "s", cfg->schema, cfg->table, n_dead, n - n_dead, cfg->on_poison,
+           n == 1 ? "" : "s", cfg->schema, cfg->table, n_dead, n - n_dead, poison_policy_names[cfg->on_poison],
            cfg->max_attempts);
-    if (poison_rules_of(poison_policy_parse(cfg->on_poison))->hold_claim)
+    if (poison_rules_of(cfg->on_poison)->hold_claim)
         printf("WAITING rows are held until their dead row is requeued or dropped.\n");
     if (agg)
         for (int i = 0; i < n; i++)

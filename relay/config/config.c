@@ -1,6 +1,7 @@
-/* config.c — the parameter table and everything it drives: defaults, the INI
- * file, -X overrides, validation, redaction and the dump. */
-#include "config/config.h"
+/* config.c — loading the configuration: defaults from the table
+ * (config_table.c), the INI file, OUTBOX_RELAY_* environment variables, -X
+ * overrides, cross-key validation and what a reload may change. */
+#include "config/config_int.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -20,135 +21,6 @@
 #include "base/log.h"
 #include "base/redact.h"
 #include "core/sql.h"
-
-#define REDACTED REDACT_PLACEHOLDER
-
-enum param_type {
-    PARAM_STRING,
-    PARAM_INT,
-    PARAM_ENUM,      /* a string restricted to choices */
-    PARAM_LOG_LEVEL, /* an int holding enum log_level */
-    PARAM_BOOL,      /* an int holding 0 or 1; written true or false */
-};
-
-/** Extra check of a string value; fills errbuf (without the key) on failure. */
-typedef int (*param_check_fn)(const char *value, char *errbuf, size_t errlen);
-
-struct param {
-    const char *section;
-    const char *key;
-    enum param_type type;
-    size_t offset;
-    const char *def;                    /* as it would be written in the file */
-    long min, max;                      /* PARAM_INT */
-    const char *const *choices;         /* PARAM_ENUM, NULL-terminated */
-    param_check_fn check;               /* PARAM_STRING, optional */
-    bool reloadable;                    /* takes effect on SIGHUP */
-    const char *desc;
-};
-
-static int check_ident(const char *value, char *errbuf, size_t errlen);
-
-static const char *const log_formats[] = {"logfmt", "json", NULL};
-static const char *const sent_actions[] = {"mark", "delete", NULL};
-/* Indexed by enum relay_fencing. */
-static const char *const fencing_modes[] = {"transactional", "none", NULL};
-_Static_assert(RELAY_FENCING_NONE == 1, "fencing_modes must follow enum relay_fencing");
-static int check_duration(const char *value, char *errbuf, size_t errlen);
-/* Indexed by enum log_level; log_level_parse() is the parser. */
-static const char *const log_level_names[] = {"error", "warn", "info", "debug"};
-_Static_assert(LOG_LVL_DEBUG == 3, "log_level_names must follow enum log_level");
-
-#define OFF(field) offsetof(struct relay_config, field)
-#define RELOAD true   /* applied on SIGHUP */
-#define RESTART false /* needs a restart */
-
-#define STR(sec, k, field, dflt, chk, rel, d)                                                 \
-    {.section = sec, .key = k, .type = PARAM_STRING, .offset = OFF(field), .def = dflt,        \
-     .check = chk, .reloadable = rel, .desc = d}
-#define INT(sec, k, field, dflt, lo, hi, rel, d)                                              \
-    {.section = sec, .key = k, .type = PARAM_INT, .offset = OFF(field), .def = dflt, .min = lo, \
-     .max = hi, .reloadable = rel, .desc = d}
-#define ENUM(sec, k, field, dflt, ch, rel, d)                                                 \
-    {.section = sec, .key = k, .type = PARAM_ENUM, .offset = OFF(field), .def = dflt,          \
-     .choices = ch, .reloadable = rel, .desc = d}
-#define BOOL(sec, k, field, dflt, rel, d)                                                     \
-    {.section = sec, .key = k, .type = PARAM_BOOL, .offset = OFF(field), .def = dflt,          \
-     .reloadable = rel, .desc = d}
-#define LEVEL(sec, k, field, dflt, rel, d)                                                    \
-    {.section = sec, .key = k, .type = PARAM_LOG_LEVEL, .offset = OFF(field), .def = dflt,     \
-     .reloadable = rel, .desc = d}
-
-/* Sections in dump order; [kafka] has no rows: its keys go to librdkafka. */
-static const char *const sections[] = {"postgres", "kafka", "relay", "http", "log", "verify"};
-
-/* The one table of parameters: defaults, parsing, reload rules and the dump
- * all come from here. Sorted by section, then key. */
-static const struct param params[] = {
-    STR("postgres", "conninfo", pg_conninfo, "", NULL, RESTART,
-        "libpq connection string or URI (\"\" = PG* environment variables)"),
-
-    INT("relay", "ack_timeout_ms", ack_timeout_ms, "10000", 0, 3600000, RELOAD,
-        "not ready when messages in flight wait this long for an acknowledgement (0 = never)"),
-    BOOL("relay", "allow_row_security", allow_row_security, "false", RESTART,
-         "relay although row-level security hides rows from the relay's role (they are never "
-         "published; the backlog is then unknown)"),
-    INT("relay", "batch_size", batch_size, "1000", 1, 100000, RELOAD,
-        "rows claimed and produced per round"),
-    ENUM("relay", "fencing", fencing, "transactional", fencing_modes, RESTART,
-         "keep a deposed leader from publishing: transactional (Kafka transactions) or none"),
-    INT("relay", "max_attempts", max_attempts, "10", 1, 1000000, RELOAD,
-        "retriable failures of a row before on_poison applies (permanent errors: 1)"),
-    ENUM("relay", "on_poison", on_poison, "hold_aggregate", poison_policy_names, RESTART,
-         "a row Kafka will not take: hold_aggregate, dead_letter or halt"),
-    ENUM("relay", "on_sent", on_sent, "mark", sent_actions, RESTART,
-         "after Kafka acknowledged a row: mark it sent, or delete it"),
-    STR("relay", "notify_channel", notify_channel, "outbox_relay", check_ident, RESTART,
-        "channel LISTENed on for new-row notifications"),
-    INT("relay", "poll_interval_ms", poll_interval_ms, "1000", 10, 3600000, RELOAD,
-        "poll the table this often even without notifications"),
-    INT("relay", "reconnect_interval_ms", reconnect_interval_ms, "1000", 10, 600000, RELOAD,
-        "first wait before reconnecting to PostgreSQL (doubles up to reconnect_max_ms)"),
-    INT("relay", "reconnect_max_ms", reconnect_max_ms, "30000", 10, 3600000, RELOAD,
-        "longest wait between reconnection attempts"),
-    STR("relay", "retention", retention, "7d", check_duration, RESTART,
-        "delete sent rows older than this (N, Ns, Nm, Nh, Nd; 0 = keep)"),
-    STR("relay", "schema", schema, "public", check_ident, RESTART, "schema of the outbox table"),
-    INT("relay", "shutdown_timeout_ms", shutdown_timeout_ms, "10000", 0, 600000, RELOAD,
-        "how long to wait for in-flight messages on shutdown"),
-    STR("relay", "table", table, "outbox", check_ident, RESTART, "name of the outbox table"),
-    STR("relay", "transactional_id", transactional_id, "", NULL, RESTART,
-        "Kafka transactional.id of relay.fencing=transactional (\"\" = outbox-relay.<schema>.<table>)"),
-    STR("relay", "topic", topic, "outbox.${aggregate_type}", event_topic_template_check, RESTART,
-        "topic template for rows without a topic (${aggregate_type}, ${event_type})"),
-
-    STR("http", "listen", http_listen, "127.0.0.1:8423", listen_addr_check, RESTART,
-        "IPv4:port or [IPv6]:port of the status endpoint (\"\" = disabled)"),
-
-    ENUM("log", "format", log_format, "logfmt", log_formats, RESTART, "logfmt or json"),
-    LEVEL("log", "level", log_level, "info", RELOAD, "error, warn, info or debug"),
-    STR("log", "stats_interval", log_stats_interval, "10s", check_duration, RELOAD,
-        "while rows are pending or being published, log a progress line this often (0 = never)"),
-
-    STR("verify", "interval", verify_interval, "0", check_duration, RESTART,
-        "run verify on a trailing window this often (0 = never)"),
-    STR("verify", "lag", verify_lag, "5m", check_duration, RESTART,
-        "the window ends this long ago: rows younger than this are not checked yet"),
-    STR("verify", "window", verify_window, "1h", check_duration, RESTART,
-        "how far back from its end the periodic verify window reaches"),
-};
-
-#define N_PARAMS (sizeof params / sizeof params[0])
-
-
-enum relay_fencing relay_fencing_of(const struct relay_config *cfg)
-{
-    for (int i = 0; fencing_modes[i]; i++)
-        if (cfg->fencing && !strcmp(cfg->fencing, fencing_modes[i]))
-            return (enum relay_fencing)i;
-    return RELAY_FENCING_TRANSACTIONAL; /* config_set accepts nothing else */
-}
-
 void config_transactional_id(const struct relay_config *cfg, char *buf, size_t len)
 {
     /* schema and table are plain identifiers: the id needs no quoting. Two
@@ -160,161 +32,15 @@ void config_transactional_id(const struct relay_config *cfg, char *buf, size_t l
         snprintf(buf, len, "outbox-relay.%s.%s", cfg->schema, cfg->table);
 }
 
-long config_parse_duration(const char *text)
-{
-    char *end;
-    errno = 0;
-    long n = strtol(text, &end, 10);
-    if (end == text || errno || n < 0)
-        return -EINVAL;
-    long unit = 1;
-    switch (*end) {
-    case '\0': case 's': unit = 1; break;
-    case 'm': unit = 60; break;
-    case 'h': unit = 3600; break;
-    case 'd': unit = 86400; break;
-    default: return -EINVAL;
-    }
-    if (*end && end[1])
-        return -EINVAL;
-    if (n > 100L * 365 * 86400 / unit)
-        return -EINVAL;
-    return n * unit;
-}
-
-static int check_duration(const char *value, char *errbuf, size_t errlen)
-{
-    if (config_parse_duration(value) >= 0)
-        return 0;
-    return errbuf_fail(errbuf, errlen, "\"%s\" is not a duration (N, Ns, Nm, Nh or Nd, up to 100 years)",
-                value);
-}
-
-static int check_ident(const char *value, char *errbuf, size_t errlen)
-{
-    if (sql_ident_valid(value))
-        return 0;
-    return errbuf_fail(errbuf, errlen,
-                "\"%s\" is not a plain SQL identifier ([A-Za-z_][A-Za-z0-9_]*, at most 48 "
-                "bytes)",
-                value);
-}
-
-static char **str_slot(struct relay_config *cfg, const struct param *p)
-{
-    return (char **)((char *)cfg + p->offset);
-}
-
-static int *int_slot(struct relay_config *cfg, const struct param *p)
-{
-    return (int *)((char *)cfg + p->offset);
-}
-
-static const char *cstr_at(const struct relay_config *cfg, const struct param *p)
-{
-    return *(char *const *)((const char *)cfg + p->offset);
-}
-
-static int int_at(const struct relay_config *cfg, const struct param *p)
-{
-    return *(const int *)((const char *)cfg + p->offset);
-}
-
-static const struct param *param_find(const char *section, const char *key)
-{
-    for (size_t i = 0; i < N_PARAMS; i++) {
-        if (!strcmp(params[i].section, section) && !strcmp(params[i].key, key))
-            return &params[i];
-    }
-    return NULL;
-}
-
-static bool section_known(const char *section)
-{
-    for (size_t i = 0; i < sizeof sections / sizeof sections[0]; i++) {
-        if (!strcmp(sections[i], section))
-            return true;
-    }
-    return false;
-}
-
-static int replace_str(char **slot, const char *value)
-{
-    char *copy = strdup(value);
-    if (!copy)
-        return -ENOMEM;
-    free(*slot);
-    *slot = copy;
-    return 0;
-}
-
-static int param_set(struct relay_config *cfg, const struct param *p, const char *value,
-                     char *errbuf, size_t errlen)
-{
-    char why[256];
-
-    switch (p->type) {
-    case PARAM_STRING:
-        if (p->check && p->check(value, why, sizeof why) < 0)
-            return errbuf_fail(errbuf, errlen, "%s.%s: %s", p->section, p->key, why);
-        return replace_str(str_slot(cfg, p), value);
-
-    case PARAM_ENUM: {
-        char allowed[128] = "";
-        for (const char *const *c = p->choices; *c; c++) {
-            if (!strcmp(*c, value))
-                return replace_str(str_slot(cfg, p), value);
-            size_t used = strlen(allowed);
-            snprintf(allowed + used, sizeof allowed - used, "%s%s", used ? ", " : "", *c);
-        }
-        return errbuf_fail(errbuf, errlen, "%s.%s: unknown value \"%s\" (allowed: %s)", p->section,
-                    p->key, value, allowed);
-    }
-
-    case PARAM_LOG_LEVEL: {
-        int level = log_level_parse(value);
-        if (level < 0)
-            return errbuf_fail(errbuf, errlen,
-                        "%s.%s: unknown value \"%s\" (allowed: error, warn, info, debug)",
-                        p->section, p->key, value);
-        *int_slot(cfg, p) = level;
-        return 0;
-    }
-
-    case PARAM_BOOL:
-        if (!strcmp(value, "true") || !strcmp(value, "false")) {
-            *int_slot(cfg, p) = value[0] == 't';
-            return 0;
-        }
-        return errbuf_fail(errbuf, errlen, "%s.%s: unknown value \"%s\" (allowed: true, false)",
-                           p->section, p->key, value);
-
-    case PARAM_INT: {
-        char *end;
-        errno = 0;
-        long v = strtol(value, &end, 10);
-        if (end == value || *end != '\0')
-            return errbuf_fail(errbuf, errlen, "%s.%s: \"%s\" is not an integer (allowed %ld..%ld)",
-                        p->section, p->key, value, p->min, p->max);
-        if (errno == ERANGE || v < p->min || v > p->max)
-            return errbuf_fail(errbuf, errlen, "%s.%s: %s is out of range (allowed %ld..%ld)",
-                        p->section, p->key, value, p->min, p->max);
-        *int_slot(cfg, p) = (int)v;
-        return 0;
-    }
-    }
-    return -EINVAL;
-}
-
 void config_init(struct relay_config *cfg)
 {
     memset(cfg, 0, sizeof *cfg);
-    for (size_t i = 0; i < N_PARAMS; i++) {
+    for (size_t i = 0; i < config_n_params; i++) {
         /* The defaults are checked by the tests; only memory can fail here,
          * and without memory the daemon cannot start anyway. */
-        if (param_set(cfg, &params[i], params[i].def, NULL, 0) < 0) {
-            fprintf(stderr, "outbox-relay: cannot set default of %s.%s\n", params[i].section,
-                    params[i].key);
+        if (config_param_set(cfg, &config_params[i], config_params[i].def, NULL, 0) < 0) {
+            fprintf(stderr, "outbox-relay: cannot set default of %s.%s\n", config_params[i].section,
+                    config_params[i].key);
             abort();
         }
     }
@@ -333,15 +59,11 @@ static void kafka_free(struct relay_config *cfg)
 
 void config_free(struct relay_config *cfg)
 {
-    for (size_t i = 0; i < N_PARAMS; i++) {
-        if (params[i].type == PARAM_STRING || params[i].type == PARAM_ENUM) {
-            char **slot = str_slot(cfg, &params[i]);
-            free(*slot);
-            *slot = NULL;
-        }
-    }
+    for (size_t i = 0; i < config_n_params; i++)
+        config_param_free(cfg, &config_params[i]);
     kafka_free(cfg);
 }
+
 
 static int kafka_set(struct relay_config *cfg, const char *key, const char *value,
                      char *errbuf, size_t errlen)
@@ -362,7 +84,14 @@ static int kafka_set(struct relay_config *cfg, const char *key, const char *valu
 
     for (size_t i = 0; i < cfg->n_kafka; i++) {
         if (!strcmp(cfg->kafka[i].key, key))
-            return replace_str(&cfg->kafka[i].value, value);
+            {
+            char *copy = strdup(value);
+            if (!copy)
+                return -ENOMEM;
+            free(cfg->kafka[i].value);
+            cfg->kafka[i].value = copy;
+            return 0;
+        }
     }
 
     struct config_kv *grown = realloc(cfg->kafka, (cfg->n_kafka + 1) * sizeof *grown);
@@ -384,7 +113,7 @@ static int kafka_set(struct relay_config *cfg, const char *key, const char *valu
 int config_set(struct relay_config *cfg, const char *section, const char *key,
                const char *value, char *errbuf, size_t errlen)
 {
-    if (!section_known(section)) {
+    if (!config_section_known(section)) {
         if (!*section)
             return errbuf_fail(errbuf, errlen, "key \"%s\" is outside of any [section]", key);
         return errbuf_fail(errbuf, errlen, "unknown section \"%s\" (key \"%s.%s\")", section, section,
@@ -393,10 +122,10 @@ int config_set(struct relay_config *cfg, const char *section, const char *key,
     if (!strcmp(section, "kafka"))
         return kafka_set(cfg, key, value, errbuf, errlen);
 
-    const struct param *p = param_find(section, key);
+    const struct param *p = config_param_find(section, key);
     if (!p)
         return errbuf_fail(errbuf, errlen, "unknown key \"%s.%s\"", section, key);
-    return param_set(cfg, p, value, errbuf, errlen);
+    return config_param_set(cfg, p, value, errbuf, errlen);
 }
 
 /* --- the INI file -------------------------------------------------------- */
@@ -671,10 +400,10 @@ static int apply_env(struct relay_config *cfg, const char *entry, char *errbuf, 
 
     const char *section = NULL;
     size_t seclen = 0;
-    for (size_t s = 0; s < sizeof sections / sizeof sections[0] && !section; s++) {
-        size_t n = strlen(sections[s]);
-        if (n + 1 < len && !strncasecmp(name, sections[s], n) && name[n] == '_') {
-            section = sections[s];
+    for (size_t s = 0; s < config_n_sections && !section; s++) {
+        size_t n = strlen(config_section_names[s]);
+        if (n + 1 < len && !strncasecmp(name, config_section_names[s], n) && name[n] == '_') {
+            section = config_section_names[s];
             seclen = n;
         }
     }
@@ -805,14 +534,11 @@ int config_require_brokers(const struct relay_config *cfg, char *errbuf, size_t 
 int config_reload_check(const struct relay_config *cur, const struct relay_config *next,
                         char *errbuf, size_t errlen)
 {
-    for (size_t i = 0; i < N_PARAMS; i++) {
-        const struct param *p = &params[i];
+    for (size_t i = 0; i < config_n_params; i++) {
+        const struct param *p = &config_params[i];
         if (p->reloadable)
             continue;
-        bool same = (p->type == PARAM_STRING || p->type == PARAM_ENUM)
-                        ? !strcmp(cstr_at(cur, p), cstr_at(next, p))
-                        : int_at(cur, p) == int_at(next, p);
-        if (!same)
+        if (!config_param_equal(cur, next, p))
             return errbuf_fail(errbuf, errlen, "%s.%s cannot change on reload (restart needed)",
                         p->section, p->key);
     }
@@ -830,22 +556,17 @@ int config_reload_check(const struct relay_config *cur, const struct relay_confi
 int config_reload_apply(struct relay_config *cur, const struct relay_config *next)
 {
     int applied = 0;
-    for (size_t i = 0; i < N_PARAMS; i++) {
-        const struct param *p = &params[i];
-        bool is_str = p->type == PARAM_STRING || p->type == PARAM_ENUM;
-        if (is_str ? !strcmp(cstr_at(cur, p), cstr_at(next, p)) : int_at(cur, p) == int_at(next, p))
+    for (size_t i = 0; i < config_n_params; i++) {
+        const struct param *p = &config_params[i];
+        if (config_param_equal(cur, next, p))
             continue;
         if (!p->reloadable) {
             log_warn("config key needs a restart; keeping the running value", "key=%s.%s",
                      p->section, p->key);
             continue;
         }
-        if (is_str) {
-            if (replace_str(str_slot(cur, p), cstr_at(next, p)) < 0)
-                continue;
-        } else {
-            *int_slot(cur, p) = int_at(next, p);
-        }
+        if (config_param_copy(cur, next, p) < 0)
+            continue;
         log_info("config key reloaded", "key=%s.%s", p->section, p->key);
         applied++;
     }
@@ -859,265 +580,3 @@ int config_reload_apply(struct relay_config *cur, const struct relay_config *nex
 }
 
 /* --- secrets ------------------------------------------------------------- */
-
-bool config_key_is_secret(const char *key)
-{
-    static const char *const secret[] = {
-        "conninfo", /* may carry a password; see config_redact_conninfo() */
-        "sasl.password",
-        "ssl.key.password",
-        "ssl.keystore.password",
-        "sasl.oauthbearer.client.secret",
-        "sasl.oauthbearer.config",
-        "ssl.key.pem",
-    };
-    for (size_t i = 0; i < sizeof secret / sizeof secret[0]; i++) {
-        if (!strcmp(key, secret[i]))
-            return true;
-    }
-    return strcasestr(key, "password") || strcasestr(key, "secret");
-}
-
-char *config_redact_conninfo(const char *conninfo)
-{
-    return redact_conninfo(conninfo);
-}
-
-void config_scrub_override(char *override)
-{
-    char *eq = strchr(override, '=');
-    if (!eq)
-        return;
-    char *value = eq + 1;
-    size_t room = strlen(value);
-    const char *dot = memchr(override, '.', (size_t)(eq - override));
-    const char *key_start = dot ? dot + 1 : override;
-    char key[128];
-    size_t keylen = (size_t)(eq - key_start);
-    snprintf(key, sizeof key, "%.*s", (int)keylen, key_start);
-
-    char *masked = NULL;
-    if (dot && (size_t)(dot - override) == 8 && !strncmp(override, "postgres", 8) &&
-        !strcmp(key, "conninfo"))
-        masked = redact_conninfo(value); /* host and dbname stay readable in ps */
-    else if (keylen >= sizeof key || config_key_is_secret(key)) /* too long to tell: mask */
-        masked = strdup(REDACTED);
-    else
-        return;
-    /* The new text must fit the old bytes: what does not fit is cut, which
-     * can only drop text, never reveal it; the rest is zeroed. */
-    size_t n = masked ? strlen(masked) : 0;
-    if (n > room)
-        n = room;
-    if (masked)
-        memcpy(value, masked, n);
-    memset(value + n, '\0', room - n);
-    free(masked);
-}
-
-/* --- the dump ------------------------------------------------------------ */
-
-static void dump_param(const struct relay_config *cfg, const struct param *p, FILE *out)
-{
-    fprintf(out, "# %s%s\n", p->desc, p->reloadable ? " (reloadable)" : "");
-    switch (p->type) {
-    case PARAM_STRING:
-    case PARAM_ENUM: {
-        const char *v = cstr_at(cfg, p) ? cstr_at(cfg, p) : "";
-        if (!strcmp(p->section, "postgres") && !strcmp(p->key, "conninfo")) {
-            char *redacted = config_redact_conninfo(v);
-            fprintf(out, "%s = %s\n", p->key, redacted ? redacted : REDACTED);
-            free(redacted);
-        } else {
-            fprintf(out, "%s = %s\n", p->key, config_key_is_secret(p->key) ? REDACTED : v);
-        }
-        break;
-    }
-    case PARAM_INT:
-        fprintf(out, "%s = %d\n", p->key, int_at(cfg, p));
-        break;
-    case PARAM_BOOL:
-        fprintf(out, "%s = %s\n", p->key, int_at(cfg, p) ? "true" : "false");
-        break;
-    case PARAM_LOG_LEVEL: {
-        int level = int_at(cfg, p);
-        fprintf(out, "%s = %s\n", p->key,
-                level >= 0 && level <= LOG_LVL_DEBUG ? log_level_names[level] : "info");
-        break;
-    }
-    }
-}
-
-void config_dump(const struct relay_config *cfg, FILE *out)
-{
-    config_dump_ext(cfg, out, NULL);
-}
-
-void config_dump_ext(const struct relay_config *cfg, FILE *out,
-                     void (*kafka_extra)(const struct relay_config *cfg, FILE *out))
-{
-    fputs("# outbox-relay effective configuration (secrets redacted)\n", out);
-    for (size_t s = 0; s < sizeof sections / sizeof sections[0]; s++) {
-        fprintf(out, "\n[%s]\n", sections[s]);
-        if (!strcmp(sections[s], "kafka")) {
-            fputs("# librdkafka producer properties\n", out);
-            for (size_t i = 0; i < cfg->n_kafka; i++) {
-                const struct config_kv *kv = &cfg->kafka[i];
-                fprintf(out, "%s = %s\n", kv->key,
-                        config_key_is_secret(kv->key) ? REDACTED : kv->value);
-            }
-            if (kafka_extra)
-                kafka_extra(cfg, out);
-            continue;
-        }
-        for (size_t i = 0; i < N_PARAMS; i++) {
-            if (!strcmp(params[i].section, sections[s]))
-                dump_param(cfg, &params[i], out);
-        }
-    }
-}
-
-/* --- the table, for the documentation ------------------------------------ */
-
-bool config_param_info(size_t i, struct config_param_info *info)
-{
-    if (i >= N_PARAMS)
-        return false;
-    const struct param *p = &params[i];
-    static const char *const level_choices[] = {"error", "warn", "info", "debug", NULL};
-    static const char *const bool_choices[] = {"true", "false", NULL};
-    *info = (struct config_param_info){
-        .section = p->section,
-        .key = p->key,
-        .def = p->def,
-        .desc = p->desc,
-        .is_int = p->type == PARAM_INT,
-        .min = p->min,
-        .max = p->max,
-        .choices = p->type == PARAM_ENUM ? p->choices
-                   : p->type == PARAM_LOG_LEVEL ? level_choices
-                   : p->type == PARAM_BOOL ? bool_choices : NULL,
-        .reloadable = p->reloadable,
-        .secret = config_key_is_secret(p->key),
-    };
-    return true;
-}
-
-const char *const *config_sections(size_t *n)
-{
-    *n = sizeof sections / sizeof sections[0];
-    return sections;
-}
-
-/* --- the effective configuration as data --------------------------------- */
-
-/* The value of @p p as text, secrets masked the way config_dump() masks them.
- * @return an allocated string, or NULL without memory. */
-static char *param_text(const struct relay_config *cfg, const struct param *p)
-{
-    char num[16];
-    switch (p->type) {
-    case PARAM_STRING:
-    case PARAM_ENUM: {
-        const char *v = cstr_at(cfg, p) ? cstr_at(cfg, p) : "";
-        if (!strcmp(p->section, "postgres") && !strcmp(p->key, "conninfo"))
-            return config_redact_conninfo(v);
-        return strdup(config_key_is_secret(p->key) ? REDACTED : v);
-    }
-    case PARAM_INT:
-        snprintf(num, sizeof num, "%d", int_at(cfg, p));
-        return strdup(num);
-    case PARAM_BOOL:
-        return strdup(int_at(cfg, p) ? "true" : "false");
-    case PARAM_LOG_LEVEL: {
-        int level = int_at(cfg, p);
-        return strdup(level >= 0 && level <= LOG_LVL_DEBUG ? log_level_names[level] : "info");
-    }
-    }
-    return NULL;
-}
-
-struct cJSON *config_to_json(const struct relay_config *cfg)
-{
-    cJSON *root = cJSON_CreateObject();
-    if (!root)
-        return NULL;
-    for (size_t s = 0; s < sizeof sections / sizeof sections[0]; s++) {
-        cJSON *sec = cJSON_AddObjectToObject(root, sections[s]);
-        if (!sec)
-            goto oom;
-        if (!strcmp(sections[s], "kafka")) {
-            for (size_t i = 0; i < cfg->n_kafka; i++) {
-                const struct config_kv *kv = &cfg->kafka[i];
-                if (!cJSON_AddStringToObject(sec, kv->key,
-                                             config_key_is_secret(kv->key) ? REDACTED : kv->value))
-                    goto oom;
-            }
-            continue;
-        }
-        for (size_t i = 0; i < N_PARAMS; i++) {
-            const struct param *p = &params[i];
-            if (strcmp(p->section, sections[s]) != 0)
-                continue;
-            /* Numbers stay numbers, so that a consumer can compare them. */
-            if (p->type == PARAM_INT) {
-                if (!cJSON_AddNumberToObject(sec, p->key, int_at(cfg, p)))
-                    goto oom;
-                continue;
-            }
-            if (p->type == PARAM_BOOL) {
-                if (!cJSON_AddBoolToObject(sec, p->key, int_at(cfg, p)))
-                    goto oom;
-                continue;
-            }
-            char *text = param_text(cfg, p);
-            cJSON *item = text ? cJSON_AddStringToObject(sec, p->key, text) : NULL;
-            free(text);
-            if (!item)
-                goto oom;
-        }
-    }
-    return root;
-oom:
-    cJSON_Delete(root);
-    return NULL;
-}
-
-char *config_to_logfmt(const struct relay_config *cfg)
-{
-    char *res = NULL;
-    size_t len = 0;
-    FILE *out = open_memstream(&res, &len);
-    if (!out)
-        return NULL;
-    const char *sep = "";
-    for (size_t s = 0; s < sizeof sections / sizeof sections[0]; s++) {
-        if (!strcmp(sections[s], "kafka")) {
-            for (size_t i = 0; i < cfg->n_kafka; i++) {
-                const struct config_kv *kv = &cfg->kafka[i];
-                fprintf(out, "%skafka.%s=%s", sep, kv->key,
-                        log_quote(config_key_is_secret(kv->key) ? REDACTED : kv->value));
-                sep = " ";
-            }
-            continue;
-        }
-        for (size_t i = 0; i < N_PARAMS; i++) {
-            const struct param *p = &params[i];
-            if (strcmp(p->section, sections[s]) != 0)
-                continue;
-            char *text = param_text(cfg, p);
-            if (p->type == PARAM_INT || p->type == PARAM_BOOL)
-                fprintf(out, "%s%s.%s=%s", sep, p->section, p->key, text ? text : "");
-            else
-                fprintf(out, "%s%s.%s=%s", sep, p->section, p->key, log_quote(text ? text : REDACTED));
-            free(text);
-            sep = " ";
-        }
-    }
-    bool failed = ferror(out) != 0;
-    if (fclose(out) != 0 || failed) {
-        free(res);
-        return NULL;
-    }
-    return res;
-}

@@ -236,19 +236,9 @@ static void qualified_name(const char *schema, const char *table, char *out, siz
     "o.\"event_type\"::text, o.\"topic\"::text, o.\"payload\"::text, o.\"headers\"::text, "         \
     "o.\"created_at\"::timestamptz"
 
-int sql_statements_init(struct sql_statements *s, const char *schema, const char *table,
-                        const char *channel, unsigned flags)
+/* The hot path: the claim and the mark (or delete) of what Kafka acknowledged. */
+static int build_claim_and_mark(struct sql_statements *s, const char *q, unsigned flags)
 {
-    memset(s, 0, sizeof *s);
-    if (!sql_ident_valid(schema) || !sql_ident_valid(table) || !sql_ident_valid(channel))
-        return -EINVAL;
-
-    char qchannel[2 * CONFIG_IDENT_MAX + 4], q[QUALIFIED_MAX];
-
-    /* Valid identifiers contain no quotes, so these cannot overflow. */
-    qualified_name(schema, table, q, sizeof q);
-    sql_quote_ident(channel, qchannel, sizeof qchannel);
-
     /* Under hold_aggregate a dead row blocks the later rows of its aggregate
      * until an operator requeues or drops it; the dead-row index keeps the
      * anti-join cheap (dead rows are few). That index holds a hash of the
@@ -271,8 +261,7 @@ int sql_statements_init(struct sql_statements *s, const char *schema, const char
      * range, in id order, so that no later row of its aggregate overtakes it.
      * With the gaps unknown ($4 NULL, too many to pass) nothing inside or
      * above the range is claimed until the batches are marked. */
-    int rc = 0;
-    rc |= build(&s->claim,
+    int rc = build(&s->claim,
                 "SELECT " CLAIM_COLUMNS " "
                 "FROM %s AS o WHERE o.\"sent_at\" IS NULL AND o.\"dead_at\" IS NULL "
                 "AND (o.\"id\" NOT BETWEEN $2::bigint AND $3::bigint "
@@ -288,6 +277,23 @@ int sql_statements_init(struct sql_statements *s, const char *schema, const char
                     "UPDATE %s SET \"sent_at\" = clock_timestamp() "
                     "WHERE \"id\" = ANY($1::bigint[]) AND \"sent_at\" IS NULL",
                     q);
+    return rc;
+}
+
+int sql_statements_init(struct sql_statements *s, const char *schema, const char *table,
+                        const char *channel, unsigned flags)
+{
+    memset(s, 0, sizeof *s);
+    if (!sql_ident_valid(schema) || !sql_ident_valid(table) || !sql_ident_valid(channel))
+        return -EINVAL;
+
+    char qchannel[2 * CONFIG_IDENT_MAX + 4], q[QUALIFIED_MAX];
+
+    /* Valid identifiers contain no quotes, so these cannot overflow. */
+    qualified_name(schema, table, q, sizeof q);
+    sql_quote_ident(channel, qchannel, sizeof qchannel);
+
+    int rc = build_claim_and_mark(s, q, flags);
     rc |= build(&s->record_failures,
                 "UPDATE %s AS t SET \"attempts\" = t.\"attempts\" + 1, \"last_error\" = f.err, "
                 "\"dead_at\" = CASE WHEN $4::bool AND t.\"attempts\" + 1 >= f.max "
@@ -419,16 +425,33 @@ static int build_lock_statements(struct sql_session *q, const struct leader_lock
                 "SELECT CASE WHEN pg_backend_pid() = $1::int AND %s "
                 "THEN pg_advisory_unlock(%s) ELSE false END",
                 l->held, l->key);
-    /* The server's clock for the idle time: the relay's may differ. */
-    rc |= build(&q->holder,
-                "SELECT l.pid, a.application_name, host(a.client_addr), "
-                "extract(epoch FROM a.backend_start)::float8, a.state, "
-                "extract(epoch FROM clock_timestamp() - a.state_change)::float8 "
-                "FROM pg_catalog.pg_locks AS l "
-                "LEFT JOIN pg_catalog.pg_stat_activity AS a ON a.pid = l.pid "
-                "WHERE %s LIMIT 1",
-                l->match);
     return rc;
+}
+
+/* Who holds the leader lock, and whether it relays: the oldest waiting row's
+ * age and the table's count of updated and deleted rows, which every mark or
+ * delete of a sent row raises (the standby's view of the leader's progress).
+ * One row even when nobody holds the lock. The server's clock for the idle
+ * time and the age: the relay's may differ. */
+static int build_holder(char **out, const struct leader_lock_sql *l, const char *q,
+                        const char *regclass)
+{
+    return build(out,
+                 "SELECT h.pid, h.application_name, h.client_addr, h.backend_start, h.state, "
+                 "h.idle, "
+                 "(SELECT extract(epoch FROM clock_timestamp() - o.\"created_at\")::float8 "
+                 "FROM %s AS o WHERE o.\"sent_at\" IS NULL AND o.\"dead_at\" IS NULL "
+                 "ORDER BY o.\"id\" LIMIT 1), "
+                 "(SELECT s.n_tup_upd + s.n_tup_del FROM pg_catalog.pg_stat_user_tables AS s "
+                 "WHERE s.relid = to_regclass(%s)) "
+                 "FROM (SELECT 1) AS one LEFT JOIN LATERAL ("
+                 "SELECT l.pid, a.application_name, host(a.client_addr) AS client_addr, "
+                 "extract(epoch FROM a.backend_start)::float8 AS backend_start, a.state, "
+                 "extract(epoch FROM clock_timestamp() - a.state_change)::float8 AS idle "
+                 "FROM pg_catalog.pg_locks AS l "
+                 "LEFT JOIN pg_catalog.pg_stat_activity AS a ON a.pid = l.pid "
+                 "WHERE %s LIMIT 1) AS h ON true",
+                 q, regclass, l->match);
 }
 
 int sql_session_init(struct sql_session *q, const char *schema, const char *table)
@@ -449,6 +472,10 @@ int sql_session_init(struct sql_session *q, const char *schema, const char *tabl
     int rc = build_session_check(&q->check, schema, table);
     rc |= build_newest(&q->version, qschema);
     rc |= build_lock_statements(q, &lock);
+    char qualified[QUALIFIED_MAX], regclass[2 * sizeof qualified + 4];
+    qualified_name(schema, table, qualified, sizeof qualified);
+    sql_quote_literal(qualified, regclass, sizeof regclass);
+    rc |= build_holder(&q->holder, &lock, qualified, regclass);
     rc |= build(&q->quiet_on, "SELECT pg_try_advisory_lock(%s)", quiet);
     rc |= build(&q->quiet_off, "SELECT pg_advisory_unlock(%s)", quiet);
     /* Taken and given back at once: only whether it could be taken matters. */

@@ -62,16 +62,21 @@ static bool check_role(const struct health_in *in, char *why, size_t len)
              : !schema_fit(s)                ? "none (waiting for the schema; see schema)"
              : s->role == STATS_ROLE_UNKNOWN ? "not known yet (leader lock not queried since connecting)"
                                              : s->standby_reason);
-    return s->role != STATS_ROLE_UNKNOWN && !(s->role == STATS_ROLE_STANDBY && s->standby_stuck);
+    return s->role != STATS_ROLE_UNKNOWN &&
+           !(s->role == STATS_ROLE_STANDBY && (s->standby_stuck || s->standby_stalled));
 }
 
+/* Statistics decide once they come; before the first, a broker that already
+ * acknowledged a delivery or answered for the transaction coordinator is
+ * evidence enough that Kafka is reachable. */
 static bool check_kafka(const struct health_in *in, char *why, size_t len)
 {
     const struct relay_stats *s = in->s;
-    if (s->brokers_up < 0)
-        snprintf(why, len, "no statistics from librdkafka yet");
-    else
-        snprintf(why, len, "no broker up (%d known)", s->brokers_total);
+    if (s->brokers_up < 0) {
+        snprintf(why, len, "no statistics from librdkafka and no answer from a broker yet");
+        return s->kafka_answered;
+    }
+    snprintf(why, len, "no broker up (%d known)", s->brokers_total);
     return s->brokers_up > 0;
 }
 

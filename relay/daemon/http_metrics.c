@@ -192,6 +192,10 @@ static void state_metrics(const struct http_context *ctx, struct strbuf *out)
           health_ready(s, ctx->cfg, ctx->mono_now, NULL) ? 1 : 0);
     gauge(out, "outbox_relay_leader", "1 while this relay holds the leader lock.",
           s->role == STATS_ROLE_LEADER ? 1 : 0);
+    gauge(out, "outbox_relay_standby_stalled",
+          "1 while this relay stands by and rows have waited relay.standby_stall_timeout with no "
+          "leader marking or deleting any.",
+          s->role == STATS_ROLE_STANDBY && s->standby_stalled ? 1 : 0);
     gauge(out, "outbox_relay_postgres_up", "1 while the PostgreSQL connection is up.",
           s->pg_up ? 1 : 0);
     gauge(out, "outbox_relay_quiet",

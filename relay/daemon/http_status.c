@@ -124,8 +124,11 @@ static void add_leader_lock(cJSON *root, const struct relay_stats *s, double now
     else
         cJSON_AddNullToObject(lock, "holder");
     bool stuck = s->role == STATS_ROLE_STANDBY && s->standby_stuck;
+    bool stalled = s->role == STATS_ROLE_STANDBY && s->standby_stalled;
     cJSON_AddBoolToObject(lock, "standby_stuck", stuck);
-    add_string_or_null(lock, "standby_reason", stuck ? s->standby_reason : NULL);
+    cJSON_AddBoolToObject(lock, "standby_stalled", stalled);
+    add_number_or_null(lock, "stalled_seconds", stalled, ms_round(s->standby_stalled_s));
+    add_string_or_null(lock, "standby_reason", stuck || stalled ? s->standby_reason : NULL);
 }
 
 /* "kafka": the brokers as librdkafka's statistics describe them, and the producer. */

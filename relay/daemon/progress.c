@@ -4,7 +4,7 @@
  * the tick asks whether anything was published in it or rows are pending,
  * and logs only then; a steady trickle gets a line per interval, an idle
  * relay none. The drained line follows the backlog measurements (every few
- * seconds, relay.c): a backlog seen above zero, then a measurement of zero. */
+ * seconds, relay_step.c): a backlog seen above zero, then a measurement of zero. */
 #include "daemon/progress.h"
 
 #include <errno.h>
@@ -65,7 +65,7 @@ static void watch_backlog(struct progress *p)
 static void maybe_log_line(struct progress *p, double mono)
 {
     const struct relay_stats *s = p->st;
-    long interval = config_parse_duration(p->cfg->log_stats_interval);
+    double interval = (double)p->cfg->log_stats_interval_ms / 1000;
     /* Half a tick of slack: the timer's jitter must not skip a line. */
     if (interval <= 0 || mono - p->line_at < (double)interval - 0.5)
         return;

@@ -134,7 +134,7 @@ int verify_task_start(struct verify_task **out, uv_loop_t *loop, const struct re
                       struct relay_stats *stats)
 {
     *out = NULL;
-    long interval = config_parse_duration(cfg->verify_interval);
+    long interval = (long)(cfg->verify_interval_ms / 1000);
     if (interval <= 0)
         return 0;
     struct verify_task *t = calloc(1, sizeof *t);
@@ -143,8 +143,8 @@ int verify_task_start(struct verify_task **out, uv_loop_t *loop, const struct re
     t->loop = loop;
     t->cfg = cfg;
     t->st = stats;
-    t->lag_s = config_parse_duration(cfg->verify_lag);
-    t->window_s = config_parse_duration(cfg->verify_window);
+    t->lag_s = (long)(cfg->verify_lag_ms / 1000);
+    t->window_s = (long)(cfg->verify_window_ms / 1000);
     t->refs = 1;
     uv_timer_init(loop, &t->timer);
     uv_timer_start(&t->timer, on_tick, (uint64_t)interval * 1000, (uint64_t)interval * 1000);

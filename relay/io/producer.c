@@ -175,7 +175,7 @@ static rd_kafka_conf_t *conf_build(const struct relay_config *cfg, bool transact
         snprintf(v, sizeof(v), "%ld", need);
         rd_kafka_conf_set(conf, "queue.buffering.max.messages", v, err, sizeof(err));
     }
-    if (transactional && relay_fencing_of(cfg) == RELAY_FENCING_TRANSACTIONAL) {
+    if (transactional && cfg->fencing == RELAY_FENCING_TRANSACTIONAL) {
         char id[256];
         config_transactional_id(cfg, id, sizeof(id));
         s = kafka_transaction_settings(&n);
@@ -231,7 +231,7 @@ void producer_dump_settings(const struct relay_config *cfg, FILE *out)
                               : "default of the relay (may be set here)",
                 s[i].key, s[i].value);
     }
-    if (relay_fencing_of(cfg) == RELAY_FENCING_TRANSACTIONAL) {
+    if (cfg->fencing == RELAY_FENCING_TRANSACTIONAL) {
         /* Comments, not keys: kafka.transactional.id is refused in this section. */
         char id[256];
         config_transactional_id(cfg, id, sizeof(id));
@@ -271,6 +271,7 @@ int producer_start(struct producer *p, uv_loop_t *loop, const struct relay_confi
     if (stats) {
         stats->producer_fatal = false;
         stats->brokers_up = -1;
+        stats->kafka_answered = false;
         stats->n_brokers = 0;
         stats->kafka_in_flight = 0; /* a replaced producer's messages are gone with it */
         stats->kafka_committing = false;
@@ -291,7 +292,7 @@ int producer_start(struct producer *p, uv_loop_t *loop, const struct relay_confi
      * serve callbacks on that thread. Events are served by producer_poll only. */
     rd_kafka_conf_set_events(conf, RD_KAFKA_EVENT_DR | RD_KAFKA_EVENT_ERROR | RD_KAFKA_EVENT_STATS);
     rd_kafka_conf_set_log_cb(conf, on_log);
-    if (relay_fencing_of(cfg) == RELAY_FENCING_TRANSACTIONAL) {
+    if (cfg->fencing == RELAY_FENCING_TRANSACTIONAL) {
         p->txn = PRODUCER_TXN_UNINIT;
         config_transactional_id(cfg, p->txn_id, sizeof(p->txn_id));
     }
@@ -404,6 +405,8 @@ void producer_poll(struct producer *p)
             const rd_kafka_message_t *m;
             while ((m = rd_kafka_event_message_next(ev)) != NULL) {
                 ack_clock_report(p, m->err == RD_KAFKA_RESP_ERR_NO_ERROR);
+                if (p->stats && m->err == RD_KAFKA_RESP_ERR_NO_ERROR)
+                    p->stats->kafka_answered = true;
                 if (p->stats && m->err == RD_KAFKA_RESP_ERR_NO_ERROR)
                     stats_count_published(p->stats, rd_kafka_topic_name(m->rkt),
                                           p->txn != PRODUCER_TXN_OFF);
@@ -565,6 +568,8 @@ static void txn_after(uv_work_t *w, int status)
         if (j->res == PRODUCER_TXN_DONE || j->res == PRODUCER_TXN_ABORTED)
             p->stats->kafka_ack_clock = stats_mono(); /* the coordinator answered */
     }
+    if (p->stats && (j->res == PRODUCER_TXN_DONE || j->res == PRODUCER_TXN_ABORTED))
+        p->stats->kafka_answered = true; /* the coordinator is a broker that answered */
     switch (j->res) {
     case PRODUCER_TXN_DONE:
     case PRODUCER_TXN_ABORTED:

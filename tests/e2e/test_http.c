@@ -222,6 +222,18 @@ static void wait_ready(int port)
     }
 }
 
+/* Readiness can come before librdkafka's first statistics (a broker that
+ * answered is enough): what reads the brokers' figures waits for them. */
+static void wait_broker_statistics(int port)
+{
+    for (int i = 0; i < 100; i++) {
+        if (scrape(port, "outbox_relay_kafka_brokers_up") >= 1)
+            return;
+        usleep(100 * 1000);
+    }
+    cr_assert_fail("no broker statistics within 10 s");
+}
+
 static void verify_delivered(const char *what)
 {
     struct e2e_rows rows;
@@ -359,6 +371,7 @@ Test(e2e, endpoints_with_curl_and_promtool, .fini = fini, .timeout = 180)
     int port;
     struct e2e_relay *relay = start_relay(extra, &port);
     wait_ready(port);
+    wait_broker_statistics(port);
 
     struct reply r = http(port, "GET", "/livez");
     cr_assert_eq(r.code, 200);
@@ -486,6 +499,24 @@ Test(e2e, readyz_follows_kafka, .fini = fini, .timeout = 240)
     cr_assert(wait_code(port, "/readyz", 200, 60000), "/readyz did not recover after the brokers came back");
     enqueue_range(1, 50);
     e2e_wait_all_sent(&T, 60000);
+    cr_assert_eq(e2e_relay_stop(relay, 30000), 0, "relay did not exit 0 on SIGTERM");
+}
+
+/* Deliveries Kafka acknowledged prove it reachable: /readyz must not wait for
+ * librdkafka's first statistics (here a minute away) once rows went out. */
+Test(e2e, readyz_ready_on_acknowledged_deliveries_before_statistics, .fini = fini, .timeout = 180)
+{
+    e2e_setup(&T, "httpacked");
+    e2e_migrate(&T);
+    enqueue_range(1, 2000);
+    const char *extra[] = {"relay.poll_interval_ms=100", "kafka.statistics.interval.ms=60000", NULL};
+    int port;
+    struct e2e_relay *relay = start_relay(extra, &port);
+    e2e_wait_all_sent(&T, 60000);
+    struct reply r = http(port, "GET", "/readyz?verbose");
+    cr_assert_eq(r.code, 200, "2,000 rows acknowledged, yet /readyz: %d %s", r.code, r.body);
+    cr_assert(strstr(r.body, "[+]kafka ok"), "%s", r.body);
+    reply_free(&r);
     cr_assert_eq(e2e_relay_stop(relay, 30000), 0, "relay did not exit 0 on SIGTERM");
 }
 
@@ -1000,6 +1031,7 @@ Test(e2e, status_command_exit_codes, .fini = fini, .timeout = 180)
     wait_ready(port);
     enqueue_range(1, 10);
     e2e_wait_all_sent(&T, 30000);
+    wait_broker_statistics(port);
 
     const char *url = pool("http://127.0.0.1:%d", port);
     char *out = NULL, *err = NULL;

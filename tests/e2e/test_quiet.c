@@ -217,7 +217,7 @@ static void straggler(struct e2e_relay *relay, const char *conninfo)
 
     /* A transaction that writes a row while the relay is quiet and stays
      * open: its trigger sent no NOTIFY and holds the skip lock. */
-    /* The quiet lock's key, as docs/operations.md gives it. */
+    /* The quiet lock's key, as docs/operations.md gives it (the schema). */
     char quiet_key[160];
     snprintf(quiet_key, sizeof quiet_key, "hashtextextended('outbox-relay:quiet:public.%s', 0)",
              T.table);

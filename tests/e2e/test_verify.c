@@ -87,7 +87,7 @@ static void relay_all(void)
     cr_assert_eq(e2e_relay_stop(relay, 20000), 0);
 }
 
-/* ---- the consumer of docs/consumers.md, on the ledger ------------------ */
+/* ---- the consumer of docs/consumers.md, on the ledger ------------------------- */
 
 /* The domain table: one balance per account, and how many credits it took. */
 static void ledger_setup(void)

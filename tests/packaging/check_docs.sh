@@ -4,7 +4,7 @@
 # must be what the binary generates now:
 #   packaging/outbox-relay.conf     config-doc --format conf
 #   packaging/outbox-relay.conf.5   config-doc --format man
-#   README.md, between the config-doc markers   config-doc --format markdown
+#   docs/configuration.md           config-doc --format markdown
 # With --update (ninja -C build update-docs) it rewrites them instead.
 # It also checks that outbox-relay(8), written by hand, names every command,
 # option and exit status of `outbox-relay --help` and every endpoint, and
@@ -21,30 +21,14 @@ trap 'rm -rf "$tmp"' EXIT
 
 gen() { env -i PATH="$PATH" "$BIN" config-doc --format "$1"; }
 
-BEGIN='<!-- config-doc markdown:'
-END='<!-- end of config-doc markdown -->'
-# README.md with the lines between the markers replaced by stdin.
-readme_with() {
-    awk -v b="$BEGIN" -v e="$END" -v f="$1" '
-        index($0, b) == 1 { print; while ((getline l < f) > 0) print l; skip = 1; next }
-        index($0, e) == 1 { skip = 0 }
-        !skip { print }' "$ROOT/README.md"
-}
-
 gen conf >"$tmp/conf"
 gen man >"$tmp/man"
 gen markdown >"$tmp/md"
-grep -q "^$BEGIN" "$ROOT/README.md" || fail "README.md has no '$BEGIN' marker"
-# The marker comment spans two lines: keep its second line.
-sed -n "/^$BEGIN/{n;p}" "$ROOT/README.md" >"$tmp/md-head"
-cat "$tmp/md-head" "$tmp/md" >"$tmp/md-region"
-readme_with "$tmp/md-region" >"$tmp/README.md"
-
 if [ "$UPDATE" = --update ]; then
     cp "$tmp/conf" "$ROOT/packaging/outbox-relay.conf"
     cp "$tmp/man" "$ROOT/packaging/outbox-relay.conf.5"
-    cp "$tmp/README.md" "$ROOT/README.md"
-    echo "check_docs: rewrote packaging/outbox-relay.conf, packaging/outbox-relay.conf.5, README.md"
+    cp "$tmp/md" "$ROOT/docs/configuration.md"
+    echo "check_docs: rewrote packaging/outbox-relay.conf, packaging/outbox-relay.conf.5, docs/configuration.md"
     exit 0
 fi
 
@@ -53,8 +37,8 @@ diff -u "$ROOT/packaging/outbox-relay.conf" "$tmp/conf" >&2 ||
     fail "packaging/outbox-relay.conf differs from config-doc --format conf ($hint)"
 diff -u "$ROOT/packaging/outbox-relay.conf.5" "$tmp/man" >&2 ||
     fail "packaging/outbox-relay.conf.5 differs from config-doc --format man ($hint)"
-diff -u "$ROOT/README.md" "$tmp/README.md" >&2 ||
-    fail "README.md's configuration table differs from config-doc --format markdown ($hint)"
+diff -u "$ROOT/docs/configuration.md" "$tmp/md" >&2 ||
+    fail "docs/configuration.md differs from config-doc --format markdown ($hint)"
 if command -v groff >/dev/null; then
     for page in "$ROOT/packaging/outbox-relay.8" "$ROOT/packaging/outbox-relay.conf.5"; do
         w=$(groff -man -ww -z "$page" 2>&1) || true
@@ -88,5 +72,5 @@ codes=$(grep -o 'exit [0-9][^.]*\|Exit status: [^.]*' <<<"$help" | grep -o '\b[0
 for c in $codes; do
     grep -q "^\.B $c\$" "$MAN8" || fail "outbox-relay.8 lists no exit status $c (--help does)"
 done
-[ "$status" = 0 ] && echo "check_docs: the conffile, outbox-relay.conf(5), the README table and outbox-relay(8) match the binary"
+[ "$status" = 0 ] && echo "check_docs: the conffile, outbox-relay.conf(5), docs/configuration.md and outbox-relay(8) match the binary"
 exit "$status"

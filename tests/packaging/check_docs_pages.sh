@@ -3,12 +3,15 @@
 # and docs/operations.md, guarantees.md, consumers.md) against the code, so
 # that a metric, check, endpoint, alert, header, command or key added,
 # renamed or removed fails a test until the page says so:
-#   docs/operations.md   every metric relay/daemon/http_metrics.c writes, every
-#                        readiness check of relay/daemon/health.c, every path
-#                        of relay/daemon/http_routes.c and every alert of
-#                        packaging/monitoring/outbox-relay.rules.yml, each in
-#                        a table row of its own section
-#   docs/consumers.md    every header the relay writes (relay/core/event.c)
+#   docs/operations.md   every metric relay/daemon/http_metrics.c writes (in
+#                        Metrics), every readiness check of
+#                        relay/daemon/health.c and every path of
+#                        relay/daemon/http_routes.c (table rows of Status
+#                        endpoint), every alert of
+#                        packaging/monitoring/outbox-relay.rules.yml (table
+#                        rows of Alert rules)
+#   README.md            every header the relay writes (relay/core/event.c),
+#                        in The table contract
 #   docs/guarantees.md   every value of relay.on_poison and relay.fencing
 #   all four             every `outbox-relay COMMAND` is a command of --help,
 #                        every `section.key` a key the relay knows, every
@@ -25,8 +28,15 @@ GUAR=$ROOT/docs/guarantees.md
 PAGES=("$ROOT/README.md" "$OPS" "$CONS" "$GUAR")
 for p in "${PAGES[@]}"; do [ -f "$p" ] || { echo "check_docs_pages: FAIL: no ${p#"$ROOT"/}" >&2; exit 1; }; done
 
-# The lines of one "## Title" section of a page, up to the next "## ".
-section() { awk -v t="## $2" '$0 == t { on = 1; next } /^## / { on = 0 } on' "$1"; }
+# The lines of the section titled $2 of page $1 (any level), up to the next
+# heading of the same level or above.
+section() {
+    awk -v t="$2" '
+        /^#+ / { n = index($0, " "); lvl = n - 1
+                 if (on && lvl <= level) on = 0
+                 if (substr($0, n + 1) == t) { on = 1; level = lvl; next } }
+        on' "$1"
+}
 # Table rows of a section that name `word` in their first cell.
 in_table() { section "$1" "$2" | awk -F'|' -v w="\`$3" 'index($2, w) { found = 1 } END { exit !found }'; }
 # (awk reads to the end: grep -q would close the pipe early, and pipefail
@@ -43,27 +53,27 @@ done
 checks=$(sed -n '/^} checks\[\] = {/,/^};/p' "$ROOT/relay/daemon/health.c" | grep -o '{"[a-z]*"' | tr -d '{"')
 [ -n "$checks" ] || fail "no readiness checks found in health.c"
 for c in $checks; do
-    in_table "$OPS" "Readiness checks" "$c\`" || fail "docs/operations.md (Readiness checks) has no row for $c"
+    in_table "$OPS" "Status endpoint" "$c\`" || fail "docs/operations.md (Status endpoint) has no readiness row for $c"
 done
 
 paths=$(grep -o 'X("/[a-z]*"' "$ROOT/relay/daemon/http_routes.c" | grep -o '/[a-z]*')
 [ -n "$paths" ] || fail "no routes found in http_routes.c"
-endpoints_doc=$(section "$OPS" "HTTP endpoints")
+endpoints_doc=$(section "$OPS" "Status endpoint")
 for p in $paths; do
-    grep -q "^| .*\`GET $p\`" <<<"$endpoints_doc" || fail "docs/operations.md (HTTP endpoints) has no row for $p"
+    grep -q "^| .*\`GET $p\`" <<<"$endpoints_doc" || fail "docs/operations.md (Status endpoint) has no row for $p"
 done
 
 alerts=$(grep -o 'alert: [A-Za-z]*' "$ROOT/packaging/monitoring/outbox-relay.rules.yml" | cut -d' ' -f2)
 [ -n "$alerts" ] || fail "no alerts found in the rules file"
 for a in $alerts; do
-    in_table "$OPS" "Alert rules and dashboard" "$a\`" || fail "docs/operations.md (Alert rules and dashboard) has no row for $a"
+    in_table "$OPS" "Alert rules" "$a\`" || fail "docs/operations.md (Alert rules) has no row for $a"
 done
 
 headers=$(sed -n '/relay_headers\[\] = {/,/^};/p' "$ROOT/relay/core/event.c" | grep -o '{"[a-z_]*"' | tr -d '{"')
 [ -n "$headers" ] || fail "no headers found in event.c"
-msg=$(section "$CONS" "The message")
+msg=$(section "$ROOT/README.md" "The table contract" | tr '\n' ' ')
 for h in $headers; do
-    grep -q -- "^| headers | .*\`$h\`" <<<"$msg" || fail "docs/consumers.md (The message) does not list the header $h"
+    grep -q -- "headers .*\`$h\`" <<<"$msg" || fail "README.md (The table contract) does not list the header $h"
 done
 
 # relay.on_poison and relay.fencing: every value the relay accepts, from the
@@ -95,9 +105,9 @@ for page in "${PAGES[@]}"; do
                 awk '{ print $NF }' | sort -u); do
         grep -qx -- "$c" <<<"$cmds" || fail "$name mentions 'outbox-relay $c', which is no command of --help"
     done
-    # postgres.X with "X": in a JSON example is a member of /status, not a key.
+    # postgres.X with "X": in a page's JSON example is a member of /status.
     for k in $(grep -o '`\(postgres\|relay\|http\|log\|verify\)\.[a-z_]*' "$page" | tr -d '`' | sort -u); do
-        case $k in postgres.*) grep -qF "\"${k#postgres.}\":" "$page" && continue ;; esac
+        case $k in postgres.*) grep -qF "\"${k#postgres.}\":" "${PAGES[@]}" && continue ;; esac
         grep -qx -- "$k" <<<"$keys" || fail "$name mentions $k, which is no configuration key"
     done
     for f in $(grep -o '^\(tests\|packaging\)/[A-Za-z0-9_./-]*' "$page" | sort -u); do

@@ -358,7 +358,7 @@ void e2e_read_back(struct e2e_ctx *t, int timeout_ms, struct e2e_rows *rows, str
     e2e_rows_load(t, rows);
     size_t n_topics;
     char **topics = e2e_topics_of(t, rows, &n_topics);
-    /* As the relay's consumers must read (docs/consumers.md, Reading read_committed): aborted
+    /* As the relay's consumers must read (docs/consumers.md): aborted
      * transactions and a fenced leader's writes are not theirs to see. */
     e2e_consume_from(t->kafka, true, (const char *const *)topics, n_topics, timeout_ms, msgs);
     e2e_topics_free(topics);

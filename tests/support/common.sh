@@ -1,4 +1,4 @@
-# common.sh — sourced by stack.sh and kafka.sh: the small things both need.
+# common.sh — sourced by stack.sh, kafka.sh and debezium.sh: the small things they share.
 
 pid_alive() { [ -n "${1:-}" ] && kill -0 "$1" 2>/dev/null; }
 
@@ -27,4 +27,41 @@ stop_pid() {
     for _ in $(seq 1 "$tenths"); do pid_alive "$pid" || return 0; sleep 0.1; done
     kill -KILL "$pid" 2>/dev/null || true
     for _ in $(seq 1 50); do pid_alive "$pid" || return 0; sleep 0.1; done
+}
+
+# Where fetched jars are kept: OUTBOX_RELAY_KAFKA_CACHE, else
+# /var/cache/outbox-relay-tests as root, else ~/.cache/outbox-relay.
+cache_base() {
+    if [ -n "${OUTBOX_RELAY_KAFKA_CACHE:-}" ]; then
+        echo "$OUTBOX_RELAY_KAFKA_CACHE"
+    elif [ "$(id -u)" = 0 ]; then
+        echo /var/cache/outbox-relay-tests
+    else
+        echo "${XDG_CACHE_HOME:-$HOME/.cache}/outbox-relay"
+    fi
+}
+
+# maven_fetch POM DIR WHAT: the runtime dependencies of POM copied into
+# DIR/libs by Maven, once (DIR/complete marks it); prints DIR/libs. Needs the
+# caller's die and note.
+maven_fetch() {
+    local pom=$1 dir=$2 what=$3 tmp
+    if [ -f "$dir/complete" ]; then echo "$dir/libs"; return 0; fi
+    command -v mvn >/dev/null || die "mvn not found (apt-get install maven)"
+    command -v java >/dev/null || die "java not found (apt-get install openjdk-17-jre-headless)"
+    note "fetching $what with Maven into $dir"
+    mkdir -p "$dir"
+    tmp=$(mktemp -d "$dir/fetch.XXXXXX")
+    if ! mvn -B -q -f "$pom" dependency:copy-dependencies \
+            -DincludeScope=runtime -DoutputDirectory="$tmp/libs" >"$tmp/mvn.log" 2>&1; then
+        tail -n 30 "$tmp/mvn.log" >&2
+        rm -rf "$tmp"
+        die "mvn could not fetch $what"
+    fi
+    rm -rf "$dir/libs"
+    mv "$tmp/libs" "$dir/libs"
+    rm -rf "$tmp"
+    chmod -R a+rX "$dir"
+    touch "$dir/complete"
+    echo "$dir/libs"
 }

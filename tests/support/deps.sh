@@ -11,7 +11,7 @@ OUTBOX_RELAY_DEBS=(
     python3-yaml groff-base         # the manifest and man page checks (tests/packaging)
     debhelper dpkg-dev lintian rpm systemd
     openjdk-17-jre-headless maven   # the real Kafka broker (tests/support/kafka.sh)
-    python3-psycopg2 python3-confluent-kafka   # the benchmark's peer relay (tests/bench/peer_relay.py)
+    python3-psycopg2 python3-confluent-kafka   # the benchmark's peers (tests/bench/peer_*.py)
 )
 
 ensure_debs() {

@@ -38,40 +38,9 @@ usage() { sed -n '2,24p' "$SELF" | sed 's/^# \{0,1\}//' >&2; exit 64; }
 
 kafka_version() { sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' "$HERE/kafka/pom.xml"; }
 
-cache_dir() {
-    local base
-    if [ -n "${OUTBOX_RELAY_KAFKA_CACHE:-}" ]; then
-        base=$OUTBOX_RELAY_KAFKA_CACHE
-    elif [ "$(id -u)" = 0 ]; then
-        base=/var/cache/outbox-relay-tests
-    else
-        base=${XDG_CACHE_HOME:-$HOME/.cache}/outbox-relay
-    fi
-    echo "$base/kafka-$(kafka_version)"
-}
+cache_dir() { echo "$(cache_base)/kafka-$(kafka_version)"; }
 
-cmd_fetch() {
-    local dir tmp
-    dir=$(cache_dir)
-    if [ -f "$dir/complete" ]; then echo "$dir/libs"; return 0; fi
-    command -v mvn >/dev/null || die "mvn not found (apt-get install maven)"
-    command -v java >/dev/null || die "java not found (apt-get install openjdk-17-jre-headless)"
-    note "fetching Kafka $(kafka_version) with Maven into $dir"
-    mkdir -p "$dir"
-    tmp=$(mktemp -d "$dir/fetch.XXXXXX")
-    if ! mvn -B -q -f "$HERE/kafka/pom.xml" dependency:copy-dependencies \
-            -DincludeScope=runtime -DoutputDirectory="$tmp/libs" >"$tmp/mvn.log" 2>&1; then
-        tail -n 30 "$tmp/mvn.log" >&2
-        rm -rf "$tmp"
-        die "mvn could not fetch the Kafka broker"
-    fi
-    rm -rf "$dir/libs"
-    mv "$tmp/libs" "$dir/libs"
-    rm -rf "$tmp"
-    chmod -R a+rX "$dir"
-    touch "$dir/complete"
-    echo "$dir/libs"
-}
+cmd_fetch() { maven_fetch "$HERE/kafka/pom.xml" "$(cache_dir)" "Kafka $(kafka_version)"; }
 
 # The JVM's command line for jars $1 and cluster $2, into the array JAVA (the
 # class path stays one word). The logging config is the cluster's copy: the

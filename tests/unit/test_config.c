@@ -2,6 +2,7 @@
  * rejection a user can run into, redaction and the dump. */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -93,8 +94,94 @@ Test(config, defaults)
     cr_assert_eq(cfg.reconnect_interval_ms, 1000);
     cr_assert_str_eq(cfg.http_listen, "127.0.0.1:8423");
     cr_assert_eq(cfg.log_level, LOG_LVL_INFO);
-    cr_assert_str_eq(cfg.log_format, "logfmt");
+    cr_assert_eq(cfg.log_format, LOG_FORMAT_LOGFMT);
     cr_assert_eq(config_validate(&cfg, err, sizeof err), 0);
+}
+
+/* Choices and durations are parsed once, into enums and milliseconds. */
+Test(config, typed_defaults)
+{
+    cr_assert_eq(cfg.on_sent, RELAY_ON_SENT_MARK);
+    cr_assert_eq(cfg.on_poison, POISON_HOLD_AGGREGATE);
+    cr_assert_eq(cfg.fencing, RELAY_FENCING_TRANSACTIONAL);
+    cr_assert_eq(cfg.retention_ms, 7LL * 86400 * 1000);
+    cr_assert_eq(cfg.log_stats_interval_ms, 10000);
+    cr_assert_eq(cfg.verify_interval_ms, 0);
+    cr_assert_eq(cfg.verify_lag_ms, 300000);
+    cr_assert_eq(cfg.verify_window_ms, 3600000);
+    cr_assert_eq(cfg.allow_row_security, 0);
+}
+
+Test(config, every_choice_parses_into_its_enum)
+{
+    static const struct { const char *key, *value; size_t offset; int want; } cases[] = {
+        {"on_sent", "delete", offsetof(struct relay_config, on_sent), RELAY_ON_SENT_DELETE},
+        {"on_sent", "mark", offsetof(struct relay_config, on_sent), RELAY_ON_SENT_MARK},
+        {"fencing", "none", offsetof(struct relay_config, fencing), RELAY_FENCING_NONE},
+        {"fencing", "transactional", offsetof(struct relay_config, fencing), RELAY_FENCING_TRANSACTIONAL},
+        {"on_poison", "dead_letter", offsetof(struct relay_config, on_poison), POISON_DEAD_LETTER},
+        {"on_poison", "halt", offsetof(struct relay_config, on_poison), POISON_HALT},
+        {"on_poison", "hold_aggregate", offsetof(struct relay_config, on_poison), POISON_HOLD_AGGREGATE},
+        {"allow_row_security", "true", offsetof(struct relay_config, allow_row_security), 1},
+        {"allow_row_security", "false", offsetof(struct relay_config, allow_row_security), 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        cr_assert_eq(config_set(&cfg, "relay", cases[i].key, cases[i].value, err, sizeof err), 0,
+                     "%s=%s: %s", cases[i].key, cases[i].value, err);
+        int got = *(const int *)((const char *)&cfg + cases[i].offset);
+        cr_assert_eq(got, cases[i].want, "%s=%s gave %d", cases[i].key, cases[i].value, got);
+    }
+    cr_assert_eq(config_set(&cfg, "log", "format", "json", err, sizeof err), 0);
+    cr_assert_eq(cfg.log_format, LOG_FORMAT_JSON);
+    cr_assert_eq(config_set(&cfg, "log", "level", "debug", err, sizeof err), 0);
+    cr_assert_eq(cfg.log_level, LOG_LVL_DEBUG);
+}
+
+Test(config, a_wrong_choice_names_the_key_and_what_is_allowed)
+{
+    cr_assert_eq(config_set(&cfg, "relay", "on_sent", "Delete", err, sizeof err), -EINVAL);
+    cr_assert(strstr(err, "relay.on_sent") && strstr(err, "allowed: mark, delete"), "%s", err);
+    cr_assert_eq(cfg.on_sent, RELAY_ON_SENT_MARK, "a refused value changed the field");
+    cr_assert_eq(config_set(&cfg, "relay", "fencing", "", err, sizeof err), -EINVAL);
+    cr_assert(strstr(err, "relay.fencing"), "%s", err);
+}
+
+Test(config, durations_become_milliseconds_and_are_written_back_as_given)
+{
+    static const struct { const char *text; long long ms; const char *back; } cases[] = {
+        {"0", 0, "0"},          {"90", 90000, "90s"},        {"90s", 90000, "90s"},
+        {"15m", 900000, "15m"}, {"12h", 43200000, "12h"},    {"7d", 604800000, "7d"},
+        {"60m", 3600000, "1h"}, {"86400", 86400000, "1d"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        cr_assert_eq(config_set(&cfg, "relay", "retention", cases[i].text, err, sizeof err), 0,
+                     "%s: %s", cases[i].text, err);
+        cr_assert_eq(cfg.retention_ms, cases[i].ms, "%s gave %lld ms", cases[i].text,
+                     (long long)cfg.retention_ms);
+        char buf[32];
+        config_format_duration(cfg.retention_ms, buf, sizeof buf);
+        cr_assert_str_eq(buf, cases[i].back);
+    }
+    static const char *const bad[] = {"7 d", "-1s", "1w", "1.5h", "", "s", "1000000d"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        cr_assert_eq(config_set(&cfg, "log", "stats_interval", bad[i], err, sizeof err), -EINVAL,
+                     "\"%s\" was taken", bad[i]);
+        cr_assert(strstr(err, "log.stats_interval") && strstr(err, "not a duration"), "%s", err);
+    }
+    cr_assert_eq(cfg.log_stats_interval_ms, 10000, "a refused value changed the field");
+}
+
+Test(config, every_row_documents_its_type_and_unit)
+{
+    struct config_param_info info;
+    for (size_t i = 0; config_param_info(i, &info); i++) {
+        cr_assert(info.type && *info.type, "%s.%s has no type", info.section, info.key);
+        if (info.is_int)
+            cr_assert(*info.unit, "%s.%s: an integer without a unit", info.section, info.key);
+        if (!strcmp(info.type, "choice"))
+            cr_assert(info.choices && info.choices[0], "%s.%s: a choice without choices",
+                      info.section, info.key);
+    }
 }
 
 Test(config, free_is_safe_on_zeroed_and_twice)
@@ -149,7 +236,7 @@ Test(config, file_sets_every_section)
     cr_assert_eq(cfg.reconnect_interval_ms, 2000);
     cr_assert_str_eq(cfg.http_listen, "127.0.0.1:9100");
     cr_assert_eq(cfg.log_level, LOG_LVL_DEBUG);
-    cr_assert_str_eq(cfg.log_format, "json");
+    cr_assert_eq(cfg.log_format, LOG_FORMAT_JSON);
 }
 
 Test(config, overrides_win_over_file_in_order)
@@ -565,7 +652,7 @@ Test(config, dump_reads_back_to_the_same_configuration)
     cr_assert_str_eq(back.table, "events");
     cr_assert_eq(back.batch_size, 42);
     cr_assert_eq(back.log_level, LOG_LVL_DEBUG);
-    cr_assert_str_eq(back.log_format, "json");
+    cr_assert_eq(back.log_format, LOG_FORMAT_JSON);
     cr_assert_str_eq(back.http_listen, "[::1]:9100");
     cr_assert_eq(config_reload_check(&cfg, &back, err, sizeof err), 0, "%s", err);
     config_free(&back);
@@ -603,7 +690,7 @@ Test(config, env_maps_sections_and_keys)
     cr_assert_str_eq(cfg.topic, "ev.${aggregate_type}");
     cr_assert_str_eq(cfg.http_listen, "0.0.0.0:9100");
     cr_assert_eq(cfg.log_level, LOG_LVL_DEBUG);
-    cr_assert_str_eq(cfg.log_format, "json");
+    cr_assert_eq(cfg.log_format, LOG_FORMAT_JSON);
 }
 
 Test(config, env_leaves_other_variables_and_defaults_alone)

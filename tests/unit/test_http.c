@@ -233,7 +233,17 @@ Test(http, readyz_names_each_failing_check)
     cr_assert_eq(exchange("GET /readyz?verbose HTTP/1.1\r\n\r\n"), 503);
     cr_assert(strstr(body(), "[-]kafka no broker up (3 known)\n"), "%s", body());
     st.brokers_up = -1;
+    cr_assert_eq(exchange("GET /readyz?verbose HTTP/1.1\r\n\r\n"), 503);
+    cr_assert(strstr(body(), "[-]kafka no statistics from librdkafka and no answer from a broker yet\n"),
+              "%s", body());
+    /* An acknowledged delivery proves the broker reachable before statistics come. */
+    st.kafka_answered = true;
+    cr_assert_eq(exchange("GET /readyz?verbose HTTP/1.1\r\n\r\n"), 200, "%s", body());
+    cr_assert(strstr(body(), "[+]kafka ok\n"), "%s", body());
+    /* Statistics decide once they come. */
+    st.brokers_up = 0;
     cr_assert_eq(exchange("GET /readyz HTTP/1.1\r\n\r\n"), 503);
+    st.kafka_answered = false;
     st.brokers_up = 2;
 
     st.producer_fatal = true;

@@ -3,7 +3,7 @@
  * skips while batches are in flight, what a shutdown, a lost connection or a
  * fatal producer does to them, the poison policies at work, the Kafka
  * transaction's steps and the reconnect back-off. The relay is a plan_state
- * here; each test changes it the way relay.c does when an event arrives. */
+ * here; each test changes it the way the daemon (relay/daemon/relay_*.c) does when an event arrives. */
 #include <errno.h>
 #include <string.h>
 
@@ -89,7 +89,7 @@ static void producing(struct batch *b)
     b->phase = PHASE_PRODUCING;
 }
 
-/* The step relay.c would carry out now is @p want. */
+/* The step the daemon would carry out now is @p want. */
 #define assert_act(s, want)                                                                   \
     do {                                                                                      \
         struct plan_step got_ = plan_next(s);                                                 \
@@ -97,7 +97,7 @@ static void producing(struct batch *b)
                      plan_act_name(got_.act));                                                \
     } while (0)
 
-/* What relay.c sees once the statement of @p p has answered. */
+/* What the daemon sees once the statement of @p p has answered. */
 static void answered(struct plan_state *s, struct plan_step p)
 {
     switch (p.act) {
@@ -308,7 +308,7 @@ Test(plan, the_skip_range_of_two_batches_and_the_rescan_after_marks)
     slots[0].phase = PHASE_RECORDING;
     s.wake = false;
     assert_act(&s, PLAN_WAIT);
-    /* Marked and done: relay.c wakes for the rescan; the claim now skips only slot 1. */
+    /* Marked and done: the daemon wakes for the rescan; the claim now skips only slot 1. */
     batch_clear(&slots[0]);
     s.wake = true;
     p = plan_next(&s);

@@ -3,7 +3,7 @@
  * A small model of the daemon around the engine: a table of rows, one
  * connection running one statement at a time (answered, or lost), delivery
  * reports that arrive in any order and fail now and then, ticks. After every
- * event the model asks plan_next what to do and does it the way relay.c
+ * event the model asks plan_next what to do and does it the way the daemon (relay/daemon/relay_*.c)
  * does, with the engine's batch functions. Whatever the order of events:
  * a claim never takes a row of a batch still in flight, no row is delivered
  * twice, only delivered rows are marked, only a failure judged the row's own
@@ -82,7 +82,7 @@ static void send(struct sim *m, enum stmt st, int slot)
     m->s.pg_ready = false;
 }
 
-/* What relay.c's mark() and record_failures() do once a batch's marks are
+/* What relay_pipeline.c's relay_mark() and record_failures() do once a batch's marks are
  * written, or when it has none. */
 static void after_marks(struct sim *m, struct batch *b)
 {
@@ -103,7 +103,7 @@ static void after_marks(struct sim *m, struct batch *b)
     }
 }
 
-/* relay.c's carry_out. @return true to plan again. */
+/* relay_step.c's carry_out. @return true to plan again. */
 static bool carry_out(struct sim *m, const struct plan_step *p)
 {
     if (p->queue_drained)
@@ -233,7 +233,7 @@ static void answer(struct sim *m)
         m->s.wake = true;
         break;
     case ST_CLAIM: claimed(m, b); break;
-    /* As relay.c's on_quiet_*: the lock is free, or a writer's probe holds
+    /* As relay_quiet.c's relay_on_quiet_*: the lock is free, or a writer's probe holds
      * it this instant; a writer that sent no NOTIFY is still open, or not. */
     case ST_TAKE_QUIET:
         m->s.quiet_wanted = false;
@@ -257,7 +257,7 @@ static void answer(struct sim *m)
         m->s.wake = true;
         break;
     case ST_MARK:
-        /* One statement for the batches marked together (relay.c's on_marked):
+        /* One statement for the batches marked together (relay_pipeline.c's on_marked):
          * each is DELIVERED and marked after it, the lead goes on at once. */
         for (int k = 0; k < SLOTS; k++) {
             struct batch *x = &m->b[k];

@@ -1,0 +1,75 @@
+/* config_int.h — the parameter table, shared by config.c (loading),
+ * config_table.c (the table and its values) and config_export.c (dumps);
+ * not for other modules, which read struct relay_config's typed fields. */
+#ifndef OUTBOX_CONFIG_INT_H
+#define OUTBOX_CONFIG_INT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "config/config.h"
+
+#define REDACTED REDACT_PLACEHOLDER
+
+enum param_type {
+    PARAM_STRING,    /* char *; an optional check */
+    PARAM_INT,       /* int within min..max, in unit */
+    PARAM_ENUM,      /* an enum: the index of the value in choices */
+    PARAM_LOG_LEVEL, /* enum log_level */
+    PARAM_BOOL,      /* int 0 or 1; written true or false */
+    PARAM_DURATION,  /* int64_t milliseconds; written N, Ns, Nm, Nh or Nd */
+};
+
+/** Extra check of a string value; fills errbuf (without the key) on failure. */
+typedef int (*param_check_fn)(const char *value, char *errbuf, size_t errlen);
+
+struct param {
+    const char *section;
+    const char *key;
+    enum param_type type;
+    size_t offset;
+    const char *def;                    /* as it would be written in the file */
+    long min, max;                      /* PARAM_INT */
+    const char *unit;                   /* PARAM_INT: "ms", "rows", ... */
+    const char *const *choices;         /* PARAM_ENUM: names in enum order, NULL-terminated */
+    param_check_fn check;               /* PARAM_STRING, optional */
+    bool reloadable;                    /* takes effect on SIGHUP */
+    const char *desc;
+};
+
+/** The table, sorted by section, then key, and its sections in file order. */
+extern const struct param config_params[];
+extern const size_t config_n_params;
+extern const char *const config_section_names[];
+extern const size_t config_n_sections;
+
+/** @return the row of section.key, or NULL. */
+const struct param *config_param_find(const char *section, const char *key);
+
+/** @return whether [@p section] exists. */
+bool config_section_known(const char *section);
+
+/** Parses @p value into @p cfg's field of @p p. @return 0, -EINVAL (errbuf
+ *  names section.key and what is allowed) or -ENOMEM. */
+int config_param_set(struct relay_config *cfg, const struct param *p, const char *value,
+                     char *errbuf, size_t errlen);
+
+/** @return whether @p a and @p b hold the same value of @p p. */
+bool config_param_equal(const struct relay_config *a, const struct relay_config *b,
+                        const struct param *p);
+
+/** Copies @p src's value of @p p into @p dst. @return 0 or -ENOMEM. */
+int config_param_copy(struct relay_config *dst, const struct relay_config *src,
+                      const struct param *p);
+
+/** Frees a string field of @p p (others own no memory). */
+void config_param_free(struct relay_config *cfg, const struct param *p);
+
+/** The value of @p p as the file would say it, secrets masked as config_dump()
+ *  masks them. @return an allocated string, or NULL without memory. */
+char *config_param_text(const struct relay_config *cfg, const struct param *p);
+
+/** The int of a PARAM_INT or PARAM_BOOL row. */
+int config_param_int(const struct relay_config *cfg, const struct param *p);
+
+#endif

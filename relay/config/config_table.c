@@ -1,0 +1,418 @@
+/* config_table.c — the one table of configuration keys: each key's type,
+ * default, range, unit, choices (the enum it maps to), whether a reload may
+ * change it, and its description. Parsing, validation, reload rules, the
+ * dumps and the generated documentation (conffile, outbox-relay.conf(5),
+ * docs/configuration.md) all come from here; values are parsed once, at load,
+ * into struct relay_config's typed fields. */
+#include "config/config_int.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "core/engine.h"
+#include "base/errors.h"
+#include "core/kafka_rules.h"
+#include "core/event.h"
+#include "base/listen_addr.h"
+#include "base/log.h"
+#include "base/redact.h"
+#include "core/sql.h"
+
+static int check_ident(const char *value, char *errbuf, size_t errlen);
+
+static const char *const sent_actions[] = {"mark", "delete", NULL};
+_Static_assert(RELAY_ON_SENT_DELETE == 1, "sent_actions must follow enum relay_on_sent");
+static const char *const fencing_modes[] = {"transactional", "none", NULL};
+_Static_assert(RELAY_FENCING_NONE == 1, "fencing_modes must follow enum relay_fencing");
+static const char *const log_formats[] = {"logfmt", "json", NULL};
+_Static_assert(LOG_FORMAT_JSON == 1, "log_formats must follow enum log_format");
+/* Indexed by enum log_level; log_level_parse() is the parser. */
+static const char *const log_level_names[] = {"error", "warn", "info", "debug", NULL};
+_Static_assert(LOG_LVL_DEBUG == 3, "log_level_names must follow enum log_level");
+static const char *const bool_names[] = {"true", "false", NULL};
+
+#define OFF(field) offsetof(struct relay_config, field)
+#define RELOAD true   /* applied on SIGHUP */
+#define RESTART false /* needs a restart */
+
+#define STR(sec, k, field, dflt, chk, rel, d)                                                 \
+    {.section = sec, .key = k, .type = PARAM_STRING, .offset = OFF(field), .def = dflt,        \
+     .check = chk, .reloadable = rel, .desc = d}
+#define INT(sec, k, field, dflt, lo, hi, u, rel, d)                                           \
+    {.section = sec, .key = k, .type = PARAM_INT, .offset = OFF(field), .def = dflt, .min = lo, \
+     .max = hi, .unit = u, .reloadable = rel, .desc = d}
+#define DUR(sec, k, field, dflt, rel, d)                                                      \
+    {.section = sec, .key = k, .type = PARAM_DURATION, .offset = OFF(field), .def = dflt,      \
+     .reloadable = rel, .desc = d}
+#define ENUM(sec, k, field, dflt, ch, rel, d)                                                 \
+    {.section = sec, .key = k, .type = PARAM_ENUM, .offset = OFF(field), .def = dflt,          \
+     .choices = ch, .reloadable = rel, .desc = d}
+#define BOOL(sec, k, field, dflt, rel, d)                                                     \
+    {.section = sec, .key = k, .type = PARAM_BOOL, .offset = OFF(field), .def = dflt,          \
+     .reloadable = rel, .desc = d}
+#define LEVEL(sec, k, field, dflt, rel, d)                                                    \
+    {.section = sec, .key = k, .type = PARAM_LOG_LEVEL, .offset = OFF(field), .def = dflt,     \
+     .reloadable = rel, .desc = d}
+
+/* Sections in dump order; [kafka] has no rows: its keys go to librdkafka. */
+const char *const config_section_names[] = {"postgres", "kafka", "relay", "http", "log", "verify"};
+const size_t config_n_sections = sizeof config_section_names / sizeof config_section_names[0];
+
+/* The one table of parameters: defaults, parsing, reload rules and the dump
+ * all come from here. Sorted by section, then key. */
+const struct param config_params[] = {
+    STR("postgres", "conninfo", pg_conninfo, "", NULL, RESTART,
+        "libpq connection string or URI (\"\" = PG* environment variables)"),
+
+    INT("relay", "ack_timeout_ms", ack_timeout_ms, "10000", 0, 3600000, "ms", RELOAD,
+        "not ready when messages in flight wait this long for an acknowledgement (0 = never)"),
+    BOOL("relay", "allow_row_security", allow_row_security, "false", RESTART,
+         "relay although row-level security hides rows from the relay's role (they are never "
+         "published; the backlog is then unknown)"),
+    INT("relay", "batch_size", batch_size, "1000", 1, 100000, "rows", RELOAD,
+        "rows claimed and produced per round"),
+    ENUM("relay", "fencing", fencing, "transactional", fencing_modes, RESTART,
+         "keep a deposed leader from publishing: transactional (Kafka transactions) or none"),
+    INT("relay", "max_attempts", max_attempts, "10", 1, 1000000, "attempts", RELOAD,
+        "retriable failures of a row before on_poison applies (permanent errors: 1)"),
+    ENUM("relay", "on_poison", on_poison, "hold_aggregate", poison_policy_names, RESTART,
+         "a row Kafka will not take: hold_aggregate, dead_letter or halt"),
+    ENUM("relay", "on_sent", on_sent, "mark", sent_actions, RESTART,
+         "after Kafka acknowledged a row: mark it sent, or delete it"),
+    STR("relay", "notify_channel", notify_channel, "outbox_relay", check_ident, RESTART,
+        "channel LISTENed on for new-row notifications"),
+    INT("relay", "poll_interval_ms", poll_interval_ms, "1000", 10, 3600000, "ms", RELOAD,
+        "poll the table this often even without notifications"),
+    INT("relay", "reconnect_interval_ms", reconnect_interval_ms, "1000", 10, 600000, "ms", RELOAD,
+        "first wait before reconnecting to PostgreSQL (doubles up to reconnect_max_ms)"),
+    INT("relay", "reconnect_max_ms", reconnect_max_ms, "30000", 10, 3600000, "ms", RELOAD,
+        "longest wait between reconnection attempts"),
+    DUR("relay", "retention", retention_ms, "7d", RESTART,
+        "delete sent rows older than this (N, Ns, Nm, Nh, Nd; 0 = keep)"),
+    STR("relay", "schema", schema, "public", check_ident, RESTART, "schema of the outbox table"),
+    INT("relay", "shutdown_timeout_ms", shutdown_timeout_ms, "10000", 0, 600000, "ms", RELOAD,
+        "how long to wait for in-flight messages on shutdown"),
+    DUR("relay", "standby_stall_timeout", standby_stall_timeout_ms, "60s", RELOAD,
+        "a standby that sees rows wait this long while no leader marks or deletes any says so "
+        "(log, /status, /readyz, outbox_relay_standby_stalled; 0 = never)"),
+    STR("relay", "table", table, "outbox", check_ident, RESTART, "name of the outbox table"),
+    STR("relay", "transactional_id", transactional_id, "", NULL, RESTART,
+        "Kafka transactional.id of relay.fencing=transactional (\"\" = outbox-relay.<schema>.<table>)"),
+    STR("relay", "topic", topic, "outbox.${aggregate_type}", event_topic_template_check, RESTART,
+        "topic template for rows without a topic (${aggregate_type}, ${event_type})"),
+
+    STR("http", "listen", http_listen, "127.0.0.1:8423", listen_addr_check, RESTART,
+        "IPv4:port or [IPv6]:port of the status endpoint (\"\" = disabled)"),
+
+    ENUM("log", "format", log_format, "logfmt", log_formats, RESTART, "logfmt or json"),
+    LEVEL("log", "level", log_level, "info", RELOAD, "error, warn, info or debug"),
+    DUR("log", "stats_interval", log_stats_interval_ms, "10s", RELOAD,
+        "while rows are pending or being published, log a progress line this often (0 = never)"),
+
+    DUR("verify", "interval", verify_interval_ms, "0", RESTART,
+        "run verify on a trailing window this often (0 = never)"),
+    DUR("verify", "lag", verify_lag_ms, "5m", RESTART,
+        "the window ends this long ago: rows younger than this are not checked yet"),
+    DUR("verify", "window", verify_window_ms, "1h", RESTART,
+        "how far back from its end the periodic verify window reaches"),
+};
+
+const size_t config_n_params = sizeof config_params / sizeof config_params[0];
+
+long config_parse_duration(const char *text)
+{
+    char *end;
+    errno = 0;
+    long n = strtol(text, &end, 10);
+    if (end == text || errno || n < 0)
+        return -EINVAL;
+    long unit = 1;
+    switch (*end) {
+    case '\0': case 's': unit = 1; break;
+    case 'm': unit = 60; break;
+    case 'h': unit = 3600; break;
+    case 'd': unit = 86400; break;
+    default: return -EINVAL;
+    }
+    if (*end && end[1])
+        return -EINVAL;
+    if (n > 100L * 365 * 86400 / unit)
+        return -EINVAL;
+    return n * unit;
+}
+
+static int check_ident(const char *value, char *errbuf, size_t errlen)
+{
+    if (sql_ident_valid(value))
+        return 0;
+    return errbuf_fail(errbuf, errlen,
+                "\"%s\" is not a plain SQL identifier ([A-Za-z_][A-Za-z0-9_]*, at most 48 "
+                "bytes)",
+                value);
+}
+
+void config_format_duration(int64_t ms, char *buf, size_t len)
+{
+    static const struct { int64_t ms; const char *suffix; } units[] = {
+        {86400000, "d"}, {3600000, "h"}, {60000, "m"}, {1000, "s"},
+    };
+    if (ms == 0) {
+        snprintf(buf, len, "0");
+        return;
+    }
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
+        if (ms % units[i].ms == 0) {
+            snprintf(buf, len, "%" PRId64 "%s", ms / units[i].ms, units[i].suffix);
+            return;
+        }
+    }
+    snprintf(buf, len, "%" PRId64 "ms", ms);
+}
+
+/* ---- one row's field ------------------------------------------------------ */
+
+static void *slot(const struct relay_config *cfg, const struct param *p)
+{
+    return (char *)cfg + p->offset;
+}
+
+static char **str_slot(const struct relay_config *cfg, const struct param *p)
+{
+    return slot(cfg, p);
+}
+
+/* PARAM_INT, PARAM_BOOL, PARAM_ENUM and PARAM_LOG_LEVEL: an int or an enum,
+ * which is an int here (_Static_assert below). */
+static int *int_slot(const struct relay_config *cfg, const struct param *p)
+{
+    return slot(cfg, p);
+}
+_Static_assert(sizeof(enum relay_on_sent) == sizeof(int) && sizeof(enum poison_policy) == sizeof(int) &&
+                   sizeof(enum log_format) == sizeof(int) && sizeof(enum log_level) == sizeof(int),
+               "enum fields are set through int");
+
+static int64_t *ms_slot(const struct relay_config *cfg, const struct param *p)
+{
+    return slot(cfg, p);
+}
+
+int config_param_int(const struct relay_config *cfg, const struct param *p)
+{
+    return *int_slot(cfg, p);
+}
+
+const struct param *config_param_find(const char *section, const char *key)
+{
+    for (size_t i = 0; i < config_n_params; i++) {
+        if (!strcmp(config_params[i].section, section) && !strcmp(config_params[i].key, key))
+            return &config_params[i];
+    }
+    return NULL;
+}
+
+bool config_section_known(const char *section)
+{
+    for (size_t i = 0; i < config_n_sections; i++) {
+        if (!strcmp(config_section_names[i], section))
+            return true;
+    }
+    return false;
+}
+
+static int replace_str(char **dst, const char *value)
+{
+    char *copy = strdup(value);
+    if (!copy)
+        return -ENOMEM;
+    free(*dst);
+    *dst = copy;
+    return 0;
+}
+
+static const char *const *choices_of(const struct param *p)
+{
+    return p->type == PARAM_LOG_LEVEL ? log_level_names
+           : p->type == PARAM_BOOL    ? bool_names
+                                      : p->choices;
+}
+
+/* A choice's index, or -EINVAL with what is allowed. */
+static int choice_parse(const struct param *p, const char *value, char *errbuf, size_t errlen)
+{
+    char allowed[128] = "";
+    const char *const *c = choices_of(p);
+    for (int i = 0; c[i]; i++) {
+        if (!strcmp(c[i], value))
+            return i;
+        size_t used = strlen(allowed);
+        snprintf(allowed + used, sizeof allowed - used, "%s%s", used ? ", " : "", c[i]);
+    }
+    return errbuf_fail(errbuf, errlen, "%s.%s: unknown value \"%s\" (allowed: %s)", p->section,
+                       p->key, value, allowed);
+}
+
+static int int_parse(const struct param *p, const char *value, int *out, char *errbuf,
+                     size_t errlen)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(value, &end, 10);
+    if (end == value || *end != '\0')
+        return errbuf_fail(errbuf, errlen, "%s.%s: \"%s\" is not an integer (allowed %ld..%ld)",
+                           p->section, p->key, value, p->min, p->max);
+    if (errno == ERANGE || v < p->min || v > p->max)
+        return errbuf_fail(errbuf, errlen, "%s.%s: %s is out of range (allowed %ld..%ld)",
+                           p->section, p->key, value, p->min, p->max);
+    *out = (int)v;
+    return 0;
+}
+
+int config_param_set(struct relay_config *cfg, const struct param *p, const char *value,
+                     char *errbuf, size_t errlen)
+{
+    char why[256];
+    switch (p->type) {
+    case PARAM_STRING:
+        if (p->check && p->check(value, why, sizeof why) < 0)
+            return errbuf_fail(errbuf, errlen, "%s.%s: %s", p->section, p->key, why);
+        return replace_str(str_slot(cfg, p), value);
+    case PARAM_ENUM:
+    case PARAM_LOG_LEVEL:
+    case PARAM_BOOL: {
+        int i = choice_parse(p, value, errbuf, errlen);
+        if (i < 0)
+            return i;
+        /* Booleans are listed "true", "false". */
+        *int_slot(cfg, p) = p->type == PARAM_BOOL ? i == 0 : i;
+        return 0;
+    }
+    case PARAM_INT: {
+        int v = 0, rc = int_parse(p, value, &v, errbuf, errlen);
+        if (rc < 0)
+            return rc;
+        *int_slot(cfg, p) = v;
+        return 0;
+    }
+    case PARAM_DURATION: {
+        long secs = config_parse_duration(value);
+        if (secs < 0)
+            return errbuf_fail(errbuf, errlen,
+                               "%s.%s: \"%s\" is not a duration (N, Ns, Nm, Nh or Nd, up to 100 "
+                               "years)",
+                               p->section, p->key, value);
+        *ms_slot(cfg, p) = (int64_t)secs * 1000;
+        return 0;
+    }
+    }
+    return -EINVAL;
+}
+
+bool config_param_equal(const struct relay_config *a, const struct relay_config *b,
+                        const struct param *p)
+{
+    switch (p->type) {
+    case PARAM_STRING: {
+        const char *x = *str_slot(a, p), *y = *str_slot(b, p);
+        return !strcmp(x ? x : "", y ? y : "");
+    }
+    case PARAM_DURATION:
+        return *ms_slot(a, p) == *ms_slot(b, p);
+    default:
+        return *int_slot(a, p) == *int_slot(b, p);
+    }
+}
+
+int config_param_copy(struct relay_config *dst, const struct relay_config *src,
+                      const struct param *p)
+{
+    switch (p->type) {
+    case PARAM_STRING:
+        return replace_str(str_slot(dst, p), *str_slot(src, p) ? *str_slot(src, p) : "");
+    case PARAM_DURATION:
+        *ms_slot(dst, p) = *ms_slot(src, p);
+        return 0;
+    default:
+        *int_slot(dst, p) = *int_slot(src, p);
+        return 0;
+    }
+}
+
+void config_param_free(struct relay_config *cfg, const struct param *p)
+{
+    if (p->type == PARAM_STRING) {
+        free(*str_slot(cfg, p));
+        *str_slot(cfg, p) = NULL;
+    }
+}
+
+char *config_param_text(const struct relay_config *cfg, const struct param *p)
+{
+    char buf[32];
+    switch (p->type) {
+    case PARAM_STRING: {
+        const char *v = *str_slot(cfg, p) ? *str_slot(cfg, p) : "";
+        if (!strcmp(p->section, "postgres") && !strcmp(p->key, "conninfo"))
+            return config_redact_conninfo(v);
+        return strdup(config_key_is_secret(p->key) ? REDACTED : v);
+    }
+    case PARAM_INT:
+        snprintf(buf, sizeof buf, "%d", *int_slot(cfg, p));
+        return strdup(buf);
+    case PARAM_BOOL:
+        return strdup(*int_slot(cfg, p) ? "true" : "false");
+    case PARAM_ENUM:
+    case PARAM_LOG_LEVEL: {
+        const char *const *c = choices_of(p);
+        int v = *int_slot(cfg, p), n = 0;
+        while (c[n])
+            n++;
+        return strdup(v >= 0 && v < n ? c[v] : c[0]);
+    }
+    case PARAM_DURATION:
+        config_format_duration(*ms_slot(cfg, p), buf, sizeof buf);
+        return strdup(buf);
+    }
+    return NULL;
+}
+
+/* ---- the table, for the documentation -------------------------------------- */
+
+bool config_param_info(size_t i, struct config_param_info *info)
+{
+    if (i >= config_n_params)
+        return false;
+    const struct param *p = &config_params[i];
+    static const char *const type_names[] = {
+        [PARAM_STRING] = "string", [PARAM_INT] = "integer", [PARAM_ENUM] = "choice",
+        [PARAM_LOG_LEVEL] = "choice", [PARAM_BOOL] = "boolean", [PARAM_DURATION] = "duration",
+    };
+    *info = (struct config_param_info){
+        .section = p->section,
+        .key = p->key,
+        .def = p->def,
+        .desc = p->desc,
+        .type = type_names[p->type],
+        .unit = p->unit ? p->unit : "",
+        .is_int = p->type == PARAM_INT,
+        .min = p->min,
+        .max = p->max,
+        .choices = p->type == PARAM_STRING || p->type == PARAM_INT || p->type == PARAM_DURATION
+                       ? NULL
+                       : choices_of(p),
+        .reloadable = p->reloadable,
+        .secret = config_key_is_secret(p->key),
+    };
+    return true;
+}
+
+const char *const *config_sections(size_t *n)
+{
+    *n = config_n_sections;
+    return config_section_names;
+}

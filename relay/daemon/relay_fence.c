@@ -1,0 +1,141 @@
+/* relay_fence.c — relay.fencing = transactional: the rows in flight as one
+ * Kafka transaction, its commit or abort and what follows for the batches;
+ * and a fatal producer replaced. */
+#include "daemon/relay_int.h"
+
+/* ---- producer ---------------------------------------------------------- */
+
+/* A fatal error (e.g. the idempotent producer's epoch cannot be bumped)
+ * leaves the instance unusable: its messages failed with __FATAL and stay
+ * unsent; a new instance republishes them. @return true when usable again. */
+bool relay_replace_producer(struct relay *r)
+{
+    char err[512];
+    log_warn("replacing the kafka producer after a fatal error", "");
+    producer_stop(&r->prod);
+    if (producer_start(&r->prod, r->loop, r->cfg, relay_on_report, r, &r->st, err, sizeof(err)) < 0) {
+        log_error("cannot recreate the kafka producer", "error=%s", log_quote(err));
+        r->backoff = true;
+        return false;
+    }
+    /* Fenced means another relay may lead now: the new instance initialises
+     * transactions (fencing in turn) only once the lock check says this
+     * session still holds the lock (it fails if the session is gone). */
+    if (producer_txn_state(&r->prod) != PRODUCER_TXN_OFF && r->st.role == STATS_ROLE_LEADER) {
+        r->lead_unverified = true;
+        r->lock_due = true;
+    }
+    return true;
+}
+
+/* ---- fencing: Kafka transactions --------------------------------------- */
+
+/* With relay.fencing=transactional the rows of the batches in flight are one
+ * Kafka transaction, committed once a batch has all its reports; a batch is
+ * marked only after its transaction committed. A leader initialises
+ * transactions before its first produce, which aborts whatever an older
+ * leader still had open and fences it: a paused leader that wakes up cannot
+ * make anything visible to read_committed consumers, nor mark it. */
+
+/* Held rows whose predecessor aborted would overtake its rows: they are
+ * released unproduced and claimed again. */
+static void txn_drop_held(struct relay *r)
+{
+    for (int k = 0; k < N_BATCHES; k++) {
+        if (!r->b[k].held)
+            continue;
+        relay_batch_reset(&r->b[k]);
+        r->wake = true;
+    }
+}
+
+/* Produces held batch @p k into the open, empty transaction; a stale one
+ * (a batch was cut after its claim skipped that batch's whole range) is
+ * dropped and claimed again. */
+static void txn_release(struct relay *r, int k, bool stale)
+{
+    struct batch *b = &r->b[k];
+    if (stale) {
+        relay_batch_reset(b);
+        r->wake = true;
+        return;
+    }
+    PGresult *res = b->held;
+    b->held = NULL;
+    b->txn_gen = producer_txn_gen(&r->prod);
+    relay_produce_rows(r, b, res);
+    PQclear(res);
+}
+
+/* The batch's transaction was aborted: what Kafka acknowledged is invisible,
+ * so none of it is marked; the rows are produced again without an attempt
+ * counted (rows that failed on their own still count theirs). */
+static void txn_unpublish(struct relay *r, struct batch *b)
+{
+    for (int i = 0; i < b->n_rows; i++) {
+        if (b->state[i] != ROW_DELIVERED)
+            continue;
+        relay_row_failed(r, b, i, STATS_FAIL_RETRIABLE, LIMIT_NONE, NULL);
+        r->st.published_total--;
+    }
+    b->n_delivered = 0;
+    b->committed = true; /* settled: mark() records what failed and releases the rest */
+    /* A claim sent while this batch was in flight skipped its ids: its rows
+     * would overtake these, so its result is dropped and claimed again. */
+    b->unpublished = true;
+    r->truncations++;
+    r->wake = true;
+}
+
+static void on_txn_ended(void *arg, unsigned gen, enum producer_txn_result res, const char *why)
+{
+    struct relay *r = arg;
+    if (batch_txn_ended(r->b, N_BATCHES, gen, res))
+        txn_drop_held(r);
+    uint64_t ms = relay_now_ms(r) - r->txn_start_ms;
+    switch (res) {
+    case PRODUCER_TXN_DONE:
+        if (gen == 0)
+            log_info("kafka transactions initialised; older leaders are fenced",
+                     "transactional_id=%s ms=%" PRIu64, r->prod.txn_id, ms);
+        else
+            log_debug("transaction committed", "ms=%" PRIu64, ms);
+        break;
+    case PRODUCER_TXN_ABORTED:
+        r->st.txn_aborted_total++;
+        log_warn("kafka transaction aborted; its rows stay unsent and are produced again",
+                 "error=%s", log_quote(why));
+        break;
+    case PRODUCER_TXN_RETRY:
+        log_warn("kafka transactions not initialised yet; retrying", "error=%s", log_quote(why));
+        break;
+    case PRODUCER_TXN_FAILED:
+        log_error("kafka producer fenced or failed: nothing of its open transaction is visible "
+                  "or marked; leadership is checked again before producing",
+                  "transactional_id=%s error=%s", r->prod.txn_id, log_quote(why));
+        break;
+    }
+    relay_step(r);
+}
+
+/* Carries out what plan_fence decided, in its order: settles, initialises,
+ * commits, releases; needs no PostgreSQL. */
+void relay_fence_step(struct relay *r, const struct plan_state *s)
+{
+    struct producer *p = &r->prod;
+    struct fence_plan f = plan_fence(s);
+    for (int k = 0; k < N_BATCHES; k++)
+        if (f.unpublish & (1u << k))
+            txn_unpublish(r, &r->b[k]);
+    if (f.init && producer_txn_init(p, on_txn_ended, r) == 0)
+        r->txn_start_ms = relay_now_ms(r);
+    if (f.drop_held)
+        txn_drop_held(r);
+    for (int k = 0; k < N_BATCHES; k++)
+        if (f.settle_empty & (1u << k))
+            r->b[k].committed = true;
+    if (f.commit && producer_txn_commit(p, on_txn_ended, r) == 0)
+        r->txn_start_ms = relay_now_ms(r);
+    if (f.release >= 0)
+        txn_release(r, f.release, f.release_stale);
+}

@@ -1,0 +1,629 @@
+/* relay_pipeline.c — a row's way through the relay, top to bottom: the claim,
+ * producing its rows, their delivery reports, recording failures, the
+ * conditional mark, then retention of sent rows. */
+#include "daemon/relay_int.h"
+
+/* ---- batch ------------------------------------------------------------- */
+
+uint64_t relay_now_ms(struct relay *r)
+{
+    return uv_now(r->loop);
+}
+
+/* A batch's owner: the batches are an array inside struct relay. */
+static struct relay *relay_of(struct batch *b)
+{
+    return (struct relay *)((char *)(b - b->slot) - offsetof(struct relay, b));
+}
+
+int relay_in_flight(const struct relay *r)
+{
+    return batch_outstanding(r->b, N_BATCHES);
+}
+
+bool relay_any_phase(const struct relay *r, enum phase ph)
+{
+    return batch_any_in(r->b, N_BATCHES, ph);
+}
+
+/* Empties @p b, releasing a claim result it held. */
+void relay_batch_reset(struct batch *b)
+{
+    if (b->held)
+        PQclear(b->held);
+    batch_clear(b);
+}
+
+void relay_row_failed(struct relay *r, struct batch *b, int i, enum stats_fail_reason kind,
+                       enum attempt_limit limit, const char *why)
+{
+    if (batch_row_failed(b, i, limit, why))
+        r->st.failed_total[kind]++;
+}
+
+/* The batch is complete (marks and failure records written): account for it. */
+static void batch_done(struct relay *r, struct batch *b)
+{
+    double now = stats_now();
+    double took = (double)(relay_now_ms(r) - b->start_ms) / 1000.0;
+    r->st.batches_total++;
+    stats_observe(&r->st.batch_duration, took);
+    r->st.last_batch_rows = b->n_rows;
+    r->st.last_batch_duration = took;
+    r->st.last_batch_time = now;
+    if (b->rescan_after_mark)
+        r->wake = true; /* rows inside this batch's id range were skipped by the other claim */
+    relay_batch_reset(b);
+}
+
+void relay_on_report(void *opaque, rd_kafka_resp_err_t err, void *arg)
+{
+    struct relay *r = arg;
+    intptr_t v = (intptr_t)opaque;
+    int k = (int)(v >> OPAQUE_ROW_BITS), i = (int)(v & ((1 << OPAQUE_ROW_BITS) - 1));
+    struct batch *b = k >= 0 && k < N_BATCHES ? &r->b[k] : NULL;
+    if (!b || b->phase != PHASE_PRODUCING || i >= b->n_rows) {
+        log_error("delivery report for no row in flight", "batch=%d index=%d", k, i);
+        return;
+    }
+    bool last;
+    if (err == RD_KAFKA_RESP_ERR_NO_ERROR) {
+        last = batch_reported(b, i, NULL, NULL);
+        r->st.published_total++;
+        stats_observe(&r->st.delivery_latency, stats_now() - (double)b->created_ms[i] / 1000.0);
+    } else {
+        /* A fatal error fails its batch with the broker's error (e.g.
+         * OUT_OF_ORDER_SEQUENCE_NUMBER), possibly before error_cb has run. */
+        /* After a fatal error, the messages that were merely caught in it are
+         * ours; the one(s) whose error caused it are suspects like any other. */
+        enum kafka_fault fault = kafka_fault_of(err, producer_fatal(&r->prod));
+        struct failure_verdict verdict = engine_judge_failure(fault, b->alone);
+        enum stats_fail_reason kind = verdict.permanent ? STATS_FAIL_PERMANENT : STATS_FAIL_RETRIABLE;
+        last = batch_reported(b, i, &verdict, rd_kafka_err2name(err));
+        if (verdict.counted)
+            r->st.failed_total[kind]++;
+        if (verdict.suspect) {
+            r->isolating = true;
+            r->wake = true;
+            if (b->ids[i] > r->isolate_until_id)
+                r->isolate_until_id = b->ids[i];
+            b->suspect_err = err;
+        } else if (fault != KAFKA_FAULT_OURS &&
+                   log_limit_allow(&r->failures, stats_mono(), LOG_LVL_WARN, "delivery failed",
+                                   rd_kafka_err2name(err), b->ids[i])) {
+            log_warn("delivery failed", "outbox_id=%" PRId64 " error=%s permanent=%s", b->ids[i],
+                     rd_kafka_err2name(err), verdict.permanent ? "true" : "false");
+        }
+    }
+    if (last) {
+        log_debug("batch acknowledged", "batch=%d delivered=%d ms=%" PRIu64, b->slot,
+                  b->n_delivered, relay_now_ms(r) - b->start_ms);
+        /* One line per batch, and a broker that refuses every batch fails
+         * one after another: limited like the per-row lines. */
+        if (b->n_suspects > 0 &&
+            log_limit_allow(&r->failures, stats_mono(), LOG_LVL_WARN,
+                            "delivery failed; retrying the rows one at a time before any is charged",
+                            rd_kafka_err2name(b->suspect_err), b->span.lo))
+            log_warn("delivery failed; retrying the rows one at a time before any is charged",
+                     "rows=%d error=%s first_outbox_id=%" PRId64 " retry_up_to_outbox_id=%" PRId64,
+                     b->n_suspects, rd_kafka_err2name(b->suspect_err), b->span.lo, r->isolate_until_id);
+        r->queue_full = false; /* this batch's messages left the queue */
+        relay_step(r);
+    }
+}
+
+/* "type\x1fid": an aggregate's identity as one string (\x1f cannot be typed by
+ * accident and PostgreSQL text allows it, so in theory two aggregates could
+ * collide; they would only be held together, never reordered). */
+static char *agg_key(PGresult *res, int i)
+{
+    char *k = NULL;
+    if (asprintf(&k, "%s\x1f%s", PQgetvalue(res, i, CLAIM_AGGREGATE_TYPE),
+                 PQgetvalue(res, i, CLAIM_AGGREGATE_ID)) < 0)
+        return NULL;
+    return k;
+}
+
+/* Takes the ids of a claim result: what the next claim must skip is known
+ * before a single row is produced. */
+static void batch_load(struct batch *b, PGresult *res)
+{
+    int n = PQntuples(res);
+    for (int i = 0; i < n; i++) {
+        b->ids[i] = pg_claim_id(res, i);
+        b->created_ms[i] = pg_claim_created_ms(res, i);
+    }
+    batch_loaded(b, n);
+}
+
+/* The batch ends before row @p i: the rows from @p i on stay unsent, so the
+ * id range other claims skip must end before them, or a later row of one of
+ * their aggregates would be claimed and produced first. */
+static void batch_cut(struct relay *r, struct batch *b, int i, bool queue_full)
+{
+    batch_cut_at(b, i);
+    r->queue_full = queue_full;
+    r->truncations++;
+    r->wake = true;
+}
+
+/* The row's topic into @p topic, checked. @return 0, or -EINVAL with @p err
+ * saying why (the row is poison: its topic never will be valid). */
+static int row_topic(struct relay *r, const struct event_row *row, char *topic, size_t len,
+                     char *err, size_t errlen)
+{
+    int rc;
+    if (row->topic && *row->topic)
+        rc = snprintf(topic, len, "%s", row->topic) < (int)len ? 0 : -ENOSPC;
+    else
+        rc = event_topic_render(r->cfg->topic, row->aggregate_type, row->event_type, topic, len);
+    if (rc < 0) {
+        snprintf(err, errlen, "invalid topic name: longer than %zu bytes", len - 1);
+        return -EINVAL;
+    }
+    return event_topic_check(topic, err, errlen) < 0 ? -EINVAL : 0;
+}
+
+/* Row @p i can never be produced as it is: charged (one attempt exhausts
+ * it), and under a policy that holds, later rows of its aggregate wait. */
+static void row_refused(struct relay *r, struct batch *b, PGresult *res, int i,
+                        const struct event_row *row, const char *err)
+{
+    relay_row_failed(r, b, i, STATS_FAIL_INVALID, LIMIT_ONE, err);
+    if (r->poison->halts)
+        r->halt_pending = true;
+    if (r->poison->hold_in_flight)
+        b->agg[i] = agg_key(res, i);
+    if (log_limit_allow(&r->failures, stats_mono(), LOG_LVL_WARN, "row cannot be produced", err,
+                        row->id))
+        log_warn("row cannot be produced", "outbox_id=%" PRId64 " event_id=%s reason=%s", row->id,
+                 row->event_id, log_quote(err));
+}
+
+/* Hands every claimed row to the producer. What can be seen to be poison
+ * before producing (invalid topic, headers that are not an object of strings,
+ * a message larger than message.max.bytes) fails here, without a round trip
+ * to Kafka; a full local queue ends the batch early. */
+void relay_produce_rows(struct relay *r, struct batch *b, PGresult *res)
+{
+    int n = PQntuples(res);
+    char topic[256];
+    char err[512];
+    bool holding = r->poison->hold_in_flight;
+    bool any_held = false;
+    for (int k = 0; k < N_BATCHES && holding; k++)
+        for (int j = 0; j < r->b[k].n_rows && !any_held; j++)
+            any_held = r->b[k].agg[j] != NULL;
+
+    for (int i = 0; i < n; i++) {
+        if (r->st.halted)
+            break; /* the rest stays ROW_SKIPPED: claimed again after a restart */
+        if (any_held) {
+            char *key = agg_key(res, i);
+            if (key && batch_holds(r->b, N_BATCHES, key)) {
+                b->agg[i] = key; /* held too: later rows of it wait as well */
+                continue;
+            }
+            free(key);
+        }
+
+        struct event_row row;
+        pg_claim_row(res, i, &row);
+        int rc = row_topic(r, &row, topic, sizeof(topic), err, sizeof(err));
+        if (rc == 0) {
+            b->state[i] = ROW_PENDING;
+            err[0] = '\0';
+            void *opaque = (void *)(((intptr_t)b->slot << OPAQUE_ROW_BITS) | i);
+            rc = producer_send(&r->prod, &row, topic, opaque, err, sizeof(err));
+        }
+        enum send_verdict v = rc == 0 ? SEND_QUEUED : engine_send_verdict(rc, relay_in_flight(r) == 0);
+        if (v == SEND_CUT) {
+            b->state[i] = ROW_SKIPPED;
+            log_warn("producer cannot take more now", "rows_queued=%d reason=%s", i,
+                     log_quote(err));
+            batch_cut(r, b, i, rc == -ENOBUFS);
+            break;
+        }
+        if (v == SEND_TOO_LARGE)
+            snprintf(err + strlen(err), sizeof(err) - strlen(err),
+                     " (larger than the producer queue: queue.buffering.max.kbytes)");
+        if (v != SEND_QUEUED) {
+            row_refused(r, b, res, i, &row, err);
+            any_held |= holding;
+            continue;
+        }
+        b->n_outstanding++;
+    }
+    b->phase = b->n_outstanding > 0 ? PHASE_PRODUCING : PHASE_DELIVERED;
+    /* Reports of messages produced just now may already be waiting. */
+    producer_poll(&r->prod);
+}
+
+static void on_claimed(struct pg_conn *pg, PGresult *res, void *arg)
+{
+    struct batch *b = arg;
+    struct relay *r = relay_of(b);
+    if (!res) {
+        if (batch_lost(b))
+            relay_batch_reset(b);
+        return;
+    }
+    if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+        log_error("claim failed", "error=%s", log_quote(PQresultErrorMessage(res)));
+        relay_session_evidence(r, res, "claim");
+        relay_batch_reset(b);
+        r->backoff = true;
+        return;
+    }
+    int n = PQntuples(res);
+    log_debug("claimed", "batch=%d rows=%d ms=%" PRIu64, b->slot, n, relay_now_ms(r) - b->start_ms);
+    struct plan_state s;
+    relay_snapshot(r, &s);
+    struct claim_verdict v = plan_claimed(&s, b, n, n ? pg_claim_id(res, 0) : 0);
+    if (v.isolation_over) {
+        r->isolating = false;
+        r->isolate_until_id = 0;
+    }
+    b->alone = v.alone;
+    r->quiet_wanted |= v.quiet_wanted;
+    r->quiet_idle = v.quiet_idle;
+    if (v.use != CLAIM_PRODUCE) {
+        relay_batch_reset(b); /* rows claimed but not produced stay unsent */
+        r->wake |= v.use == CLAIM_STALE;
+        relay_step(r);
+        return;
+    }
+    if (v.more)
+        r->wake = true;
+    /* Send PostgreSQL its next statement (the next claim, or a mark) before
+     * producing this batch, so the database works while we do. */
+    batch_load(b, res);
+    b->phase = PHASE_PRODUCING;
+    if (!plan_txn_holds(&s, b)) {
+        b->txn_gen = producer_txn_gen(&r->prod);
+        relay_step(r);
+        /* That step may have begun ending the transaction these rows were to
+         * join: then they wait for the next one, as if held from the start. */
+        relay_snapshot(r, &s);
+        if (b->phase != PHASE_PRODUCING || !plan_txn_holds(&s, b)) {
+            relay_produce_rows(r, b, res);
+            relay_step(r);
+            return;
+        }
+    }
+    b->held = res; /* produced when the open transaction is done (fence_step) */
+    pg_result_keep(pg);
+    relay_step(r);
+}
+
+/* Claims as @p p says: into its slot, skipping the id range of the other
+ * batches in flight (plan_next chose both). */
+void relay_claim(struct relay *r, const struct plan_step *p)
+{
+    struct batch *b = &r->b[p->slot];
+    if (batch_reserve(b, r->cfg->batch_size) < 0) {
+        log_error("out of memory sizing the batch", "batch_size=%d", r->cfg->batch_size);
+        r->backoff = true;
+        return;
+    }
+    for (int k = 0; k < N_BATCHES; k++)
+        if (p->rescan & (1u << k))
+            r->b[k].rescan_after_mark = true;
+    char limit[16], los[24], his[24];
+    int64_t gaps[BATCH_GAPS_MAX];
+    b->alone = p->alone;
+    b->claim_gen = r->truncations;
+    snprintf(limit, sizeof(limit), "%d", p->limit);
+    snprintf(los, sizeof(los), "%" PRId64, p->skip.lo);
+    snprintf(his, sizeof(his), "%" PRId64, p->skip.hi);
+    int n_gaps = batch_gaps_within(r->b, N_BATCHES, p->rescan, p->skip, gaps, BATCH_GAPS_MAX);
+    struct strbuf *in_gaps = &r->params[0]; /* free: no mark or record is being built */
+    strbuf_reset(in_gaps);
+    strbuf_printf(in_gaps, "{");
+    for (int i = 0; i < n_gaps; i++)
+        strbuf_printf(in_gaps, "%s%" PRId64, i ? "," : "", gaps[i]);
+    strbuf_printf(in_gaps, "}");
+    if (in_gaps->oom) {
+        log_error("out of memory building a claim", "gaps=%d", n_gaps);
+        r->backoff = true;
+        return;
+    }
+    const char *params[] = { limit, los, his, n_gaps < 0 ? NULL : strbuf_str(in_gaps) };
+    r->wake = false;
+    r->notifies = 0;
+    r->claim_first = false;
+    b->phase = PHASE_CLAIMING;
+    b->start_ms = relay_now_ms(r);
+    if (pg_query_prepared_binary(&r->pg, "claim", 4, params, on_claimed, b) < 0)
+        relay_batch_reset(b);
+}
+
+static void on_recorded(struct pg_conn *pg, PGresult *res, void *arg);
+static void record_failure_from(struct relay *r, struct batch *b, int from);
+
+/* Rows whose failure counts as an attempt (ROW_FAILED with a reason). */
+/* The record statement's parameters are three array literals, built row by
+ * row: begin, add each row (the @p n-th so far), send. */
+static void failures_begin(struct relay *r)
+{
+    for (int k = 0; k < 3; k++)
+        strbuf_reset(&r->params[k]);
+}
+
+static void failures_add(struct relay *r, const struct batch *b, int i, int n)
+{
+    struct strbuf *ids = &r->params[0], *errs = &r->params[1], *max = &r->params[2];
+    strbuf_printf(ids, "%s%" PRId64, n ? "," : "{", b->ids[i]);
+    strbuf_printf(errs, "%s", n ? "," : "{");
+    strbuf_array_elem(errs, b->reason[i]);
+    strbuf_printf(max, "%s%d", n ? "," : "{", b->limit[i] == LIMIT_ONE ? 1 : r->cfg->max_attempts);
+}
+
+static void failures_send(struct relay *r, struct batch *b, int n)
+{
+    struct strbuf *ids = &r->params[0], *errs = &r->params[1], *max = &r->params[2];
+    strbuf_printf(ids, "}");
+    strbuf_printf(errs, "}");
+    strbuf_printf(max, "}");
+    if (ids->oom || errs->oom || max->oom) {
+        log_error("out of memory recording failures", "rows=%d", n);
+        relay_batch_reset(b);
+        r->backoff = true;
+        return;
+    }
+    const char *params[] = { strbuf_str(ids), strbuf_str(errs), strbuf_str(max),
+                             r->poison->dead_letters ? "t" : "f" };
+    b->phase = PHASE_RECORDING;
+    if (pg_query(&r->pg, r->sql.record_failures, 4, params, on_recorded, b) < 0)
+        relay_batch_reset(b);
+}
+
+/* Row @p k of a failure record's result: dead-lettered, halting, or to be
+ * tried again, as its policy says. */
+static void recorded_row(struct relay *r, const struct batch *b, const PGresult *res, int k)
+{
+    const char *id = PQgetvalue(res, k, 0);
+    const char *attempts = PQgetvalue(res, k, 1);
+    bool dead = PQgetvalue(res, k, 2)[0] == 't';
+    bool exhausted = PQgetvalue(res, k, 3)[0] == 't';
+    const char *why = "";
+    for (int i = 0; i < b->n_rows; i++)
+        if (b->reason[i] && b->ids[i] == strtoll(id, NULL, 10))
+            why = b->reason[i];
+    switch (poison_outcome_of(r->poison, dead, exhausted, r->st.halted)) {
+    case OUTCOME_DEAD_LETTERED:
+        r->st.dead_total++;
+        if (log_limit_allow(&r->failures, stats_mono(), LOG_LVL_ERROR, r->poison->dead_msg, why,
+                            strtoll(id, NULL, 10)))
+            log_error(r->poison->dead_msg, "outbox_id=%s attempts=%s error=%s", id, attempts,
+                      log_quote(why));
+        break;
+    case OUTCOME_HALT:
+        r->st.halted = true;
+        snprintf(r->st.halt_reason, sizeof(r->st.halt_reason),
+                 "outbox row %s cannot be delivered after %s attempts: %s", id, attempts, why);
+        log_error("relaying halted: a row cannot be delivered (on_poison=halt); fix or "
+                  "requeue it and restart",
+                  "outbox_id=%s attempts=%s error=%s", id, attempts, log_quote(why));
+        break;
+    case OUTCOME_RETRY:
+        break;
+    }
+}
+
+static void on_recorded(struct pg_conn *pg, PGresult *res, void *arg)
+{
+    (void)pg;
+    struct batch *b = arg;
+    struct relay *r = relay_of(b);
+    if (!res) {
+        if (batch_lost(b))
+            relay_batch_reset(b);
+        return;
+    }
+    if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+        enum record_retry next = batch_record_failed(b);
+        if (next == RECORD_EACH) {
+            log_warn("recording the failures of a batch failed; recording them row by row",
+                     "error=%s", log_quote(PQresultErrorMessage(res)));
+            b->record_each = true;
+            record_failure_from(r, b, 0);
+            return;
+        }
+        log_error("recording the failure of a row failed; it stays unsent and is tried again",
+                  "outbox_id=%" PRId64 " error=%s", b->ids[b->record_each ? b->record_row
+                                                                          : batch_first_failure(b)],
+                  log_quote(PQresultErrorMessage(res)));
+        if (next == RECORD_GIVE_UP) {
+            relay_batch_reset(b);
+            r->backoff = true;
+            return;
+        }
+        b->record_lost = true;
+        record_failure_from(r, b, b->record_row + 1);
+        return;
+    }
+    for (int k = 0; k < PQntuples(res); k++)
+        recorded_row(r, b, res, k);
+    if (b->record_each) {
+        record_failure_from(r, b, b->record_row + 1);
+        return;
+    }
+    batch_done(r, b);
+    relay_step(r);
+}
+
+/* Records the failures that may be the row's own (attempts + 1, last_error;
+ * dead_at once exhausted). An outage (a broker down, replicas short, a
+ * time-out) or a fatal producer costs no attempt, even when other partitions
+ * delivered: those rows are simply produced again. */
+static void record_failures(struct relay *r, struct batch *b)
+{
+    switch (batch_after_marks(b)) {
+    case BATCH_RECORD:
+        failures_begin(r);
+        int n = 0;
+        for (int i = 0; i < b->n_rows; i++)
+            if (b->state[i] == ROW_FAILED && b->reason[i])
+                failures_add(r, b, i, n++);
+        failures_send(r, b, n);
+        return;
+    case BATCH_RETRY_LATER:
+        log_warn("no row of the batch reached Kafka; retrying without counting attempts",
+                 "failed=%d", batch_failures_uncharged(b));
+        relay_batch_reset(b);
+        r->backoff = true;
+        break;
+    case BATCH_DONE:
+        batch_done(r, b);
+        break;
+    }
+    relay_step(r);
+}
+
+/* The fallback: records the next failure at or after row @p from alone;
+ * after the last one the batch is done. A row whose failure could not be
+ * recorded is claimed again, so the relay then waits a poll interval rather
+ * than spinning on it; the other rows' records are written. */
+static void record_failure_from(struct relay *r, struct batch *b, int from)
+{
+    for (int i = from; i < b->n_rows; i++) {
+        if (b->state[i] != ROW_FAILED || !b->reason[i])
+            continue;
+        b->record_row = i;
+        failures_begin(r);
+        failures_add(r, b, i, 0);
+        failures_send(r, b, 1);
+        return;
+    }
+    bool lost = b->record_lost;
+    batch_done(r, b);
+    if (lost)
+        r->backoff = true;
+    relay_step(r);
+}
+
+/* Every batch whose marks the statement just ended was writing. */
+static unsigned marking_slots(const struct relay *r)
+{
+    unsigned slots = 0;
+    for (int k = 0; k < N_BATCHES; k++)
+        if (r->b[k].phase == PHASE_MARKING)
+            slots |= 1u << k;
+    return slots;
+}
+
+/* One statement marks the batches of @p arg's mark (the lead, and those
+ * marked with it); each then records its failures in turn, the lead first. */
+static void on_marked(struct pg_conn *pg, PGresult *res, void *arg)
+{
+    (void)pg;
+    struct batch *b = arg;
+    struct relay *r = relay_of(b);
+    unsigned slots = marking_slots(r);
+    if (!res) {
+        for (int k = 0; k < N_BATCHES; k++)
+            if ((slots & (1u << k)) && batch_lost(&r->b[k]))
+                relay_batch_reset(&r->b[k]);
+        return;
+    }
+    for (int k = 0; k < N_BATCHES; k++)
+        if (slots & (1u << k))
+            r->b[k].phase = PHASE_DELIVERED;
+    if (PQresultStatus(res) != PGRES_COMMAND_OK) {
+        log_error("marking rows sent failed", "error=%s", log_quote(PQresultErrorMessage(res)));
+        relay_session_evidence(r, res, "mark");
+        r->backoff = true;
+        return;
+    }
+    int rows = 0;
+    for (int k = 0; k < N_BATCHES; k++) {
+        if (!(slots & (1u << k)))
+            continue;
+        r->b[k].marked = true;
+        rows += r->b[k].n_delivered;
+    }
+    log_debug("batch marked sent", "batch=%d batches=%d rows=%d marked=%s ms=%" PRIu64, b->slot,
+              __builtin_popcount(slots), rows, PQcmdTuples(res), relay_now_ms(r) - b->start_ms);
+    /* The others are DELIVERED and marked: the plan hands them to mark(),
+     * which goes straight on to their failures. */
+    record_failures(r, b);
+}
+
+/* Marks the delivered rows of @p b, and in the same statement those of the
+ * slots in @p with (bit k): one round trip and one commit instead of one
+ * each, when a Kafka transaction settled several batches at once. */
+void relay_mark(struct relay *r, struct batch *b, unsigned with)
+{
+    if (!batch_marks_due(b)) {
+        record_failures(r, b);
+        return;
+    }
+    struct strbuf *ids = &r->params[0];
+    int n = 0;
+    strbuf_reset(ids);
+    strbuf_printf(ids, "{");
+    with = (with | (1u << b->slot));
+    for (int k = 0; k < N_BATCHES; k++) {
+        struct batch *x = &r->b[k];
+        if (!(with & (1u << k)) || !batch_marks_due(x))
+            continue;
+        for (int i = 0; i < x->n_rows; i++)
+            if (x->state[i] == ROW_DELIVERED)
+                strbuf_printf(ids, "%s%" PRId64, n++ ? "," : "", x->ids[i]);
+        x->phase = PHASE_MARKING;
+    }
+    strbuf_printf(ids, "}");
+    if (ids->oom) {
+        log_error("out of memory building marks", "rows=%d", n);
+        for (int k = 0; k < N_BATCHES; k++)
+            if (r->b[k].phase == PHASE_MARKING)
+                r->b[k].phase = PHASE_DELIVERED;
+        r->backoff = true;
+        return;
+    }
+    const char *params[] = { strbuf_str(ids) };
+    /* Refused for a pooled session: the prepared mark may be gone, the text is not. */
+    int rc = r->st.refused ? pg_query(&r->pg, r->sql.mark_sent, 1, params, on_marked, b)
+                           : pg_query_prepared(&r->pg, "mark", 1, params, on_marked, b);
+    if (rc < 0)
+        for (int k = 0; k < N_BATCHES; k++)
+            if (r->b[k].phase == PHASE_MARKING)
+                r->b[k].phase = PHASE_DELIVERED;
+}
+
+/* ---- retention --------------------------------------------------------- */
+
+#define RETENTION_BATCH 1000
+
+static void on_retention(struct pg_conn *pg, PGresult *res, void *arg)
+{
+    (void)pg;
+    struct relay *r = arg;
+    if (!res)
+        return;
+    if (PQresultStatus(res) != PGRES_COMMAND_OK) {
+        log_error("retention delete failed", "error=%s", log_quote(PQresultErrorMessage(res)));
+        r->retention_due = false;
+        r->last_retention_ms = relay_now_ms(r);
+        return;
+    }
+    long deleted = strtol(PQcmdTuples(res), NULL, 10);
+    if (deleted > 0)
+        log_debug("retention deleted sent rows", "rows=%ld", deleted);
+    /* A full batch: more are due; the next one runs after any pending claim. */
+    if (deleted < RETENTION_BATCH) {
+        r->retention_due = false;
+        r->last_retention_ms = relay_now_ms(r);
+    }
+    relay_step(r);
+}
+
+void relay_retention(struct relay *r)
+{
+    char secs[24], limit[16];
+    snprintf(secs, sizeof(secs), "%ld", r->retention_s);
+    snprintf(limit, sizeof(limit), "%d", RETENTION_BATCH);
+    const char *params[] = { secs, limit };
+    pg_query(&r->pg, r->sql.retention, 2, params, on_retention, r);
+}
