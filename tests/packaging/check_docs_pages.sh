@@ -11,7 +11,8 @@
 #                        packaging/monitoring/outbox-relay.rules.yml (table
 #                        rows of Alert rules)
 #   README.md            every header the relay writes (relay/core/event.c),
-#                        in The table contract
+#                        in The table contract; docs/consumers.md too, in
+#                        the table of The message
 #   docs/guarantees.md   every value of relay.on_poison and relay.fencing
 #   all four             every `outbox-relay COMMAND` is a command of --help,
 #                        every `section.key` a key the relay knows, every
@@ -74,6 +75,10 @@ headers=$(sed -n '/relay_headers\[\] = {/,/^};/p' "$ROOT/relay/core/event.c" | g
 msg=$(section "$ROOT/README.md" "The table contract" | tr '\n' ' ')
 for h in $headers; do
     grep -q -- "headers .*\`$h\`" <<<"$msg" || fail "README.md (The table contract) does not list the header $h"
+done
+msg=$(section "$CONS" "The message")
+for h in $headers; do
+    grep -q -- "^| headers | .*\`$h\`" <<<"$msg" || fail "docs/consumers.md (The message) does not list the header $h"
 done
 
 # relay.on_poison and relay.fencing: every value the relay accepts, from the
