@@ -274,7 +274,7 @@ const char *jbool(int v);
 const struct latency_result *at_rate(const struct latency_result *lat, int n, int rate);
 struct latency_floor floor_figures(struct latency_result r);
 const struct latency_floor *own_floor(const struct latency_result *l);
-int latency_target(const struct latency_floor *f, int rate);
+int latency_target(const struct latency_floor *r, const struct latency_floor *f, int rate);
 int latencies(PGconn *c, char *rates, double seconds, struct latency_result *lat);
 void latency_line(const struct latency_result *l);
 void latency_json(FILE *o, const struct latency_result *lat, int n);
