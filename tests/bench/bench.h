@@ -97,6 +97,7 @@ struct latency_result {
     double p50_ms, p99_ms, max_ms;
     double machine_busy; /* share of all cores busy while the events were written; -1: unknown */
     long notifies;       /* NOTIFYs the writers sent (the others left it out: the quiet lock) */
+    double relay_cpu_s_per_100k; /* the relay's CPU while the events were written */
     /* Kafka's floor at the same rate (kafka_floor), with and without
      * transactions, and with the relay's fencing while the same writers
      * write the same events into a table nothing reads (floor_loaded);

@@ -282,10 +282,12 @@ struct latency_result latency(PGconn *c, const char *table, int rate, double sec
     pthread_create(&lt, NULL, listener_thread, &ln);
     L.t0 = now_s() + 0.05;
     struct machine_cpu m0 = machine_cpu_now();
+    double cpu0 = proc_cpu_s(p.pid);
     writers_start(&ws, &L);
     double t1;
     long n = writers_join(&ws, &L, &t1);
     res.machine_busy = machine_busy(m0, machine_cpu_now());
+    res.relay_cpu_s_per_100k = n > 0 ? (proc_cpu_s(p.pid) - cpu0) * 100000.0 / (double)n : -1;
     res.events = n;
     res.writers = L.writers;
     res.achieved_rate = (double)n / (t1 - L.t0);

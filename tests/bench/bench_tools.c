@@ -215,9 +215,11 @@ int latencies(PGconn *c, char *rates, double seconds, struct latency_result *lat
 void latency_line(const struct latency_result *l)
 {
     fprintf(stderr, "latency @%5d/s: p50 %.2f ms  p99 %.2f ms  max %.2f ms  (%ld/%ld received; "
-                    "%.0f/s achieved by %d writer%s; %ld NOTIFYs; machine %.0f%% busy)\n",
+                    "%.0f/s achieved by %d writer%s; %ld NOTIFYs; machine %.0f%% busy; relay CPU "
+                    "%.2f s per 100k events)\n",
             l->rate, l->p50_ms, l->p99_ms, l->max_ms, l->received, l->events, l->achieved_rate,
-            l->writers, l->writers > 1 ? "s" : "", l->notifies, 100.0 * l->machine_busy);
+            l->writers, l->writers > 1 ? "s" : "", l->notifies, 100.0 * l->machine_busy,
+            l->relay_cpu_s_per_100k);
     const struct latency_floor *f[] = { &l->floor_txn, &l->floor_none, &l->floor_loaded };
     const char *name[] = { "with transactions", "idempotent only",
                            relay_unfenced() ? "idem., writers on" : "txns, writers on" };
@@ -243,10 +245,11 @@ void latency_json(FILE *o, const struct latency_result *lat, int n)
     for (int i = 0; i < n; i++) {
         fprintf(o, "%s\n    {\"rate\": %d, \"achieved_rate\": %.0f, \"writers\": %d, "
                    "\"events\": %ld, \"received\": %ld, \"p50_ms\": %.2f, \"p99_ms\": %.2f, "
-                   "\"max_ms\": %.2f, \"notifies\": %ld, \"machine_busy\": %.2f",
+                   "\"max_ms\": %.2f, \"notifies\": %ld, \"machine_busy\": %.2f, "
+                   "\"relay_cpu_s_per_100k\": %.2f",
                 i ? "," : "", lat[i].rate, lat[i].achieved_rate, lat[i].writers, lat[i].events,
                 lat[i].received, lat[i].p50_ms, lat[i].p99_ms, lat[i].max_ms, lat[i].notifies,
-                lat[i].machine_busy);
+                lat[i].machine_busy, lat[i].relay_cpu_s_per_100k);
         const struct latency_floor *own = own_floor(&lat[i]);
         if (own->events) {
             /* What the database, the wake-up and the relay add to Kafka's own. */
