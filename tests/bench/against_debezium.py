@@ -154,9 +154,11 @@ class System:
             cmd += ["--set", s]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL,
                                      stderr=open(os.path.join(WORK, table + ".log"), "a"))
-        for _ in range(300):
-            if os.path.exists(os.path.join(self.dir, "pid")):
-                return int(open(os.path.join(self.dir, "pid")).read())
+        pidfile = os.path.join(self.dir, "pid")
+        for _ in range(1000):
+            text = open(pidfile).read().strip() if os.path.exists(pidfile) else ""
+            if text:
+                return int(text)
             time.sleep(0.01)
         raise SystemExit("debezium.sh did not start Connect (see %s)" % WORK)
 
@@ -271,6 +273,8 @@ def main():
         for s in order:
             log("round %d: drain of %d single-row transactions, %s" % (rnd + 1, a.rows, s.name))
             drains[s.name].append(drain(s, a.relay, a.rows, rnd))
+    with open(os.path.join(WORK, "drains.json"), "w") as f:
+        json.dump(drains, f, indent=1)
     lats = {}
     for s in systems:
         log("latency at %d/s for %.0f s, %s" % (a.rate, a.seconds, s.name))
