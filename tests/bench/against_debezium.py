@@ -42,6 +42,9 @@ DEBEZIUM_SH = os.path.join(HERE, "..", "support", "debezium.sh")
 PG = os.environ["OUTBOX_RELAY_TEST_PG"]
 KAFKA = os.environ["OUTBOX_RELAY_TEST_KAFKA"]
 WORK = tempfile.mkdtemp(prefix="outbox-relay-vs-debezium.")
+# Every run names its tables, and so its topics, anew: a topic left by an
+# earlier run would hand the consumer its old messages.
+RUN = uuid.uuid4().hex[:6]
 TUNED = ["poll.interval.ms=10", "producer.override.linger.ms=0",
          "worker.connector.client.config.override.policy=All"]
 
@@ -176,13 +179,22 @@ class System:
 
 
 def drop_slot(table):
+    """Drops the table's slot once its walsender has gone (a moment after Connect)."""
+    for _ in range(300):
+        active = sql("SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s", "s_" + table)
+        if not active or active[0][0] is None:
+            break
+        time.sleep(0.1)
+    else:
+        sql("SELECT pg_terminate_backend(%s)", active[0][0])
+        time.sleep(1)
     sql("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = %s",
         "s_" + table)
     sql('DROP PUBLICATION IF EXISTS "p_%s"' % table)
 
 
 def drain(system, relay, rows, rnd):
-    table = "vs_%s_drain_%d" % (system.name.replace("-", "_"), rnd)
+    table = "vs_%s_drain_%d_%s" % (system.name.replace("-", "_"), rnd, RUN)
     topic = fresh_table(relay, table)
     system.prepare(table)
     write_rows(table, rows)
@@ -210,7 +222,7 @@ def drain(system, relay, rows, rnd):
 
 
 def latency(system, relay, rate, seconds):
-    table = "vs_%s_latency" % system.name.replace("-", "_")
+    table = "vs_%s_latency_%s" % (system.name.replace("-", "_"), RUN)
     topic = fresh_table(relay, table)
     reader = Reader(topic)
     system.start(table)
