@@ -97,6 +97,32 @@ struct stats_verify {
     char last_error[256];          /* of the last run, "" when it finished */
 };
 
+/** relay.capture = wal: the logical replication slot and the stream from it. */
+struct stats_slot {
+    bool enabled;                  /* relay.capture = wal */
+    /* daemon/capture.c: the stream this relay reads (leader only) */
+    bool streaming;                /* START_REPLICATION answered: reading the slot */
+    uint64_t received_lsn;         /* the end of the last message read */
+    uint64_t flushed_lsn;          /* what this relay last reported flushed (confirmed) */
+    uint64_t transactions_total;   /* source transactions relayed and confirmed */
+    uint64_t heartbeats_total;     /* heartbeat messages written */
+    double lag_seconds;            /* now - commit time of the oldest transaction read and not
+                                      yet confirmed; 0 when none waits */
+    double last_commit_time;       /* unix seconds: commit time of the last confirmed transaction */
+    /* daemon/capture.c: the slot as pg_replication_slots showed it (every few seconds) */
+    bool known;                    /* the last query found the slot */
+    double query_time;             /* unix seconds of that query, 0 = none yet */
+    bool active;                   /* a walsender uses it */
+    int active_pid;                /* 0 = none */
+    char wal_status[16];           /* reserved, extended, unreserved or lost; "" = not known */
+    uint64_t confirmed_lsn;        /* confirmed_flush_lsn */
+    uint64_t restart_lsn;
+    int64_t retained_bytes;        /* WAL kept for the slot: current WAL LSN - restart_lsn */
+    int64_t lag_bytes;             /* current WAL LSN - confirmed_flush_lsn */
+    char problem[384];             /* why capture cannot go on (no slot, lost, wrong plugin,
+                                      no publication, no REPLICATION); "" when fine */
+};
+
 struct relay_stats {
     double start_time;             /* unix seconds; stats_init() */
 
@@ -171,6 +197,7 @@ struct relay_stats {
     char standby_reason[512];
 
     struct stats_verify verify;    /* verify_task.c */
+    struct stats_slot slot;        /* relay.capture = wal */
 
     /* producer.c, through stats_count_published() at each acknowledgement
      * and stats_settle_published() when a Kafka transaction ends: a row of a

@@ -52,6 +52,12 @@ enum relay_on_sent {
     RELAY_ON_SENT_DELETE,       /* the row deleted by the conditional DELETE */
 };
 
+/** Where the relay reads the outbox from (relay.capture). */
+enum relay_capture {
+    RELAY_CAPTURE_POLL = 0,     /* claim rows with SELECT ... FOR UPDATE SKIP LOCKED, mark them */
+    RELAY_CAPTURE_WAL,          /* a pgoutput logical replication slot: rows are only read */
+};
+
 /* Every choice is an enum and every duration milliseconds here: the table of
  * config_table.c parses the text once, at load, and nothing at run time
  * looks at a configuration string again. */
@@ -85,6 +91,11 @@ struct relay_config {
     int64_t standby_stall_timeout_ms; /* default 60 s: a standby reports a leader that makes no
                                          progress while rows wait; 0 = never */
     char *transactional_id;     /* "" (default) = derived from schema and table */
+    enum relay_capture capture; /* default poll */
+    char *slot;                 /* relay.capture=wal: the logical replication slot, "outbox_relay" */
+    char *publication;          /* relay.capture=wal: the publication, "outbox_relay" */
+    char *message_prefix;       /* relay.capture=wal: prefix of pg_logical_emit_message events */
+    int64_t heartbeat_ms;       /* relay.capture=wal: default 10 s; 0 = never */
 
     /* [http] */
     char *http_listen;          /* status endpoint, default "127.0.0.1:8423"; "" = disabled */

@@ -25,11 +25,14 @@
 #include "core/sql.h"
 
 static int check_ident(const char *value, char *errbuf, size_t errlen);
+static int check_slot(const char *value, char *errbuf, size_t errlen);
 
 static const char *const sent_actions[] = {"mark", "delete", NULL};
 _Static_assert(RELAY_ON_SENT_DELETE == 1, "sent_actions must follow enum relay_on_sent");
 static const char *const fencing_modes[] = {"transactional", "none", NULL};
 _Static_assert(RELAY_FENCING_NONE == 1, "fencing_modes must follow enum relay_fencing");
+static const char *const capture_modes[] = {"poll", "wal", NULL};
+_Static_assert(RELAY_CAPTURE_WAL == 1, "capture_modes must follow enum relay_capture");
 static const char *const log_formats[] = {"logfmt", "json", NULL};
 _Static_assert(LOG_FORMAT_JSON == 1, "log_formats must follow enum log_format");
 /* Indexed by enum log_level; log_level_parse() is the parser. */
@@ -77,10 +80,18 @@ const struct param config_params[] = {
          "published; the backlog is then unknown)"),
     INT("relay", "batch_size", batch_size, "1000", 1, 100000, "rows", RELOAD,
         "rows claimed and produced per round"),
+    ENUM("relay", "capture", capture, "poll", capture_modes, RESTART,
+         "how events are read: poll (claim rows, then mark or delete them) or wal (a logical "
+         "replication slot through pgoutput: rows are only read)"),
     ENUM("relay", "fencing", fencing, "transactional", fencing_modes, RESTART,
          "keep a deposed leader from publishing: transactional (Kafka transactions) or none"),
+    DUR("relay", "heartbeat_interval", heartbeat_ms, "10s", RELOAD,
+        "capture=wal: on an idle database write a logical message this often so the slot moves "
+        "and PostgreSQL can release WAL (0 = never)"),
     INT("relay", "max_attempts", max_attempts, "10", 1, 1000000, "attempts", RELOAD,
         "retriable failures of a row before on_poison applies (permanent errors: 1)"),
+    STR("relay", "message_prefix", message_prefix, "outbox", NULL, RESTART,
+        "capture=wal: pg_logical_emit_message() events with this prefix are relayed too"),
     ENUM("relay", "on_poison", on_poison, "hold_aggregate", poison_policy_names, RESTART,
          "a row Kafka will not take: hold_aggregate, dead_letter or halt"),
     ENUM("relay", "on_sent", on_sent, "mark", sent_actions, RESTART,
@@ -93,11 +104,15 @@ const struct param config_params[] = {
         "first wait before reconnecting to PostgreSQL (doubles up to reconnect_max_ms)"),
     INT("relay", "reconnect_max_ms", reconnect_max_ms, "30000", 10, 3600000, "ms", RELOAD,
         "longest wait between reconnection attempts"),
+    STR("relay", "publication", publication, "outbox_relay", check_ident, RESTART,
+        "capture=wal: the publication of the outbox table (created by migrate)"),
     DUR("relay", "retention", retention_ms, "7d", RESTART,
         "delete sent rows older than this (N, Ns, Nm, Nh, Nd; 0 = keep)"),
     STR("relay", "schema", schema, "public", check_ident, RESTART, "schema of the outbox table"),
     INT("relay", "shutdown_timeout_ms", shutdown_timeout_ms, "10000", 0, 600000, "ms", RELOAD,
         "how long to wait for in-flight messages on shutdown"),
+    STR("relay", "slot", slot, "outbox_relay", check_slot, RESTART,
+        "capture=wal: the logical replication slot (created by migrate)"),
     DUR("relay", "standby_stall_timeout", standby_stall_timeout_ms, "60s", RELOAD,
         "a standby that sees rows wait this long while no leader marks or deletes any says so "
         "(log, /status, /readyz, outbox_relay_standby_stalled; 0 = never)"),
@@ -155,6 +170,20 @@ static int check_ident(const char *value, char *errbuf, size_t errlen)
                 "\"%s\" is not a plain SQL identifier ([A-Za-z_][A-Za-z0-9_]*, at most 48 "
                 "bytes)",
                 value);
+}
+
+/* PostgreSQL's rule for slot names (ReplicationSlotValidateName). */
+static int check_slot(const char *value, char *errbuf, size_t errlen)
+{
+    size_t n = strlen(value);
+    bool ok = n > 0 && n < 64;
+    for (size_t i = 0; ok && i < n; i++)
+        ok = (value[i] >= 'a' && value[i] <= 'z') || (value[i] >= '0' && value[i] <= '9') ||
+             value[i] == '_';
+    if (ok)
+        return 0;
+    return errbuf_fail(errbuf, errlen,
+                       "\"%s\" is not a replication slot name ([a-z0-9_], 1 to 63 bytes)", value);
 }
 
 void config_format_duration(int64_t ms, char *buf, size_t len)

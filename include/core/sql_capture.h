@@ -1,0 +1,45 @@
+/* sql_capture.h — the SQL of log-based capture (relay.capture = wal), every
+ * identifier quoted, every value a parameter: the publication and the slot
+ * migrate creates, the slot's status, its removal, the heartbeat and the
+ * retention of rows the relay only reads. */
+#ifndef OUTBOX_SQL_CAPTURE_H
+#define OUTBOX_SQL_CAPTURE_H
+
+/** Columns of sql_capture.slot_status, one row, whether the slot exists or not. */
+enum slot_col {
+    SLOT_EXISTS = 0,      /* bool */
+    SLOT_PLUGIN,          /* text, NULL when absent */
+    SLOT_DATABASE_OK,     /* bool: the slot is this database's */
+    SLOT_ACTIVE,          /* bool */
+    SLOT_ACTIVE_PID,      /* int, NULL */
+    SLOT_WAL_STATUS,      /* text: reserved, extended, unreserved, lost; NULL */
+    SLOT_CONFIRMED_LSN,   /* pg_lsn as text, NULL */
+    SLOT_RESTART_LSN,     /* pg_lsn as text, NULL */
+    SLOT_RETAINED_BYTES,  /* bigint: current WAL LSN - restart_lsn, NULL */
+    SLOT_LAG_BYTES,       /* bigint: current WAL LSN - confirmed_flush_lsn, NULL */
+    SLOT_PUBLICATION_OK,  /* bool: the publication exists and publishes the outbox table */
+    SLOT_NCOLS
+};
+
+struct sql_capture {
+    char *slot_status;        /* $1 slot name, $2 publication name: one row of enum slot_col */
+    char *create_publication; /* idempotent: a DO block; no parameter */
+    char *create_slot;        /* $1 slot name: creates it with pgoutput unless it exists;
+                                 returns one row: created (bool) */
+    char *drop_slot;          /* $1 slot name: pg_drop_replication_slot, one row (bool dropped) */
+    char *heartbeat;          /* $1 prefix: a transactional logical message, empty content */
+    char *retention;          /* $1 created_at bound (timestamptz text), $2 limit: deletes at most
+                                 $2 rows created before $1 */
+};
+
+/** The prefix of the relay's heartbeat messages (never relayed). */
+#define SQL_CAPTURE_HEARTBEAT_PREFIX "outbox-relay-heartbeat"
+
+/** Builds the statements for the table @p schema.@p table and @p publication.
+ *  @return 0, -EINVAL (an identifier that is not plain), -ENOMEM. */
+int sql_capture_init(struct sql_capture *s, const char *schema, const char *table,
+                     const char *publication);
+
+void sql_capture_free(struct sql_capture *s);
+
+#endif
