@@ -14,7 +14,8 @@
 /** Evaluates the readiness checks of @p s (thresholds from @p cfg, which may
  *  be NULL; durations at monotonic time @p mono_now). With @p verbose_out
  *  (may be NULL) each check is appended as a "[+]name ok" or "[-]name reason"
- *  line, in a fixed order.
+ *  line, in a fixed order; the "slot" check only when s->slot.enabled
+ *  (relay.capture = wal).
  *  @return true when every check passes. */
 bool health_ready(const struct relay_stats *s, const struct relay_config *cfg, double mono_now,
                   struct strbuf *verbose_out);

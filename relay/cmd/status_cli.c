@@ -336,6 +336,50 @@ static void print_backlog(const cJSON *st)
     printf(", %.0f dead\n", num(backlog, "dead_rows", 0));
 }
 
+/* "12.3 MiB": WAL sizes span bytes to hundreds of GiB. */
+static const char *bytes(double v, char *buf, size_t len)
+{
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int u = 0;
+    while (v >= 1024 && u < 4) {
+        v /= 1024;
+        u++;
+    }
+    snprintf(buf, len, u ? "%.1f %s" : "%.0f %s", v, units[u]);
+    return buf;
+}
+
+/* relay.capture = wal: "  capture     wal, slot outbox_relay: streaming,
+ * flushed 0/1A2B3C4, lag 0.4 s" and what pg_replication_slots said. Poll
+ * mode prints nothing: its summary is the one it always was. */
+static void print_capture(const cJSON *st)
+{
+    const cJSON *c = item(st, "capture");
+    if (strcmp(str(c, "mode", "poll"), "wal") != 0)
+        return;
+    char a[32], b[32];
+    printf("  capture     wal, slot %s: %s, flushed %s (received %s), lag ", str(c, "slot", "?"),
+           cJSON_IsTrue(item(c, "streaming")) ? "streaming" : "NOT STREAMING",
+           str(c, "flushed_lsn", "?"), str(c, "received_lsn", "?"));
+    print_duration(num(c, "lag_seconds", -1));
+    printf(", %s transactions, %s heartbeats\n",
+           grouped(num(c, "transactions_total", 0), a, sizeof(a)),
+           grouped(num(c, "heartbeats_total", 0), b, sizeof(b)));
+    if (cJSON_IsTrue(item(c, "slot_found"))) {
+        printf("              slot %s", cJSON_IsTrue(item(c, "active")) ? "active" : "inactive");
+        if (num(c, "active_pid", 0) > 0)
+            printf(" (pid %.0f)", num(c, "active_pid", 0));
+        printf(", wal_status %s, confirmed %s, retains %s", str(c, "wal_status", "?"),
+               str(c, "confirmed_lsn", "?"), bytes(num(c, "retained_wal_bytes", 0), a, sizeof(a)));
+        printf(", %s behind\n", bytes(num(c, "lag_bytes", 0), b, sizeof(b)));
+    } else {
+        printf("              slot %s\n",
+               cJSON_IsString(item(c, "queried_at")) ? "NOT FOUND" : "not queried yet");
+    }
+    if (cJSON_IsString(item(c, "problem")))
+        printf("  PROBLEM     %s\n", str(c, "problem", ""));
+}
+
 static void print_summary(const char *url, const cJSON *st, bool ready, const char *readyz)
 {
     printf("outbox-relay %s at %s: %s\n", str(st, "version", "?"), url,
@@ -369,6 +413,7 @@ static void print_summary(const char *url, const cJSON *st, bool ready, const ch
            num(kafka, "producer_queue_messages", 0));
 
     print_backlog(st);
+    print_capture(st);
 
     const cJSON *ev = item(st, "events");
     const cJSON *failed = item(ev, "failed_total");
@@ -400,7 +445,8 @@ void status_cli_usage(FILE *out)
             "Asks a running relay for /status and /readyz and prints a summary: ready or\n"
             "not and why, its role, PostgreSQL, the brokers, the backlog (how long ago it\n"
             "was measured, what was published since, the publish rate of the last minute\n"
-            "and when the backlog drains at that rate) and what was published.\n"
+            "and when the backlog drains at that rate), with relay.capture = wal the\n"
+            "replication slot, and what was published.\n"
             "\n"
             "  --url URL   the relay to ask, e.g. http://127.0.0.1:8423 (default: from\n"
             "              http.listen; a wildcard address is asked on loopback); with\n"

@@ -7,6 +7,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 /* Longer than any reason a check gives: the longest is a refusal's
  * "refused: " and stats' refused_reason. */
@@ -116,19 +117,34 @@ static bool check_shutdown(const struct health_in *in, char *why, size_t len)
     return !s->stopping;
 }
 
+/* relay.capture = wal: the slot can be read on. A lost slot no longer
+ * holds the WAL of transactions not yet relayed: its events may be gone. */
+static bool check_slot(const struct health_in *in, char *why, size_t len)
+{
+    const struct stats_slot *sl = &in->s->slot;
+    bool lost = !strcmp(sl->wal_status, "lost");
+    snprintf(why, len, "%s",
+             sl->problem[0] ? sl->problem
+                            : "the replication slot is lost (wal_status lost): PostgreSQL removed "
+                              "WAL it had not yet sent");
+    return !sl->problem[0] && !lost;
+}
+
 static const struct health_check {
     const char *name;
     health_check_fn check;
+    bool wal_only;                 /* listed only when relay.capture = wal (slot.enabled) */
 } checks[] = {
-    {"postgres", check_postgres},
-    {"database", check_database},
-    {"schema", check_schema},
-    {"role", check_role},
-    {"kafka", check_kafka},
-    {"acks", check_acks},
-    {"producer", check_producer},
-    {"relaying", check_relaying},
-    {"shutdown", check_shutdown},
+    {"postgres", check_postgres, false},
+    {"database", check_database, false},
+    {"schema", check_schema, false},
+    {"role", check_role, false},
+    {"slot", check_slot, true},
+    {"kafka", check_kafka, false},
+    {"acks", check_acks, false},
+    {"producer", check_producer, false},
+    {"relaying", check_relaying, false},
+    {"shutdown", check_shutdown, false},
 };
 
 bool health_ready(const struct relay_stats *s, const struct relay_config *cfg, double mono_now,
@@ -138,6 +154,8 @@ bool health_ready(const struct relay_stats *s, const struct relay_config *cfg, d
     bool ready = true;
     char why[WHY_MAX];
     for (size_t i = 0; i < sizeof checks / sizeof checks[0]; i++) {
+        if (checks[i].wal_only && !s->slot.enabled)
+            continue;
         bool ok = checks[i].check(&in, why, sizeof why);
         ready &= ok;
         if (out)

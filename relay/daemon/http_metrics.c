@@ -165,6 +165,64 @@ static void verify_metrics(const struct stats_verify *v, struct strbuf *out)
     }
 }
 
+/* ---- relay.capture = wal: the replication slot and the stream ----------- */
+
+/* The slot is lost when PostgreSQL says so (max_slot_wal_keep_size passed)
+ * or when a query has run and did not find it. */
+static bool slot_lost(const struct stats_slot *sl)
+{
+    return !strcmp(sl->wal_status, "lost") || (sl->query_time > 0 && !sl->known);
+}
+
+/* Only in wal mode, so poll mode's exposition stays as it was. LSNs are
+ * printed as integers: a double would round them past 2^53 bytes of WAL.
+ * What pg_replication_slots says is absent until a query found the slot. */
+static void slot_metrics(const struct stats_slot *sl, struct strbuf *out)
+{
+    if (!sl->enabled)
+        return;
+    gauge(out, "outbox_relay_slot_streaming",
+          "1 while this relay reads the replication slot (START_REPLICATION answered).",
+          sl->streaming ? 1 : 0);
+    head(out, "outbox_relay_slot_confirmed_lsn_bytes", "gauge",
+         "The LSN this relay last confirmed to PostgreSQL (reported flushed), as a byte position.");
+    strbuf_printf(out, "outbox_relay_slot_confirmed_lsn_bytes %" PRIu64 "\n", sl->flushed_lsn);
+    gauge(out, "outbox_relay_slot_lag_seconds",
+          "Seconds since the commit of the oldest transaction read and not yet confirmed (0 when "
+          "none waits).",
+          sl->lag_seconds);
+    gauge(out, "outbox_relay_slot_lost",
+          "1 when the replication slot is lost (wal_status lost) or the last query did not find it.",
+          slot_lost(sl) ? 1 : 0);
+    counter(out, "outbox_relay_slot_transactions_total",
+            "Source transactions relayed from the slot and confirmed.", sl->transactions_total);
+    counter(out, "outbox_relay_slot_heartbeats_total",
+            "Heartbeat messages written so that the slot moves on an idle database.",
+            sl->heartbeats_total);
+    bool known = sl->query_time > 0 && sl->known;
+    head(out, "outbox_relay_slot_active", "gauge",
+         "1 while a walsender uses the replication slot (pg_replication_slots.active).");
+    if (known)
+        strbuf_printf(out, "outbox_relay_slot_active %d\n", sl->active ? 1 : 0);
+    head(out, "outbox_relay_slot_retained_wal_bytes", "gauge",
+         "WAL PostgreSQL keeps for the replication slot: current WAL LSN - restart_lsn.");
+    if (known)
+        strbuf_printf(out, "outbox_relay_slot_retained_wal_bytes %" PRId64 "\n",
+                      sl->retained_bytes);
+    head(out, "outbox_relay_slot_lag_bytes", "gauge",
+         "WAL written since the slot's confirmed_flush_lsn: current WAL LSN - confirmed_flush_lsn.");
+    if (known)
+        strbuf_printf(out, "outbox_relay_slot_lag_bytes %" PRId64 "\n", sl->lag_bytes);
+    head(out, "outbox_relay_slot_wal_status", "gauge",
+         "Always 1; the label is pg_replication_slots.wal_status (reserved, extended, unreserved, "
+         "lost).");
+    if (known && sl->wal_status[0]) {
+        strbuf_printf(out, "outbox_relay_slot_wal_status{status=\"");
+        label_value(out, sl->wal_status);
+        strbuf_printf(out, "\"} 1\n");
+    }
+}
+
 /* ---- what runs, and in which state -------------------------------------- */
 
 static void build_info(struct strbuf *out)
@@ -344,6 +402,7 @@ void http_metrics(const struct http_context *ctx, struct strbuf *out)
     batch_metrics(s, out);
     backlog_metrics(ctx, out);
     verify_metrics(&s->verify, out);
+    slot_metrics(&s->slot, out);
     if (ctx->server)
         server_metrics(ctx->server, out);
 }

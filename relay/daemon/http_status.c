@@ -248,6 +248,54 @@ static void add_verify(cJSON *root, const struct stats_verify *sv)
     cJSON_AddNumberToObject(vj, "unknown", (double)sv->unknown);
 }
 
+/* An LSN as PostgreSQL prints it: the high and low 32 bits in hex. */
+static void add_lsn(cJSON *obj, const char *name, uint64_t lsn)
+{
+    char buf[24];
+    snprintf(buf, sizeof buf, "%X/%X", (unsigned)(lsn >> 32), (unsigned)(lsn & 0xffffffffu));
+    cJSON_AddStringToObject(obj, name, buf);
+}
+
+/* "capture": {"mode": "poll"}, or with relay.capture = wal the slot (named by
+ * @p cfg, which may be NULL), the stream from it and what
+ * pg_replication_slots last said (null until a query found the slot). */
+static void add_capture(cJSON *root, const struct stats_slot *sl, const struct relay_config *cfg)
+{
+    cJSON *c = cJSON_AddObjectToObject(root, "capture");
+    if (!c)
+        return;
+    cJSON_AddStringToObject(c, "mode", sl->enabled ? "wal" : "poll");
+    if (!sl->enabled)
+        return;
+    add_string_or_null(c, "slot", cfg ? cfg->slot : NULL);
+    cJSON_AddBoolToObject(c, "streaming", sl->streaming);
+    add_lsn(c, "received_lsn", sl->received_lsn);
+    add_lsn(c, "flushed_lsn", sl->flushed_lsn);
+    cJSON_AddNumberToObject(c, "lag_seconds", ms_round(sl->lag_seconds));
+    add_time(c, "last_commit_time", sl->last_commit_time);
+    cJSON_AddNumberToObject(c, "transactions_total", (double)sl->transactions_total);
+    cJSON_AddNumberToObject(c, "heartbeats_total", (double)sl->heartbeats_total);
+    bool known = sl->query_time > 0 && sl->known;
+    cJSON_AddBoolToObject(c, "slot_found", known);
+    add_time(c, "queried_at", sl->query_time);
+    if (known) {
+        add_lsn(c, "confirmed_lsn", sl->confirmed_lsn);
+        add_lsn(c, "restart_lsn", sl->restart_lsn);
+    } else {
+        cJSON_AddNullToObject(c, "confirmed_lsn");
+        cJSON_AddNullToObject(c, "restart_lsn");
+    }
+    add_number_or_null(c, "retained_wal_bytes", known, (double)sl->retained_bytes);
+    add_number_or_null(c, "lag_bytes", known, (double)sl->lag_bytes);
+    add_string_or_null(c, "wal_status", known ? sl->wal_status : NULL);
+    if (known)
+        cJSON_AddBoolToObject(c, "active", sl->active);
+    else
+        cJSON_AddNullToObject(c, "active");
+    add_number_or_null(c, "active_pid", known && sl->active_pid > 0, sl->active_pid);
+    add_string_or_null(c, "problem", sl->problem);
+}
+
 static cJSON *status_json(const struct http_context *ctx)
 {
     const struct relay_stats *s = ctx->stats;
@@ -266,6 +314,7 @@ static cJSON *status_json(const struct http_context *ctx)
     /* The dead-letter count of the table (all relays, all time), when known. */
     add_number_or_null(root, "dead_letter_count", s->backlog_known, (double)s->dead_rows);
     add_verify(root, &s->verify);
+    add_capture(root, &s->slot, ctx->cfg);
     cJSON *cfg = ctx->cfg ? config_to_json(ctx->cfg) : NULL;
     if (cfg)
         cJSON_AddItemToObject(root, "config", cfg);
