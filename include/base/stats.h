@@ -99,7 +99,9 @@ struct stats_verify {
 
 /** relay.capture = wal: the logical replication slot and the stream from it. */
 struct stats_slot {
-    bool enabled;                  /* relay.capture = wal */
+    bool enabled;                  /* relay.capture = wal: set once at start by the capture code;
+                                      /metrics, /readyz and /status show the slot only then (the
+                                      slot's name comes from relay.slot) */
     /* daemon/capture.c: the stream this relay reads (leader only) */
     bool streaming;                /* START_REPLICATION answered: reading the slot */
     uint64_t received_lsn;         /* the end of the last message read */
