@@ -119,6 +119,16 @@ void pgo_acks_commit(struct pgo_acks *a, uint64_t seq, uint64_t end_lsn);
  *  that may now be confirmed (unchanged when an older one still waits). */
 uint64_t pgo_acks_done(struct pgo_acks *a, uint64_t seq);
 
+/** @p n messages of transaction @p seq acknowledged at once (a Kafka
+ *  transaction that committed them). @return as pgo_acks_done(). */
+uint64_t pgo_acks_done_n(struct pgo_acks *a, uint64_t seq, long n);
+
+/** @return the number of transactions begun and not yet confirmable. */
+static inline size_t pgo_acks_waiting(const struct pgo_acks *a)
+{
+    return a->n;
+}
+
 void pgo_acks_free(struct pgo_acks *a);
 
 #endif

@@ -53,6 +53,12 @@ struct plan_state {
     bool session_checked;       /* the connection is a session of its own */
     bool schema_checked;        /* the table is at the schema version this binary knows */
     int prepared, n_hot;        /* hot-path statements prepared, of how many */
+    /* relay.capture = wal: rows are streamed, never claimed nor marked; the
+     * connection keeps the lock and runs the capture's statements. */
+    bool capture_wal;
+    bool heartbeat_due;         /* the slot has not moved for relay.heartbeat_interval */
+    bool slot_query_due;        /* time to read pg_replication_slots again */
+    bool capture_streaming;     /* the stream runs: retention of delete mode may follow it */
     bool listening;             /* LISTEN on the notification channel is in place */
 
     /* the role */
@@ -126,6 +132,8 @@ enum plan_act {
     PLAN_TAKE_QUIET,        /* take the quiet lock */
     PLAN_RELEASE_QUIET,     /* release it */
     PLAN_CHECK_QUIET,       /* leaving: is a writer that sent no NOTIFY still open */
+    PLAN_HEARTBEAT,         /* capture = wal: a logical message, so the slot moves */
+    PLAN_SLOT_QUERY,        /* capture = wal: the slot as pg_replication_slots shows it */
 };
 
 struct plan_step {

@@ -6,7 +6,8 @@
  *   relay_pipeline.c  a row's way: claim -> produce -> delivery reports -> failures -> mark; retention
  *   relay_leader.c    the session checks, the schema check, the leader lock and refusals
  *   relay_fence.c     the Kafka transaction that fences a deposed leader; replacing the producer
- *   relay_quiet.c     the quiet lock: writers send no NOTIFY while the leader drains */
+ *   relay_quiet.c     the quiet lock: writers send no NOTIFY while the leader drains
+ *   relay_capture.c   relay.capture = wal: the stream from the replication slot */
 #ifndef OUTBOX_RELAY_INT_H
 #define OUTBOX_RELAY_INT_H
 
@@ -42,7 +43,11 @@
 #include "core/plan.h"
 #include "io/producer.h"
 #include "daemon/progress.h"
+#include "core/pgoutput.h"
 #include "core/sql.h"
+#include "core/sql_capture.h"
+#include "core/wal_event.h"
+#include "io/repl.h"
 #include "core/standby_watch.h"
 #include "base/stats.h"
 #include "base/strbuf.h"
@@ -58,6 +63,45 @@ _Static_assert(RELAY_BATCHES_IN_FLIGHT == PLAN_TXN_BATCHES_MAX, "the producer's 
 #define OPAQUE_ROW_BITS 20
 _Static_assert(100000 < (1 << OPAQUE_ROW_BITS), "batch_size must fit the opaque's row bits");
 
+/* Messages of one source transaction in one Kafka transaction. */
+struct capture_count {
+    uint64_t seq;
+    long n;
+};
+
+enum capture_state { CAPTURE_OFF = 0, CAPTURE_STARTING, CAPTURE_STREAMING };
+
+/* relay.capture = wal (relay_capture.c). */
+struct capture {
+    bool on;                    /* relay.capture = wal */
+    enum capture_state state;
+    struct repl_conn repl;
+    struct pgo_relations rels;
+    struct pgo_acks acks;       /* what may be confirmed: one entry per source transaction */
+    struct wal_event ev;
+    unsigned gen;               /* streams started: reports of an older one are ignored */
+    uint64_t seq;               /* the source transaction being read */
+    int64_t commit_time_us;     /* its commit time (PostgreSQL epoch) */
+    int64_t oldest_commit_us;   /* of the oldest transaction not confirmed: the lag */
+    uint64_t last_commit_end;   /* end LSN of the last Commit read */
+    uint64_t wal_end;           /* the server's WAL end, as its last message said */
+    uint64_t confirmed;         /* reported flushed; where a new stream starts */
+    uint64_t status_sent_ms;
+    uint64_t last_progress_ms;  /* confirmed moved or a heartbeat was sent */
+    uint64_t slot_query_ms;     /* next slot query */
+    uint64_t restart_at_ms;     /* a stopped stream starts again after this */
+    unsigned failures;          /* consecutive stream failures: the back-off */
+    long unacked;               /* fencing = none: produced by this stream, no report yet */
+    /* fencing = transactional: the open Kafka transaction and the committing one */
+    long txn_msgs;
+    uint64_t txn_first_ms;
+    struct capture_count *open, *done;
+    size_t n_open, open_cap, n_done, done_cap;
+    long done_msgs;
+    bool committing;
+    uv_timer_t linger;          /* commits a young transaction the stream stopped feeding */
+};
+
 struct relay {
     uv_loop_t *loop;
     const struct relay_config *cfg;
@@ -65,6 +109,8 @@ struct relay {
     relay_reload_fn reload;
     void *reload_arg;
     struct sql_statements sql;
+    struct sql_capture csql;    /* relay.capture = wal */
+    struct capture cap;
     struct pg_conn pg;
     struct producer prod;
 
@@ -186,6 +232,18 @@ void relay_on_listen(struct pg_conn *pg, PGresult *res, void *arg);
 /* relay_fence.c */
 bool relay_replace_producer(struct relay *r);
 void relay_fence_step(struct relay *r, const struct plan_state *s);
+
+/* relay_capture.c */
+int relay_capture_init(struct relay *r);
+void relay_capture_step(struct relay *r);
+void relay_capture_on_report(struct relay *r, void *opaque, rd_kafka_resp_err_t err);
+bool relay_capture_heartbeat_due(const struct relay *r);
+void relay_capture_heartbeat(struct relay *r);
+bool relay_capture_slot_query_due(const struct relay *r);
+void relay_capture_slot_query(struct relay *r);
+void relay_capture_retention(struct relay *r);
+void relay_capture_close(struct relay *r);
+void relay_capture_free(struct relay *r);
 
 /* relay.c */
 void relay_finish(struct relay *r);

@@ -52,6 +52,11 @@ void pg_result_keep(struct pg_conn *pg);
 int pg_init(struct pg_conn *pg, uv_loop_t *loop, const char *conninfo,
             const struct pg_callbacks *cb);
 
+/** PQconnectStartParams of @p conninfo, named "outbox-relay" in
+ *  pg_stat_activity unless it sets application_name; with @p replication a
+ *  logical replication connection (replication=database). NULL without memory. */
+PGconn *pg_connect_start(const char *conninfo, bool replication);
+
 /** Starts an asynchronous connection attempt; on_connected or on_lost follows.
  *  The session is named "outbox-relay" in pg_stat_activity unless the
  *  conninfo sets application_name.

@@ -241,14 +241,16 @@ void pgo_relations_free(struct pgo_relations *rels)
 
 /* ---- what may be confirmed ---- */
 
+/* Sequence numbers are consecutive from head to tail: the entry is found by
+ * arithmetic, whatever the number of transactions in flight. */
 static struct pgo_txn *txn_of(struct pgo_acks *a, uint64_t seq)
 {
-    for (size_t i = 0; i < a->n; i++) {
-        struct pgo_txn *t = &a->v[(a->head + i) % a->cap];
-        if (t->seq == seq)
-            return t;
-    }
-    return NULL;
+    if (a->n == 0)
+        return NULL;
+    uint64_t first = a->v[a->head].seq;
+    if (seq < first || seq - first >= a->n)
+        return NULL;
+    return &a->v[(a->head + (size_t)(seq - first)) % a->cap];
 }
 
 /* The oldest transactions done: committed and all acknowledged. */
@@ -303,9 +305,14 @@ void pgo_acks_commit(struct pgo_acks *a, uint64_t seq, uint64_t end_lsn)
 
 uint64_t pgo_acks_done(struct pgo_acks *a, uint64_t seq)
 {
+    return pgo_acks_done_n(a, seq, 1);
+}
+
+uint64_t pgo_acks_done_n(struct pgo_acks *a, uint64_t seq, long n)
+{
     struct pgo_txn *t = txn_of(a, seq);
-    if (t && t->pending > 0)
-        t->pending--;
+    if (t)
+        t->pending = t->pending > n ? t->pending - n : 0;
     return advance(a);
 }
 

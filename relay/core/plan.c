@@ -301,6 +301,22 @@ static struct plan_step (*const stages[])(const struct plan_state *, bool *) = {
     connection_checks, marks, producer, leadership,
 };
 
+/* relay.capture = wal, once the connection is checked and the role known:
+ * the slot query for every role, then the leader's heartbeat and retention.
+ * No LISTEN, claim, backlog count or quiet lock: the stream brings the rows. */
+static struct plan_step capture_next(const struct plan_state *s)
+{
+    if (s->slot_query_due)
+        return act(PLAN_SLOT_QUERY);
+    if (s->role != STATS_ROLE_LEADER || s->stopping)
+        return act(PLAN_WAIT);
+    if (s->heartbeat_due)
+        return act(PLAN_HEARTBEAT);
+    if (s->retention_due && s->capture_streaming)
+        return act(PLAN_RETENTION);
+    return act(PLAN_WAIT);
+}
+
 uint64_t plan_backlog_next_ms(uint64_t now_ms, uint64_t took_ms)
 {
     /* At 1M pending rows the count takes ~0.35 s: every 5 s, 7 % of the
@@ -327,6 +343,8 @@ struct plan_step plan_next(const struct plan_state *s)
     }
     if (!s->ready_sent)
         return act(PLAN_READY); /* connected, the role known: what Type=notify waits for */
+    if (s->capture_wal)
+        return capture_next(s);
     /* Under row-level security the relay would count only what it sees. */
     if (s->now_ms >= s->backlog_due_ms && !s->row_security &&
         !(s->claim_first && s->now_ms < s->claim_first_until)) {
@@ -392,6 +410,8 @@ const char *plan_act_name(enum plan_act a)
         [PLAN_TAKE_QUIET] = "take_quiet",
         [PLAN_RELEASE_QUIET] = "release_quiet",
         [PLAN_CHECK_QUIET] = "check_quiet",
+        [PLAN_HEARTBEAT] = "heartbeat",
+        [PLAN_SLOT_QUERY] = "slot_query",
     };
     return (unsigned)a < sizeof names / sizeof names[0] && names[a] ? names[a] : "?";
 }

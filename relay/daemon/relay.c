@@ -192,6 +192,7 @@ void relay_finish(struct relay *r)
     uv_close((uv_handle_t *)&r->sigterm, NULL);
     uv_close((uv_handle_t *)&r->sigint, NULL);
     uv_close((uv_handle_t *)&r->sighup, NULL);
+    relay_capture_close(r);
     pg_close(&r->pg);
     producer_stop(&r->prod);
     /* the status endpoint answers until here */
@@ -212,8 +213,10 @@ void relay_finish(struct relay *r)
 
 static void relay_free(struct relay *r)
 {
+    relay_capture_free(r);
     pg_free(&r->pg);
     sql_statements_free(&r->sql);
+    sql_capture_free(&r->csql);
     sql_session_free(&r->ssql);
     for (int k = 0; k < N_BATCHES; k++) {
         relay_batch_reset(&r->b[k]); /* the claim result a batch may hold */
@@ -262,6 +265,9 @@ int relay_run(struct relay_config *cfg, relay_reload_fn reload, void *reload_arg
     log_limit_init(&r.failures, LOG_LIMIT_INTERVAL_S, LOG_LIMIT_BURST);
     r.poison = poison_rules_of(cfg->on_poison);
     r.retention_s = cfg->on_sent == RELAY_ON_SENT_DELETE ? 0 : (long)(cfg->retention_ms / 1000);
+    /* wal: delete mode removes rows behind the confirmed position, on the same clock */
+    if (cfg->capture == RELAY_CAPTURE_WAL && cfg->on_sent == RELAY_ON_SENT_DELETE)
+        r.retention_s = 1;
     srand((unsigned)uv_hrtime() ^ (unsigned)getpid());
 
     unsigned flags = (r.poison->hold_claim ? SQL_HOLD_AGGREGATE : 0) |
@@ -272,6 +278,13 @@ int relay_run(struct relay_config *cfg, relay_reload_fn reload, void *reload_arg
     }
     if (sql_session_init(&r.ssql, cfg->schema, cfg->table) < 0) {
         log_error("cannot build SQL statements", "schema=%s table=%s", cfg->schema, cfg->table);
+        relay_free(&r);
+        return EXIT_CONFIG;
+    }
+    if (cfg->capture == RELAY_CAPTURE_WAL &&
+        (sql_capture_init(&r.csql, cfg->schema, cfg->table, cfg->publication) < 0 ||
+         relay_capture_init(&r) < 0)) {
+        log_error("cannot set up log-based capture", "schema=%s table=%s", cfg->schema, cfg->table);
         relay_free(&r);
         return EXIT_CONFIG;
     }
@@ -317,10 +330,11 @@ int relay_run(struct relay_config *cfg, relay_reload_fn reload, void *reload_arg
 
     log_info("relay starting",
              "schema=%s table=%s topic=%s batch_size=%d poll_interval_ms=%d on_poison=%s "
-             "on_sent=%s retention_s=%ld",
+             "on_sent=%s retention_s=%ld capture=%s",
              cfg->schema, cfg->table, cfg->topic, cfg->batch_size, cfg->poll_interval_ms,
              poison_policy_names[cfg->on_poison],
-             cfg->on_sent == RELAY_ON_SENT_DELETE ? "delete" : "mark", r.retention_s);
+             cfg->on_sent == RELAY_ON_SENT_DELETE ? "delete" : "mark", r.retention_s,
+             cfg->capture == RELAY_CAPTURE_WAL ? "wal" : "poll");
     start_connect(&r);
 
     uv_run(r.loop, UV_RUN_DEFAULT);

@@ -59,6 +59,10 @@ static void batch_done(struct relay *r, struct batch *b)
 void relay_on_report(void *opaque, rd_kafka_resp_err_t err, void *arg)
 {
     struct relay *r = arg;
+    if (r->cap.on) {
+        relay_capture_on_report(r, opaque, err);
+        return;
+    }
     intptr_t v = (intptr_t)opaque;
     int k = (int)(v >> OPAQUE_ROW_BITS), i = (int)(v & ((1 << OPAQUE_ROW_BITS) - 1));
     struct batch *b = k >= 0 && k < N_BATCHES ? &r->b[k] : NULL;

@@ -94,7 +94,11 @@ void relay_snapshot(const struct relay *r, struct plan_state *s)
         .session_checked = r->session_checked,
         .schema_checked = r->schema_checked,
         .prepared = r->prepared,
-        .n_hot = N_HOT,
+        .n_hot = r->cap.on ? 0 : N_HOT, /* wal: nothing claimed or marked */
+        .capture_wal = r->cap.on,
+        .heartbeat_due = relay_capture_heartbeat_due(r),
+        .slot_query_due = relay_capture_slot_query_due(r),
+        .capture_streaming = r->cap.state == CAPTURE_STREAMING,
         .listening = r->listening,
         .quiet = r->quiet,
         .quiet_wanted = r->quiet_wanted,
@@ -177,7 +181,14 @@ static bool carry_out(struct relay *r, const struct plan_step *p)
         pg_query(&r->pg, r->ssql.quiet_check, 0, NULL, relay_on_quiet_check, r);
         break;
     case PLAN_CLAIM: relay_claim(r, p); break;
-    case PLAN_RETENTION: relay_retention(r); break;
+    case PLAN_RETENTION:
+        if (r->cap.on)
+            relay_capture_retention(r);
+        else
+            relay_retention(r);
+        break;
+    case PLAN_HEARTBEAT: relay_capture_heartbeat(r); break;
+    case PLAN_SLOT_QUERY: relay_capture_slot_query(r); break;
     }
     return false;
 }
@@ -197,4 +208,5 @@ void relay_step(struct relay *r)
         relay_snapshot(r, &s); /* after what fence_step, or the step before, changed */
         p = plan_next(&s);
     } while (carry_out(r, &p) && !r->finished);
+    relay_capture_step(r);
 }

@@ -126,7 +126,7 @@ int pg_init(struct pg_conn *pg, uv_loop_t *loop, const char *conninfo,
  * conninfo is parsed here, not handed over as an expandable dbname: that
  * would take a malformed conninfo for a database name instead of failing
  * with libpq's own syntax error. */
-static PGconn *start_named(const char *conninfo)
+PGconn *pg_connect_start(const char *conninfo, bool replication)
 {
     PQconninfoOption *opts = PQconninfoParse(conninfo, NULL);
     if (!opts)
@@ -134,8 +134,8 @@ static PGconn *start_named(const char *conninfo)
     size_t n = 0;
     for (const PQconninfoOption *o = opts; o->keyword; o++)
         n++;
-    const char **keys = calloc(n + 2, sizeof(*keys));
-    const char **values = calloc(n + 2, sizeof(*values));
+    const char **keys = calloc(n + 3, sizeof(*keys));
+    const char **values = calloc(n + 3, sizeof(*values));
     PGconn *conn = NULL;
     if (keys && values) {
         /* First, so that a fallback_application_name of the conninfo wins. */
@@ -143,10 +143,14 @@ static PGconn *start_named(const char *conninfo)
         keys[k] = "fallback_application_name";
         values[k++] = "outbox-relay";
         for (const PQconninfoOption *o = opts; o->keyword; o++) {
-            if (o->val) {
+            if (o->val && !(replication && strcmp(o->keyword, "replication") == 0)) {
                 keys[k] = o->keyword;
                 values[k++] = o->val;
             }
+        }
+        if (replication) {
+            keys[k] = "replication";
+            values[k++] = "database";
         }
         keys[k] = NULL;
         conn = PQconnectStartParams(keys, values, 0);
@@ -161,7 +165,7 @@ int pg_connect(struct pg_conn *pg)
 {
     if (pg->state != PG_DISCONNECTED)
         return -EALREADY;
-    pg->conn = start_named(pg->conninfo);
+    pg->conn = pg_connect_start(pg->conninfo, false);
     if (!pg->conn)
         return -ENOMEM;
     PQsetNoticeProcessor(pg->conn, on_notice, pg);
