@@ -65,8 +65,9 @@ bool event_header_reserved(const char *name, size_t len);
 const char *event_header_name(size_t i);
 
 /** Builds the message headers for @p row: event_id, event_type, aggregate_type,
- *  aggregate_id, outbox_id, created_at, then each string member of the row's
- *  headers object, in document order.
+ *  aggregate_id, outbox_id (left out when row->id is 0: an event with no
+ *  outbox row, such as a logical message), created_at, then each string
+ *  member of the row's headers object, in document order.
  *  @return 0 and *out (caller owns it, or hands it to rd_kafka_producev), or
  *  -EINVAL with errbuf when headers_json is not a JSON object of strings or
  *  names a reserved header (event_header_reserved()): the row is poison. */

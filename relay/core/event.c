@@ -170,7 +170,8 @@ bool event_topic_valid(const char *topic)
     return event_topic_check(topic, NULL, 0) == 0;
 }
 
-/* The relay's own headers, in the order they are written. One table: what
+/* The relay's own headers, in the order they are written (one whose value
+ * is NULL is left out). One table: what
  * is written here is what a row's headers may not use (a consumer that
  * dedupes on event_id or routes on aggregate_type must be able to trust
  * them), so a header added here is reserved at the same time. */
@@ -198,8 +199,12 @@ static const char *hdr_aggregate_id(const struct event_row *r, char *buf, size_t
     return r->aggregate_id;
 }
 
+/* An event with no outbox row (a logical message, id 0) has no outbox_id:
+ * "0" would name a row that does not exist. */
 static const char *hdr_outbox_id(const struct event_row *r, char *buf, size_t len)
 {
+    if (r->id == 0)
+        return NULL;
     snprintf(buf, len, "%" PRId64, r->id);
     return buf;
 }
@@ -289,7 +294,9 @@ int event_headers_build(const struct event_row *row, rd_kafka_headers_t **out, c
         rc = -ENOMEM;
     for (size_t i = 0; !rc && i < N_RELAY_HEADERS; i++) {
         char buf[24];
-        rc = header_add(hdrs, relay_headers[i].name, relay_headers[i].value(row, buf, sizeof buf));
+        const char *value = relay_headers[i].value(row, buf, sizeof buf);
+        if (value)
+            rc = header_add(hdrs, relay_headers[i].name, value);
     }
     if (!rc && json) {
         const cJSON *m;

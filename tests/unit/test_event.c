@@ -193,6 +193,32 @@ Test(event, headers_negative_outbox_id_is_decimal)
     rd_kafka_headers_destroy(h);
 }
 
+/* An event with no outbox row (a logical message) has id 0: no outbox_id
+ * header, the others as for a row, in the same order. */
+Test(event, headers_without_an_outbox_row_leave_out_outbox_id)
+{
+    struct event_row row = sample_row("{\"trace_id\": \"abc\"}");
+    row.id = 0;
+    rd_kafka_headers_t *h = NULL;
+    cr_assert_eq(event_headers_build(&row, &h, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(rd_kafka_header_cnt(h), 6);
+    assert_header(h, 0, "event_id", "0b8f7a1e-2c1d-4e8f-9a6b-3c2d1e0f9a8b");
+    assert_header(h, 1, "event_type", "order.created");
+    assert_header(h, 2, "aggregate_type", "order");
+    assert_header(h, 3, "aggregate_id", "42");
+    assert_header(h, 4, "created_at", "2023-11-14T22:13:20.123000Z");
+    assert_header(h, 5, "trace_id", "abc");
+    const void *v;
+    size_t len;
+    cr_assert_eq(rd_kafka_header_get_last(h, "outbox_id", &v, &len), RD_KAFKA_RESP_ERR__NOENT);
+    rd_kafka_headers_destroy(h);
+
+    /* Still reserved: a message's headers may not forge it. */
+    row = sample_row("{\"outbox_id\": \"7\"}");
+    row.id = 0;
+    cr_assert_eq(event_headers_build(&row, &h, err, sizeof err), -EINVAL);
+}
+
 Test(event, headers_member_must_be_a_string)
 {
     struct event_row row = sample_row("{\"ok\": \"x\", \"n\": 5}");
