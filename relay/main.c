@@ -22,6 +22,7 @@
 #include "daemon/relay.h"
 #include "io/pool_probe.h"
 #include "cmd/replay.h"
+#include "cmd/slot.h"
 #include "cmd/status_cli.h"
 #include "cmd/verify.h"
 
@@ -59,6 +60,9 @@ static void usage(FILE *out)
             "                 are missing, mismatched or out of order (verify --help)\n"
             "  replay --from-id N --to-id N | --since T | --aggregate TYPE:ID | ...\n"
             "                 publish sent rows again, with a replay header (replay --help)\n"
+            "  slot status [--json] | slot drop --yes\n"
+            "                 the replication slot of relay.capture = wal: whether it can\n"
+            "                 serve and the WAL it holds; exit 1 when missing or lost\n"
             "  version        print the version\n"
             "\n"
             "Options:\n"
@@ -144,6 +148,7 @@ static const struct command {
     {"dead", dead_usage},
     {"verify", verify_usage},
     {"replay", replay_usage},
+    {"slot", slot_usage},
     {"version", version_usage},
     {"config-doc", config_doc_usage}, /* not in the help: see main() */
 };
@@ -277,7 +282,7 @@ static int parse_options(int *argc, char **argv, struct invocation *inv)
         { NULL, 0, NULL, 0 },
     };
     static const char shortopts[] = "c:X:hV";
-    static const char *const own_args[] = {"dead", "verify", "replay", "migrate", NULL};
+    static const char *const own_args[] = {"dead", "verify", "replay", "migrate", "slot", NULL};
     inv->n_cmd_args = cli_take_args(argc, argv, shortopts, opts, own_args, inv->cmd_args,
                                     MAX_OVERRIDES);
     int c, status = GO_ON;
@@ -424,6 +429,8 @@ static int run_command(const struct invocation *inv, struct relay_config *cfg,
         return replay_main(cfg, inv->n_cmd_args, inv->cmd_args);
     if (strcmp(cmd, "migrate") == 0)
         return migrate_main(cfg, inv->n_cmd_args, inv->cmd_args);
+    if (strcmp(cmd, "slot") == 0)
+        return slot_main(cfg, inv->n_cmd_args, inv->cmd_args);
     return run_relay(cfg, src);
 }
 

@@ -34,6 +34,9 @@ extern const char migration_objects_check[];
 /** Connects (blocking), applies the pending migrations, then checks that the
  *  objects they create exist and, when some are missing although recorded,
  *  applies every migration again (logged); what is still missing fails.
+ *  With relay.capture = wal it first checks wal_level and the role's
+ *  REPLICATION, and last creates the publication and the slot unless they
+ *  exist (migrate_int.h).
  *  @return 0, -EHOSTUNREACH when PostgreSQL cannot be reached, or -EIO when a
  *  migration failed (logged). */
 int migrate_run(const struct relay_config *cfg);
@@ -45,7 +48,8 @@ int migrate_ledger(const struct relay_config *cfg, const char *name);
 
 /** Writes every migration, rendered for the configured table (or, with
  *  @p ledger, for that ledger), to @p out as one SQL script, without
- *  connecting. @return 0 or -EINVAL. */
+ *  connecting; with relay.capture = wal (and no ledger) the publication and
+ *  the slot too. @return 0 or -EINVAL. */
 int migrate_print_sql(const struct relay_config *cfg, const char *ledger, FILE *out);
 
 /** Prints the command's usage (`migrate --help`) to @p out. */

@@ -17,7 +17,8 @@ enum slot_col {
     SLOT_RESTART_LSN,     /* pg_lsn as text, NULL */
     SLOT_RETAINED_BYTES,  /* bigint: current WAL LSN - restart_lsn, NULL */
     SLOT_LAG_BYTES,       /* bigint: current WAL LSN - confirmed_flush_lsn, NULL */
-    SLOT_PUBLICATION_OK,  /* bool: the publication exists and publishes the outbox table */
+    SLOT_PUBLICATION_OK,  /* bool: the publication exists and publishes the outbox table's
+                             inserts (pg_publication_tables, pg_publication.pubinsert) */
     SLOT_NCOLS
 };
 
@@ -30,6 +31,18 @@ struct sql_capture {
     char *heartbeat;          /* $1 prefix: a transactional logical message, empty content */
     char *retention;          /* $1 created_at bound (timestamptz text), $2 limit: deletes at most
                                  $2 rows created before $1 */
+    char *requirements;       /* no parameter: one row of enum capture_req_col */
+    char *publication_state;  /* no parameter: one row: the publication exists (bool), it
+                                 publishes the outbox table (bool), it publishes inserts (bool) */
+};
+
+/** Columns of sql_capture.requirements: what creating and streaming a slot need. */
+enum capture_req_col {
+    REQ_WAL_LEVEL = 0,    /* text: must be logical */
+    REQ_ROLE,             /* text: current_user */
+    REQ_SUPERUSER,        /* bool */
+    REQ_REPLICATION,      /* bool: the role has REPLICATION */
+    REQ_NCOLS
 };
 
 /** The prefix of the relay's heartbeat messages (never relayed). */
@@ -39,6 +52,15 @@ struct sql_capture {
  *  @return 0, -EINVAL (an identifier that is not plain), -ENOMEM. */
 int sql_capture_init(struct sql_capture *s, const char *schema, const char *table,
                      const char *publication);
+
+/** @return true if @p name is a replication slot name PostgreSQL accepts:
+ *  [a-z0-9_], 1 to 63 bytes. */
+int sql_capture_slot_valid(const char *name);
+
+/** The capture part of `migrate --print-sql`: the publication's DO block, then
+ *  the slot's creation with @p slot written as a literal (its own statement).
+ *  @return a newly allocated script, or NULL (slot name not valid, no memory). */
+char *sql_capture_script(const struct sql_capture *s, const char *slot);
 
 void sql_capture_free(struct sql_capture *s);
 

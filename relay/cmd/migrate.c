@@ -5,6 +5,7 @@
  * lock, so two `migrate` processes at once (or a relay fleet starting
  * together) end in the same state as one. */
 #include "cmd/migrate.h"
+#include "cmd/migrate_int.h"
 
 #include <errno.h>
 #include <stdbool.h>
@@ -232,8 +233,10 @@ int migrate_run(const struct relay_config *cfg)
     char qualified[160];
     snprintf(qualified, sizeof(qualified), "%s.%s", cfg->schema, cfg->table);
 
-    int rc = 0, applied = 0;
-    for (unsigned i = 0; i < n_migrations; i++) {
+    /* Before anything changes: a server or role that cannot serve the slot. */
+    bool wal = cfg->capture == RELAY_CAPTURE_WAL;
+    int rc = wal ? migrate_capture_check(conn, cfg) : 0, applied = 0;
+    for (unsigned i = 0; rc == 0 && i < n_migrations; i++) {
         rc = apply_one(conn, &migrations[i], &q, qualified, cfg->schema, cfg->table,
                        cfg->notify_channel);
         if (rc < 0) {
@@ -255,6 +258,8 @@ int migrate_run(const struct relay_config *cfg)
     if (rc == 0)
         log_info("schema up to date", "table=%s applied=%d total=%u", qualified, applied,
                  n_migrations);
+    if (rc == 0 && wal)
+        rc = migrate_capture_apply(conn, cfg, q.lock);
     sql_migrate_free(&q);
     PQfinish(conn);
     return rc;
@@ -320,6 +325,8 @@ int migrate_print_sql(const struct relay_config *cfg, const char *ledger, FILE *
         fprintf(out, "\n-- ---- migration %d: %s\n\n%s", set[i].version, set[i].name, sql);
         free(sql);
     }
+    if (!ledger && cfg->capture == RELAY_CAPTURE_WAL)
+        return migrate_capture_print(cfg, out);
     return 0;
 }
 
@@ -337,6 +344,10 @@ void migrate_usage(FILE *out)
             "Each migration is applied once, under an advisory lock: running migrate again,\n"
             "or twice at once, is safe. Objects a migration created that were dropped by\n"
             "hand are created again.\n"
+            "With relay.capture = wal it also creates the publication (relay.publication)\n"
+            "of the table and the logical replication slot (relay.slot, plugin pgoutput),\n"
+            "each unless it exists. That needs wal_level = logical and a role with\n"
+            "REPLICATION; migrate checks both first and says what to change.\n"
             "Exit status: 0 ok, 64 usage, 69 PostgreSQL unreachable, 70 a migration failed,\n"
             "78 configuration rejected.\n");
 }

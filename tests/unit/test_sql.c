@@ -1,5 +1,5 @@
 /* Unit tests of relay/sql.c: identifier checks, quoting, migration templates
- * and the relay's statements. */
+ * and the relay's statements; and of sql_capture.c, log-based capture's. */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <stdlib.h>
@@ -7,6 +7,7 @@
 
 #include "cmd/migrate.h"
 #include "core/sql.h"
+#include "core/sql_capture.h"
 
 Test(sql, ident_valid_accepts_plain_identifiers)
 {
@@ -353,4 +354,56 @@ Test(sql, dead_statements_refuse_invalid_identifiers)
     cr_assert_null(q.list);
     cr_assert_eq(sql_dead_init(&q, "pub lic", "outbox"), -EINVAL);
     cr_assert_eq(sql_dead_init(&q, NULL, "outbox"), -EINVAL);
+}
+
+/* ---- sql_capture.c: log-based capture ------------------------------------ */
+
+Test(sql_capture, refuses_identifiers_that_are_not_plain)
+{
+    struct sql_capture s;
+    cr_assert_eq(sql_capture_init(&s, "public", "outbox", "pub\"x"), -EINVAL);
+    cr_assert_null(s.slot_status);
+    cr_assert_eq(sql_capture_init(&s, "public", "out box", "pub"), -EINVAL);
+    cr_assert_eq(sql_capture_init(&s, "", "outbox", "pub"), -EINVAL);
+}
+
+Test(sql_capture, slot_names_follow_postgresql)
+{
+    cr_assert(sql_capture_slot_valid("outbox_relay"));
+    cr_assert(sql_capture_slot_valid("0slot"));
+    cr_assert(sql_capture_slot_valid("abcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuvwxyzabcdefghijk")); /* 63 */
+    cr_assert(!sql_capture_slot_valid("abcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuvwxyzabcdefghijkl"));
+    cr_assert(!sql_capture_slot_valid("Outbox"));
+    cr_assert(!sql_capture_slot_valid("a-b"));
+    cr_assert(!sql_capture_slot_valid("a'b"));
+    cr_assert(!sql_capture_slot_valid(""));
+    cr_assert(!sql_capture_slot_valid(NULL));
+}
+
+Test(sql_capture, statements_quote_names_and_take_values_as_parameters)
+{
+    struct sql_capture s;
+    cr_assert_eq(sql_capture_init(&s, "app", "Outbox", "outbox_pub"), 0);
+    cr_assert(strstr(s.slot_status, "FROM (SELECT CASE WHEN pg_catalog.pg_is_in_recovery()"));
+    cr_assert(strstr(s.slot_status, "LEFT JOIN pg_catalog.pg_replication_slots AS s ON s.slot_name = $1::name"));
+    cr_assert(strstr(s.slot_status, "t.pubname = $2::name AND t.schemaname = 'app' AND t.tablename = 'Outbox'"));
+    cr_assert(strstr(s.create_publication,
+                     "CREATE PUBLICATION \"outbox_pub\" FOR TABLE \"app\".\"Outbox\" WITH (publish = 'insert');"));
+    cr_assert(strstr(s.create_publication, "ALTER PUBLICATION \"outbox_pub\" ADD TABLE \"app\".\"Outbox\";"));
+    cr_assert(strstr(s.create_slot, "pg_create_logical_replication_slot($1::name, 'pgoutput')"));
+    cr_assert(strstr(s.drop_slot, "pg_drop_replication_slot(s.slot_name) WHERE s.slot_name = $1::name"));
+    cr_assert_str_eq(s.heartbeat, "SELECT pg_catalog.pg_logical_emit_message(true, $1::text, ''::text)");
+    cr_assert(strstr(s.retention, "DELETE FROM \"app\".\"Outbox\" WHERE ctid = ANY(ARRAY(SELECT ctid FROM "
+                                  "\"app\".\"Outbox\" WHERE \"created_at\" < $1::timestamptz"));
+    cr_assert(strstr(s.retention, "LIMIT $2::int))"));
+
+    char *script = sql_capture_script(&s, "outbox_slot");
+    cr_assert_not_null(script);
+    cr_assert(strstr(script, s.create_publication));
+    cr_assert(strstr(script, "pg_create_logical_replication_slot('outbox_slot', 'pgoutput')"));
+    cr_assert_null(strstr(script, "$1"));
+    free(script);
+    cr_assert_null(sql_capture_script(&s, "bad'slot"));
+    sql_capture_free(&s);
+    cr_assert_null(s.create_slot);
 }
