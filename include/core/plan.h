@@ -59,6 +59,7 @@ struct plan_state {
     bool heartbeat_due;         /* the slot has not moved for relay.heartbeat_interval */
     bool slot_query_due;        /* time to read pg_replication_slots again */
     bool capture_streaming;     /* the stream runs: retention of delete mode may follow it */
+    bool slot_busy;             /* the leader's stream was refused: another session reads the slot */
     bool listening;             /* LISTEN on the notification channel is in place */
 
     /* the role */
@@ -134,6 +135,7 @@ enum plan_act {
     PLAN_CHECK_QUIET,       /* leaving: is a writer that sent no NOTIFY still open */
     PLAN_HEARTBEAT,         /* capture = wal: a logical message, so the slot moves */
     PLAN_SLOT_QUERY,        /* capture = wal: the slot as pg_replication_slots shows it */
+    PLAN_SLOT_TAKE_OVER,    /* capture = wal, leader: end the walsender of a deposed leader */
 };
 
 struct plan_step {

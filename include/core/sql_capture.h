@@ -28,6 +28,8 @@ struct sql_capture {
     char *create_slot;        /* $1 slot name: creates it with pgoutput unless it exists;
                                  returns one row: created (bool) */
     char *drop_slot;          /* $1 slot name: pg_drop_replication_slot, one row (bool dropped) */
+    char *take_over;          /* $1 slot name: ends the walsender of another session reading
+                                 the slot; rows: pid, application_name, terminated */
     char *heartbeat;          /* $1 prefix: a transactional logical message, empty content */
     char *retention;          /* $1 created_at bound (timestamptz text), $2 limit: deletes at most
                                  $2 rows created before $1 */

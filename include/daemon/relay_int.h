@@ -91,6 +91,7 @@ struct capture {
     uint64_t slot_query_ms;     /* next slot query */
     uint64_t restart_at_ms;     /* a stopped stream starts again after this */
     unsigned failures;          /* consecutive stream failures: the back-off */
+    bool slot_busy;             /* START_REPLICATION refused: another session reads the slot */
     long unacked;               /* fencing = none: produced by this stream, no report yet */
     /* fencing = transactional: the open Kafka transaction and the committing one */
     long txn_msgs;
@@ -242,6 +243,7 @@ void relay_capture_heartbeat(struct relay *r);
 bool relay_capture_slot_query_due(const struct relay *r);
 void relay_capture_slot_query(struct relay *r);
 void relay_capture_retention(struct relay *r);
+void relay_capture_take_over(struct relay *r);
 void relay_capture_close(struct relay *r);
 void relay_capture_free(struct relay *r);
 

@@ -310,6 +310,10 @@ static struct plan_step capture_next(const struct plan_state *s)
         return act(PLAN_SLOT_QUERY);
     if (s->role != STATS_ROLE_LEADER || s->stopping)
         return act(PLAN_WAIT);
+    /* A deposed leader, paused, may still hold the slot through its walsender
+     * until wal_sender_timeout: the lock says it is no longer entitled to. */
+    if (s->slot_busy)
+        return act(PLAN_SLOT_TAKE_OVER);
     if (s->heartbeat_due)
         return act(PLAN_HEARTBEAT);
     if (s->retention_due && s->capture_streaming)
@@ -412,6 +416,7 @@ const char *plan_act_name(enum plan_act a)
         [PLAN_CHECK_QUIET] = "check_quiet",
         [PLAN_HEARTBEAT] = "heartbeat",
         [PLAN_SLOT_QUERY] = "slot_query",
+        [PLAN_SLOT_TAKE_OVER] = "slot_take_over",
     };
     return (unsigned)a < sizeof names / sizeof names[0] && names[a] ? names[a] : "?";
 }

@@ -167,6 +167,14 @@ int sql_capture_init(struct sql_capture *s, const char *schema, const char *tabl
                 "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_replication_slots AS s, "
                 "LATERAL pg_catalog.pg_drop_replication_slot(s.slot_name) "
                 "WHERE s.slot_name = $1::name)");
+    /* Only the leader runs it, once its Kafka transactions fenced older leaders. */
+    rc |= build(&s->take_over,
+                "SELECT s.active_pid, a.application_name, "
+                "pg_catalog.pg_terminate_backend(s.active_pid) "
+                "FROM pg_catalog.pg_replication_slots AS s "
+                "LEFT JOIN pg_catalog.pg_stat_activity AS a ON a.pid = s.active_pid "
+                "WHERE s.slot_name = $1::name AND s.active_pid IS NOT NULL "
+                "AND s.active_pid <> pg_catalog.pg_backend_pid()");
     rc |= build(&s->heartbeat, "SELECT pg_catalog.pg_logical_emit_message(true, $1::text, ''::text)");
     /* Small batches, oldest ids first, by the rows' physical addresses: each
      * DELETE holds its row locks briefly. */
@@ -208,6 +216,7 @@ void sql_capture_free(struct sql_capture *s)
     free(s->create_slot);
     free(s->drop_slot);
     free(s->heartbeat);
+    free(s->take_over);
     free(s->retention);
     free(s->requirements);
     free(s->publication_state);

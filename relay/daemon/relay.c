@@ -253,6 +253,40 @@ static void loop_start(struct relay *r)
     r->last_retention_ms = uv_now(r->loop);
 }
 
+/* The statements, the capture and the batches: what the loop needs before
+ * it starts. @return EXIT_OK or the exit status to end with. */
+static int relay_prepare(struct relay *r, const struct relay_config *cfg)
+{
+    unsigned flags = (r->poison->hold_claim ? SQL_HOLD_AGGREGATE : 0) |
+                     (cfg->on_sent == RELAY_ON_SENT_DELETE ? SQL_DELETE_SENT : 0);
+    if (sql_statements_init(&r->sql, cfg->schema, cfg->table, cfg->notify_channel, flags) < 0) {
+        log_error("cannot build SQL statements", "schema=%s table=%s", cfg->schema, cfg->table);
+        return EXIT_CONFIG;
+    }
+    if (sql_session_init(&r->ssql, cfg->schema, cfg->table) < 0) {
+        log_error("cannot build SQL statements", "schema=%s table=%s", cfg->schema, cfg->table);
+        relay_free(r);
+        return EXIT_CONFIG;
+    }
+    if (cfg->capture == RELAY_CAPTURE_WAL &&
+        (sql_capture_init(&r->csql, cfg->schema, cfg->table, cfg->publication) < 0 ||
+         relay_capture_init(r) < 0)) {
+        log_error("cannot set up log-based capture", "schema=%s table=%s", cfg->schema, cfg->table);
+        relay_free(r);
+        return EXIT_CONFIG;
+    }
+    for (int k = 0; k < N_BATCHES; k++) {
+        r->b[k].slot = k;
+        if (batch_reserve(&r->b[k], cfg->batch_size) < 0) {
+            log_error("out of memory", "batch_size=%d", cfg->batch_size);
+            relay_free(r);
+            return EXIT_SOFTWARE;
+        }
+    }
+
+    return EXIT_OK;
+}
+
 int relay_run(struct relay_config *cfg, relay_reload_fn reload, void *reload_arg)
 {
     struct relay r;
@@ -270,32 +304,9 @@ int relay_run(struct relay_config *cfg, relay_reload_fn reload, void *reload_arg
         r.retention_s = 1;
     srand((unsigned)uv_hrtime() ^ (unsigned)getpid());
 
-    unsigned flags = (r.poison->hold_claim ? SQL_HOLD_AGGREGATE : 0) |
-                     (cfg->on_sent == RELAY_ON_SENT_DELETE ? SQL_DELETE_SENT : 0);
-    if (sql_statements_init(&r.sql, cfg->schema, cfg->table, cfg->notify_channel, flags) < 0) {
-        log_error("cannot build SQL statements", "schema=%s table=%s", cfg->schema, cfg->table);
-        return EXIT_CONFIG;
-    }
-    if (sql_session_init(&r.ssql, cfg->schema, cfg->table) < 0) {
-        log_error("cannot build SQL statements", "schema=%s table=%s", cfg->schema, cfg->table);
-        relay_free(&r);
-        return EXIT_CONFIG;
-    }
-    if (cfg->capture == RELAY_CAPTURE_WAL &&
-        (sql_capture_init(&r.csql, cfg->schema, cfg->table, cfg->publication) < 0 ||
-         relay_capture_init(&r) < 0)) {
-        log_error("cannot set up log-based capture", "schema=%s table=%s", cfg->schema, cfg->table);
-        relay_free(&r);
-        return EXIT_CONFIG;
-    }
-    for (int k = 0; k < N_BATCHES; k++) {
-        r.b[k].slot = k;
-        if (batch_reserve(&r.b[k], cfg->batch_size) < 0) {
-            log_error("out of memory", "batch_size=%d", cfg->batch_size);
-            relay_free(&r);
-            return EXIT_SOFTWARE;
-        }
-    }
+    int rc = relay_prepare(&r, cfg);
+    if (rc != EXIT_OK)
+        return rc;
 
     char err[512];
     if (producer_start(&r.prod, r.loop, cfg, relay_on_report, &r, &r.st, err, sizeof(err)) < 0) {

@@ -33,7 +33,7 @@
 /* The stream generation in a delivery report's opaque, above the transaction's sequence. */
 #define OPAQUE_GEN_SHIFT 48
 
-static void capture_stop(struct relay *r, const char *why, bool restart);
+static void capture_stop(struct relay *r, const char *why, bool failed);
 
 static double pg_epoch_to_unix(int64_t us)
 {
@@ -252,6 +252,7 @@ static int produce(struct relay *r, const struct event_row *row, char *err, size
  * halt: a stream cannot hold one aggregate back and go on with the rest). */
 static void poison(struct relay *r, const struct event_row *row, uint64_t lsn, const char *why)
 {
+    struct capture *c = &r->cap;
     char at[32];
     lsn_text(lsn, at, sizeof at);
     r->st.failed_total[STATS_FAIL_INVALID]++;
@@ -263,7 +264,10 @@ static void poison(struct relay *r, const struct event_row *row, uint64_t lsn, c
               "slot past it) and restart",
               "lsn=%s outbox_id=%" PRId64 " event_id=%s error=%s", at, row ? row->id : 0,
               row && row->event_id ? row->event_id : "-", log_quote(why));
-    capture_stop(r, "halted", false);
+    /* What came before it is good: committed and confirmed; the stream stays
+     * stopped on this message until the process ends. */
+    if (transactional(r) && c->txn_msgs > 0)
+        txn_commit(r);
     relay_notify_status(r);
 }
 
@@ -324,7 +328,7 @@ static bool on_change(struct relay *r, const struct pgo_msg *m, uint64_t lsn)
     if (rc < 0)
         poison(r, rc == -EINVAL && c->ev.row.aggregate_id ? &c->ev.row : NULL, lsn, err);
     wal_event_clear(&c->ev);
-    return rc == 0 || r->st.halted;
+    return rc == 0;
 }
 
 /* Whether new messages may go to Kafka now: the leader, a producer with an
@@ -365,7 +369,7 @@ static bool on_data(struct repl_conn *rc, const uint8_t *buf, size_t len, void *
         char why[128];
         snprintf(why, sizeof why, "undecodable pgoutput message (%s)", strerror(-d));
         poison(r, NULL, f.start_lsn, why);
-        return true;
+        return false;
     }
     c->wal_end = f.end_lsn;
     if (!on_change(r, &m, f.start_lsn))
@@ -433,15 +437,17 @@ static void on_lost(struct repl_conn *rc, const char *why, const char *sqlstate,
     bool was_streaming = c->state == CAPTURE_STREAMING;
     if (*sqlstate || !was_streaming)
         explain(r, why, sqlstate);
+    c->slot_busy = strcmp(sqlstate, "55006") == 0 && r->st.role == STATS_ROLE_LEADER;
     log_warn(was_streaming ? "replication stream lost" : "cannot stream from the replication slot",
              "slot=%s error=%s sqlstate=%s", r->cfg->slot, log_quote(why), sqlstate);
     capture_stop(r, NULL, true);
     relay_step(r);
 }
 
-/* Ends the stream; with @p restart it starts again from the confirmed
- * position once what it sent is settled (relay_capture_step). */
-static void capture_stop(struct relay *r, const char *why, bool restart)
+/* Ends the stream; it starts again from the confirmed position once this
+ * relay leads and what it sent is settled (relay_capture_step), after a
+ * back-off when it ended on a failure (@p failed). */
+static void capture_stop(struct relay *r, const char *why, bool failed)
 {
     struct capture *c = &r->cap;
     if (why && c->state != CAPTURE_OFF)
@@ -449,8 +455,13 @@ static void capture_stop(struct relay *r, const char *why, bool restart)
     repl_close(&c->repl);
     uv_timer_stop(&c->linger);
     c->state = CAPTURE_OFF;
-    c->restart_at_ms = relay_now_ms(r) + (restart ? (uint64_t)CAPTURE_RETRY_MS << (c->failures < 5 ? c->failures : 5) : UINT64_MAX / 2);
-    c->failures++;
+    /* A failure waits, longer each time in a row; a lost leadership waits
+     * only for the lock to come back. */
+    c->restart_at_ms = relay_now_ms(r);
+    if (failed) {
+        c->restart_at_ms += (uint64_t)CAPTURE_RETRY_MS << (c->failures < 5 ? c->failures : 5);
+        c->failures++;
+    }
     r->st.slot.streaming = false;
     r->st.slot.lag_seconds = 0;
 }
@@ -486,8 +497,8 @@ static void capture_start(struct relay *r)
 void relay_capture_step(struct relay *r)
 {
     struct capture *c = &r->cap;
-    if (!c->on || r->finished)
-        return;
+    if (!c->on || r->finished || r->st.halted)
+        return; /* halted: the stream stays stopped on the event at fault */
     bool leading = r->st.role == STATS_ROLE_LEADER && !r->stopping && !r->st.halted && !r->st.refused;
     if (!leading && c->state != CAPTURE_OFF) {
         if (transactional(r) && c->txn_msgs > 0)
@@ -609,6 +620,30 @@ void relay_capture_slot_query(struct relay *r)
     pg_query(&r->pg, r->csql.slot_status, 2, params, on_slot, r);
 }
 
+static void on_taken_over(struct pg_conn *pg, PGresult *res, void *arg)
+{
+    (void)pg;
+    struct relay *r = arg;
+    if (!res)
+        return;
+    if (PQresultStatus(res) != PGRES_TUPLES_OK)
+        log_error("cannot end the session that reads the replication slot", "slot=%s error=%s",
+                  r->cfg->slot, log_quote(PQresultErrorMessage(res)));
+    for (int i = 0; PQresultStatus(res) == PGRES_TUPLES_OK && i < PQntuples(res); i++)
+        log_warn("ended the session that read the replication slot: this relay leads",
+                 "slot=%s pid=%s application_name=%s", r->cfg->slot, PQgetvalue(res, i, 0),
+                 log_quote(PQgetvalue(res, i, 1)));
+    r->cap.restart_at_ms = relay_now_ms(r) + 100; /* its walsender needs a moment to exit */
+    relay_step(r);
+}
+
+void relay_capture_take_over(struct relay *r)
+{
+    const char *params[] = { r->cfg->slot };
+    r->cap.slot_busy = false;
+    pg_query(&r->pg, r->csql.take_over, 1, params, on_taken_over, r);
+}
+
 /* Retention of rows the relay only read: on_sent = mark keeps them for
  * relay.retention after they were written; on_sent = delete removes those
  * older than the newest confirmed commit (already in the WAL, and relayed or
@@ -641,7 +676,11 @@ void relay_capture_retention(struct relay *r)
         r->last_retention_ms = relay_now_ms(r);
         return;
     }
-    snprintf(bound, sizeof bound, "%.6f", t);
+    time_t secs = (time_t)t;
+    struct tm tm;
+    gmtime_r(&secs, &tm);
+    size_t n = strftime(bound, sizeof bound, "%Y-%m-%d %H:%M:%S", &tm);
+    snprintf(bound + n, sizeof bound - n, ".%06d+00", (int)((t - (double)secs) * 1e6));
     const char *params[] = { bound, limit };
     pg_query(&r->pg, r->csql.retention, 2, params, on_retention, r);
 }

@@ -99,6 +99,7 @@ void relay_snapshot(const struct relay *r, struct plan_state *s)
         .heartbeat_due = relay_capture_heartbeat_due(r),
         .slot_query_due = relay_capture_slot_query_due(r),
         .capture_streaming = r->cap.state == CAPTURE_STREAMING,
+        .slot_busy = r->cap.slot_busy,
         .listening = r->listening,
         .quiet = r->quiet,
         .quiet_wanted = r->quiet_wanted,
@@ -189,6 +190,7 @@ static bool carry_out(struct relay *r, const struct plan_step *p)
         break;
     case PLAN_HEARTBEAT: relay_capture_heartbeat(r); break;
     case PLAN_SLOT_QUERY: relay_capture_slot_query(r); break;
+    case PLAN_SLOT_TAKE_OVER: relay_capture_take_over(r); break;
     }
     return false;
 }

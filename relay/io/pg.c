@@ -6,6 +6,7 @@
 #include "io/pg.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -134,26 +135,38 @@ PGconn *pg_connect_start(const char *conninfo, bool replication)
     size_t n = 0;
     for (const PQconninfoOption *o = opts; o->keyword; o++)
         n++;
-    const char **keys = calloc(n + 3, sizeof(*keys));
-    const char **values = calloc(n + 3, sizeof(*values));
+    const char **keys = calloc(n + 4, sizeof(*keys));
+    const char **values = calloc(n + 4, sizeof(*values));
     PGconn *conn = NULL;
     if (keys && values) {
         /* First, so that a fallback_application_name of the conninfo wins. */
         size_t k = 0;
         keys[k] = "fallback_application_name";
         values[k++] = "outbox-relay";
+        const char *options = NULL;
         for (const PQconninfoOption *o = opts; o->keyword; o++) {
-            if (o->val && !(replication && strcmp(o->keyword, "replication") == 0)) {
+            if (o->val && replication && strcmp(o->keyword, "options") == 0)
+                options = o->val;
+            else if (o->val && !(replication && strcmp(o->keyword, "replication") == 0)) {
                 keys[k] = o->keyword;
                 values[k++] = o->val;
             }
         }
+        /* pgoutput prints values with the walsender's settings: created_at
+         * is read as ISO whatever the server's default DateStyle. */
+        char *with_iso = NULL;
         if (replication) {
             keys[k] = "replication";
             values[k++] = "database";
+            if (asprintf(&with_iso, "%s%s-c datestyle=ISO", options ? options : "",
+                         options ? " " : "") >= 0) {
+                keys[k] = "options";
+                values[k++] = with_iso;
+            }
         }
         keys[k] = NULL;
         conn = PQconnectStartParams(keys, values, 0);
+        free(with_iso);
     }
     free(keys);
     free(values);

@@ -144,3 +144,21 @@ void e2e_wait_all_sent(struct e2e_ctx *t, int timeout_ms)
         cr_assert_fail("%lld of %lld rows still have sent_at NULL after %d ms", unsent, total, timeout_ms);
     }
 }
+
+/* ---- log-based capture -------------------------------------------------- */
+
+void e2e_wal_enable(struct e2e_ctx *t)
+{
+    t->wal = true;
+}
+
+bool e2e_wal_wait_confirmed(struct e2e_ctx *t, int timeout_ms)
+{
+    PGresult *res = e2e_query(t->conn, "SELECT pg_logical_emit_message(true, 'e2e-fence', '')::text");
+    char fence[64];
+    snprintf(fence, sizeof fence, "%s", PQgetvalue(res, 0, 0));
+    PQclear(res);
+    return e2e_wait_sql(t, timeout_ms,
+                        "SELECT confirmed_flush_lsn > '%s'::pg_lsn FROM pg_replication_slots "
+                        "WHERE slot_name = '%s'", fence, t->table);
+}

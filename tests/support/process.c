@@ -144,6 +144,14 @@ void e2e_base_args(struct e2e_ctx *t, const char **argv, int *argc)
     argv[n++] = pool_fmt("relay.topic=%s", t->topic_template);
     argv[n++] = "-X";
     argv[n++] = pool_fmt("relay.notify_channel=%s", t->channel);
+    if (t->wal) {
+        argv[n++] = "-X";
+        argv[n++] = "relay.capture=wal";
+        argv[n++] = "-X";
+        argv[n++] = pool_fmt("relay.slot=%s", t->table);
+        argv[n++] = "-X";
+        argv[n++] = pool_fmt("relay.publication=%s", t->table);
+    }
     *argc = n;
 }
 

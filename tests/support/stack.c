@@ -120,6 +120,13 @@ void e2e_teardown(struct e2e_ctx *t)
         e2e_relay_dump_log(r, 25);
     }
     t->n_relays = 0;
+    /* A slot left behind would keep the shared cluster's WAL for ever. */
+    if (t->wal && t->conn) {
+        char sql[256];
+        snprintf(sql, sizeof sql, "SELECT pg_drop_replication_slot(slot_name) FROM "
+                                  "pg_replication_slots WHERE slot_name = '%s'", t->table);
+        PQclear(PQexec(t->conn, sql));
+    }
     if (t->conn)
         PQfinish(t->conn);
     t->conn = NULL;

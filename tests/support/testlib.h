@@ -69,6 +69,7 @@ struct e2e_ctx {
     char logdir[512];
     char empty_conf[600];       /* an empty config file, passed as -c */
     PGconn *conn;
+    bool wal;                   /* relay.capture = wal: slot and publication named as the table */
     struct e2e_relay relays[E2E_MAX_RELAYS];
     int n_relays;
 };
@@ -97,6 +98,17 @@ bool e2e_mock_command(const struct e2e_ctx *t, const char *fmt, ...) __attribute
 
 /** @return a new connection to OUTBOX_RELAY_TEST_PG (asserts it works). */
 PGconn *e2e_pg_connect(void);
+
+/** Log-based capture for this test: every later command runs with
+ *  relay.capture=wal, the slot and the publication named as the table;
+ *  teardown drops the slot (a slot left behind would keep WAL for ever). */
+void e2e_wal_enable(struct e2e_ctx *t);
+
+/** Waits until the relay confirmed, through its slot, everything committed
+ *  so far: writes a transactional logical message (another prefix: never
+ *  relayed) and waits for the slot's confirmed_flush_lsn to pass it.
+ *  @return true when it did within @p timeout_ms. */
+bool e2e_wal_wait_confirmed(struct e2e_ctx *t, int timeout_ms);
 
 /** Runs one statement (printf format); asserts it succeeded; @return its result (PQclear it). */
 PGresult *e2e_query(PGconn *conn, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -1,0 +1,216 @@
+/* test_wal.c — relay.capture = wal: the outbox read from a pgoutput slot.
+ *
+ * What a user checks: every committed row reaches Kafka once, with the same
+ * topic, key, value, timestamp and headers polling would give it, in order
+ * per aggregate, while the table is never written by the relay; rows of
+ * rolled-back transactions never arrive; rows inserted and deleted in one
+ * transaction, and logical messages in the documented envelope, do; the
+ * slot is confirmed only up to what Kafka holds, so a slot that stops
+ * moving or is missing shows. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <criterion/criterion.h>
+
+#include "testlib.h"
+
+static struct e2e_ctx T;
+
+static void fini(void)
+{
+    e2e_teardown(&T);
+}
+
+static void setup(const char *name)
+{
+    e2e_setup(&T, name);
+    e2e_wal_enable(&T);
+    e2e_migrate(&T);
+    cr_assert_eq(e2e_query_int(T.conn, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = '%s' "
+                                       "AND plugin = 'pgoutput'", T.table), 1,
+                 "migrate did not create the slot");
+}
+
+/* Rows of aggregate type "order" over @p keys aggregates, one transaction. */
+static void write_rows(PGconn *c, const char *key_prefix, int keys, int lo, int hi)
+{
+    e2e_exec(c,
+             "INSERT INTO %s (aggregate_type, aggregate_id, event_type, payload, headers) "
+             "SELECT 'order', '%s' || (i %% %d), 'changed', "
+             "  CASE WHEN i %% 97 = 0 THEN NULL ELSE jsonb_build_object('i', i, 'note', 'n' || i) END, "
+             "  CASE WHEN i %% 10 = 0 THEN jsonb_build_object('trace', 't' || i) END "
+             "FROM generate_series(%d, %d) AS i",
+             T.qtable, key_prefix, keys, lo, hi);
+}
+
+static void read_back_once(int expected_rows)
+{
+    struct e2e_rows rows;
+    struct e2e_msgs msgs;
+    struct e2e_report rep = {0};
+    e2e_read_back(&T, 60000, &rows, &msgs, &rep);
+    e2e_check(&rep, rows.n == (size_t)expected_rows, "%zu rows in the table, expected %d", rows.n,
+              expected_rows);
+    for (size_t i = 0; i < rows.n; i++)
+        e2e_check(&rep, rows.v[i].deliveries == 1, "row %" PRId64 " delivered %d times",
+                  rows.v[i].id, rows.v[i].deliveries);
+    e2e_report_assert(&rep, "wal capture");
+    e2e_msgs_free(&msgs);
+    e2e_rows_free(&rows);
+}
+
+/* A backlog, then live writes: two writers whose transactions commit out of
+ * id order, and a rolled-back one. */
+Test(e2e, wal_relays_committed_rows_in_order_without_writing_the_table, .fini = fini, .timeout = 200)
+{
+    setup("walorder");
+    for (int k = 0; k < 10; k++)
+        write_rows(T.conn, "k", 300, k * 1000 + 1, k * 1000 + 1000);
+    struct e2e_relay *r = e2e_relay_start(&T, NULL);
+    cr_assert(e2e_relay_wait_log(r, "streaming from the replication slot", 30000),
+              "the relay did not stream (log %s)", r->log_path);
+
+    /* B's rows get higher ids but commit first. */
+    PGconn *b = e2e_pg_connect();
+    e2e_exec(b, "BEGIN");
+    write_rows(b, "late", 5, 20001, 20100);
+    write_rows(T.conn, "early", 5, 20101, 20200);
+    e2e_exec(b, "COMMIT");
+    e2e_exec(b, "BEGIN");
+    write_rows(b, "gone", 5, 20201, 20300);
+    e2e_exec(b, "ROLLBACK");
+    PQfinish(b);
+    for (int k = 0; k < 20; k++) {
+        write_rows(T.conn, "k", 300, 30001 + k * 50, 30050 + k * 50);
+        e2e_sleep_ms(10);
+    }
+    cr_assert(e2e_wal_wait_confirmed(&T, 60000), "the slot was not confirmed past the last commit (log %s)",
+              r->log_path);
+    read_back_once(10000 + 200 + 1000);
+    cr_assert_eq(e2e_count_where(&T, "sent_at IS NOT NULL OR attempts > 0"), 0,
+                 "the relay wrote rows of the table");
+    cr_assert_eq(e2e_relay_stop(r, 30000), 0, "the relay did not exit 0 on SIGTERM");
+}
+
+/* The message with @p event_id among @p m, or NULL. */
+static const struct e2e_msg *find_event(const struct e2e_msgs *m, const char *event_id)
+{
+    for (size_t i = 0; i < m->n; i++) {
+        const char *e = e2e_msg_header(&m->v[i], "event_id");
+        if (e && strcmp(e, event_id) == 0)
+            return &m->v[i];
+    }
+    return NULL;
+}
+
+Test(e2e, wal_relays_rows_deleted_in_their_transaction_and_messages, .fini = fini, .timeout = 120)
+{
+    setup("walmsg");
+    struct e2e_relay *r = e2e_relay_start(&T, NULL);
+    cr_assert(e2e_relay_wait_log(r, "streaming from the replication slot", 30000),
+              "the relay did not stream (log %s)", r->log_path);
+    /* The pattern Debezium's documentation recommends: the table stays empty. */
+    e2e_exec(T.conn, "BEGIN");
+    PGresult *ins = e2e_query(T.conn,
+                              "INSERT INTO %s (aggregate_type, aggregate_id, event_type, payload) "
+                              "SELECT 'order', 'd' || (i %% 7), 'placed', jsonb_build_object('i', i) "
+                              "FROM generate_series(1, 50) i RETURNING id, event_id::text, aggregate_id",
+                              T.qtable);
+    e2e_exec(T.conn, "DELETE FROM %s", T.qtable);
+    e2e_exec(T.conn, "COMMIT");
+    /* Table-less events; another prefix is not ours. */
+    e2e_exec(T.conn,
+             "SELECT pg_logical_emit_message(true, 'outbox', '{\"aggregate_type\":\"order\","
+             "\"aggregate_id\":\"m1\",\"event_type\":\"noted\",\"payload\":{\"a\": [1, 2]},"
+             "\"headers\":{\"trace\":\"x\"},\"event_id\":\"3f0a0b4e-5f7e-4a51-9d1c-2f0e8d6c1a11\"}')");
+    PGresult *lsn = e2e_query(T.conn,
+                              "SELECT pg_logical_emit_message(true, 'outbox', '{\"aggregate_type\":\"order\","
+                              "\"aggregate_id\":\"m2\",\"event_type\":\"noted\"}')::text");
+    e2e_exec(T.conn, "SELECT pg_logical_emit_message(true, 'other', '{}')");
+    cr_assert(e2e_wal_wait_confirmed(&T, 60000), "the slot was not confirmed (log %s)", r->log_path);
+
+    char topic[160];
+    snprintf(topic, sizeof topic, "%s.order", T.table);
+    const char *topics[] = {topic};
+    struct e2e_msgs m;
+    e2e_consume_from(T.kafka, true, topics, 1, 60000, &m);
+    struct e2e_report rep = {0};
+    e2e_check(&rep, m.n == 52, "%zu messages, expected 50 rows and 2 messages", m.n);
+    for (int i = 0; i < PQntuples(ins); i++) {
+        const struct e2e_msg *x = find_event(&m, PQgetvalue(ins, i, 1));
+        if (!e2e_check(&rep, x != NULL, "deleted row %s did not arrive", PQgetvalue(ins, i, 0)))
+            continue;
+        const char *oid = e2e_msg_header(x, "outbox_id");
+        e2e_check(&rep, oid && strcmp(oid, PQgetvalue(ins, i, 0)) == 0, "row %s: outbox_id %s",
+                  PQgetvalue(ins, i, 0), oid ? oid : "(none)");
+        e2e_check(&rep, x->key && strcmp(x->key, PQgetvalue(ins, i, 2)) == 0, "row %s: key %s",
+                  PQgetvalue(ins, i, 0), x->key ? x->key : "(null)");
+    }
+    const struct e2e_msg *m1 = find_event(&m, "3f0a0b4e-5f7e-4a51-9d1c-2f0e8d6c1a11");
+    if (e2e_check(&rep, m1 != NULL, "the message with its own event_id did not arrive")) {
+        e2e_check(&rep, m1->key && strcmp(m1->key, "m1") == 0, "message key %s", m1->key ? m1->key : "");
+        e2e_check(&rep, m1->value && strcmp(m1->value, "{\"a\":[1,2]}") == 0, "message value %s",
+                  m1->value ? m1->value : "(null)");
+        const char *tr = e2e_msg_header(m1, "trace"), *et = e2e_msg_header(m1, "event_type");
+        e2e_check(&rep, tr && strcmp(tr, "x") == 0, "message header trace %s", tr ? tr : "(none)");
+        e2e_check(&rep, et && strcmp(et, "noted") == 0, "message header event_type %s", et ? et : "(none)");
+        e2e_check(&rep, e2e_msg_header(m1, "outbox_id") == NULL, "a message without a row has outbox_id");
+    }
+    /* Without an event_id, the message's LSN names it: the same on every replay. */
+    unsigned hi = 0, lo = 0;
+    cr_assert_eq(sscanf(PQgetvalue(lsn, 0, 0), "%X/%X", &hi, &lo), 2);
+    char derived[40];
+    snprintf(derived, sizeof derived, "%08x-0000-8000-8000-0000%08x", hi, lo);
+    const struct e2e_msg *m2 = find_event(&m, derived);
+    if (e2e_check(&rep, m2 != NULL, "no message with the derived event_id %s", derived))
+        e2e_check(&rep, m2->value == NULL, "a message without payload is not a tombstone");
+    e2e_report_assert(&rep, "deleted rows and messages");
+    PQclear(ins);
+    PQclear(lsn);
+    e2e_msgs_free(&m);
+}
+
+Test(e2e, wal_without_its_slot_is_not_ready, .fini = fini, .timeout = 60)
+{
+    setup("walnoslot");
+    const char *extra[] = {"relay.slot=e2e_no_such_slot", "relay.reconnect_interval_ms=100", NULL};
+    struct e2e_relay *r = e2e_relay_start(&T, extra);
+    cr_assert(e2e_relay_wait_log(r, "cannot stream from the replication slot", 30000),
+              "no error about the slot (log %s)", r->log_path);
+    e2e_assert_readyz(r, 503, "does not exist");
+    char *body = NULL;
+    cr_assert_eq(e2e_relay_http_get(r, "/metrics", &body), 200);
+    cr_assert(strstr(body, "outbox_relay_slot_lost 1"), "slot_lost is not 1:\n%.2000s", body);
+    free(body);
+}
+
+/* An event that can never be produced stops the stream before it: nothing
+ * after it is confirmed, so nothing is skipped, and a restart stops there again. */
+Test(e2e, wal_poison_event_halts_before_it, .fini = fini, .timeout = 120)
+{
+    setup("walpoison");
+    write_rows(T.conn, "k", 10, 1, 100);
+    e2e_exec(T.conn, "SELECT pg_logical_emit_message(true, 'outbox', '{\"aggregate_type\":\"order\"}')");
+    write_rows(T.conn, "k", 10, 101, 200);
+    struct e2e_relay *r = e2e_relay_start(&T, NULL);
+    cr_assert(e2e_relay_wait_log(r, "relaying halted", 30000), "the relay did not halt (log %s)", r->log_path);
+    e2e_assert_readyz(r, 503, "aggregate_id");
+    cr_assert(e2e_wal_wait_confirmed(&T, 3000) == false, "the slot moved past the poison event");
+    cr_assert_eq(e2e_relay_stop(r, 30000), 0);
+    r = e2e_relay_start(&T, NULL);
+    cr_assert(e2e_relay_wait_log(r, "relaying halted", 30000), "the restarted relay did not halt again (log %s)",
+              r->log_path);
+    char topic[160];
+    snprintf(topic, sizeof topic, "%s.order", T.table);
+    const char *topics[] = {topic};
+    struct e2e_msgs m;
+    e2e_consume_from(T.kafka, true, topics, 1, 30000, &m);
+    size_t after = 0;
+    for (size_t i = 0; i < m.n; i++)
+        after += atoll(e2e_msg_header(&m.v[i], "outbox_id")) > 100;
+    cr_assert_eq(after, 0, "%zu rows after the poison event were relayed", after);
+    cr_assert_geq(m.n, 100, "rows before the poison event: %zu", m.n);
+    e2e_msgs_free(&m);
+}
