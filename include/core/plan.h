@@ -60,6 +60,7 @@ struct plan_state {
     bool slot_query_due;        /* time to read pg_replication_slots again */
     bool capture_streaming;     /* the stream runs: retention of delete mode may follow it */
     bool slot_busy;             /* the leader's stream was refused: another session reads the slot */
+    bool dead_due;              /* an event that cannot be produced waits to be kept as a dead row */
     bool listening;             /* LISTEN on the notification channel is in place */
 
     /* the role */
@@ -136,6 +137,7 @@ enum plan_act {
     PLAN_HEARTBEAT,         /* capture = wal: a logical message, so the slot moves */
     PLAN_SLOT_QUERY,        /* capture = wal: the slot as pg_replication_slots shows it */
     PLAN_SLOT_TAKE_OVER,    /* capture = wal, leader: end the walsender of a deposed leader */
+    PLAN_RECORD_DEAD,       /* capture = wal, leader: keep an event that cannot be produced */
 };
 
 struct plan_step {

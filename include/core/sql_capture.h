@@ -30,6 +30,11 @@ struct sql_capture {
     char *drop_slot;          /* $1 slot name: pg_drop_replication_slot, one row (bool dropped) */
     char *take_over;          /* $1 slot name: ends the walsender of another session reading
                                  the slot; rows: pid, application_name, terminated */
+    char *record_dead;        /* an event that can never be produced, kept as a dead row: $1
+                                 event_id (uuid), $2 aggregate_type, $3 aggregate_id, $4
+                                 event_type, $5 topic, $6 payload (json text), $7 headers (json
+                                 text), $8 created_at, $9 last_error; the row of that event_id
+                                 if it still exists, else a copy (with dead_at set: not relayed) */
     char *heartbeat;          /* $1 prefix: a transactional logical message, empty content */
     char *retention;          /* $1 created_at bound (timestamptz text), $2 limit: deletes at most
                                  $2 rows created before $1 */

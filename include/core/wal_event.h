@@ -71,6 +71,9 @@ int wal_event_from_insert(const struct pgo_msg *m, int64_t commit_time_us, struc
 int wal_event_from_message(const struct pgo_msg *m, uint64_t lsn, int64_t commit_time_us,
                            struct wal_event *ev, char *errbuf, size_t errlen);
 
+/** The event id of a message without one, from the LSN it was read at. */
+void wal_event_lsn_id(uint64_t lsn, char out[PGB_UUID_TEXT]);
+
 /** Frees what @p ev owns; it may be used again. */
 void wal_event_clear(struct wal_event *ev);
 

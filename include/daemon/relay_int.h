@@ -7,7 +7,9 @@
  *   relay_leader.c    the session checks, the schema check, the leader lock and refusals
  *   relay_fence.c     the Kafka transaction that fences a deposed leader; replacing the producer
  *   relay_quiet.c     the quiet lock: writers send no NOTIFY while the leader drains
- *   relay_capture.c   relay.capture = wal: the stream from the replication slot */
+ *   relay_capture.c   relay.capture = wal: the stream from the replication slot
+ *   relay_capture_slot.c  ... the slot query, heartbeat, slot take-over and retention
+ *   relay_capture_dead.c  ... and its events that can never be produced, kept as dead rows */
 #ifndef OUTBOX_RELAY_INT_H
 #define OUTBOX_RELAY_INT_H
 
@@ -69,6 +71,8 @@ struct capture_count {
     long n;
 };
 
+struct capture_dead;
+
 enum capture_state { CAPTURE_OFF = 0, CAPTURE_STARTING, CAPTURE_STREAMING };
 
 /* relay.capture = wal (relay_capture.c). */
@@ -93,6 +97,12 @@ struct capture {
     unsigned failures;          /* consecutive stream failures: the back-off */
     bool slot_busy;             /* START_REPLICATION refused: another session reads the slot */
     long unacked;               /* fencing = none: produced by this stream, no report yet */
+    bool queue_full;            /* the producer refused a message: resume on a report */
+    /* events that can never be produced, to be kept as dead rows (relay_capture_dead.c) */
+    struct capture_dead *dead;
+    size_t n_dead, dead_cap;
+    bool dead_sending;
+    uint64_t dead_retry_ms;
     /* fencing = transactional: the open Kafka transaction and the committing one */
     long txn_msgs;
     uint64_t txn_first_ms;
@@ -238,14 +248,26 @@ void relay_fence_step(struct relay *r, const struct plan_state *s);
 int relay_capture_init(struct relay *r);
 void relay_capture_step(struct relay *r);
 void relay_capture_on_report(struct relay *r, void *opaque, rd_kafka_resp_err_t err);
+void relay_capture_confirm(struct relay *r, uint64_t lsn);
+void relay_capture_explain(struct relay *r, const char *why, const char *sqlstate);
+void relay_capture_close(struct relay *r);
+void relay_capture_free(struct relay *r);
+
+/* relay_capture_slot.c */
 bool relay_capture_heartbeat_due(const struct relay *r);
 void relay_capture_heartbeat(struct relay *r);
 bool relay_capture_slot_query_due(const struct relay *r);
 void relay_capture_slot_query(struct relay *r);
 void relay_capture_retention(struct relay *r);
 void relay_capture_take_over(struct relay *r);
-void relay_capture_close(struct relay *r);
-void relay_capture_free(struct relay *r);
+
+/* relay_capture_dead.c */
+bool relay_capture_dead_queue(struct relay *r, const struct event_row *row, const char *event_id,
+                              const char *why);
+bool relay_capture_dead_due(const struct relay *r);
+void relay_capture_dead_record(struct relay *r);
+void relay_capture_dead_clear(struct relay *r);
+void relay_capture_dead_free(struct relay *r);
 
 /* relay.c */
 void relay_finish(struct relay *r);

@@ -314,6 +314,8 @@ static struct plan_step capture_next(const struct plan_state *s)
      * until wal_sender_timeout: the lock says it is no longer entitled to. */
     if (s->slot_busy)
         return act(PLAN_SLOT_TAKE_OVER);
+    if (s->dead_due)
+        return act(PLAN_RECORD_DEAD); /* its transaction is confirmed only then */
     if (s->heartbeat_due)
         return act(PLAN_HEARTBEAT);
     if (s->retention_due && s->capture_streaming)
@@ -417,6 +419,7 @@ const char *plan_act_name(enum plan_act a)
         [PLAN_HEARTBEAT] = "heartbeat",
         [PLAN_SLOT_QUERY] = "slot_query",
         [PLAN_SLOT_TAKE_OVER] = "slot_take_over",
+        [PLAN_RECORD_DEAD] = "record_dead",
     };
     return (unsigned)a < sizeof names / sizeof names[0] && names[a] ? names[a] : "?";
 }

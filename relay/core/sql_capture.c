@@ -175,6 +175,18 @@ int sql_capture_init(struct sql_capture *s, const char *schema, const char *tabl
                 "LEFT JOIN pg_catalog.pg_stat_activity AS a ON a.pid = s.active_pid "
                 "WHERE s.slot_name = $1::name AND s.active_pid IS NOT NULL "
                 "AND s.active_pid <> pg_catalog.pg_backend_pid()");
+    /* Idempotent: a replayed stream records the same event again as one more attempt. */
+    rc |= build(&s->record_dead,
+                "INSERT INTO %s AS o (\"event_id\", \"aggregate_type\", \"aggregate_id\", "
+                "\"event_type\", \"topic\", \"payload\", \"headers\", \"created_at\", "
+                "\"attempts\", \"last_error\", \"dead_at\") "
+                "VALUES ($1::uuid, $2, $3, $4, $5, $6::jsonb, $7::jsonb, "
+                "COALESCE($8::timestamptz, pg_catalog.clock_timestamp()), 1, $9, "
+                "pg_catalog.clock_timestamp()) "
+                "ON CONFLICT (\"event_id\") DO UPDATE SET \"attempts\" = o.\"attempts\" + 1, "
+                "\"last_error\" = EXCLUDED.\"last_error\", "
+                "\"dead_at\" = COALESCE(o.\"dead_at\", EXCLUDED.\"dead_at\")",
+                n.qualified);
     rc |= build(&s->heartbeat, "SELECT pg_catalog.pg_logical_emit_message(true, $1::text, ''::text)");
     /* Small batches, oldest ids first, by the rows' physical addresses: each
      * DELETE holds its row locks briefly. */
@@ -217,6 +229,7 @@ void sql_capture_free(struct sql_capture *s)
     free(s->drop_slot);
     free(s->heartbeat);
     free(s->take_over);
+    free(s->record_dead);
     free(s->retention);
     free(s->requirements);
     free(s->publication_state);

@@ -372,7 +372,7 @@ static bool uuid_canonical(const char *s, char out[PGB_UUID_TEXT])
 }
 
 /* The id of a message whose envelope has none: see wal_event.h. */
-static void derived_id(uint64_t lsn, char out[PGB_UUID_TEXT])
+void wal_event_lsn_id(uint64_t lsn, char out[PGB_UUID_TEXT])
 {
     snprintf(out, PGB_UUID_TEXT, "%08" PRIx32 "-0000-8000-8000-0000%08" PRIx32,
              (uint32_t)(lsn >> 32), (uint32_t)lsn);
@@ -419,7 +419,7 @@ static int envelope_event(const cJSON *const f[N_ENV], uint64_t lsn, struct wal_
     if (f[ENV_HEADERS] && envelope_headers(f[ENV_HEADERS], errbuf, errlen))
         return -EINVAL;
     if (!f[ENV_EVENT_ID])
-        derived_id(lsn, ev->row.event_id_text);
+        wal_event_lsn_id(lsn, ev->row.event_id_text);
     else if (!uuid_canonical(f[ENV_EVENT_ID]->valuestring, ev->row.event_id_text))
         return errbuf_fail(errbuf, errlen,
                            "envelope member \"event_id\" is not a uuid (8-4-4-4-12 hex digits)");

@@ -28,7 +28,6 @@
 #define CAPTURE_LINGER_MS 20
 #define CAPTURE_STATUS_EVERY_MS 10000
 #define CAPTURE_RETRY_MS 1000
-#define CAPTURE_SLOT_QUERY_EVERY_MS 5000
 
 /* The stream generation in a delivery report's opaque, above the transaction's sequence. */
 #define OPAQUE_GEN_SHIFT 48
@@ -65,7 +64,7 @@ static void send_status(struct relay *r, bool reply)
 }
 
 /* The acknowledgements say @p lsn may be confirmed. */
-static void confirm(struct relay *r, uint64_t lsn)
+void relay_capture_confirm(struct relay *r, uint64_t lsn)
 {
     struct capture *c = &r->cap;
     if (lsn <= c->confirmed)
@@ -105,7 +104,7 @@ static void on_txn_ended(void *arg, unsigned gen, enum producer_txn_result res, 
         log_debug("transaction committed", "messages=%ld ms=%" PRIu64, c->done_msgs, ms);
         c->n_done = 0;
         c->done_msgs = 0;
-        confirm(r, lsn);
+        relay_capture_confirm(r, lsn);
         lag_update(r);
         repl_resume(&c->repl);
     } else {
@@ -199,10 +198,14 @@ void relay_capture_on_report(struct relay *r, void *opaque, rd_kafka_resp_err_t 
         relay_step(r);
         return;
     }
+    if (c->queue_full) {
+        c->queue_full = false;
+        repl_resume(&c->repl);
+    }
     if (transactional(r) || gen != (c->gen & 0xffff))
         return;
     r->st.published_total++;
-    confirm(r, pgo_acks_done(&c->acks, seq));
+    relay_capture_confirm(r, pgo_acks_done(&c->acks, seq));
     lag_update(r);
     if (c->unacked == 0 && c->state == CAPTURE_OFF)
         relay_step(r); /* a restart waited for the reports */
@@ -247,28 +250,39 @@ static int produce(struct relay *r, const struct event_row *row, char *err, size
     return 0;
 }
 
-/* An event that can never be produced: relaying stops here, before it, so
- * nothing after it is confirmed and nothing is lost (on_poison applies as
- * halt: a stream cannot hold one aggregate back and go on with the rest). */
-static void poison(struct relay *r, const struct event_row *row, uint64_t lsn, const char *why)
+/* An event that can never be produced (@p why): kept as a dead row and
+ * passed over (relay_capture_dead.c), or, under on_poison = halt, the stream
+ * stops before it, so nothing after it is confirmed and nothing is lost.
+ * @return true when the stream goes on. */
+static bool poison(struct relay *r, const struct event_row *row, uint64_t lsn, const char *why)
 {
     struct capture *c = &r->cap;
-    char at[32];
+    char at[32], lsn_id[PGB_UUID_TEXT];
     lsn_text(lsn, at, sizeof at);
+    wal_event_lsn_id(lsn, lsn_id);
+    const char *event_id = row && row->event_id && *row->event_id ? row->event_id : lsn_id;
     r->st.failed_total[STATS_FAIL_INVALID]++;
+    if (!r->poison->halts) {
+        char reason[600];
+        snprintf(reason, sizeof reason, "%s (at LSN %s)", why, at);
+        if (relay_capture_dead_queue(r, row, event_id, reason))
+            return true;
+        why = "out of memory keeping it as a dead row";
+    }
     r->st.halted = true;
     snprintf(r->st.halt_reason, sizeof r->st.halt_reason,
              "event at LSN %s (outbox_id %" PRId64 ", event_id %s) cannot be produced: %s", at,
-             row ? row->id : 0, row && row->event_id ? row->event_id : "-", why);
-    log_error("relaying halted: an event cannot be produced; fix it (or skip it by advancing the "
-              "slot past it) and restart",
-              "lsn=%s outbox_id=%" PRId64 " event_id=%s error=%s", at, row ? row->id : 0,
-              row && row->event_id ? row->event_id : "-", log_quote(why));
+             row ? row->id : 0, event_id, why);
+    log_error("relaying halted: an event cannot be produced (on_poison=halt); fix it (or skip it "
+              "by advancing the slot past it) and restart",
+              "lsn=%s outbox_id=%" PRId64 " event_id=%s error=%s", at, row ? row->id : 0, event_id,
+              log_quote(why));
     /* What came before it is good: committed and confirmed; the stream stays
      * stopped on this message until the process ends. */
     if (transactional(r) && c->txn_msgs > 0)
         txn_commit(r);
     relay_notify_status(r);
+    return false;
 }
 
 /* Rows the relay itself writes already settled (a dead-letter copy) or that
@@ -302,7 +316,7 @@ static bool on_change(struct relay *r, const struct pgo_msg *m, uint64_t lsn)
         pgo_acks_commit(&c->acks, c->seq, m->end_lsn);
         c->last_commit_end = m->end_lsn;
         r->st.slot.transactions_total++;
-        confirm(r, c->acks.confirmed);
+        relay_capture_confirm(r, c->acks.confirmed);
         if (pgo_acks_waiting(&c->acks) == 1)
             c->oldest_commit_us = c->commit_time_us;
         return true;
@@ -323,12 +337,24 @@ static bool on_change(struct relay *r, const struct pgo_msg *m, uint64_t lsn)
         rc = produce(r, &c->ev.row, err, sizeof err);
     if (rc == -ENOBUFS || rc == -EIO) {
         wal_event_clear(&c->ev);
+        /* A full queue empties as Kafka acknowledges: a commit (which
+         * flushes) or the reports resume the stream. */
+        c->queue_full = rc == -ENOBUFS;
+        if (c->queue_full && transactional(r) && c->txn_msgs > 0)
+            txn_commit(r);
         return false;
     }
-    if (rc < 0)
-        poison(r, rc == -EINVAL && c->ev.row.aggregate_id ? &c->ev.row : NULL, lsn, err);
+    if (rc < 0 && m->kind == PGO_MESSAGE) {
+        /* No row holds a message: what it said goes with the error. */
+        size_t n = strlen(err), k = 0;
+        n += (size_t)snprintf(err + n, sizeof err - n, "; content: ");
+        for (; k < m->content_len && n + 1 < sizeof err; k++)
+            err[n++] = m->content[k] >= 0x20 && m->content[k] < 0x7f ? m->content[k] : '?';
+        err[n] = '\0';
+    }
+    bool go_on = rc == 0 || poison(r, c->ev.row.aggregate_id ? &c->ev.row : NULL, lsn, err);
     wal_event_clear(&c->ev);
-    return rc == 0;
+    return go_on;
 }
 
 /* Whether new messages may go to Kafka now: the leader, a producer with an
@@ -368,8 +394,7 @@ static bool on_data(struct repl_conn *rc, const uint8_t *buf, size_t len, void *
     if (d < 0) {
         char why[128];
         snprintf(why, sizeof why, "undecodable pgoutput message (%s)", strerror(-d));
-        poison(r, NULL, f.start_lsn, why);
-        return false;
+        return poison(r, NULL, f.start_lsn, why);
     }
     c->wal_end = f.end_lsn;
     if (!on_change(r, &m, f.start_lsn))
@@ -412,7 +437,7 @@ static void on_streaming(struct repl_conn *rc, void *arg)
 }
 
 /* What the server's refusal means for the operator. */
-static void explain(struct relay *r, const char *why, const char *sqlstate)
+void relay_capture_explain(struct relay *r, const char *why, const char *sqlstate)
 {
     const char *hint = "";
     if (strcmp(sqlstate, "42704") == 0)
@@ -436,7 +461,7 @@ static void on_lost(struct repl_conn *rc, const char *why, const char *sqlstate,
     struct capture *c = &r->cap;
     bool was_streaming = c->state == CAPTURE_STREAMING;
     if (*sqlstate || !was_streaming)
-        explain(r, why, sqlstate);
+        relay_capture_explain(r, why, sqlstate);
     c->slot_busy = strcmp(sqlstate, "55006") == 0 && r->st.role == STATS_ROLE_LEADER;
     log_warn(was_streaming ? "replication stream lost" : "cannot stream from the replication slot",
              "slot=%s error=%s sqlstate=%s", r->cfg->slot, log_quote(why), sqlstate);
@@ -475,6 +500,7 @@ static void capture_start(struct relay *r)
         return;
     pgo_acks_free(&c->acks);
     pgo_relations_free(&c->rels);
+    relay_capture_dead_clear(r); /* unconfirmed: the new stream reads those events again */
     c->n_open = c->n_done = 0;
     c->gen++;
     c->seq = 0;
@@ -517,172 +543,6 @@ void relay_capture_step(struct relay *r)
         relay_now_ms(r) - c->status_sent_ms >= CAPTURE_STATUS_EVERY_MS)
         send_status(r, false);
     lag_update(r);
-}
-
-/* ---- what the main connection does for the capture ------------------------ */
-
-bool relay_capture_heartbeat_due(const struct relay *r)
-{
-    const struct capture *c = &r->cap;
-    return c->on && r->cfg->heartbeat_ms > 0 && c->state == CAPTURE_STREAMING &&
-           relay_now_ms((struct relay *)r) - c->last_progress_ms >= (uint64_t)r->cfg->heartbeat_ms;
-}
-
-static void on_heartbeat(struct pg_conn *pg, PGresult *res, void *arg)
-{
-    (void)pg;
-    struct relay *r = arg;
-    if (!res)
-        return;
-    if (PQresultStatus(res) != PGRES_TUPLES_OK) {
-        log_warn("heartbeat failed", "error=%s", log_quote(PQresultErrorMessage(res)));
-        relay_session_evidence(r, res, "heartbeat");
-    } else {
-        r->st.slot.heartbeats_total++;
-    }
-    relay_step(r);
-}
-
-void relay_capture_heartbeat(struct relay *r)
-{
-    const char *params[] = { SQL_CAPTURE_HEARTBEAT_PREFIX };
-    r->cap.last_progress_ms = relay_now_ms(r); /* one at a time, whatever its fate */
-    pg_query(&r->pg, r->csql.heartbeat, 1, params, on_heartbeat, r);
-}
-
-bool relay_capture_slot_query_due(const struct relay *r)
-{
-    return r->cap.on && relay_now_ms((struct relay *)r) >= r->cap.slot_query_ms;
-}
-
-static uint64_t parse_lsn(const char *s)
-{
-    unsigned hi = 0, lo = 0;
-    return s && sscanf(s, "%X/%X", &hi, &lo) == 2 ? ((uint64_t)hi << 32) | lo : 0;
-}
-
-static void on_slot(struct pg_conn *pg, PGresult *res, void *arg)
-{
-    (void)pg;
-    struct relay *r = arg;
-    struct stats_slot *s = &r->st.slot;
-    if (!res)
-        return;
-    if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1) {
-        log_warn("slot query failed", "error=%s", log_quote(PQresultErrorMessage(res)));
-        relay_step(r);
-        return;
-    }
-    const char *v[SLOT_NCOLS];
-    for (int k = 0; k < SLOT_NCOLS && k < PQnfields(res); k++)
-        v[k] = PQgetisnull(res, 0, k) ? NULL : PQgetvalue(res, 0, k);
-    if (PQnfields(res) < SLOT_NCOLS) {
-        log_warn("slot query returned too few columns", "columns=%d", PQnfields(res));
-        relay_step(r);
-        return;
-    }
-    s->query_time = stats_now();
-    s->known = v[SLOT_EXISTS] && v[SLOT_EXISTS][0] == 't';
-    s->active = v[SLOT_ACTIVE] && v[SLOT_ACTIVE][0] == 't';
-    s->active_pid = v[SLOT_ACTIVE_PID] ? atoi(v[SLOT_ACTIVE_PID]) : 0;
-    snprintf(s->wal_status, sizeof s->wal_status, "%s", v[SLOT_WAL_STATUS] ? v[SLOT_WAL_STATUS] : "");
-    s->confirmed_lsn = parse_lsn(v[SLOT_CONFIRMED_LSN]);
-    s->restart_lsn = parse_lsn(v[SLOT_RESTART_LSN]);
-    s->retained_bytes = v[SLOT_RETAINED_BYTES] ? strtoll(v[SLOT_RETAINED_BYTES], NULL, 10) : 0;
-    s->lag_bytes = v[SLOT_LAG_BYTES] ? strtoll(v[SLOT_LAG_BYTES], NULL, 10) : 0;
-    const char *plugin = v[SLOT_PLUGIN] ? v[SLOT_PLUGIN] : "pgoutput";
-    if (!s->known)
-        snprintf(s->problem, sizeof s->problem,
-                 "replication slot \"%s\" does not exist; create it with `outbox-relay migrate` "
-                 "(relay.capture = wal)", r->cfg->slot);
-    else if (strcmp(plugin, "pgoutput") != 0)
-        snprintf(s->problem, sizeof s->problem,
-                 "replication slot \"%s\" uses the plugin %s; the relay reads pgoutput slots",
-                 r->cfg->slot, plugin);
-    else if (!(v[SLOT_DATABASE_OK] && v[SLOT_DATABASE_OK][0] == 't'))
-        snprintf(s->problem, sizeof s->problem,
-                 "replication slot \"%s\" belongs to another database", r->cfg->slot);
-    else if (strcmp(s->wal_status, "lost") == 0)
-        explain(r, "replication slot is invalidated (wal_status lost)", "55000");
-    else if (!(v[SLOT_PUBLICATION_OK] && v[SLOT_PUBLICATION_OK][0] == 't'))
-        snprintf(s->problem, sizeof s->problem,
-                 "publication \"%s\" does not publish %s.%s; run `outbox-relay migrate`",
-                 r->cfg->publication, r->cfg->schema, r->cfg->table);
-    else if (r->cap.state == CAPTURE_STREAMING || r->st.role != STATS_ROLE_LEADER)
-        s->problem[0] = '\0'; /* a leader not streaming keeps what its stream was told */
-    relay_step(r);
-}
-
-void relay_capture_slot_query(struct relay *r)
-{
-    const char *params[] = { r->cfg->slot, r->cfg->publication };
-    r->cap.slot_query_ms = relay_now_ms(r) + CAPTURE_SLOT_QUERY_EVERY_MS;
-    pg_query(&r->pg, r->csql.slot_status, 2, params, on_slot, r);
-}
-
-static void on_taken_over(struct pg_conn *pg, PGresult *res, void *arg)
-{
-    (void)pg;
-    struct relay *r = arg;
-    if (!res)
-        return;
-    if (PQresultStatus(res) != PGRES_TUPLES_OK)
-        log_error("cannot end the session that reads the replication slot", "slot=%s error=%s",
-                  r->cfg->slot, log_quote(PQresultErrorMessage(res)));
-    for (int i = 0; PQresultStatus(res) == PGRES_TUPLES_OK && i < PQntuples(res); i++)
-        log_warn("ended the session that read the replication slot: this relay leads",
-                 "slot=%s pid=%s application_name=%s", r->cfg->slot, PQgetvalue(res, i, 0),
-                 log_quote(PQgetvalue(res, i, 1)));
-    r->cap.restart_at_ms = relay_now_ms(r) + 100; /* its walsender needs a moment to exit */
-    relay_step(r);
-}
-
-void relay_capture_take_over(struct relay *r)
-{
-    const char *params[] = { r->cfg->slot };
-    r->cap.slot_busy = false;
-    pg_query(&r->pg, r->csql.take_over, 1, params, on_taken_over, r);
-}
-
-/* Retention of rows the relay only read: on_sent = mark keeps them for
- * relay.retention after they were written; on_sent = delete removes those
- * older than the newest confirmed commit (already in the WAL, and relayed or
- * on their way: deleting a row never takes its insert out of the stream). */
-static void on_retention(struct pg_conn *pg, PGresult *res, void *arg)
-{
-    (void)pg;
-    struct relay *r = arg;
-    if (!res)
-        return;
-    long deleted = PQresultStatus(res) == PGRES_COMMAND_OK ? strtol(PQcmdTuples(res), NULL, 10) : 0;
-    if (PQresultStatus(res) != PGRES_COMMAND_OK)
-        log_error("retention delete failed", "error=%s", log_quote(PQresultErrorMessage(res)));
-    else if (deleted > 0)
-        log_debug("retention deleted rows", "rows=%ld", deleted);
-    if (deleted < 1000) {
-        r->retention_due = false;
-        r->last_retention_ms = relay_now_ms(r);
-    }
-    relay_step(r);
-}
-
-void relay_capture_retention(struct relay *r)
-{
-    char bound[64], limit[16] = "1000";
-    double t = r->cfg->on_sent == RELAY_ON_SENT_DELETE ? r->st.slot.last_commit_time
-                                                       : stats_now() - (double)r->cfg->retention_ms / 1000.0;
-    if (t <= 0) {
-        r->retention_due = false;
-        r->last_retention_ms = relay_now_ms(r);
-        return;
-    }
-    time_t secs = (time_t)t;
-    struct tm tm;
-    gmtime_r(&secs, &tm);
-    size_t n = strftime(bound, sizeof bound, "%Y-%m-%d %H:%M:%S", &tm);
-    snprintf(bound + n, sizeof bound - n, ".%06d+00", (int)((t - (double)secs) * 1e6));
-    const char *params[] = { bound, limit };
-    pg_query(&r->pg, r->csql.retention, 2, params, on_retention, r);
 }
 
 /* ---- life ---------------------------------------------------------------- */
@@ -732,5 +592,6 @@ void relay_capture_free(struct relay *r)
     wal_event_clear(&c->ev);
     free(c->open);
     free(c->done);
+    relay_capture_dead_free(r);
     c->on = false;
 }

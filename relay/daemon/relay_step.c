@@ -100,6 +100,7 @@ void relay_snapshot(const struct relay *r, struct plan_state *s)
         .slot_query_due = relay_capture_slot_query_due(r),
         .capture_streaming = r->cap.state == CAPTURE_STREAMING,
         .slot_busy = r->cap.slot_busy,
+        .dead_due = relay_capture_dead_due(r),
         .listening = r->listening,
         .quiet = r->quiet,
         .quiet_wanted = r->quiet_wanted,
@@ -191,6 +192,7 @@ static bool carry_out(struct relay *r, const struct plan_step *p)
     case PLAN_HEARTBEAT: relay_capture_heartbeat(r); break;
     case PLAN_SLOT_QUERY: relay_capture_slot_query(r); break;
     case PLAN_SLOT_TAKE_OVER: relay_capture_take_over(r); break;
+    case PLAN_RECORD_DEAD: relay_capture_dead_record(r); break;
     }
     return false;
 }

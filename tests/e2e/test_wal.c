@@ -186,20 +186,22 @@ Test(e2e, wal_without_its_slot_is_not_ready, .fini = fini, .timeout = 60)
     free(body);
 }
 
-/* An event that can never be produced stops the stream before it: nothing
- * after it is confirmed, so nothing is skipped, and a restart stops there again. */
+/* Under on_poison = halt an event that can never be produced stops the
+ * stream before it: nothing after it is confirmed, so nothing is skipped, and
+ * a restart stops there again. */
 Test(e2e, wal_poison_event_halts_before_it, .fini = fini, .timeout = 120)
 {
     setup("walpoison");
     write_rows(T.conn, "k", 10, 1, 100);
     e2e_exec(T.conn, "SELECT pg_logical_emit_message(true, 'outbox', '{\"aggregate_type\":\"order\"}')");
     write_rows(T.conn, "k", 10, 101, 200);
-    struct e2e_relay *r = e2e_relay_start(&T, NULL);
+    const char *halt[] = {"relay.on_poison=halt", NULL};
+    struct e2e_relay *r = e2e_relay_start(&T, halt);
     cr_assert(e2e_relay_wait_log(r, "relaying halted", 30000), "the relay did not halt (log %s)", r->log_path);
     e2e_assert_readyz(r, 503, "aggregate_id");
     cr_assert(e2e_wal_wait_confirmed(&T, 3000) == false, "the slot moved past the poison event");
     cr_assert_eq(e2e_relay_stop(r, 30000), 0);
-    r = e2e_relay_start(&T, NULL);
+    r = e2e_relay_start(&T, halt);
     cr_assert(e2e_relay_wait_log(r, "relaying halted", 30000), "the restarted relay did not halt again (log %s)",
               r->log_path);
     char topic[160];
@@ -213,4 +215,40 @@ Test(e2e, wal_poison_event_halts_before_it, .fini = fini, .timeout = 120)
     cr_assert_eq(after, 0, "%zu rows after the poison event were relayed", after);
     cr_assert_geq(m.n, 100, "rows before the poison event: %zu", m.n);
     e2e_msgs_free(&m);
+}
+
+/* By default an event that can never be produced is kept as a dead row and
+ * only it is held back: the rows after it, of every aggregate, are relayed;
+ * its transaction is confirmed once the dead row is written. */
+Test(e2e, wal_poison_events_are_dead_lettered_and_the_rest_goes_on, .fini = fini, .timeout = 120)
+{
+    setup("waldead");
+    write_rows(T.conn, "k", 10, 1, 100);
+    e2e_exec(T.conn, "SELECT pg_logical_emit_message(true, 'outbox', '{\"aggregate_type\":\"order\"}')");
+    e2e_exec(T.conn, "INSERT INTO %s (aggregate_type, aggregate_id, event_type, topic, payload) "
+                     "VALUES ('order', 'k1', 'changed', 'not a topic!', '{}')", T.qtable);
+    write_rows(T.conn, "k", 10, 101, 200);
+    struct e2e_relay *r = e2e_relay_start(&T, NULL);
+    cr_assert(e2e_wal_wait_confirmed(&T, 60000), "the slot was not confirmed past the poison events (log %s)",
+              r->log_path);
+    /* The bad row itself is dead; the message left a dead copy with what it said. */
+    cr_assert_eq(e2e_count_where(&T, "dead_at IS NOT NULL AND topic = 'not a topic!' AND last_error LIKE "
+                                     "'%%invalid topic%%'"), 1, "the bad row is not dead-lettered");
+    cr_assert_eq(e2e_count_where(&T, "dead_at IS NOT NULL AND last_error LIKE '%%aggregate_id%%' AND "
+                                     "last_error LIKE '%%content: {\"aggregate_type\":\"order\"}%%'"), 1,
+                 "the bad message left no dead row");
+    char *out = NULL;
+    const char *words[] = {"list", NULL};
+    cr_assert_eq(e2e_dead(&T, words, NULL, &out, NULL), 0);
+    cr_assert(strstr(out, "not a topic!") || strstr(out, "invalid topic"), "dead list:\n%s", out);
+    free(out);
+    char topic[160];
+    snprintf(topic, sizeof topic, "%s.order", T.table);
+    const char *topics[] = {topic};
+    struct e2e_msgs m;
+    e2e_consume_from(T.kafka, true, topics, 1, 30000, &m);
+    cr_assert_eq(m.n, 200, "%zu messages, expected the 200 good rows", m.n);
+    e2e_msgs_free(&m);
+    cr_assert(e2e_relay_alive(r), "the relay exited (log %s)", r->log_path);
+    e2e_assert_readyz(r, 200, NULL);
 }

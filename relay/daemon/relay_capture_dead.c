@@ -1,0 +1,155 @@
+/* relay_capture_dead.c — relay.capture = wal: an event that can never be
+ * produced (an invalid topic, headers that are not an object of strings, a
+ * message larger than Kafka takes, an envelope that is not one) is kept in
+ * the outbox table as a dead row, as polling mode dead-letters a row, and the
+ * stream goes on: only the event at fault is held back.
+ *
+ * Its source transaction is confirmed only once the dead row is committed
+ * (one more pending message of that transaction in pgo_acks), so a crash
+ * before that reads the event again and records it again (one more attempt).
+ * The copy is inserted with dead_at set, which the stream skips; `outbox-relay
+ * dead` lists it and `outbox-relay replay` sends it once fixed. A stream
+ * cannot hold one aggregate back and relay the others, so hold_aggregate
+ * dead-letters in this mode; halt stops the stream on the event. */
+#include "daemon/relay_int.h"
+
+/* The statement's parameters, owned. */
+#define DEAD_NPARAMS 9
+
+struct capture_dead {
+    unsigned gen;              /* the stream it came from */
+    uint64_t seq;              /* its source transaction */
+    int64_t outbox_id;         /* 0 for a logical message */
+    char *params[DEAD_NPARAMS];
+};
+
+static char *dup_or_null(const char *s, size_t len)
+{
+    return s ? strndup(s, len) : NULL;
+}
+
+static void dead_free(struct capture_dead *d)
+{
+    for (int i = 0; i < DEAD_NPARAMS; i++)
+        free(d->params[i]);
+    memset(d, 0, sizeof *d);
+}
+
+/* The oldest queued record goes first: records of one source transaction
+ * are written in the stream's order. */
+static void dead_pop(struct capture *c)
+{
+    dead_free(&c->dead[0]);
+    memmove(&c->dead[0], &c->dead[1], (c->n_dead - 1) * sizeof c->dead[0]);
+    c->n_dead--;
+}
+
+bool relay_capture_dead_queue(struct relay *r, const struct event_row *row, const char *event_id,
+                              const char *why)
+{
+    struct capture *c = &r->cap;
+    if (c->n_dead == c->dead_cap) {
+        size_t cap = c->dead_cap ? 2 * c->dead_cap : 8;
+        struct capture_dead *v = realloc(c->dead, cap * sizeof *v);
+        if (!v)
+            return false;
+        c->dead = v;
+        c->dead_cap = cap;
+    }
+    struct capture_dead *d = &c->dead[c->n_dead];
+    memset(d, 0, sizeof *d);
+    d->gen = c->gen;
+    d->seq = c->seq;
+    d->outbox_id = row ? row->id : 0;
+    const char *empty = "";
+    d->params[0] = strdup(event_id);
+    d->params[1] = strdup(row && row->aggregate_type ? row->aggregate_type : empty);
+    d->params[2] = strdup(row && row->aggregate_id ? row->aggregate_id : empty);
+    d->params[3] = strdup(row && row->event_type ? row->event_type : empty);
+    d->params[4] = row && row->topic ? strdup(row->topic) : NULL;
+    d->params[5] = row ? dup_or_null(row->payload, row->payload_len) : NULL;
+    d->params[6] = row && row->headers_json ? strdup(row->headers_json) : NULL;
+    d->params[7] = row && row->created_at && *row->created_at ? strdup(row->created_at) : NULL;
+    d->params[8] = strdup(why);
+    if (!d->params[0] || !d->params[1] || !d->params[2] || !d->params[3] || !d->params[8]) {
+        dead_free(d);
+        return false;
+    }
+    c->n_dead++;
+    pgo_acks_sent(&c->acks, c->seq); /* its transaction waits for the record */
+    return true;
+}
+
+bool relay_capture_dead_due(const struct relay *r)
+{
+    const struct capture *c = &r->cap;
+    return c->n_dead > 0 && !c->dead_sending && uv_now(r->loop) >= c->dead_retry_ms;
+}
+
+static void on_recorded(struct pg_conn *pg, PGresult *res, void *arg)
+{
+    (void)pg;
+    struct relay *r = arg;
+    struct capture *c = &r->cap;
+    c->dead_sending = false;
+    if (!res || c->n_dead == 0)
+        return; /* the connection is gone: the record is sent again on the next */
+    struct capture_dead *d = &c->dead[0];
+    if (PQresultStatus(res) != PGRES_COMMAND_OK) {
+        const char *state = pg_sqlstate(res);
+        log_error("cannot record an event that cannot be produced",
+                  "event_id=%s error=%s", d->params[0], log_quote(PQresultErrorMessage(res)));
+        if (strcmp(state, "42501") == 0) {
+            /* Without INSERT and UPDATE on the table it cannot be kept: stop here. */
+            r->st.halted = true;
+            snprintf(r->st.halt_reason, sizeof r->st.halt_reason,
+                     "event %s cannot be produced (%s) and cannot be dead-lettered: the role needs "
+                     "INSERT and UPDATE on the outbox table", d->params[0], d->params[8]);
+            relay_notify_status(r);
+        }
+        c->dead_retry_ms = relay_now_ms(r) + 1000;
+        relay_step(r);
+        return;
+    }
+    r->st.dead_total++;
+    if (log_limit_allow(&r->failures, stats_mono(), LOG_LVL_ERROR, r->poison->dead_msg, d->params[8],
+                        d->outbox_id))
+        log_error(r->poison->dead_msg, "outbox_id=%" PRId64 " event_id=%s error=%s", d->outbox_id,
+                  d->params[0], log_quote(d->params[8]));
+    if (d->gen == c->gen)
+        relay_capture_confirm(r, pgo_acks_done(&c->acks, d->seq));
+    dead_pop(c);
+    relay_step(r);
+}
+
+void relay_capture_dead_record(struct relay *r)
+{
+    struct capture *c = &r->cap;
+    struct capture_dead *d = &c->dead[0];
+    c->dead_sending = true;
+    if (pg_query(&r->pg, r->csql.record_dead, DEAD_NPARAMS, (const char *const *)d->params,
+                 on_recorded, r) < 0)
+        c->dead_sending = false;
+}
+
+void relay_capture_dead_clear(struct relay *r)
+{
+    struct capture *c = &r->cap;
+    while (c->n_dead > 0 && !c->dead_sending)
+        dead_pop(c);
+    /* one being written finishes; its stream's acknowledgement is ignored */
+    for (size_t i = c->dead_sending ? 1 : 0; i < c->n_dead; i++)
+        dead_free(&c->dead[i]);
+    if (c->n_dead > 1)
+        c->n_dead = 1;
+}
+
+void relay_capture_dead_free(struct relay *r)
+{
+    struct capture *c = &r->cap;
+    for (size_t i = 0; i < c->n_dead; i++)
+        dead_free(&c->dead[i]);
+    free(c->dead);
+    c->dead = NULL;
+    c->n_dead = c->dead_cap = 0;
+}
