@@ -252,3 +252,50 @@ Test(e2e, wal_poison_events_are_dead_lettered_and_the_rest_goes_on, .fini = fini
     cr_assert(e2e_relay_alive(r), "the relay exited (log %s)", r->log_path);
     e2e_assert_readyz(r, 200, NULL);
 }
+
+/* PostgreSQL invalidates a slot that keeps more WAL than
+ * max_slot_wal_keep_size: the events after its confirmed position may be
+ * gone. The relay must say so and stop being ready, never go on as if
+ * nothing were missing. (This lane's PostgreSQL is the test's alone while it
+ * runs: the e2e tests of a lane run one at a time.) */
+Test(e2e, wal_invalidated_slot_is_reported_not_skipped, .fini = fini, .timeout = 180)
+{
+    setup("wallost");
+    write_rows(T.conn, "k", 10, 1, 100);
+    e2e_exec(T.conn, "ALTER SYSTEM SET max_slot_wal_keep_size = '1MB'");
+    e2e_exec(T.conn, "SELECT pg_reload_conf()");
+    /* Enough WAL behind the slot for the checkpoint to remove what it needs. */
+    e2e_exec(T.conn, "CREATE TABLE %s_filler AS SELECT i, repeat('x', 100) AS pad "
+                     "FROM generate_series(1, 400000) i", T.table);
+    e2e_exec(T.conn, "SELECT pg_switch_wal()");
+    e2e_exec(T.conn, "CHECKPOINT");
+    bool lost = e2e_wait_sql(&T, 30000, "SELECT wal_status = 'lost' FROM pg_replication_slots "
+                                        "WHERE slot_name = '%s'", T.table);
+    e2e_exec(T.conn, "ALTER SYSTEM RESET max_slot_wal_keep_size");
+    e2e_exec(T.conn, "SELECT pg_reload_conf()");
+    e2e_exec(T.conn, "DROP TABLE %s_filler", T.table);
+    cr_assert(lost, "PostgreSQL did not invalidate the slot");
+
+    struct e2e_relay *r = e2e_relay_start(&T, NULL);
+    cr_assert(e2e_relay_wait_log(r, "cannot stream from the replication slot", 30000),
+              "no error about the slot (log %s)", r->log_path);
+    cr_assert(e2e_relay_log_contains(r, "verify"), "the error does not say what to do (log %s)", r->log_path);
+    e2e_assert_readyz(r, 503, "invalidated");
+    char *body = NULL;
+    cr_assert_eq(e2e_relay_http_get(r, "/metrics", &body), 200);
+    cr_assert(strstr(body, "outbox_relay_slot_lost 1"), "slot_lost is not 1:\n%.2000s", body);
+    free(body);
+    cr_assert_eq(e2e_relay_http_get(r, "/status", &body), 200);
+    cr_assert(strstr(body, "\"lost\""), "/status does not show wal_status lost:\n%.3000s", body);
+    free(body);
+    char *out = NULL;
+    const char *argv[] = {"slot", "status", NULL};
+    const char *args[E2E_MAX_ARGS];
+    int n = 0;
+    for (; argv[n]; n++)
+        args[n] = argv[n];
+    e2e_base_args(&T, args, &n);
+    args[n] = NULL;
+    cr_assert_eq(e2e_run_relay(args, 30000, &out, NULL), 1, "slot status must fail on a lost slot:\n%s", out);
+    free(out);
+}
