@@ -95,7 +95,8 @@ const struct param config_params[] = {
     ENUM("relay", "on_poison", on_poison, "hold_aggregate", poison_policy_names, RESTART,
          "a row Kafka will not take: hold_aggregate, dead_letter or halt"),
     ENUM("relay", "on_sent", on_sent, "mark", sent_actions, RESTART,
-         "after Kafka acknowledged a row: mark it sent, or delete it"),
+         "after Kafka acknowledged a row: mark it sent, or delete it (capture=wal: rows are never "
+         "marked; delete removes them once the slot moved past them)"),
     STR("relay", "notify_channel", notify_channel, "outbox_relay", check_ident, RESTART,
         "channel LISTENed on for new-row notifications"),
     INT("relay", "poll_interval_ms", poll_interval_ms, "1000", 10, 3600000, "ms", RELOAD,
@@ -107,7 +108,8 @@ const struct param config_params[] = {
     STR("relay", "publication", publication, "outbox_relay", check_ident, RESTART,
         "capture=wal: the publication of the outbox table (created by migrate)"),
     DUR("relay", "retention", retention_ms, "7d", RESTART,
-        "delete sent rows older than this (N, Ns, Nm, Nh, Nd; 0 = keep)"),
+        "delete sent rows older than this (capture=wal: rows created longer ago) (N, Ns, Nm, Nh, Nd; "
+        "0 = keep)"),
     STR("relay", "schema", schema, "public", check_ident, RESTART, "schema of the outbox table"),
     INT("relay", "shutdown_timeout_ms", shutdown_timeout_ms, "10000", 0, 600000, "ms", RELOAD,
         "how long to wait for in-flight messages on shutdown"),
