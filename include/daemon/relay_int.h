@@ -72,6 +72,7 @@ struct capture_count {
 };
 
 struct capture_dead;
+struct capture_frame;
 
 enum capture_state { CAPTURE_OFF = 0, CAPTURE_STARTING, CAPTURE_STREAMING };
 
@@ -87,8 +88,6 @@ struct capture {
     uint64_t seq;               /* the source transaction being read */
     int64_t commit_time_us;     /* its commit time (PostgreSQL epoch) */
     int64_t oldest_commit_us;   /* of the oldest transaction not confirmed: the lag */
-    uint64_t last_commit_end;   /* end LSN of the last Commit read */
-    uint64_t wal_end;           /* the server's WAL end, as its last message said */
     uint64_t confirmed;         /* reported flushed; where a new stream starts */
     uint64_t status_sent_ms;
     uint64_t last_progress_ms;  /* confirmed moved or a heartbeat was sent */
@@ -110,7 +109,9 @@ struct capture {
     size_t n_open, open_cap, n_done, done_cap;
     long done_msgs;
     bool committing;
-    uv_timer_t linger;          /* commits a young transaction the stream stopped feeding */
+    /* read ahead while a commit runs (relay_capture.c) */
+    struct capture_frame **ahead;
+    size_t ahead_head, n_ahead, ahead_cap, ahead_bytes;
 };
 
 struct relay {

@@ -22,10 +22,6 @@
 /* A Kafka transaction is committed once the stream has nothing more to read
  * right now, or once it carries this many messages (under a backlog). */
 #define CAPTURE_TXN_MAX_MSGS 20000
-/* A stream that is not caught up (more WAL than this behind the server's end)
- * commits only when its transaction is full or has waited this long. */
-#define CAPTURE_BEHIND_BYTES (1 << 20)
-#define CAPTURE_LINGER_MS 20
 #define CAPTURE_STATUS_EVERY_MS 10000
 #define CAPTURE_RETRY_MS 1000
 
@@ -33,6 +29,7 @@
 #define OPAQUE_GEN_SHIFT 48
 
 static void capture_stop(struct relay *r, const char *why, bool failed);
+static bool ahead_drain(struct relay *r);
 
 static double pg_epoch_to_unix(int64_t us)
 {
@@ -106,7 +103,8 @@ static void on_txn_ended(void *arg, unsigned gen, enum producer_txn_result res, 
         c->done_msgs = 0;
         relay_capture_confirm(r, lsn);
         lag_update(r);
-        repl_resume(&c->repl);
+        if (ahead_drain(r))
+            repl_resume(&c->repl);
     } else {
         r->st.txn_aborted_total++;
         log_warn("kafka transaction aborted; the stream restarts from the confirmed position",
@@ -124,7 +122,6 @@ static void txn_commit(struct relay *r)
     struct capture *c = &r->cap;
     if (c->committing || producer_txn_state(&r->prod) != PRODUCER_TXN_OPEN)
         return;
-    uv_timer_stop(&c->linger);
     if (c->txn_msgs == 0)
         return;
     struct capture_count *tmp = c->done;
@@ -146,12 +143,6 @@ static void txn_commit(struct relay *r)
     capture_stop(r, "cannot commit the kafka transaction", true);
 }
 
-static void on_linger(uv_timer_t *t)
-{
-    struct relay *r = t->data;
-    if (r->cap.txn_msgs > 0)
-        txn_commit(r);
-}
 
 /* One message of source transaction @p seq went into the open Kafka transaction. */
 static bool count_open(struct capture *c, uint64_t seq)
@@ -314,7 +305,6 @@ static bool on_change(struct relay *r, const struct pgo_msg *m, uint64_t lsn)
         return c->seq != 0;
     case PGO_COMMIT:
         pgo_acks_commit(&c->acks, c->seq, m->end_lsn);
-        c->last_commit_end = m->end_lsn;
         r->st.slot.transactions_total++;
         relay_capture_confirm(r, c->acks.confirmed);
         if (pgo_acks_waiting(&c->acks) == 1)
@@ -367,10 +357,9 @@ static bool may_produce(const struct relay *r)
            (t == PRODUCER_TXN_OFF || (t == PRODUCER_TXN_OPEN && !producer_txn_doomed(&r->prod)));
 }
 
-static bool on_data(struct repl_conn *rc, const uint8_t *buf, size_t len, void *arg)
+/* One XLogData or keepalive. @return false when it must be offered again later. */
+static bool take_frame(struct relay *r, const uint8_t *buf, size_t len)
 {
-    (void)rc;
-    struct relay *r = arg;
     struct capture *c = &r->cap;
     struct pgo_frame f;
     if (pgo_frame_parse(buf, len, &f) < 0) {
@@ -378,7 +367,6 @@ static bool on_data(struct repl_conn *rc, const uint8_t *buf, size_t len, void *
         return true;
     }
     if (f.kind == PGO_KEEPALIVE) {
-        c->wal_end = f.end_lsn;
         if (f.reply_requested)
             send_status(r, false);
         return true;
@@ -396,28 +384,102 @@ static bool on_data(struct repl_conn *rc, const uint8_t *buf, size_t len, void *
         snprintf(why, sizeof why, "undecodable pgoutput message (%s)", strerror(-d));
         return poison(r, NULL, f.start_lsn, why);
     }
-    c->wal_end = f.end_lsn;
     if (!on_change(r, &m, f.start_lsn))
         return false;
     r->st.slot.received_lsn = f.start_lsn;
     return true;
 }
 
-/* What the socket held is read: commit what is complete, unless more is
- * clearly on its way and the transaction is young. */
+/* ---- reading ahead while a commit runs ----------------------------------- */
+
+/* While a Kafka transaction commits nothing can be produced; the stream is
+ * read on into memory meanwhile (up to CAPTURE_AHEAD_BYTES), so PostgreSQL's
+ * walsender is not held back by the commit's round trips. */
+#define CAPTURE_AHEAD_BYTES (4 << 20)
+
+struct capture_frame {
+    size_t len;
+    uint8_t data[];
+};
+
+static bool ahead_push(struct capture *c, const uint8_t *buf, size_t len)
+{
+    if (c->ahead_bytes + len > CAPTURE_AHEAD_BYTES)
+        return false;
+    if (c->n_ahead == c->ahead_cap) {
+        size_t cap = c->ahead_cap ? 2 * c->ahead_cap : 256;
+        struct capture_frame **v = realloc(c->ahead, cap * sizeof *v);
+        if (!v)
+            return false;
+        c->ahead = v;
+        c->ahead_cap = cap;
+    }
+    struct capture_frame *f = malloc(sizeof *f + len);
+    if (!f)
+        return false;
+    f->len = len;
+    memcpy(f->data, buf, len);
+    c->ahead[c->n_ahead++] = f;
+    c->ahead_bytes += len;
+    return true;
+}
+
+/* Offers the frames read ahead, oldest first. @return true when none is left. */
+static bool ahead_drain(struct relay *r)
+{
+    struct capture *c = &r->cap;
+    size_t i = c->ahead_head;
+    while (i < c->n_ahead && c->state == CAPTURE_STREAMING) {
+        struct capture_frame *f = c->ahead[i];
+        if (!take_frame(r, f->data, f->len))
+            break;
+        c->ahead_bytes -= f->len;
+        free(f);
+        i++;
+    }
+    c->ahead_head = i;
+    if (i < c->n_ahead)
+        return false;
+    c->ahead_head = c->n_ahead = 0;
+    return true;
+}
+
+static void ahead_clear(struct capture *c)
+{
+    for (size_t i = c->ahead_head; i < c->n_ahead; i++)
+        free(c->ahead[i]);
+    c->ahead_head = c->n_ahead = 0;
+    c->ahead_bytes = 0;
+}
+
+static bool on_data(struct repl_conn *rc, const uint8_t *buf, size_t len, void *arg)
+{
+    (void)rc;
+    struct relay *r = arg;
+    struct capture *c = &r->cap;
+    /* Behind what was read ahead, in order. */
+    if (c->n_ahead > c->ahead_head) {
+        if (!c->committing)
+            ahead_drain(r);
+        if (c->n_ahead > c->ahead_head) /* a commit began while they were taken */
+            return c->committing && ahead_push(c, buf, len);
+    }
+    if (c->committing)
+        return ahead_push(c, buf, len);
+    return take_frame(r, buf, len);
+}
+
+/* What the socket held is read: commit what came, so that a trickle is
+ * published at once; under a backlog the socket is rarely empty and the
+ * transaction grows to CAPTURE_TXN_MAX_MSGS, while what arrives during a
+ * commit is read ahead and makes the next one larger. */
 static void on_idle(struct repl_conn *rc, void *arg)
 {
     (void)rc;
     struct relay *r = arg;
     struct capture *c = &r->cap;
-    if (!transactional(r) || c->txn_msgs == 0 || c->committing)
-        return;
-    bool behind = c->wal_end > c->last_commit_end + CAPTURE_BEHIND_BYTES;
-    uint64_t age = relay_now_ms(r) - c->txn_first_ms;
-    if (!behind || age >= CAPTURE_LINGER_MS)
+    if (transactional(r) && c->txn_msgs > 0 && !c->committing)
         txn_commit(r);
-    else if (!uv_is_active((uv_handle_t *)&c->linger))
-        uv_timer_start(&c->linger, on_linger, CAPTURE_LINGER_MS - age, 0);
 }
 
 static void on_streaming(struct repl_conn *rc, void *arg)
@@ -478,7 +540,6 @@ static void capture_stop(struct relay *r, const char *why, bool failed)
     if (why && c->state != CAPTURE_OFF)
         log_info("replication stream stopped", "reason=%s", log_quote(why));
     repl_close(&c->repl);
-    uv_timer_stop(&c->linger);
     c->state = CAPTURE_OFF;
     /* A failure waits, longer each time in a row; a lost leadership waits
      * only for the lock to come back. */
@@ -501,6 +562,7 @@ static void capture_start(struct relay *r)
     pgo_acks_free(&c->acks);
     pgo_relations_free(&c->rels);
     relay_capture_dead_clear(r); /* unconfirmed: the new stream reads those events again */
+    ahead_clear(c);
     c->n_open = c->n_done = 0;
     c->gen++;
     c->seq = 0;
@@ -537,7 +599,7 @@ void relay_capture_step(struct relay *r)
             capture_start(r);
         return;
     }
-    if (c->state == CAPTURE_STREAMING && may_produce(r))
+    if (c->state == CAPTURE_STREAMING && may_produce(r) && ahead_drain(r))
         repl_resume(&c->repl);
     if (c->state == CAPTURE_STREAMING &&
         relay_now_ms(r) - c->status_sent_ms >= CAPTURE_STATUS_EVERY_MS)
@@ -562,8 +624,6 @@ int relay_capture_init(struct relay *r)
     };
     if (repl_init(&c->repl, r->loop, r->cfg->pg_conninfo, &cb) < 0)
         return -ENOMEM;
-    uv_timer_init(r->loop, &c->linger);
-    c->linger.data = r;
     c->on = true;
     r->st.slot.enabled = true;
     return 0;
@@ -575,8 +635,6 @@ void relay_capture_close(struct relay *r)
     if (!c->on)
         return;
     repl_close(&c->repl);
-    uv_timer_stop(&c->linger);
-    uv_close((uv_handle_t *)&c->linger, NULL);
     c->state = CAPTURE_OFF;
     r->st.slot.streaming = false;
 }
@@ -593,5 +651,8 @@ void relay_capture_free(struct relay *r)
     free(c->open);
     free(c->done);
     relay_capture_dead_free(r);
+    ahead_clear(c);
+    free(c->ahead);
+    c->ahead = NULL;
     c->on = false;
 }
