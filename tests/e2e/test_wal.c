@@ -63,12 +63,12 @@ static void read_back_once(int expected_rows)
 
 /* A backlog, then live writes: two writers whose transactions commit out of
  * id order, and a rolled-back one. */
-Test(e2e, wal_relays_committed_rows_in_order_without_writing_the_table, .fini = fini, .timeout = 200)
+static void order_without_writes(const char *name, const char *const *extra)
 {
-    setup("walorder");
+    setup(name);
     for (int k = 0; k < 10; k++)
         write_rows(T.conn, "k", 300, k * 1000 + 1, k * 1000 + 1000);
-    struct e2e_relay *r = e2e_relay_start(&T, NULL);
+    struct e2e_relay *r = e2e_relay_start(&T, extra);
     cr_assert(e2e_relay_wait_log(r, "streaming from the replication slot", 30000),
               "the relay did not stream (log %s)", r->log_path);
 
@@ -92,6 +92,19 @@ Test(e2e, wal_relays_committed_rows_in_order_without_writing_the_table, .fini = 
     cr_assert_eq(e2e_count_where(&T, "sent_at IS NOT NULL OR attempts > 0"), 0,
                  "the relay wrote rows of the table");
     cr_assert_eq(e2e_relay_stop(r, 30000), 0, "the relay did not exit 0 on SIGTERM");
+}
+
+Test(e2e, wal_relays_committed_rows_in_order_without_writing_the_table, .fini = fini, .timeout = 200)
+{
+    order_without_writes("walorder", NULL);
+}
+
+/* The same with the idempotent producer alone: the slot is confirmed from
+ * each message's acknowledgement instead of a transaction's commit. */
+Test(e2e, wal_without_kafka_transactions, .fini = fini, .timeout = 200)
+{
+    const char *extra[] = {"relay.fencing=none", NULL};
+    order_without_writes("walnofence", extra);
 }
 
 /* The message with @p event_id among @p m, or NULL. */
