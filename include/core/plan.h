@@ -61,6 +61,8 @@ struct plan_state {
     bool capture_streaming;     /* the stream runs: retention of delete mode may follow it */
     bool slot_busy;             /* the leader's stream was refused: another session reads the slot */
     bool dead_due;              /* an event that cannot be produced waits to be kept as a dead row */
+    bool capture_unsettled;     /* the stream's last Kafka transaction, reports or dead rows are
+                                   not done: a shutdown waits for them */
     bool listening;             /* LISTEN on the notification channel is in place */
 
     /* the role */

@@ -74,7 +74,7 @@ struct capture_count {
 struct capture_dead;
 struct capture_frame;
 
-enum capture_state { CAPTURE_OFF = 0, CAPTURE_STARTING, CAPTURE_STREAMING };
+enum capture_state { CAPTURE_OFF = 0, CAPTURE_STARTING, CAPTURE_STREAMING, CAPTURE_ENDING };
 
 /* relay.capture = wal (relay_capture.c). */
 struct capture {
@@ -86,6 +86,7 @@ struct capture {
     struct wal_event ev;
     unsigned gen;               /* streams started: reports of an older one are ignored */
     uint64_t seq;               /* the source transaction being read */
+    bool in_txn;                /* between its Begin and its Commit */
     int64_t commit_time_us;     /* its commit time (PostgreSQL epoch) */
     int64_t oldest_commit_us;   /* of the oldest transaction not confirmed: the lag */
     uint64_t confirmed;         /* reported flushed; where a new stream starts */
@@ -104,6 +105,7 @@ struct capture {
     uint64_t dead_retry_ms;
     /* fencing = transactional: the open Kafka transaction and the committing one */
     long txn_msgs;
+    bool txn_whole;             /* the open Kafka transaction ends a source transaction */
     uint64_t txn_first_ms;
     struct capture_count *open, *done;
     size_t n_open, open_cap, n_done, done_cap;
@@ -248,6 +250,7 @@ void relay_fence_step(struct relay *r, const struct plan_state *s);
 /* relay_capture.c */
 int relay_capture_init(struct relay *r);
 void relay_capture_step(struct relay *r);
+bool relay_capture_settled(const struct relay *r);
 void relay_capture_on_report(struct relay *r, void *opaque, rd_kafka_resp_err_t err);
 void relay_capture_confirm(struct relay *r, uint64_t lsn);
 void relay_capture_explain(struct relay *r, const char *why, const char *sqlstate);

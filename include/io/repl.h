@@ -31,7 +31,7 @@ struct repl_callbacks {
     void *arg;
 };
 
-enum repl_state { REPL_OFF = 0, REPL_CONNECTING, REPL_STARTING, REPL_STREAMING };
+enum repl_state { REPL_OFF = 0, REPL_CONNECTING, REPL_STARTING, REPL_STREAMING, REPL_ENDING };
 
 struct repl_conn {
     uv_loop_t *loop;
@@ -61,6 +61,13 @@ int repl_start(struct repl_conn *rc, const char *start_sql);
 /** Queues one CopyData message to the server and flushes what the socket
  *  takes. @return 0, -ENOTCONN, -EIO (the connection is then lost). */
 int repl_send(struct repl_conn *rc, const uint8_t *buf, size_t len);
+
+/** Ends the stream the way the protocol does (CopyDone), so that the server
+ *  reads every status update sent before it: closing the socket with data
+ *  unread would reset the connection and could lose the last one. What the
+ *  server still sends is discarded; on_lost follows when it ended.
+ *  @return 0, or -ENOTCONN when not streaming (nothing follows). */
+int repl_end(struct repl_conn *rc);
 
 /** Reading stopped by on_data goes on (soon, from the loop). */
 void repl_resume(struct repl_conn *rc);

@@ -188,8 +188,12 @@ static struct plan_step marks(const struct plan_state *s, bool *done)
                 p.with |= 1u << j;
         return p;
     }
-    if (s->stopping)
-        return act(all_empty(s) ? PLAN_FINISH : PLAN_WAIT);
+    if (s->stopping) {
+        /* capture = wal: an event kept as a dead row lets its transaction be confirmed */
+        if (s->dead_due && s->role == STATS_ROLE_LEADER)
+            return act(PLAN_RECORD_DEAD);
+        return act(all_empty(s) && !s->capture_unsettled ? PLAN_FINISH : PLAN_WAIT);
+    }
     /* Without back-off, a batch with marks due was chosen above. */
     *done = !s->backoff && !s->refused;
     return act(PLAN_WAIT);

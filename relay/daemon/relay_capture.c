@@ -57,6 +57,7 @@ static void send_status(struct relay *r, bool reply)
     if (repl_send(&c->repl, msg, n) == 0) {
         c->status_sent_ms = relay_now_ms(r);
         r->st.slot.flushed_lsn = c->confirmed;
+        log_debug("confirmed", "lsn=%X/%X", (unsigned)(c->confirmed >> 32), (unsigned)c->confirmed);
     }
 }
 
@@ -134,6 +135,7 @@ static void txn_commit(struct relay *r)
     c->open_cap = cap;
     c->n_open = 0;
     c->txn_msgs = 0;
+    c->txn_whole = false;
     c->committing = true;
     if (producer_txn_commit(&r->prod, on_txn_ended, r) == 0) {
         r->txn_start_ms = relay_now_ms(r);
@@ -298,12 +300,15 @@ static bool on_change(struct relay *r, const struct pgo_msg *m, uint64_t lsn)
     int rc = 0;
     switch (m->kind) {
     case PGO_BEGIN:
+        c->in_txn = true;
         c->seq = pgo_acks_begin(&c->acks);
         c->commit_time_us = m->commit_time_us;
         if (pgo_acks_waiting(&c->acks) == 1)
             c->oldest_commit_us = m->commit_time_us;
         return c->seq != 0;
     case PGO_COMMIT:
+        c->in_txn = false;
+        c->txn_whole = c->txn_whole || c->txn_msgs > 0;
         pgo_acks_commit(&c->acks, c->seq, m->end_lsn);
         r->st.slot.transactions_total++;
         relay_capture_confirm(r, c->acks.confirmed);
@@ -352,7 +357,10 @@ static bool on_change(struct relay *r, const struct pgo_msg *m, uint64_t lsn)
 static bool may_produce(const struct relay *r)
 {
     enum producer_txn_state t = producer_txn_state(&r->prod);
-    return r->st.role == STATS_ROLE_LEADER && !r->stopping && !r->st.halted && !r->st.refused &&
+    /* Stopping, the source transaction being read is finished first: its
+     * events are then confirmed, and the next relay does not send them again. */
+    bool stopping = r->stopping && !r->cap.in_txn;
+    return r->st.role == STATS_ROLE_LEADER && !stopping && !r->st.halted && !r->st.refused &&
            !producer_fatal(&r->prod) && !r->cap.committing &&
            (t == PRODUCER_TXN_OFF || (t == PRODUCER_TXN_OPEN && !producer_txn_doomed(&r->prod)));
 }
@@ -478,7 +486,8 @@ static void on_idle(struct repl_conn *rc, void *arg)
     (void)rc;
     struct relay *r = arg;
     struct capture *c = &r->cap;
-    if (transactional(r) && c->txn_msgs > 0 && !c->committing)
+    /* Half a source transaction confirms nothing: the rest is on its way. */
+    if (transactional(r) && c->txn_whole && !c->committing)
         txn_commit(r);
 }
 
@@ -521,6 +530,11 @@ static void on_lost(struct repl_conn *rc, const char *why, const char *sqlstate,
     (void)rc;
     struct relay *r = arg;
     struct capture *c = &r->cap;
+    if (c->state == CAPTURE_ENDING) {
+        capture_stop(r, NULL, false); /* ended as asked */
+        relay_step(r);
+        return;
+    }
     bool was_streaming = c->state == CAPTURE_STREAMING;
     if (*sqlstate || !was_streaming)
         relay_capture_explain(r, why, sqlstate);
@@ -564,6 +578,7 @@ static void capture_start(struct relay *r)
     relay_capture_dead_clear(r); /* unconfirmed: the new stream reads those events again */
     ahead_clear(c);
     c->n_open = c->n_done = 0;
+    c->in_txn = c->txn_whole = false;
     c->gen++;
     c->seq = 0;
     c->oldest_commit_us = 0;
@@ -582,16 +597,55 @@ static void capture_start(struct relay *r)
     c->state = CAPTURE_STARTING;
 }
 
+/* Nothing of the stream waits for Kafka or PostgreSQL, and no source
+ * transaction is half read. */
+static bool drained(const struct capture *c)
+{
+    return !c->committing && c->txn_msgs == 0 && c->unacked == 0 && c->n_dead == 0 &&
+           !(c->in_txn && c->state == CAPTURE_STREAMING);
+}
+
+bool relay_capture_settled(const struct relay *r)
+{
+    /* The stream too is closed: its last status update reached the server. */
+    return !r->cap.on || (drained(&r->cap) && r->cap.state == CAPTURE_OFF);
+}
+
 void relay_capture_step(struct relay *r)
 {
     struct capture *c = &r->cap;
     if (!c->on || r->finished || r->st.halted)
         return; /* halted: the stream stays stopped on the event at fault */
     bool leading = r->st.role == STATS_ROLE_LEADER && !r->stopping && !r->st.halted && !r->st.refused;
+    /* A fatal producer's messages fail: the stream starts again on its successor. */
+    if (producer_fatal(&r->prod) && c->state != CAPTURE_OFF && !c->committing) {
+        capture_stop(r, "the kafka producer failed", true);
+        return;
+    }
     if (!leading && c->state != CAPTURE_OFF) {
+        /* What Kafka took is committed and confirmed before the stream
+         * closes, so that the next reader does not send it again. */
+        if (r->stopping && c->in_txn && c->state == CAPTURE_STREAMING && may_produce(r) &&
+            ahead_drain(r)) {
+            repl_resume(&c->repl);
+            return;
+        }
         if (transactional(r) && c->txn_msgs > 0)
             txn_commit(r);
+        if (!drained(c) && c->state == CAPTURE_STREAMING)
+            return;
+        /* The last status update must reach the server before the socket closes. */
+        if (c->state == CAPTURE_STREAMING && repl_end(&c->repl) == 0) {
+            log_info("replication stream stopped", "reason=%s",
+                     r->stopping ? "stopping" : "no longer the leader");
+            c->state = CAPTURE_ENDING;
+            return;
+        }
+        if (c->state == CAPTURE_ENDING)
+            return;
         capture_stop(r, r->stopping ? "stopping" : "no longer the leader", false);
+        if (r->stopping)
+            relay_step(r); /* the plan may finish now */
         return;
     }
     if (c->state == CAPTURE_OFF) {

@@ -101,6 +101,7 @@ void relay_snapshot(const struct relay *r, struct plan_state *s)
         .capture_streaming = r->cap.state == CAPTURE_STREAMING,
         .slot_busy = r->cap.slot_busy,
         .dead_due = relay_capture_dead_due(r),
+        .capture_unsettled = !relay_capture_settled(r),
         .listening = r->listening,
         .quiet = r->quiet,
         .quiet_wanted = r->quiet_wanted,

@@ -260,6 +260,44 @@ void repl_resume(struct repl_conn *rc)
     uv_timer_start(rc->kick, on_kick, 0, 0);
 }
 
+/* After CopyDone: the server's last messages are read and dropped until it
+ * ends the command. */
+static void ending_step(struct repl_conn *rc)
+{
+    for (;;) {
+        char *buf = NULL;
+        int n = PQgetCopyData(rc->conn, &buf, 1);
+        if (n > 0) {
+            PQfreemem(buf);
+            continue;
+        }
+        if (n == 0)
+            return;
+        break;
+    }
+    lost_with_result(rc);
+}
+
+int repl_end(struct repl_conn *rc)
+{
+    if (rc->state != REPL_STREAMING)
+        return -ENOTCONN;
+    if (rc->held) {
+        PQfreemem(rc->held);
+        rc->held = NULL;
+    }
+    rc->stopped = false;
+    if (PQputCopyEnd(rc->conn, NULL) < 0) {
+        lost(rc, PQerrorMessage(rc->conn), NULL);
+        return 0;
+    }
+    rc->state = REPL_ENDING;
+    int f = PQflush(rc->conn);
+    if (f < 0 || watch(rc, UV_READABLE | (f == 1 ? UV_WRITABLE : 0)) < 0)
+        lost(rc, f < 0 ? PQerrorMessage(rc->conn) : "cannot watch socket", NULL);
+    return 0;
+}
+
 static void on_poll(uv_poll_t *h, int status, int events)
 {
     struct repl_conn *rc = h->data;
@@ -280,7 +318,7 @@ static void on_poll(uv_poll_t *h, int status, int events)
             return;
         }
         int want = (rc->stopped ? 0 : UV_READABLE) | (f == 1 ? UV_WRITABLE : 0);
-        if (rc->state == REPL_STARTING)
+        if (rc->state == REPL_STARTING || rc->state == REPL_ENDING)
             want |= UV_READABLE;
         if (watch(rc, want) < 0) {
             lost(rc, "cannot watch socket", NULL);
@@ -297,6 +335,8 @@ static void on_poll(uv_poll_t *h, int status, int events)
         starting_step(rc);
     if (rc->state == REPL_STREAMING)
         read_messages(rc);
+    else if (rc->state == REPL_ENDING)
+        ending_step(rc);
 }
 
 int repl_send(struct repl_conn *rc, const uint8_t *buf, size_t len)

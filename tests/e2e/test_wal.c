@@ -362,3 +362,21 @@ Test(e2e, wal_large_transaction_in_bounded_memory, .fini = fini, .timeout = 300)
     cr_assert(hwm_kb > 0 && hwm_kb < 60 * 1024, "peak RSS %ld kB", hwm_kb);
     read_back_once(200000);
 }
+
+/* SIGTERM in the middle of a backlog: the relay commits what Kafka took,
+ * confirms it, and exits 0; the next relay goes on from there, so a clean
+ * restart sends nothing twice. */
+Test(e2e, wal_clean_restart_sends_nothing_twice, .fini = fini, .timeout = 200)
+{
+    setup("walterm");
+    for (int k = 0; k < 50; k++)
+        write_rows(T.conn, "k", 500, k * 1000 + 1, k * 1000 + 1000);
+    const char *dbg[] = {"log.level=debug", NULL};
+    struct e2e_relay *r = e2e_relay_start(&T, dbg);
+    cr_assert(e2e_relay_wait_log(r, "streaming from the replication slot", 30000), "log %s", r->log_path);
+    e2e_sleep_ms(300);
+    cr_assert_eq(e2e_relay_stop(r, 30000), 0, "the relay did not exit 0 on SIGTERM (log %s)", r->log_path);
+    r = e2e_relay_start(&T, NULL);
+    cr_assert(e2e_wal_wait_confirmed(&T, 120000), "the slot was not confirmed (log %s)", r->log_path);
+    read_back_once(50000);
+}
