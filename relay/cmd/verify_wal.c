@@ -31,8 +31,7 @@
  * pending: every row not marked is pending, and the command says so with its
  * own exit status. What remains inexact is what the slot itself cannot know:
  * a row committed before the slot was created was never in its stream and
- * counts as sent (it is reported missing, which it is), and an operator who
- * advanced the slot past events skipped them (they are reported missing too). */
+ * counts as sent (it is reported missing, which it is). */
 #include "cmd/verify.h"
 
 #include <errno.h>
