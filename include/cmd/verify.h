@@ -30,6 +30,17 @@ struct verify_opts {
     size_t slice_rows;            /* 0 = VERIFY_SLICE_ROWS_DEFAULT */
     bool progress;                /* a progress line on stderr (a terminal) */
     atomic_int *stop;             /* may be NULL; non-zero: stop soon with -EINTR */
+    int64_t settle_ms;            /* relay.capture = wal: how long to wait for the slot to pass
+                                     the fence (verify_wal_fence) */
+};
+
+/** relay.capture = wal: verify's fence in the slot (verify_wal.c). */
+struct verify_fence {
+    uint64_t lsn;                 /* F: pg_logical_emit_message()'s LSN */
+    char lsn_text[32];
+    char confirmed_text[32];      /* the slot's confirmed_flush_lsn when the wait ended */
+    bool passed;                  /* confirmed_flush_lsn >= F within the settle time */
+    double waited;                /* seconds */
 };
 
 /** What a run saw besides the counts. */
@@ -42,25 +53,47 @@ struct verify_meta {
     size_t missing_topics;        /* topics of sent rows that Kafka does not have */
     size_t truncated_partitions;  /* partitions read from their first message, after deleted
                                      ones: retention may have removed what the window needs */
+    bool wal;                     /* relay.capture = wal: the slot said which rows are sent */
+    struct verify_fence fence;    /* when wal; fence.passed false: every row not marked is
+                                     counted pending (verify_main exits VERIFY_EXIT_UNCONFIRMED) */
 };
+
+/** Exit status of `verify` when relay.capture = wal and the relay did not
+ *  confirm the slot past verify's fence within --settle (EX_TEMPFAIL). */
+#define VERIFY_EXIT_UNCONFIRMED 75
 
 /** Runs one check of the window @p o->w of the table of @p cfg into @p v
  *  (vcheck_init'ed by the caller, which chooses how many examples it keeps).
+ *  With relay.capture = wal the rows are read in one snapshot taken before
+ *  verify_wal_fence(), and a row not dead counts as sent once the slot
+ *  passed the fence (meta->fence).
  *  @return 0; -EHOSTUNREACH PostgreSQL unreachable; -ENETUNREACH Kafka
- *  unreachable or a partition could not be read; -ENOENT the table does
- *  not exist; -EINVAL a window value PostgreSQL refused; -EINTR stopped;
+ *  unreachable or a partition could not be read; -ENOENT the table (or,
+ *  capture = wal, the slot) does not exist; -EINVAL a window value PostgreSQL refused; -EINTR stopped;
  *  -EIO/-ENOMEM otherwise. @p err says why. */
 int verify_run(const struct relay_config *cfg, const struct verify_opts *o, struct vcheck *v,
                struct verify_meta *meta, char *err, size_t errlen);
+
+/** relay.capture = wal, after the reading transaction took its snapshot:
+ *  on a connection of its own, checks that cfg->slot exists, writes the
+ *  fence (a transactional logical message with the heartbeat prefix) and
+ *  polls the slot every 100 ms, at most @p settle_ms, until its
+ *  confirmed_flush_lsn reaches the fence (then @p f->passed: every row of
+ *  the snapshot is on Kafka; verify_wal.c says why).
+ *  @return 0 (passed or not); -ENOENT no such slot; -EHOSTUNREACH;
+ *  -EINTR @p stop set; -EIO otherwise. @p err says why. */
+int verify_wal_fence(const struct relay_config *cfg, int64_t settle_ms, atomic_int *stop,
+                     struct verify_fence *f, char *err, size_t errlen);
 
 /** Prints the command's usage (`verify --help`) to @p out. */
 void verify_usage(FILE *out);
 
 /** The command: `verify [--since T] [--until T] [--from-id N] [--to-id N]
- *  [--json] [--examples N] [--slice-rows N]`; @p argv holds its words.
+ *  [--json] [--examples N] [--slice-rows N] [--settle D]`; @p argv holds its words.
  *  @return a process exit status: 0 nothing missing, mismatched or out of
  *  order; 1 something is; 64 usage; 69 PostgreSQL or Kafka unreachable;
- *  70 error; 78 the table does not exist; 130 interrupted. */
+ *  70 error; 75 (capture = wal) the slot did not pass the fence in time;
+ *  78 the table (or the slot) does not exist; 130 interrupted. */
 int verify_main(const struct relay_config *cfg, int argc, char **argv);
 
 /** Parses a window bound given as a duration ("90s", "15m", "2h", "7d": that

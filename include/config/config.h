@@ -109,6 +109,8 @@ struct relay_config {
     int64_t verify_interval_ms; /* default 0: off */
     int64_t verify_lag_ms;      /* default 5 min: the window ends this long ago */
     int64_t verify_window_ms;   /* default 1 h: and starts this long before its end */
+    int64_t verify_settle_ms;   /* default 30 s: capture=wal, the wait for the slot to pass the
+                                   fence (verify_wal.c) */
 };
 
 

@@ -1,5 +1,9 @@
 /* replay.c — `outbox-relay replay`: sent rows published again.
  *
+ * With relay.capture = wal the relay marks no row: every row that is not
+ * dead may be replayed (whether the relay already published it is the slot's
+ * to know, and `verify` tells), dead ones stay refused.
+ *
  * Blocking libpq and a producer flushed page by page: a one-shot command.
  * Rows are read in id order, one page at a time, and produced in that order
  * by the relay's own idempotent producer settings (producer_conf_new): one
@@ -73,10 +77,12 @@ void replay_usage(FILE *out)
             "\n"
             "Publishes rows that were already sent once more, in id order, with the same\n"
             "key, value, timestamp and headers (event_id included) and one more header,\n"
-            "replay=<when>. Rows not sent yet are refused: they belong to the relay. The\n"
-            "table is only read: safe next to a running relay. Interrupted, it says up to\n"
-            "which id everything was acknowledged; running it again publishes the same\n"
-            "messages again (consumers drop repeated event_ids).\n"
+            "replay=<when>. Rows not sent yet are refused: they belong to the relay (with\n"
+            "relay.capture = wal no row is marked: every row that is not dead is replayed,\n"
+            "e.g. those `verify` reports missing). The table is only read: safe next to a\n"
+            "running relay. Interrupted, it says up to which id everything was\n"
+            "acknowledged; running it again publishes the same messages again (consumers\n"
+            "drop repeated event_ids).\n"
             "Exit status: 0 ok, 64 usage, 69 PostgreSQL or Kafka unreachable, 70 a message\n"
             "failed, 78 no such table, 130 interrupted.\n");
 }
@@ -374,11 +380,12 @@ static void show_progress(struct run *r, int64_t id)
             r->produced, id, rate);
 }
 
-/* One row of the selection: refused when not sent yet, else printed
- * (--dry-run) or published. @return EXIT_OK or the failure's exit status. */
-static int replay_row(struct run *r, const struct event_row *e, bool sent)
+/* One row of the selection: refused when not @p replayable (poll: not sent
+ * yet; wal: dead), else printed (--dry-run) or published.
+ * @return EXIT_OK or the failure's exit status. */
+static int replay_row(struct run *r, const struct event_row *e, bool replayable)
 {
-    if (!sent) {
+    if (!replayable) {
         if (r->refused < REFUSED_SHOWN)
             r->refused_ids[r->refused] = e->id;
         r->refused++;
@@ -427,7 +434,9 @@ static int replay_page(struct run *r, bool *more)
         struct event_row e;
         row_of(res, i, &e);
         page_last = e.id;
-        status = replay_row(r, &e, pgb_bool(PQgetvalue(res, i, ROWS_SENT)));
+        bool ok = r->cfg->capture == RELAY_CAPTURE_WAL ? !pgb_bool(PQgetvalue(res, i, ROWS_DEAD))
+                                                       : pgb_bool(PQgetvalue(res, i, ROWS_SENT));
+        status = replay_row(r, &e, ok);
     }
     PQclear(res);
     if (r->rk)
@@ -459,8 +468,12 @@ static int print_summary(const struct run *r, int status)
         printf(" with %s=%s", EVENT_REPLAY_HEADER, r->replayed_at);
     printf("\n");
     if (r->refused) {
-        printf("refused %" PRIu64 " row%s not sent yet (they belong to the relay):", r->refused,
-               r->refused == 1 ? "" : "s");
+        if (r->cfg->capture == RELAY_CAPTURE_WAL)
+            printf("refused %" PRIu64 " dead row%s (`outbox-relay dead` handles them):",
+                   r->refused, r->refused == 1 ? "" : "s");
+        else
+            printf("refused %" PRIu64 " row%s not sent yet (they belong to the relay):",
+                   r->refused, r->refused == 1 ? "" : "s");
         for (uint64_t i = 0; i < r->refused && i < REFUSED_SHOWN; i++)
             printf(" %" PRId64, r->refused_ids[i]);
         printf("%s\n", r->refused > REFUSED_SHOWN ? " …" : "");

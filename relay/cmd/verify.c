@@ -7,7 +7,8 @@
  * first offset whose timestamp is at or after the slice's oldest created_at
  * (CreateTime = created_at) to its end, one partition at a time, and each
  * message is handed to verify_check.c, which keeps 64 bytes or so per row and
- * nothing per message. */
+ * nothing per message. With relay.capture = wal the rows are read in one
+ * snapshot, and the slot says which are sent (verify_wal.c). */
 #include "cmd/verify.h"
 
 #include <cjson/cJSON.h>
@@ -137,6 +138,7 @@ struct run {
     double last_progress;
     uint64_t rows_done;          /* rows of finished slices */
     bool warned_times;
+    bool wal_sent;               /* capture = wal, the slot passed the fence: rows not dead are sent */
     char *err;
     size_t errlen;
 };
@@ -189,7 +191,8 @@ static int row_add(struct run *r, PGresult *res, int i)
     struct event_row e;
     pg_claim_row(res, i, &e);
     struct vcheck_row row = {.id = e.id};
-    bool sent = pgb_bool(PQgetvalue(res, i, ROWS_SENT)), dead = pgb_bool(PQgetvalue(res, i, ROWS_DEAD));
+    bool dead = pgb_bool(PQgetvalue(res, i, ROWS_DEAD));
+    bool sent = pgb_bool(PQgetvalue(res, i, ROWS_SENT)) || (r->wal_sent && !dead);
     row.state = sent ? VCHECK_SENT : dead ? VCHECK_DEAD : VCHECK_PENDING;
     vcheck_uuid_parse(e.event_id, strlen(e.event_id), row.event_id);
 
@@ -636,7 +639,14 @@ static int connect_pg(struct run *r)
     }
     /* Reading only: a mistake here must not be able to change the table. */
     PQclear(PQexec(r->conn, "SET default_transaction_read_only = on"));
-    return 0;
+    if (r->cfg->capture != RELAY_CAPTURE_WAL)
+        return 0;
+    /* One snapshot for every page, taken by the first statement, before the
+     * fence: the rows read are exactly those committed before it. */
+    PGresult *res = PQexec(r->conn, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY");
+    int rc = PQresultStatus(res) == PGRES_COMMAND_OK ? 0 : pg_fail(r, res, "beginning the snapshot");
+    PQclear(res);
+    return rc;
 }
 
 /* The window's rows and ids into meta, its time bounds as milliseconds
@@ -729,6 +739,11 @@ int verify_run(const struct relay_config *cfg, const struct verify_opts *o, stru
     int rc = connect_pg(&r);
     if (rc == 0)
         rc = read_window(&r, &since_ms, &until_ms);
+    if (rc == 0 && cfg->capture == RELAY_CAPTURE_WAL) {
+        meta->wal = true;
+        rc = verify_wal_fence(cfg, o->settle_ms, o->stop, &meta->fence, err, errlen);
+        r.wal_sent = meta->fence.passed;
+    }
     if (rc == 0)
         rc = open_consumers(&r);
     if (rc == 0) {

@@ -32,6 +32,7 @@ void verify_usage(FILE *out)
     fprintf(out,
             "Usage: outbox-relay verify [--since T] [--until T] [--from-id N] [--to-id N]\n"
             "                           [--json] [--examples N] [--slice-rows N]\n"
+            "                           [--settle DURATION]\n"
             "       (plus the -c FILE and -X section.key=value options of every command)\n"
             "\n"
             "Compares the outbox table with what Kafka holds, for the rows of a window\n"
@@ -45,15 +46,24 @@ void verify_usage(FILE *out)
             "  --examples N           examples shown of each problem (default %d)\n"
             "  --slice-rows N         rows held in memory at once (default %d; about 100\n"
             "                         bytes each); a larger window is read in slices\n"
+            "  --settle DURATION      relay.capture = wal: how long to wait for the relay to\n"
+            "                         confirm the slot past verify's fence (default\n"
+            "                         verify.settle, 30s)\n"
             "\n"
             "Reports per topic and in total: missing (marked sent, not in Kafka),\n"
             "pending (not sent yet), duplicates (an event_id more than once), out of\n"
             "order (an aggregate whose first deliveries are not in id order), mismatched\n"
             "(key, value or headers differ from the row) and unknown (an event_id no\n"
             "row has, e.g. deleted by retention: not an error).\n"
+            "With relay.capture = wal no row is marked: verify reads the rows in one\n"
+            "snapshot, then writes a fence into the WAL (a logical message) and waits until\n"
+            "the slot's confirmed_flush_lsn passes it; every row of the snapshot that is not\n"
+            "dead then counts as sent. If the slot does not pass it within --settle (is the\n"
+            "relay running?), every row not marked counts as pending and the status is 75.\n"
             "Exit status: 0 nothing missing, mismatched or out of order; 1 something is;\n"
-            "64 usage, 69 PostgreSQL or Kafka unreachable, 70 error, 78 no such table,\n"
-            "130 interrupted.\n",
+            "64 usage, 69 PostgreSQL or Kafka unreachable, 70 error, 75 (capture = wal)\n"
+            "the slot was not confirmed past the fence in time and nothing else failed,\n"
+            "78 no such table (or slot), 130 interrupted.\n",
             EXAMPLES_DEFAULT, VERIFY_SLICE_ROWS_DEFAULT);
 }
 
@@ -89,6 +99,32 @@ static cJSON *counts_json(const struct vcheck_counts *c)
     return o;
 }
 
+/* capture = wal: the fence and whether the slot passed it (not in poll mode's report). */
+static void wal_json(cJSON *root, const struct relay_config *cfg, const struct verify_meta *meta)
+{
+    const struct verify_fence *f = &meta->fence;
+    cJSON *o = cJSON_AddObjectToObject(root, "wal");
+    cJSON_AddStringToObject(o, "slot", cfg->slot);
+    cJSON_AddStringToObject(o, "fence_lsn", f->lsn_text);
+    cJSON_AddStringToObject(o, "confirmed_flush_lsn", f->confirmed_text);
+    cJSON_AddBoolToObject(o, "confirmed", f->passed);
+    cJSON_AddNumberToObject(o, "waited_seconds", f->waited);
+}
+
+/* capture = wal: the slot's verdict; the problem first when it gave none. */
+static void wal_human(const struct relay_config *cfg, const struct verify_meta *meta,
+                      int64_t settle_ms)
+{
+    const struct verify_fence *f = &meta->fence;
+    if (f->passed)
+        printf("  capture = wal: slot %s confirmed past verify's fence %s in %.1f s: every row "
+               "read that is not dead counts as sent\n", cfg->slot, f->lsn_text, f->waited);
+    else
+        printf("\nthe relay has not confirmed the slot %s past %s within %.1f s (it is at %s): "
+               "rows cannot be told apart from pending; is the relay running?\n", cfg->slot,
+               f->lsn_text, (double)settle_ms / 1000.0, f->confirmed_text);
+}
+
 static void print_json(const struct relay_config *cfg, const struct verify_window *w,
                        const struct vcheck *v, const struct verify_meta *meta)
 {
@@ -111,6 +147,8 @@ static void print_json(const struct relay_config *cfg, const struct verify_windo
     cJSON_AddNumberToObject(root, "slices", meta->slices);
     cJSON_AddNumberToObject(root, "truncated_partitions", (double)meta->truncated_partitions);
     cJSON_AddNumberToObject(root, "duration_seconds", meta->duration);
+    if (meta->wal)
+        wal_json(root, cfg, meta);
     cJSON_AddItemToObject(root, "total", counts_json(&v->total));
     cJSON *topics = cJSON_AddArrayToObject(root, "topics");
     for (size_t t = 0; t < v->n_topics; t++) {
@@ -154,7 +192,7 @@ static void print_json(const struct relay_config *cfg, const struct verify_windo
 }
 
 static void print_human(const struct relay_config *cfg, const struct vcheck *v,
-                        const struct verify_meta *meta)
+                        const struct verify_meta *meta, int64_t settle_ms)
 {
     const struct vcheck_counts *c = &v->total;
     printf("verify %s.%s: %" PRIu64 " rows", cfg->schema, cfg->table, c->rows);
@@ -165,6 +203,8 @@ static void print_human(const struct relay_config *cfg, const struct vcheck *v,
     printf("  missing %" PRIu64 ", pending %" PRIu64 ", duplicates %" PRIu64
            ", out of order %" PRIu64 ", mismatched %" PRIu64 ", unknown %" PRIu64 "\n",
            c->missing, c->pending, c->duplicates, c->out_of_order, c->mismatched, c->unknown);
+    if (meta->wal)
+        wal_human(cfg, meta, settle_ms);
     if (v->n_topics > 1 || (v->n_topics == 1 && !vcheck_ok(v))) {
         printf("\n%-40s %9s %9s %9s %9s %9s %9s %9s %9s\n", "TOPIC", "ROWS", "SENT", "PENDING",
                "MISSING", "DUPL", "ORDER", "MISMATCH", "UNKNOWN");
@@ -225,8 +265,11 @@ static void print_human(const struct relay_config *cfg, const struct vcheck *v,
         printf("\nnote: %zu partition%s had to be read from the first message Kafka still holds "
                "(its retention deleted older ones): rows sent before that are reported missing\n",
                meta->truncated_partitions, meta->truncated_partitions == 1 ? "" : "s");
-    printf("\n%s\n", vcheck_ok(v) ? "OK: nothing missing, mismatched or out of order"
-                                  : "FAILED: see above");
+    bool unproven = meta->wal && !meta->fence.passed;
+    printf("\n%s\n", !vcheck_ok(v) ? "FAILED: see above"
+                     : unproven    ? "NOT PROVEN: nothing mismatched or out of order, but no row "
+                                     "could be counted as sent (see above)"
+                                   : "OK: nothing missing, mismatched or out of order");
 }
 
 static atomic_int interrupted;
@@ -237,11 +280,12 @@ static void on_sigint(int sig)
     atomic_store(&interrupted, 1);
 }
 
-int verify_main(const struct relay_config *cfg, int argc, char **argv)
+/* The command's words into @p o, @p json, @p examples and @p slice.
+ * @return 0 or EXIT_USAGE (said on stderr). */
+static int parse_args(int argc, char **argv, struct verify_opts *o, bool *json,
+                      long long *examples, long long *slice)
 {
-    struct verify_opts o = {.stop = &interrupted};
-    bool json = false;
-    long long examples = EXAMPLES_DEFAULT, slice = VERIFY_SLICE_ROWS_DEFAULT, id;
+    long long id;
     static char since[64], until[64];
     double now = stats_now();
     for (int i = 0; i < argc; i++) {
@@ -249,9 +293,10 @@ int verify_main(const struct relay_config *cfg, int argc, char **argv)
         const char *val = i + 1 < argc ? argv[i + 1] : NULL;
         bool takes = strcmp(w, "--since") == 0 || strcmp(w, "--until") == 0 ||
                      strcmp(w, "--from-id") == 0 || strcmp(w, "--to-id") == 0 ||
-                     strcmp(w, "--examples") == 0 || strcmp(w, "--slice-rows") == 0;
+                     strcmp(w, "--examples") == 0 || strcmp(w, "--slice-rows") == 0 ||
+                     strcmp(w, "--settle") == 0;
         if (strcmp(w, "--json") == 0) {
-            json = true;
+            *json = true;
             continue;
         }
         if (!takes) {
@@ -264,24 +309,43 @@ int verify_main(const struct relay_config *cfg, int argc, char **argv)
             return EXIT_USAGE;
         }
         i++;
-        if (strcmp(w, "--since") == 0) {
+        if (strcmp(w, "--settle") == 0) {
+            long secs = config_parse_duration(val);
+            if (secs < 0) {
+                fprintf(stderr, "outbox-relay verify: --settle: \"%s\" is not a duration "
+                        "(N, Ns, Nm, Nh)\n", val);
+                return EXIT_USAGE;
+            }
+            o->settle_ms = (int64_t)secs * 1000;
+        } else if (strcmp(w, "--since") == 0) {
             verify_time_arg(val, now, since, sizeof since);
-            o.w.since = since;
+            o->w.since = since;
         } else if (strcmp(w, "--until") == 0) {
             verify_time_arg(val, now, until, sizeof until);
-            o.w.until = until;
-        } else if (strcmp(w, "--examples") == 0 ? cli_parse_int64(val, 0, &examples) < 0
-                   : strcmp(w, "--slice-rows") == 0 ? cli_parse_int64(val, 1, &slice) < 0
+            o->w.until = until;
+        } else if (strcmp(w, "--examples") == 0 ? cli_parse_int64(val, 0, examples) < 0
+                   : strcmp(w, "--slice-rows") == 0 ? cli_parse_int64(val, 1, slice) < 0
                                                     : cli_parse_int64(val, 0, &id) < 0) {
             fprintf(stderr, "outbox-relay verify: %s: \"%s\" is not a %s integer\n", w, val,
                     strcmp(w, "--examples") == 0 ? "non-negative" : "positive");
             return EXIT_USAGE;
         } else if (strcmp(w, "--from-id") == 0) {
-            o.w.from_id = val;
+            o->w.from_id = val;
         } else if (strcmp(w, "--to-id") == 0) {
-            o.w.to_id = val;
+            o->w.to_id = val;
         }
     }
+    return 0;
+}
+
+int verify_main(const struct relay_config *cfg, int argc, char **argv)
+{
+    struct verify_opts o = {.stop = &interrupted, .settle_ms = cfg->verify_settle_ms};
+    bool json = false;
+    long long examples = EXAMPLES_DEFAULT, slice = VERIFY_SLICE_ROWS_DEFAULT;
+    int usage = parse_args(argc, argv, &o, &json, &examples, &slice);
+    if (usage)
+        return usage;
     o.slice_rows = (size_t)slice;
     o.progress = !json && isatty(STDERR_FILENO);
 
@@ -299,8 +363,14 @@ int verify_main(const struct relay_config *cfg, int argc, char **argv)
         if (json)
             print_json(cfg, &o.w, &v, &meta);
         else
-            print_human(cfg, &v, &meta);
-        status = vcheck_ok(&v) ? EXIT_OK : 1;
+            print_human(cfg, &v, &meta, o.settle_ms);
+        status = !vcheck_ok(&v) ? 1 : meta.wal && !meta.fence.passed ? VERIFY_EXIT_UNCONFIRMED
+                                                                       : EXIT_OK;
+        if (meta.wal && !meta.fence.passed)
+            log_warn("verify: the relay has not confirmed the slot past verify's fence: rows "
+                     "cannot be told apart from pending; is the relay running?",
+                     "slot=%s fence_lsn=%s confirmed_flush_lsn=%s settle_ms=%" PRId64, cfg->slot,
+                     meta.fence.lsn_text, meta.fence.confirmed_text, o.settle_ms);
         if (fflush(stdout) != 0)
             status = EXIT_SOFTWARE;
     } else if (rc == -EINTR) {

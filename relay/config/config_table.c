@@ -136,6 +136,9 @@ const struct param config_params[] = {
         "run verify on a trailing window this often (0 = never)"),
     DUR("verify", "lag", verify_lag_ms, "5m", RESTART,
         "the window ends this long ago: rows younger than this are not checked yet"),
+    DUR("verify", "settle", verify_settle_ms, "30s", RESTART,
+        "capture=wal: how long verify waits for the relay to confirm the slot past verify's "
+        "fence before it counts every row pending (the default of verify --settle)"),
     DUR("verify", "window", verify_window_ms, "1h", RESTART,
         "how far back from its end the periodic verify window reaches"),
 };

@@ -4,7 +4,9 @@
  * pool (uv_queue_work), and only its result comes back to the loop thread,
  * which alone writes relay_stats. One run at a time; a tick that finds one
  * still going is skipped. Only the leader runs it: the standbys would read
- * the same rows and messages for nothing. */
+ * the same rows and messages for nothing. With relay.capture = wal a run
+ * whose fence the slot did not pass within verify.settle proved nothing: it
+ * counts as an error, its counts are not published. */
 #include "daemon/verify_task.h"
 
 #include <errno.h>
@@ -58,9 +60,17 @@ static void work(uv_work_t *w)
     struct verify_task *t = w->data;
     /* Smaller slices than the command's: this memory is the daemon's. */
     struct verify_opts o = {.w = {.since = t->since, .until = t->until},
-                            .slice_rows = VERIFY_TASK_SLICE_ROWS, .stop = &t->stop};
+                            .slice_rows = VERIFY_TASK_SLICE_ROWS, .stop = &t->stop,
+                            .settle_ms = t->cfg->verify_settle_ms};
     vcheck_init(&t->v, 3);
     t->rc = verify_run(t->cfg, &o, &t->v, &t->meta, t->err, sizeof t->err);
+    if (t->rc == 0 && t->meta.wal && !t->meta.fence.passed) {
+        snprintf(t->err, sizeof t->err, "the relay has not confirmed the slot %s past %s within "
+                 "%.1f s (it is at %s): rows cannot be told apart from pending", t->cfg->slot,
+                 t->meta.fence.lsn_text, (double)o.settle_ms / 1000.0,
+                 t->meta.fence.confirmed_text);
+        t->rc = -EAGAIN;
+    }
 }
 
 static void after(uv_work_t *w, int status)

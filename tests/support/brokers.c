@@ -94,3 +94,47 @@ int e2e_partition_leader(const char *bootstrap, const char *topic, int partition
     rd_kafka_destroy(rk);
     return leader;
 }
+
+/* Whether the cluster's metadata (all topics: asking for one could create it) lists @p topic. */
+static bool topic_listed(rd_kafka_t *rk, const char *topic)
+{
+    const struct rd_kafka_metadata *md = NULL;
+    rd_kafka_resp_err_t e = rd_kafka_metadata(rk, 1, NULL, &md, 10000);
+    cr_assert_eq(e, RD_KAFKA_RESP_ERR_NO_ERROR, "metadata: %s", rd_kafka_err2str(e));
+    bool found = false;
+    for (int i = 0; i < md->topic_cnt && !found; i++)
+        found = strcmp(md->topics[i].topic, topic) == 0 && md->topics[i].err == 0;
+    rd_kafka_metadata_destroy(md);
+    return found;
+}
+
+void e2e_kafka_delete_topic(const struct e2e_ctx *t, const char *topic, int timeout_ms)
+{
+    char errstr[256];
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    rd_kafka_conf_set(conf, "bootstrap.servers", t->kafka, errstr, sizeof(errstr));
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof(errstr));
+    cr_assert(rk, "rd_kafka_new: %s", errstr);
+    rd_kafka_queue_t *q = rd_kafka_queue_new(rk);
+    rd_kafka_DeleteTopic_t *del = rd_kafka_DeleteTopic_new(topic);
+    rd_kafka_DeleteTopics(rk, &del, 1, NULL, q);
+    rd_kafka_event_t *ev = rd_kafka_queue_poll(q, timeout_ms);
+    cr_assert_not_null(ev, "DeleteTopics %s: no answer within %d ms", topic, timeout_ms);
+    const rd_kafka_DeleteTopics_result_t *res = rd_kafka_event_DeleteTopics_result(ev);
+    cr_assert_not_null(res, "DeleteTopics %s: %s", topic, rd_kafka_event_error_string(ev));
+    size_t n = 0;
+    const rd_kafka_topic_result_t **tr = rd_kafka_DeleteTopics_result_topics(res, &n);
+    cr_assert(n == 1 && rd_kafka_topic_result_error(tr[0]) == RD_KAFKA_RESP_ERR_NO_ERROR,
+              "DeleteTopics %s: %s", topic, n ? rd_kafka_topic_result_error_string(tr[0]) : "no result");
+    rd_kafka_event_destroy(ev);
+    rd_kafka_DeleteTopic_destroy(del);
+    /* Deletion finishes in the background: wait until the metadata no longer lists it. */
+    int64_t deadline = e2e_now_ms() + timeout_ms;
+    while (topic_listed(rk, topic)) {
+        cr_assert(e2e_now_ms() < deadline, "topic %s still listed %d ms after its deletion", topic,
+                  timeout_ms);
+        e2e_sleep_ms(200);
+    }
+    rd_kafka_queue_destroy(q);
+    rd_kafka_destroy(rk);
+}

@@ -239,6 +239,11 @@ void e2e_kafka_cluster_node(const struct e2e_kafka_cluster *c, const char *cmd, 
 /** Stops every node of @p c (safe on a cluster never started). */
 void e2e_kafka_cluster_stop(struct e2e_kafka_cluster *c);
 
+/** Deletes @p topic on @p t's broker with the admin API (a real broker: the
+ *  mock has no DeleteTopics) and waits until the metadata no longer lists it;
+ *  asserts both within @p timeout_ms. */
+void e2e_kafka_delete_topic(const struct e2e_ctx *t, const char *topic, int timeout_ms);
+
 /** @return the node id leading @p partition of @p topic per @p bootstrap's metadata, or -1. */
 int e2e_partition_leader(const char *bootstrap, const char *topic, int partition);
 
