@@ -180,6 +180,39 @@ def drop_slot(name):
     sql('DROP PUBLICATION IF EXISTS "%s"' % name)
 
 
+def bad_input():
+    """A table without a column the profile reads, or with a wrong type, is
+    refused at start (exit 78, the column named); an aggregatetype that makes
+    an invalid topic halts relaying (the poison rule of capture = wal), no crash."""
+    sql('ALTER TABLE "%s" DROP COLUMN aggregateid' % TABLE)
+    p = subprocess.run([RELAY, "run"] + relay_args("rly_" + RUN), capture_output=True, text=True)
+    if p.returncode != 78 or '"aggregateid"' not in p.stderr:
+        return "a missing aggregateid: exit %d, %s" % (p.returncode, p.stderr[-300:])
+    sql('ALTER TABLE "%s" ADD COLUMN aggregateid int' % TABLE)
+    p = subprocess.run([RELAY, "run"] + relay_args("rly_" + RUN), capture_output=True, text=True)
+    if p.returncode != 78 or "int4" not in p.stderr:
+        return "an int aggregateid: exit %d, %s" % (p.returncode, p.stderr[-300:])
+    sql('ALTER TABLE "%s" ALTER COLUMN aggregateid TYPE varchar(255)' % TABLE)
+    bad_log = os.path.join(WORK, "relay-poison.log")
+    with open(bad_log, "w") as out:
+        relay = subprocess.Popen([RELAY, "run"] + relay_args("rly_" + RUN), stdout=out, stderr=out)
+    try:
+        time.sleep(1)
+        sql('INSERT INTO "%s" (id, aggregatetype, aggregateid, type, payload, "timestamp") '
+            "VALUES (gen_random_uuid(), 'no topic!', '1', 'T', '{}', now())" % TABLE)
+        deadline = time.time() + 30
+        while "relaying halted" not in open(bad_log).read():
+            if relay.poll() is not None or time.time() > deadline:
+                return "an invalid topic: no halt (exit %r; log %s)" % (relay.poll(), bad_log)
+            time.sleep(0.2)
+        if relay.poll() is not None:
+            return "an invalid topic: the relay exited %d" % relay.returncode
+    finally:
+        relay.terminate()
+        relay.wait(30)
+    return None
+
+
 def main():
     if not KAFKA:
         log("no real broker (OUTBOX_RELAY_TEST_REAL_KAFKA): skipped")
@@ -219,6 +252,15 @@ def main():
         if n_dbz != n or n_rly != n:
             log("expected %d messages on each side (logs in %s)" % (n, WORK))
             return 1
+        stop_connect(connect_dir)
+        relay.terminate()
+        relay.wait(30)
+        relay = None
+        bad = bad_input()
+        if bad:
+            log("bad input: " + bad)
+            return 1
+        log("bad input refused at start (exit 78) and halted on (invalid topic)")
         first = got_dbz[sorted(got_dbz)[0]][0]
         log("identical: %d messages over %d partitions, in %.1f s; the first: %s" % (
             n, len(got_dbz), time.time() - t0, describe(first)))
