@@ -18,6 +18,7 @@
 #include "base/errors.h"
 #include "base/log.h"
 #include "cmd/migrate.h"
+#include "cmd/profile_check.h"
 #include "io/producer.h"
 #include "daemon/relay.h"
 #include "io/pool_probe.h"
@@ -406,6 +407,13 @@ static int run_relay(struct relay_config *cfg, struct config_source *src)
     char why[512];
     if (pool_probe(cfg->pg_conninfo, why, sizeof why) == POOL_PROBE_SHARED) {
         log_error("refusing to relay", "reason=%s", log_quote(why));
+        return EXIT_CONFIG;
+    }
+    /* The debezium profile reads the application's table: one missing or
+     * mistyped column would make every event poison, so say it now. */
+    if (profile_check(cfg, why, sizeof why) == -EINVAL) {
+        log_error("refusing to relay", "reason=%s", log_quote(why));
+        fprintf(stderr, "outbox-relay: configuration rejected: %s\n", why);
         return EXIT_CONFIG;
     }
     return relay_run(cfg, load_config, src);

@@ -58,6 +58,15 @@ enum relay_capture {
     RELAY_CAPTURE_WAL,          /* a pgoutput logical replication slot: rows are only read */
 };
 
+/** Which table contract and message format the relay follows (relay.profile). */
+enum relay_profile {
+    RELAY_PROFILE_OUTBOX = 0,   /* the relay's own table (migrate) and headers */
+    RELAY_PROFILE_DEBEZIUM,     /* Debezium's outbox table and its Outbox Event Router's messages */
+};
+
+/** Rows of the parameter table at most (relay_config.explicit_set). */
+#define CONFIG_MAX_PARAMS 64
+
 /* Every choice is an enum and every duration milliseconds here: the table of
  * config_table.c parses the text once, at load, and nothing at run time
  * looks at a configuration string again. */
@@ -96,6 +105,16 @@ struct relay_config {
     char *publication;          /* relay.capture=wal: the publication, "outbox_relay" */
     char *message_prefix;       /* relay.capture=wal: prefix of pg_logical_emit_message events */
     int64_t heartbeat_ms;       /* relay.capture=wal: default 10 s; 0 = never */
+    enum relay_profile profile; /* default outbox; debezium changes the defaults of the keys below */
+    char *column_event_id;      /* capture=wal: the columns an Insert is read from */
+    char *column_aggregate_type;
+    char *column_aggregate_id;  /* the Kafka key */
+    char *column_event_type;    /* "" = none */
+    char *column_payload;
+    char *column_created_at;    /* the message timestamp; "" = the commit time */
+    char *additional_placement; /* "column:header:name,..." */
+    char *id_header;            /* header carrying the event id; "" = none */
+    int relay_headers;          /* bool: the relay's own headers (event_id, event_type, ...) */
 
     /* [http] */
     char *http_listen;          /* status endpoint, default "127.0.0.1:8423"; "" = disabled */
@@ -111,6 +130,10 @@ struct relay_config {
     int64_t verify_window_ms;   /* default 1 h: and starts this long before its end */
     int64_t verify_settle_ms;   /* default 30 s: capture=wal, the wait for the slot to pass the
                                    fence (verify_wal.c) */
+
+    /* Which rows of the parameter table a file, the environment or -X set:
+     * relay.profile changes only the defaults of the others. */
+    bool explicit_set[CONFIG_MAX_PARAMS];
 };
 
 

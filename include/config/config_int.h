@@ -46,6 +46,10 @@ extern const size_t config_n_sections;
 /** @return the row of section.key, or NULL. */
 const struct param *config_param_find(const char *section, const char *key);
 
+/** relay.profile: sets the profile's values of the keys not set
+ *  explicitly (cfg->explicit_set). @return 0 or -EINVAL / -ENOMEM. */
+int config_apply_profile(struct relay_config *cfg, char *errbuf, size_t errlen);
+
 /** @return whether [@p section] exists. */
 bool config_section_known(const char *section);
 

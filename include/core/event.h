@@ -10,6 +10,28 @@
 
 #include "core/pg_binary.h"
 
+/** Columns published as headers (relay.additional_placement), at most. */
+#define EVENT_PLACEMENT_MAX 8
+#define EVENT_PLACEMENT_NAME 128
+
+/** relay.additional_placement parsed: "column:header:name" items, comma-separated,
+ *  as the Outbox Event Router's table.fields.additional.placement writes them. */
+struct event_placement {
+    size_t n;
+    char column[EVENT_PLACEMENT_MAX][EVENT_PLACEMENT_NAME];
+    char header[EVENT_PLACEMENT_MAX][EVENT_PLACEMENT_NAME];
+};
+
+/** Parses @p spec ("" = none) into @p out. "column:envelope:name" is refused:
+ *  the Event Router's envelope is a Connect struct whose bytes depend on the
+ *  converter, which the relay does not reproduce. @return 0 or -EINVAL
+ *  (errbuf says why). */
+int event_placement_parse(const char *spec, struct event_placement *out, char *errbuf,
+                          size_t errlen);
+
+/** event_placement_parse() for the configuration's check. */
+int event_placement_check(const char *spec, char *errbuf, size_t errlen);
+
 /** One outbox row as claimed; strings point into the query result (not owned).
  *  topic, payload and headers_json may be NULL (SQL NULL). */
 struct event_row {
@@ -22,6 +44,9 @@ struct event_row {
     const char *payload;        /* NULL = tombstone */
     size_t payload_len;
     const char *headers_json;   /* NULL or a JSON object whose string values become headers */
+    /* relay.additional_placement: the columns' values in its order (NULL = SQL NULL). */
+    size_t n_placed;
+    const char *placed[EVENT_PLACEMENT_MAX];
     int64_t created_ms;         /* created_at, milliseconds since the epoch; 0 if infinite */
     const char *created_at;     /* created_at as RFC 3339 text (UTC) */
     /* Where event_id and created_at are formatted when read in binary. */
@@ -29,8 +54,9 @@ struct event_row {
     char created_at_text[PGB_TIME_TEXT];
 };
 
-/** Checks a topic template: only the placeholders ${aggregate_type} and
- *  ${event_type} are allowed. @return 0 or -EINVAL (errbuf says why). */
+/** Checks a topic template: only the placeholders ${aggregate_type} (also
+ *  written ${routedByValue}, the Event Router's name for it) and ${event_type}
+ *  are allowed. @return 0 or -EINVAL (errbuf says why). */
 int event_topic_template_check(const char *tmpl, char *errbuf, size_t errlen);
 
 /** Renders @p tmpl for a row into @p out.
@@ -73,5 +99,19 @@ const char *event_header_name(size_t i);
  *  names a reserved header (event_header_reserved()): the row is poison. */
 int event_headers_build(const struct event_row *row, rd_kafka_headers_t **out,
                         char *errbuf, size_t errlen);
+
+/** Which headers a message carries besides the row's own headers object. */
+struct event_style {
+    bool relay_headers;                      /* event_id, event_type, ... (the list above) */
+    const char *id_header;                   /* NULL or "": none; else the event id under it */
+    const struct event_placement *placement; /* NULL: none; else row->placed as headers */
+};
+
+/** event_headers_build() in @p style: the relay's own headers when asked
+ *  for, then the id header, then the placed columns (a NULL value is a
+ *  header without a value, as the Event Router writes it), then the row's
+ *  headers object. @return as event_headers_build(). */
+int event_headers_build_styled(const struct event_row *row, const struct event_style *style,
+                               rd_kafka_headers_t **out, char *errbuf, size_t errlen);
 
 #endif

@@ -71,4 +71,8 @@ char *sql_capture_script(const struct sql_capture *s, const char *slot);
 
 void sql_capture_free(struct sql_capture *s);
 
+/** The columns of table $1 (text, "schema"."table" quoted): rows of its
+ *  column's name and its type's name (typname), none when it does not exist. */
+extern const char sql_table_columns[];
+
 #endif

@@ -54,6 +54,22 @@ struct wal_event {
                              wal_event_clear() */
 };
 
+/** The columns an Insert is read from (relay.column_*). */
+struct wal_columns {
+    bool relay_table;        /* the relay's own table: the bigint id, topic and headers are read
+                                too, and event_type is required */
+    const char *event_id, *aggregate_type, *aggregate_id; /* required */
+    const char *event_type, *payload;                     /* NULL or "" = none */
+    const char *created_at;  /* NULL or "" = the commit time */
+    const struct event_placement *placement; /* NULL: none; else read into row.placed */
+};
+
+/** wal_event_from_insert() from the columns @p cols names. A placed column
+ *  that is missing or NULL is a NULL value. @return as wal_event_from_insert(). */
+int wal_event_from_insert_cols(const struct pgo_msg *m, int64_t commit_time_us,
+                               const struct wal_columns *cols, struct wal_event *ev,
+                               char *errbuf, size_t errlen);
+
 /** The outbox event of Insert @p m into @p ev (overwritten: clear an event
  *  before reusing it). @p commit_time_us is the transaction's commit time
  *  (since 2000-01-01), used when created_at is missing or NULL. Required:

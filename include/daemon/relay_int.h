@@ -84,6 +84,8 @@ struct capture {
     struct pgo_relations rels;
     struct pgo_acks acks;       /* what may be confirmed: one entry per source transaction */
     struct wal_event ev;
+    struct wal_columns cols;    /* relay.column_*: what an Insert is read from */
+    struct event_placement placement;
     unsigned gen;               /* streams started: reports of an older one are ignored */
     uint64_t seq;               /* the source transaction being read */
     bool in_txn;                /* between its Begin and its Commit */

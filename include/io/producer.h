@@ -55,6 +55,8 @@ struct producer {
     struct txn_job *job;       /* the call running on a worker thread, if any */
     char txn_id[256];
     char known_topic[256];     /* the last topic asked about (see producer_send) */
+    struct event_placement placement; /* relay.additional_placement, parsed at start */
+    struct event_style style;  /* the headers of relay.profile and its keys */
 };
 
 /** Creates the producer from the [kafka] section on top of the relay's

@@ -236,7 +236,9 @@ int migrate_run(const struct relay_config *cfg)
     /* Before anything changes: a server or role that cannot serve the slot. */
     bool wal = cfg->capture == RELAY_CAPTURE_WAL;
     int rc = wal ? migrate_capture_check(conn, cfg) : 0, applied = 0;
-    for (unsigned i = 0; rc == 0 && i < n_migrations; i++) {
+    /* Debezium's table is the application's: only the publication and the slot are ours. */
+    bool own_table = cfg->profile == RELAY_PROFILE_OUTBOX;
+    for (unsigned i = 0; own_table && rc == 0 && i < n_migrations; i++) {
         rc = apply_one(conn, &migrations[i], &q, qualified, cfg->schema, cfg->table,
                        cfg->notify_channel);
         if (rc < 0) {
@@ -251,7 +253,7 @@ int migrate_run(const struct relay_config *cfg)
         }
         rc = 0;
     }
-    if (rc == 0) {
+    if (rc == 0 && own_table) {
         rc = check_objects(conn, &q, qualified, cfg->schema, cfg->table, cfg->notify_channel);
         rc = rc < 0 ? rc : 0;
     }

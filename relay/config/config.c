@@ -125,7 +125,10 @@ int config_set(struct relay_config *cfg, const char *section, const char *key,
     const struct param *p = config_param_find(section, key);
     if (!p)
         return errbuf_fail(errbuf, errlen, "unknown key \"%s.%s\"", section, key);
-    return config_param_set(cfg, p, value, errbuf, errlen);
+    int rc = config_param_set(cfg, p, value, errbuf, errlen);
+    if (rc == 0)
+        cfg->explicit_set[p - config_params] = true;
+    return rc;
 }
 
 /* --- the INI file -------------------------------------------------------- */
@@ -489,13 +492,49 @@ int config_load_layered(struct relay_config *cfg, const char *path, bool path_re
         if (rc < 0)
             return rc;
     }
+    int rc = config_apply_profile(cfg, errbuf, errlen);
+    if (rc < 0)
+        return rc;
     return config_validate(cfg, errbuf, errlen);
 }
 
 /* --- validation ---------------------------------------------------------- */
 
+/* The column keys name what an Insert is read from: the claim of capture =
+ * poll reads the relay's own columns. */
+static bool columns_default(const struct relay_config *cfg)
+{
+    return !strcmp(cfg->column_event_id, "event_id") &&
+           !strcmp(cfg->column_aggregate_type, "aggregate_type") &&
+           !strcmp(cfg->column_aggregate_id, "aggregate_id") &&
+           !strcmp(cfg->column_event_type, "event_type") && !strcmp(cfg->column_payload, "payload") &&
+           !strcmp(cfg->column_created_at, "created_at") && !*cfg->additional_placement;
+}
+
+static int profile_validate(const struct relay_config *cfg, char *errbuf, size_t errlen)
+{
+    if (cfg->profile == RELAY_PROFILE_DEBEZIUM && cfg->capture != RELAY_CAPTURE_WAL)
+        return errbuf_fail(errbuf, errlen,
+                           "relay.profile = debezium needs relay.capture = wal: polling Debezium's "
+                           "table would need a claim and a mark on a table without sent_at, which "
+                           "this relay does not do");
+    if (cfg->profile == RELAY_PROFILE_DEBEZIUM && cfg->retention_ms != 0)
+        return errbuf_fail(errbuf, errlen,
+                           "relay.retention must be 0 with relay.profile = debezium: Debezium's "
+                           "table has no created_at to expire rows by (delete them in the "
+                           "transaction that inserts them)");
+    if (cfg->capture == RELAY_CAPTURE_POLL && !columns_default(cfg))
+        return errbuf_fail(errbuf, errlen,
+                           "relay.column_* and relay.additional_placement need relay.capture = "
+                           "wal: the claim of capture = poll reads the relay's own columns");
+    return 0;
+}
+
 int config_validate(const struct relay_config *cfg, char *errbuf, size_t errlen)
 {
+    int prc = profile_validate(cfg, errbuf, errlen);
+    if (prc < 0)
+        return prc;
     /* Unset, the producer sizes its queue for the batches in flight. */
     long queue = LONG_MAX;
     for (size_t i = 0; i < cfg->n_kafka; i++) {

@@ -26,6 +26,7 @@
 
 static int check_ident(const char *value, char *errbuf, size_t errlen);
 static int check_slot(const char *value, char *errbuf, size_t errlen);
+static int check_ident_or_empty(const char *value, char *errbuf, size_t errlen);
 
 static const char *const sent_actions[] = {"mark", "delete", NULL};
 _Static_assert(RELAY_ON_SENT_DELETE == 1, "sent_actions must follow enum relay_on_sent");
@@ -33,6 +34,8 @@ static const char *const fencing_modes[] = {"transactional", "none", NULL};
 _Static_assert(RELAY_FENCING_NONE == 1, "fencing_modes must follow enum relay_fencing");
 static const char *const capture_modes[] = {"poll", "wal", NULL};
 _Static_assert(RELAY_CAPTURE_WAL == 1, "capture_modes must follow enum relay_capture");
+static const char *const profiles[] = {"outbox", "debezium", NULL};
+_Static_assert(RELAY_PROFILE_DEBEZIUM == 1, "profiles must follow enum relay_profile");
 static const char *const log_formats[] = {"logfmt", "json", NULL};
 _Static_assert(LOG_FORMAT_JSON == 1, "log_formats must follow enum log_format");
 /* Indexed by enum log_level; log_level_parse() is the parser. */
@@ -75,6 +78,9 @@ const struct param config_params[] = {
 
     INT("relay", "ack_timeout_ms", ack_timeout_ms, "10000", 0, 3600000, "ms", RELOAD,
         "not ready when messages in flight wait this long for an acknowledgement (0 = never)"),
+    STR("relay", "additional_placement", additional_placement, "", event_placement_check, RESTART,
+        "capture=wal: columns published as headers, \"column:header:name,...\" (the Event "
+        "Router's table.fields.additional.placement, without envelope)"),
     BOOL("relay", "allow_row_security", allow_row_security, "false", RESTART,
          "relay although row-level security hides rows from the relay's role (they are never "
          "published; the backlog is then unknown)"),
@@ -83,11 +89,27 @@ const struct param config_params[] = {
     ENUM("relay", "capture", capture, "poll", capture_modes, RESTART,
          "how events are read: poll (claim rows, then mark or delete them) or wal (a logical "
          "replication slot through pgoutput: rows are only read)"),
+    STR("relay", "column_aggregate_id", column_aggregate_id, "aggregate_id", check_ident, RESTART,
+        "capture=wal: the column of the Kafka key (debezium: aggregateid)"),
+    STR("relay", "column_aggregate_type", column_aggregate_type, "aggregate_type", check_ident,
+        RESTART, "capture=wal: the column of ${aggregate_type} and ${routedByValue} in the topic "
+                 "(debezium: aggregatetype, the Event Router's route.by.field)"),
+    STR("relay", "column_created_at", column_created_at, "created_at", check_ident_or_empty,
+        RESTART, "capture=wal: the column of the message timestamp, \"\" = the commit time "
+                 "(debezium: \"\"; the Event Router's table.field.event.timestamp)"),
+    STR("relay", "column_event_id", column_event_id, "event_id", check_ident, RESTART,
+        "capture=wal: the column of the event id (debezium: id)"),
+    STR("relay", "column_event_type", column_event_type, "event_type", check_ident_or_empty,
+        RESTART, "capture=wal: the column of ${event_type}, \"\" = none (debezium: type)"),
+    STR("relay", "column_payload", column_payload, "payload", check_ident, RESTART,
+        "capture=wal: the column of the message value (debezium: payload)"),
     ENUM("relay", "fencing", fencing, "transactional", fencing_modes, RESTART,
          "keep a deposed leader from publishing: transactional (Kafka transactions) or none"),
     DUR("relay", "heartbeat_interval", heartbeat_ms, "10s", RELOAD,
         "capture=wal: on an idle database write a logical message this often so the slot moves "
         "and PostgreSQL can release WAL (0 = never)"),
+    STR("relay", "id_header", id_header, "", NULL, RESTART,
+        "a header carrying the event id, \"\" = none (debezium: id)"),
     INT("relay", "max_attempts", max_attempts, "10", 1, 1000000, "attempts", RELOAD,
         "retriable failures of a row before on_poison applies (permanent errors: 1)"),
     STR("relay", "message_prefix", message_prefix, "outbox", NULL, RESTART,
@@ -105,8 +127,14 @@ const struct param config_params[] = {
         "first wait before reconnecting to PostgreSQL (doubles up to reconnect_max_ms)"),
     INT("relay", "reconnect_max_ms", reconnect_max_ms, "30000", 10, 3600000, "ms", RELOAD,
         "longest wait between reconnection attempts"),
+    ENUM("relay", "profile", profile, "outbox", profiles, RESTART,
+         "outbox or debezium (Debezium's outbox table, the Event Router's messages: other "
+         "defaults of capture, topic, retention, column_*, id_header, relay_headers)"),
     STR("relay", "publication", publication, "outbox_relay", check_ident, RESTART,
         "capture=wal: the publication of the outbox table (created by migrate)"),
+    BOOL("relay", "relay_headers", relay_headers, "true", RESTART,
+         "write the relay's own headers (event_id, event_type, aggregate_type, aggregate_id, "
+         "outbox_id, created_at; debezium: false)"),
     DUR("relay", "retention", retention_ms, "7d", RESTART,
         "delete sent rows older than this (capture=wal: rows created longer ago) (N, Ns, Nm, Nh, Nd; "
         "0 = keep)"),
@@ -122,7 +150,8 @@ const struct param config_params[] = {
     STR("relay", "transactional_id", transactional_id, "", NULL, RESTART,
         "Kafka transactional.id of relay.fencing=transactional (\"\" = outbox-relay.<schema>.<table>)"),
     STR("relay", "topic", topic, "outbox.${aggregate_type}", event_topic_template_check, RESTART,
-        "topic template for rows without a topic (${aggregate_type}, ${event_type})"),
+        "topic template for rows without a topic (${aggregate_type} or ${routedByValue}, "
+        "${event_type})"),
 
     STR("http", "listen", http_listen, "127.0.0.1:8423", listen_addr_check, RESTART,
         "IPv4:port or [IPv6]:port of the status endpoint (\"\" = disabled)"),
@@ -144,6 +173,40 @@ const struct param config_params[] = {
 };
 
 const size_t config_n_params = sizeof config_params / sizeof config_params[0];
+_Static_assert(sizeof config_params / sizeof config_params[0] <= CONFIG_MAX_PARAMS,
+               "relay_config.explicit_set must have a flag per row");
+
+/* What relay.profile = debezium sets, unless the key is set itself. */
+static const struct { const char *key, *value; } debezium_profile[] = {
+    {"capture", "wal"},
+    {"column_aggregate_id", "aggregateid"},
+    {"column_aggregate_type", "aggregatetype"},
+    {"column_created_at", ""},
+    {"column_event_id", "id"},
+    {"column_event_type", "type"},
+    {"column_payload", "payload"},
+    {"id_header", "id"},
+    {"relay_headers", "false"},
+    {"retention", "0"},
+    {"topic", "outbox.event.${routedByValue}"},
+};
+
+int config_apply_profile(struct relay_config *cfg, char *errbuf, size_t errlen)
+{
+    if (cfg->profile != RELAY_PROFILE_DEBEZIUM)
+        return 0;
+    for (size_t i = 0; i < sizeof debezium_profile / sizeof debezium_profile[0]; i++) {
+        const struct param *p = config_param_find("relay", debezium_profile[i].key);
+        if (!p)
+            return -EINVAL;
+        if (cfg->explicit_set[p - config_params])
+            continue;
+        int rc = config_param_set(cfg, p, debezium_profile[i].value, errbuf, errlen);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
 
 long config_parse_duration(const char *text)
 {
@@ -175,6 +238,11 @@ static int check_ident(const char *value, char *errbuf, size_t errlen)
                 "\"%s\" is not a plain SQL identifier ([A-Za-z_][A-Za-z0-9_]*, at most 48 "
                 "bytes)",
                 value);
+}
+
+static int check_ident_or_empty(const char *value, char *errbuf, size_t errlen)
+{
+    return *value ? check_ident(value, errbuf, errlen) : 0;
 }
 
 /* PostgreSQL's rule for slot names (ReplicationSlotValidateName). */

@@ -35,7 +35,8 @@ static int placeholder_at(const char *p, const char *aggregate_type, const char 
     if (!close)
         return -1;
     size_t n = (size_t)(close - (p + 2));
-    if (n == strlen("aggregate_type") && !memcmp(p + 2, "aggregate_type", n))
+    if ((n == strlen("aggregate_type") && !memcmp(p + 2, "aggregate_type", n)) ||
+        (n == strlen("routedByValue") && !memcmp(p + 2, "routedByValue", n)))
         *value = aggregate_type ? aggregate_type : "";
     else if (n == strlen("event_type") && !memcmp(p + 2, "event_type", n))
         *value = event_type ? event_type : "";
@@ -65,7 +66,7 @@ int event_topic_template_check(const char *tmpl, char *errbuf, size_t errlen)
                 return errbuf_fail(errbuf, errlen, "unterminated \"${\" in topic template");
             return errbuf_fail(errbuf, errlen,
                         "unknown placeholder \"%.*s\" in topic template "
-                        "(allowed: ${aggregate_type}, ${event_type})",
+                        "(allowed: ${aggregate_type}, ${routedByValue}, ${event_type})",
                         (int)(close - p + 1), p);
         }
         if (n > 0) {
@@ -254,6 +255,36 @@ static int header_add(rd_kafka_headers_t *hdrs, const char *name, const char *va
 int event_headers_build(const struct event_row *row, rd_kafka_headers_t **out, char *errbuf,
                         size_t errlen)
 {
+    static const struct event_style relay_style = { .relay_headers = true };
+    return event_headers_build_styled(row, &relay_style, out, errbuf, errlen);
+}
+
+/* The headers of @p style, before the row's own. */
+static int style_headers(const struct event_row *row, const struct event_style *style,
+                         rd_kafka_headers_t *hdrs)
+{
+    int rc = 0;
+    for (size_t i = 0; !rc && style->relay_headers && i < N_RELAY_HEADERS; i++) {
+        char buf[24];
+        const char *value = relay_headers[i].value(row, buf, sizeof buf);
+        if (value)
+            rc = header_add(hdrs, relay_headers[i].name, value);
+    }
+    if (!rc && style->id_header && *style->id_header)
+        rc = header_add(hdrs, style->id_header, row->event_id);
+    for (size_t i = 0; !rc && style->placement && i < style->placement->n; i++) {
+        const char *v = i < row->n_placed ? row->placed[i] : NULL;
+        rc = rd_kafka_header_add(hdrs, style->placement->header[i], -1, v, v ? -1 : 0) ==
+                     RD_KAFKA_RESP_ERR_NO_ERROR
+                 ? 0
+                 : -ENOMEM;
+    }
+    return rc;
+}
+
+int event_headers_build_styled(const struct event_row *row, const struct event_style *style,
+                               rd_kafka_headers_t **out, char *errbuf, size_t errlen)
+{
     *out = NULL;
 
     cJSON *json = NULL;
@@ -288,16 +319,9 @@ int event_headers_build(const struct event_row *row, rd_kafka_headers_t **out, c
         }
     }
 
-    rd_kafka_headers_t *hdrs = rd_kafka_headers_new(N_RELAY_HEADERS + n_extra);
-    int rc = 0;
-    if (!hdrs)
-        rc = -ENOMEM;
-    for (size_t i = 0; !rc && i < N_RELAY_HEADERS; i++) {
-        char buf[24];
-        const char *value = relay_headers[i].value(row, buf, sizeof buf);
-        if (value)
-            rc = header_add(hdrs, relay_headers[i].name, value);
-    }
+    rd_kafka_headers_t *hdrs = rd_kafka_headers_new(N_RELAY_HEADERS + 1 + EVENT_PLACEMENT_MAX +
+                                                    n_extra);
+    int rc = hdrs ? style_headers(row, style, hdrs) : -ENOMEM;
     if (!rc && json) {
         const cJSON *m;
         cJSON_ArrayForEach(m, json) {
@@ -317,4 +341,68 @@ int event_headers_build(const struct event_row *row, rd_kafka_headers_t **out, c
     }
     *out = hdrs;
     return 0;
+}
+
+/* ---- relay.additional_placement ------------------------------------------- */
+
+/* One "column:placement:name" item of @p len bytes at @p item into slot @p i. */
+static int placement_item(const char *item, size_t len, struct event_placement *out, size_t i,
+                          char *errbuf, size_t errlen)
+{
+    char buf[3 * EVENT_PLACEMENT_NAME];
+    if (len >= sizeof buf)
+        return errbuf_fail(errbuf, errlen, "placement item longer than %zu bytes", sizeof buf - 1);
+    memcpy(buf, item, len);
+    buf[len] = '\0';
+    char *col = buf, *where = strchr(col, ':'), *name = where ? strchr(where + 1, ':') : NULL;
+    if (!where || !name || strchr(name + 1, ':'))
+        return errbuf_fail(errbuf, errlen,
+                           "placement \"%s\" is not column:header:name", buf);
+    *where++ = '\0';
+    *name++ = '\0';
+    if (!strcmp(where, "envelope"))
+        return errbuf_fail(errbuf, errlen,
+                           "placement \"%s:envelope:%s\": envelope placement is not supported "
+                           "(the Event Router's envelope is a Connect struct whose bytes depend on "
+                           "the converter); place the column in a header",
+                           col, name);
+    if (strcmp(where, "header") != 0)
+        return errbuf_fail(errbuf, errlen, "placement \"%s:%s:%s\": only header is supported",
+                           col, where, name);
+    if (!*col || !*name || strlen(col) >= EVENT_PLACEMENT_NAME ||
+        strlen(name) >= EVENT_PLACEMENT_NAME)
+        return errbuf_fail(errbuf, errlen, "placement \"%s:header:%s\": empty or too long a name",
+                           col, name);
+    if (i >= EVENT_PLACEMENT_MAX)
+        return errbuf_fail(errbuf, errlen, "more than %d placements", EVENT_PLACEMENT_MAX);
+    snprintf(out->column[i], EVENT_PLACEMENT_NAME, "%s", col);
+    snprintf(out->header[i], EVENT_PLACEMENT_NAME, "%s", name);
+    return 0;
+}
+
+int event_placement_parse(const char *spec, struct event_placement *out, char *errbuf,
+                          size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    for (const char *p = spec ? spec : ""; *p;) {
+        while (*p == ' ' || *p == ',')
+            p++;
+        size_t len = strcspn(p, ",");
+        while (len > 0 && p[len - 1] == ' ')
+            len--;
+        if (len == 0)
+            break;
+        int rc = placement_item(p, len, out, out->n, errbuf, errlen);
+        if (rc < 0)
+            return rc;
+        out->n++;
+        p += strcspn(p, ",");
+    }
+    return 0;
+}
+
+int event_placement_check(const char *spec, char *errbuf, size_t errlen)
+{
+    struct event_placement pl;
+    return event_placement_parse(spec, &pl, errbuf, errlen);
 }

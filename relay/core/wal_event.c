@@ -126,7 +126,7 @@ static bool take_offset(struct cursor *c, int64_t *offset_s)
  * the offset "+05:30" or "-08", " BC" after it for years before 1, and
  * "infinity", "-infinity". @return the microseconds since 2000-01-01 UTC in
  * *t (pg_binary.c's form), or false for any other text. */
-static bool parse_timestamptz(const char *s, size_t len, int64_t *t)
+static bool parse_timestamptz(const char *s, size_t len, bool bare_ok, int64_t *t)
 {
     if ((len == 8 && !memcmp(s, "infinity", 8)) || (len == 9 && !memcmp(s, "-infinity", 9))) {
         *t = len == 8 ? INT64_MAX : INT64_MIN;
@@ -146,7 +146,11 @@ static bool parse_timestamptz(const char *s, size_t len, int64_t *t)
         for (ptrdiff_t n = c.p - start; n < 6; n++)
             frac *= 10;
     }
-    if (y < 1 || !take_offset(&c, &offset_s))
+    /* A timestamp without time zone (@p bare_ok) has no offset: read as
+     * UTC, as Debezium reads one (MicroTimestamp). */
+    bool bare = bare_ok && (c.p == c.end || *c.p == ' ');
+    offset_s = 0;
+    if (y < 1 || (!bare && !take_offset(&c, &offset_s)))
         return false;
     if (c.end - c.p == 3 && !memcmp(c.p, " BC", 3)) {
         y = 1 - y;
@@ -165,28 +169,41 @@ static bool parse_timestamptz(const char *s, size_t len, int64_t *t)
 
 /* ---- an Insert into the outbox table ---- */
 
-/* The columns whose text an event carries, in the order they are copied. */
+/* The columns whose text an event carries, in the order they are copied;
+ * the placed columns (relay.additional_placement) follow them. */
 enum text_col { COL_EVENT_ID, COL_AGGREGATE_TYPE, COL_AGGREGATE_ID, COL_EVENT_TYPE, COL_TOPIC,
                 COL_PAYLOAD, COL_HEADERS, N_TEXT_COLS };
+#define N_COLS (N_TEXT_COLS + EVENT_PLACEMENT_MAX)
 
-static const struct {
-    const char *name;
-    bool required;
-} text_cols[N_TEXT_COLS] = {
-    [COL_EVENT_ID] = { "event_id", true },
-    [COL_AGGREGATE_TYPE] = { "aggregate_type", true },
-    [COL_AGGREGATE_ID] = { "aggregate_id", true },
-    [COL_EVENT_TYPE] = { "event_type", true },
-    [COL_TOPIC] = { "topic", false },
-    [COL_PAYLOAD] = { "payload", false },
-    [COL_HEADERS] = { "headers", false },
+static const struct wal_columns relay_columns = {
+    .relay_table = true, .event_id = "event_id", .aggregate_type = "aggregate_type",
+    .aggregate_id = "aggregate_id", .event_type = "event_type", .payload = "payload",
+    .created_at = "created_at",
 };
+
+/* The name of column @p i (NULL when not read) and whether it is required. */
+static const char *col_name(const struct wal_columns *c, int i, bool *required)
+{
+    const char *names[N_TEXT_COLS] = {
+        [COL_EVENT_ID] = c->event_id, [COL_AGGREGATE_TYPE] = c->aggregate_type,
+        [COL_AGGREGATE_ID] = c->aggregate_id, [COL_EVENT_TYPE] = c->event_type,
+        [COL_TOPIC] = c->relay_table ? "topic" : NULL, [COL_PAYLOAD] = c->payload,
+        [COL_HEADERS] = c->relay_table ? "headers" : NULL,
+    };
+    *required = i <= COL_AGGREGATE_ID || (i == COL_EVENT_TYPE && c->relay_table);
+    if (i >= N_TEXT_COLS) {
+        size_t k = (size_t)(i - N_TEXT_COLS);
+        *required = false;
+        return c->placement && k < c->placement->n ? c->placement->column[k] : NULL;
+    }
+    return names[i] && *names[i] ? names[i] : NULL;
+}
 
 /* Column @p name of @p m, which must be there and not NULL when @p required. */
 static int column(const struct pgo_msg *m, const char *name, bool required,
                   const struct pgo_value **out, char *errbuf, size_t errlen)
 {
-    const struct pgo_value *v = pgo_column(m, name);
+    const struct pgo_value *v = name ? pgo_column(m, name) : NULL;
     *out = v && v->text ? v : NULL;
     if (required && !v)
         return errbuf_fail(errbuf, errlen, "the outbox table has no column %s", name);
@@ -198,28 +215,31 @@ static int column(const struct pgo_msg *m, const char *name, bool required,
     return 0;
 }
 
-/* The row's id and created_at (@p commit_time_us without the column). */
-static int insert_id_and_time(const struct pgo_msg *m, int64_t commit_time_us,
-                              struct event_row *row, char *errbuf, size_t errlen)
+/* The row's id (the relay's table only) and created_at (@p commit_time_us
+ * without the column, or when it is NULL). */
+static int insert_id_and_time(const struct pgo_msg *m, const struct wal_columns *cols,
+                              int64_t commit_time_us, struct event_row *row, char *errbuf,
+                              size_t errlen)
 {
     char what[4 * SHOWN_MAX + 4];
     const struct pgo_value *v;
-    int rc = column(m, "id", true, &v, errbuf, errlen);
+    int rc = cols->relay_table ? column(m, "id", true, &v, errbuf, errlen) : 0;
     if (rc)
         return rc;
-    if (!parse_int8(v->text, v->len, &row->id)) {
+    if (cols->relay_table && !parse_int8(v->text, v->len, &row->id)) {
         shown(v->text, v->len, what);
         return errbuf_fail(errbuf, errlen, "column id is not a bigint: \"%s\"", what);
     }
     int64_t t = commit_time_us;
-    if ((rc = column(m, "created_at", false, &v, errbuf, errlen)))
+    const char *name = cols->created_at && *cols->created_at ? cols->created_at : NULL;
+    if ((rc = column(m, name, false, &v, errbuf, errlen)))
         return rc;
-    if (v && !parse_timestamptz(v->text, v->len, &t)) {
+    if (v && !parse_timestamptz(v->text, v->len, !cols->relay_table, &t)) {
         shown(v->text, v->len, what);
         return errbuf_fail(errbuf, errlen,
-                           "column created_at is not a timestamptz as PostgreSQL prints it "
+                           "column %s is not a timestamp as PostgreSQL prints it "
                            "with DateStyle ISO: \"%s\"",
-                           what);
+                           name, what);
     }
     row->created_ms = pgb_time_epoch_ms(t);
     pgb_time_text(t, row->created_at_text);
@@ -228,16 +248,17 @@ static int insert_id_and_time(const struct pgo_msg *m, int64_t commit_time_us,
 }
 
 /* Copies the text columns into ev->owned and points the row at them. */
-static int insert_copy(struct wal_event *ev, const struct pgo_value *const v[N_TEXT_COLS])
+static int insert_copy(struct wal_event *ev, const struct pgo_value *const v[N_COLS],
+                       size_t n_placed)
 {
     size_t total = 0;
-    for (int i = 0; i < N_TEXT_COLS; i++)
+    for (int i = 0; i < N_COLS; i++)
         total += v[i] ? v[i]->len + 1 : 0;
     if (!(ev->owned = malloc(total ? total : 1)))
         return -ENOMEM;
-    const char *text[N_TEXT_COLS] = { NULL };
+    const char *text[N_COLS] = { NULL };
     char *o = ev->owned;
-    for (int i = 0; i < N_TEXT_COLS; i++) {
+    for (int i = 0; i < N_COLS; i++) {
         if (!v[i])
             continue;
         /* A uuid fits the row's own buffer, as a claim formats it; a text
@@ -258,20 +279,34 @@ static int insert_copy(struct wal_event *ev, const struct pgo_value *const v[N_T
     row->payload = text[COL_PAYLOAD];
     row->payload_len = v[COL_PAYLOAD] ? v[COL_PAYLOAD]->len : 0;
     row->headers_json = text[COL_HEADERS];
+    row->n_placed = n_placed;
+    for (size_t k = 0; k < n_placed; k++)
+        row->placed[k] = text[N_TEXT_COLS + k];
     return 0;
 }
 
 int wal_event_from_insert(const struct pgo_msg *m, int64_t commit_time_us, struct wal_event *ev,
                           char *errbuf, size_t errlen)
 {
+    return wal_event_from_insert_cols(m, commit_time_us, &relay_columns, ev, errbuf, errlen);
+}
+
+int wal_event_from_insert_cols(const struct pgo_msg *m, int64_t commit_time_us,
+                               const struct wal_columns *cols, struct wal_event *ev,
+                               char *errbuf, size_t errlen)
+{
     memset(ev, 0, sizeof *ev);
     if (m->kind != PGO_INSERT || !m->rel)
         return errbuf_fail(errbuf, errlen, "not an insert");
-    const struct pgo_value *v[N_TEXT_COLS];
-    int rc = insert_id_and_time(m, commit_time_us, &ev->row, errbuf, errlen);
-    for (int i = 0; !rc && i < N_TEXT_COLS; i++)
-        rc = column(m, text_cols[i].name, text_cols[i].required, &v[i], errbuf, errlen);
-    if (!rc && (rc = insert_copy(ev, v)) == -ENOMEM && errbuf && errlen)
+    const struct pgo_value *v[N_COLS] = { NULL };
+    int rc = insert_id_and_time(m, cols, commit_time_us, &ev->row, errbuf, errlen);
+    for (int i = 0; !rc && i < N_COLS; i++) {
+        bool required;
+        const char *name = col_name(cols, i, &required);
+        rc = column(m, name, required, &v[i], errbuf, errlen);
+    }
+    size_t n_placed = cols->placement ? cols->placement->n : 0;
+    if (!rc && (rc = insert_copy(ev, v, n_placed)) == -ENOMEM && errbuf && errlen)
         snprintf(errbuf, errlen, "out of memory copying an insert");
     if (rc)
         wal_event_clear(ev);

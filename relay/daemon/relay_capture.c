@@ -318,7 +318,7 @@ static bool on_change(struct relay *r, const struct pgo_msg *m, uint64_t lsn)
     case PGO_INSERT:
         if (!ours(r, m->rel) || settled_row(m))
             return true;
-        rc = wal_event_from_insert(m, c->commit_time_us, &c->ev, err, sizeof err);
+        rc = wal_event_from_insert_cols(m, c->commit_time_us, &c->cols, &c->ev, err, sizeof err);
         break;
     case PGO_MESSAGE:
         if (strcmp(m->prefix, r->cfg->message_prefix) != 0)
@@ -669,6 +669,15 @@ int relay_capture_init(struct relay *r)
     memset(c, 0, sizeof *c);
     if (r->cfg->capture != RELAY_CAPTURE_WAL)
         return 0;
+    const struct relay_config *cfg = r->cfg;
+    (void)event_placement_parse(cfg->additional_placement, &c->placement, NULL, 0);
+    c->cols = (struct wal_columns){
+        .relay_table = cfg->profile == RELAY_PROFILE_OUTBOX,
+        .event_id = cfg->column_event_id, .aggregate_type = cfg->column_aggregate_type,
+        .aggregate_id = cfg->column_aggregate_id, .event_type = cfg->column_event_type,
+        .payload = cfg->column_payload, .created_at = cfg->column_created_at,
+        .placement = &c->placement,
+    };
     struct repl_callbacks cb = {
         .on_streaming = on_streaming,
         .on_data = on_data,

@@ -278,6 +278,11 @@ int producer_start(struct producer *p, uv_loop_t *loop, const struct relay_confi
         stats_settle_published(stats, false); /* and its open transaction */
     }
     p->cfg = cfg;
+    /* Checked by the configuration's load: it cannot fail here. */
+    (void)event_placement_parse(cfg->additional_placement, &p->placement, NULL, 0);
+    p->style = (struct event_style){ .relay_headers = cfg->relay_headers,
+                                     .id_header = cfg->id_header,
+                                     .placement = &p->placement };
     p->loop = loop;
     p->report = report;
     p->arg = arg;
@@ -351,7 +356,7 @@ int producer_send(struct producer *p, const struct event_row *row, const char *t
     }
 
     rd_kafka_headers_t *hdrs = NULL;
-    int rc = event_headers_build(row, &hdrs, errbuf, errlen);
+    int rc = event_headers_build_styled(row, &p->style, &hdrs, errbuf, errlen);
     if (rc < 0)
         return rc;
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # check_docs_pages.sh BIN SRCROOT: the hand-written documentation (README.md
-# and docs/operations.md, guarantees.md, consumers.md) against the code, so
+# and docs/operations.md, guarantees.md, consumers.md, migrating-from-debezium.md)
+# against the code, so
 # that a metric, check, endpoint, alert, header, command or key added,
 # renamed or removed fails a test until the page says so:
 #   docs/operations.md   every metric relay/daemon/http_metrics.c writes (in
@@ -26,7 +27,7 @@ status=0
 OPS=$ROOT/docs/operations.md
 CONS=$ROOT/docs/consumers.md
 GUAR=$ROOT/docs/guarantees.md
-PAGES=("$ROOT/README.md" "$OPS" "$CONS" "$GUAR")
+PAGES=("$ROOT/README.md" "$OPS" "$CONS" "$GUAR" "$ROOT/docs/migrating-from-debezium.md")
 for p in "${PAGES[@]}"; do [ -f "$p" ] || { echo "check_docs_pages: FAIL: no ${p#"$ROOT"/}" >&2; exit 1; }; done
 
 # The lines of the section titled $2 of page $1 (any level), up to the next

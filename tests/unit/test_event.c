@@ -370,3 +370,47 @@ Test(event, replay_header_is_reserved)
     cr_assert_eq(event_headers_build(&row, &h, why, sizeof why), -EINVAL);
     cr_assert_null(h);
 }
+
+Test(event, routed_by_value_is_the_aggregate_type)
+{
+    char out[64];
+    cr_assert_eq(event_topic_template_check("outbox.event.${routedByValue}", NULL, 0), 0);
+    cr_assert_eq(event_topic_render("outbox.event.${routedByValue}", "order", "E", out, sizeof out),
+                 (int)strlen("outbox.event.order"));
+    cr_assert_str_eq(out, "outbox.event.order");
+}
+
+Test(event, additional_placement_headers_only)
+{
+    struct event_placement pl;
+    char why[256];
+    cr_assert_eq(event_placement_parse("type:header:eventType, tenant:header:tenant", &pl, why,
+                                       sizeof why), 0, "%s", why);
+    cr_assert_eq(pl.n, 2);
+    cr_assert_str_eq(pl.column[1], "tenant");
+    cr_assert_str_eq(pl.header[0], "eventType");
+    cr_assert_eq(event_placement_parse("type:envelope:t", &pl, why, sizeof why), -EINVAL);
+    cr_assert_not_null(strstr(why, "envelope placement is not supported"), "%s", why);
+    cr_assert_eq(event_placement_parse("type:header", &pl, why, sizeof why), -EINVAL);
+}
+
+Test(event, debezium_style_headers)
+{
+    struct event_placement pl;
+    cr_assert_eq(event_placement_parse("type:header:eventType,tenant:header:tenant", &pl, NULL, 0), 0);
+    struct event_row row = {.event_id = "e1", .aggregate_id = "k", .n_placed = 2,
+                            .placed = {"T", NULL}};
+    struct event_style st = {.relay_headers = false, .id_header = "id", .placement = &pl};
+    rd_kafka_headers_t *h = NULL;
+    cr_assert_eq(event_headers_build_styled(&row, &st, &h, NULL, 0), 0);
+    cr_assert_eq(rd_kafka_header_cnt(h), 3);
+    const char *name;
+    const void *v;
+    size_t len;
+    cr_assert_eq(rd_kafka_header_get_all(h, 0, &name, &v, &len), 0);
+    cr_assert_str_eq(name, "id");
+    cr_assert_eq(rd_kafka_header_get_all(h, 2, &name, &v, &len), 0);
+    cr_assert_str_eq(name, "tenant");
+    cr_assert_null(v);
+    rd_kafka_headers_destroy(h);
+}

@@ -1,0 +1,18 @@
+/* profile_check.h — relay.profile = debezium: the application's outbox table
+ * checked at start for the columns the profile reads and their types. */
+#ifndef OUTBOX_PROFILE_CHECK_H
+#define OUTBOX_PROFILE_CHECK_H
+
+#include <stddef.h>
+
+#include "config/config.h"
+
+/** Connects (blocking) and checks that the table has every column @p cfg
+ *  reads, of a type whose text is the bytes Debezium would publish.
+ *  Nothing to check in the outbox profile.
+ *  @return 0 (fit, or nothing to check), -EINVAL with @p why naming the
+ *  column (refuse to start), -EHOSTUNREACH (PostgreSQL not reachable: the
+ *  relay's own reconnects take over). */
+int profile_check(const struct relay_config *cfg, char *why, size_t len);
+
+#endif

@@ -1,0 +1,119 @@
+/* profile_check.c — the start-time check of relay.profile = debezium: every
+ * column the profile reads is there, with a type the relay publishes as
+ * Debezium does (see profile_check.h). */
+#include "cmd/profile_check.h"
+
+#include <errno.h>
+#include <libpq-fe.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "base/errors.h"
+#include "core/event.h"
+#include "core/sql.h"
+#include "core/sql_capture.h"
+
+/* Type names (pg_type.typname) whose pgoutput text is what Debezium's
+ * converters write for them. */
+static const char *const text_types[] = {"text", "varchar", "bpchar", NULL};
+static const char *const id_types[] = {"uuid", "text", "varchar", NULL};
+static const char *const payload_types[] = {"jsonb", "json", "text", "varchar", NULL};
+/* The Event Router reads only Timestamp, MicroTimestamp or NanoTimestamp as
+ * the event timestamp: a timestamp without time zone. */
+static const char *const time_types[] = {"timestamp", NULL};
+static const char *const header_types[] = {"text", "varchar", "uuid", "int2", "int4", "int8",
+                                           "jsonb", "json", NULL};
+
+struct need {
+    const char *key;    /* the configuration key naming the column */
+    const char *column;
+    const char *const *types;
+};
+
+static bool one_of(const char *type, const char *const *types)
+{
+    for (size_t i = 0; types[i]; i++)
+        if (!strcmp(type, types[i]))
+            return true;
+    return false;
+}
+
+static void types_text(const char *const *types, char *out, size_t len)
+{
+    out[0] = '\0';
+    for (size_t i = 0; types[i]; i++) {
+        size_t used = strlen(out);
+        snprintf(out + used, len - used, "%s%s", i ? ", " : "", types[i]);
+    }
+}
+
+/* One needed column against the table's @p res. */
+static int check_one(const PGresult *res, const struct relay_config *cfg, const struct need *n,
+                     char *why, size_t len)
+{
+    char allowed[128];
+    types_text(n->types, allowed, sizeof allowed);
+    for (int i = 0; i < PQntuples(res); i++) {
+        if (strcmp(PQgetvalue(res, i, 0), n->column) != 0)
+            continue;
+        if (one_of(PQgetvalue(res, i, 1), n->types))
+            return 0;
+        return errbuf_fail(why, len,
+                           "column \"%s\" of \"%s\".\"%s\" (%s) is of type %s; the debezium "
+                           "profile needs %s",
+                           n->column, cfg->schema, cfg->table, n->key, PQgetvalue(res, i, 1),
+                           allowed);
+    }
+    return errbuf_fail(why, len,
+                       "\"%s\".\"%s\" has no column \"%s\" (%s), which the debezium profile reads",
+                       cfg->schema, cfg->table, n->column, n->key);
+}
+
+static int check_columns(const PGresult *res, const struct relay_config *cfg, char *why,
+                         size_t len)
+{
+    if (PQntuples(res) == 0)
+        return errbuf_fail(why, len, "the outbox table \"%s\".\"%s\" does not exist", cfg->schema,
+                           cfg->table);
+    struct need needs[5 + EVENT_PLACEMENT_MAX] = {
+        {"relay.column_event_id", cfg->column_event_id, id_types},
+        {"relay.column_aggregate_type", cfg->column_aggregate_type, text_types},
+        {"relay.column_aggregate_id", cfg->column_aggregate_id, text_types},
+        {"relay.column_payload", cfg->column_payload, payload_types},
+    };
+    size_t n = 4;
+    if (*cfg->column_created_at)
+        needs[n++] = (struct need){"relay.column_created_at", cfg->column_created_at, time_types};
+    struct event_placement pl;
+    if (event_placement_parse(cfg->additional_placement, &pl, why, len) < 0)
+        return -EINVAL;
+    for (size_t i = 0; i < pl.n; i++)
+        needs[n++] = (struct need){"relay.additional_placement", pl.column[i], header_types};
+    for (size_t i = 0; i < n; i++)
+        if (check_one(res, cfg, &needs[i], why, len) < 0)
+            return -EINVAL;
+    return 0;
+}
+
+int profile_check(const struct relay_config *cfg, char *why, size_t len)
+{
+    if (cfg->profile != RELAY_PROFILE_DEBEZIUM)
+        return 0;
+    PGconn *conn = PQconnectdb(cfg->pg_conninfo);
+    if (PQstatus(conn) != CONNECTION_OK) {
+        PQfinish(conn);
+        return -EHOSTUNREACH;
+    }
+    char qschema[104], qtable[104], qualified[210];
+    sql_quote_ident(cfg->schema, qschema, sizeof qschema);
+    sql_quote_ident(cfg->table, qtable, sizeof qtable);
+    snprintf(qualified, sizeof qualified, "%s.%s", qschema, qtable);
+    const char *params[] = {qualified};
+    PGresult *res = PQexecParams(conn, sql_table_columns, 1, NULL, params, NULL, NULL, 0);
+    int rc = PQresultStatus(res) == PGRES_TUPLES_OK ? check_columns(res, cfg, why, len)
+                                                    : -EHOSTUNREACH;
+    PQclear(res);
+    PQfinish(conn);
+    return rc;
+}
