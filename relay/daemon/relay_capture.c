@@ -255,7 +255,8 @@ static bool poison(struct relay *r, const struct event_row *row, uint64_t lsn, c
     wal_event_lsn_id(lsn, lsn_id);
     const char *event_id = row && row->event_id && *row->event_id ? row->event_id : lsn_id;
     r->st.failed_total[STATS_FAIL_INVALID]++;
-    if (!r->poison->halts) {
+    /* Debezium's table has no columns to keep a dead row in: it halts. */
+    if (!r->poison->halts && r->cfg->profile == RELAY_PROFILE_OUTBOX) {
         char reason[600];
         snprintf(reason, sizeof reason, "%s (at LSN %s)", why, at);
         if (relay_capture_dead_queue(r, row, event_id, reason))

@@ -99,12 +99,19 @@ static void on_recorded(struct pg_conn *pg, PGresult *res, void *arg)
         const char *state = pg_sqlstate(res);
         log_error("cannot record an event that cannot be produced",
                   "event_id=%s error=%s", d->params[0], log_quote(PQresultErrorMessage(res)));
-        if (strcmp(state, "42501") == 0) {
-            /* Without INSERT and UPDATE on the table it cannot be kept: stop here. */
+        /* A lost connection, a conflict or a shutdown passes; anything else
+         * (no privilege, a column missing) will not: the stream stops here. */
+        bool passing = strncmp(state, "08", 2) == 0 || strncmp(state, "40", 2) == 0 ||
+                       strncmp(state, "53", 2) == 0 || strncmp(state, "57", 2) == 0;
+        if (!passing) {
             r->st.halted = true;
             snprintf(r->st.halt_reason, sizeof r->st.halt_reason,
-                     "event %s cannot be produced (%s) and cannot be dead-lettered: the role needs "
-                     "INSERT and UPDATE on the outbox table", d->params[0], d->params[8]);
+                     "event %.36s cannot be produced (%.90s) and cannot be kept as a dead row "
+                     "(SQLSTATE %.5s%s)", d->params[0], d->params[8], state,
+                     strcmp(state, "42501") == 0 ? ": the role needs INSERT and UPDATE on the table"
+                                                 : "");
+            log_error("relaying halted: an event can neither be produced nor kept as a dead row",
+                      "event_id=%s reason=%s", d->params[0], log_quote(r->st.halt_reason));
             relay_notify_status(r);
         }
         c->dead_retry_ms = relay_now_ms(r) + 1000;
