@@ -76,6 +76,7 @@ struct plan_state {
 
     /* the claim */
     bool wake;                  /* rows may be waiting */
+    bool claim_full;            /* the last claim returned a whole batch: a backlog waits */
     bool halted, halt_pending;  /* on_poison=halt stopped us, or a row in flight will */
     bool queue_full;            /* the producer's queue refused a row of a batch */
     bool isolating;             /* suspects are produced one at a time... */
@@ -113,7 +114,7 @@ struct plan_state {
 
 /** Batches one Kafka transaction carries at most, and so the most the
  *  producer's queue holds at once: a further claim waits for the next one. */
-#define PLAN_TXN_BATCHES_MAX 2
+#define PLAN_TXN_BATCHES_MAX 4
 
 /** What to do next. */
 enum plan_act {
@@ -249,6 +250,10 @@ uint64_t plan_quiet_check_wait(uint64_t prev_ms, uint64_t poll_interval_ms);
 /** Retention runs every PLAN_RETENTION_EVERY_MS when enabled (@p retention_s > 0). */
 #define PLAN_RETENTION_EVERY_MS 60000
 bool plan_retention_due(long retention_s, uint64_t now_ms, uint64_t last_ms);
+
+/** relay.capture = wal: no claim competes with retention, and on_sent =
+ *  delete keeps the table small only if it runs often. */
+#define PLAN_CAPTURE_RETENTION_EVERY_MS 5000
 
 /* ---- shutdown ------------------------------------------------------------- */
 

@@ -140,6 +140,7 @@ struct relay {
 
     bool listening;
     bool wake;                  /* rows may be waiting: claim when possible */
+    bool claim_full;            /* the last claim returned a whole batch */
     bool lock_due;              /* standby: time to try the leader lock again */
     bool backoff;               /* a statement failed: wait for the next tick */
     bool stopping;

@@ -71,6 +71,21 @@ bool plan_txn_holds(const struct plan_state *s, const struct batch *b)
              txn_batches(s, b) < PLAN_TXN_BATCHES_MAX);
 }
 
+/* A backlog is being claimed into the open transaction, which has room. */
+static bool txn_growing(const struct plan_state *s)
+{
+    if (!s->claim_full || claims_unwanted(s) || txn_batches(s, NULL) >= PLAN_TXN_BATCHES_MAX)
+        return false;
+    bool claiming = false, free_slot = false;
+    for (int k = 0; k < s->n_batches; k++) {
+        claiming |= s->b[k].phase == PHASE_CLAIMING;
+        free_slot |= s->b[k].phase == PHASE_EMPTY;
+        if (s->b[k].held)
+            return false; /* the next claim waits for the next transaction anyway */
+    }
+    return claiming || (s->wake && free_slot && !s->halt_pending);
+}
+
 /* The oldest batch whose claim result waits for the open transaction; -1. */
 static int oldest_held(const struct plan_state *s)
 {
@@ -120,8 +135,11 @@ struct fence_plan plan_fence(const struct plan_state *s)
             due = true;
     }
     /* Commits what is in flight too: the commit waits for its reports. A
-     * doomed transaction is ended at once: the commit call aborts it. */
-    f.commit = due || s->txn_doomed;
+     * doomed transaction is ended at once: the commit call aborts it. Under
+     * a backlog the transaction first takes the batch being claimed, up to
+     * PLAN_TXN_BATCHES_MAX: a commit costs a round trip to the coordinator
+     * and the markers, paid once per transaction, not per batch. */
+    f.commit = (due && !txn_growing(s)) || s->txn_doomed;
     if (!f.commit && s->txn_empty && !f.drop_held) {
         f.release = oldest_held(s);
         /* An unpublished batch counts as a cut: the held claim skipped its rows. */
@@ -314,6 +332,8 @@ static struct plan_step capture_next(const struct plan_state *s)
         return act(PLAN_SLOT_QUERY);
     if (s->role != STATS_ROLE_LEADER || s->stopping)
         return act(PLAN_WAIT);
+    if (s->quiet_wanted && s->quiet == PLAN_QUIET_OFF)
+        return act(PLAN_TAKE_QUIET); /* held while leading: nothing listens for NOTIFY */
     /* A deposed leader, paused, may still hold the slot through its walsender
      * until wal_sender_timeout: the lock says it is no longer entitled to. */
     if (s->slot_busy)

@@ -92,7 +92,9 @@ static void on_tick(uv_timer_t *t)
     r->backoff = false;
     r->lock_due = true;
     r->wake = true;
-    if (plan_retention_due(r->retention_s, relay_now_ms(r), r->last_retention_ms))
+    if (r->cap.on ? r->retention_s > 0 && relay_now_ms(r) - r->last_retention_ms >=
+                                              PLAN_CAPTURE_RETENTION_EVERY_MS
+                  : plan_retention_due(r->retention_s, relay_now_ms(r), r->last_retention_ms))
         r->retention_due = true;
     producer_poll(&r->prod);
     log_limit_flush(&r->failures, stats_mono());

@@ -119,10 +119,10 @@ static void on_recorded(struct pg_conn *pg, PGresult *res, void *arg)
         return;
     }
     r->st.dead_total++;
-    if (log_limit_allow(&r->failures, stats_mono(), LOG_LVL_ERROR, r->poison->dead_msg, d->params[8],
-                        d->outbox_id))
-        log_error(r->poison->dead_msg, "outbox_id=%" PRId64 " event_id=%s error=%s", d->outbox_id,
-                  d->params[0], log_quote(d->params[8]));
+    static const char msg[] = "event dead-lettered; the stream goes on";
+    if (log_limit_allow(&r->failures, stats_mono(), LOG_LVL_ERROR, msg, d->params[8], d->outbox_id))
+        log_error(msg, "outbox_id=%" PRId64 " event_id=%s error=%s", d->outbox_id, d->params[0],
+                  log_quote(d->params[8]));
     if (d->gen == c->gen)
         relay_capture_confirm(r, pgo_acks_done(&c->acks, d->seq));
     dead_pop(c);

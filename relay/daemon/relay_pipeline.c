@@ -277,6 +277,7 @@ static void on_claimed(struct pg_conn *pg, PGresult *res, void *arg)
         relay_step(r);
         return;
     }
+    r->claim_full = n >= r->cfg->batch_size;
     if (v.more)
         r->wake = true;
     /* Send PostgreSQL its next statement (the next claim, or a mark) before

@@ -116,6 +116,7 @@ void relay_snapshot(const struct relay *r, struct plan_state *s)
         .refuse_deadline_ms = r->refuse_deadline_ms,
         .stopping = r->stopping,
         .wake = r->wake,
+        .claim_full = r->claim_full,
         .halted = r->st.halted,
         .halt_pending = r->halt_pending,
         .queue_full = r->queue_full,

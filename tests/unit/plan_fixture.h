@@ -16,7 +16,7 @@
 
 #define BATCH_SIZE 100
 
-#define SLOTS 3
+#define SLOTS (PLAN_TXN_BATCHES_MAX + 1)
 
 static struct batch slots[SLOTS];
 

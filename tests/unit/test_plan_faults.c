@@ -329,74 +329,116 @@ Test(plan, a_claim_joins_the_open_transaction_unless_it_ends)
     slots[0].held = NULL;
 }
 
-/* Slots 0 and 1 hold @p n rows each, one after the other, being produced
- * into transaction @p gen. */
-static void two_producing(int n, unsigned gen)
+/* The first PLAN_TXN_BATCHES_MAX slots hold @p n rows each, one after the
+ * other, being produced into transaction @p gen. */
+static void all_producing(int n, unsigned gen)
 {
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < PLAN_TXN_BATCHES_MAX; k++) {
         producing(load(k, 1 + k * n, n, PHASE_PRODUCING));
         slots[k].txn_gen = gen;
         slots[k].committed = false;
     }
 }
 
-/* With transactions and a backlog, a third slot claims while the two batches
- * of the open transaction are with Kafka, skipping both; its rows wait for the
- * next transaction, so that Kafka works on them while the two are marked.
- * Under a trickle (batches not full) or without transactions there is no
- * third claim: its rows would wait for that transaction instead of joining. */
-Test(plan, a_third_batch_is_claimed_for_the_next_transaction_of_a_backlog)
+#define TXN_MASK ((1u << PLAN_TXN_BATCHES_MAX) - 1)
+
+/* With transactions and a backlog, one slot more than a transaction carries
+ * claims while the batches of the open transaction are with Kafka, skipping
+ * them all; its rows wait for the next transaction, so that Kafka works on
+ * them while the others are marked. Under a trickle (batches not full) or
+ * without transactions there is no such claim: its rows would wait for that
+ * transaction instead of joining. */
+Test(plan, one_more_batch_is_claimed_for_the_next_transaction_of_a_backlog)
 {
+    const int last = PLAN_TXN_BATCHES_MAX;
     struct plan_state s = leader();
     s.n_batches = SLOTS;
     s.txn = PRODUCER_TXN_OPEN;
     s.txn_gen = 4;
     s.wake = true;
     struct batch *a = &slots[0], *b = &slots[1];
-    two_producing(BATCH_SIZE, 4);
+    all_producing(BATCH_SIZE, 4);
     struct plan_step p = plan_next(&s);
-    cr_assert(p.act == PLAN_CLAIM && p.slot == 2, "got %s slot %d", plan_act_name(p.act), p.slot);
-    cr_assert(p.skip.lo == 1 && p.skip.hi == 2 * BATCH_SIZE && p.rescan == 3u, "both are skipped");
-    struct batch *c = load(2, 1 + 2 * BATCH_SIZE, BATCH_SIZE, PHASE_PRODUCING);
-    cr_assert(plan_txn_holds(&s, c), "the open transaction carries two batches: the next takes it");
+    cr_assert(p.act == PLAN_CLAIM && p.slot == last, "got %s slot %d", plan_act_name(p.act), p.slot);
+    cr_assert(p.skip.lo == 1 && p.skip.hi == last * BATCH_SIZE && p.rescan == TXN_MASK,
+              "all are skipped");
+    struct batch *c = load(last, 1 + last * BATCH_SIZE, BATCH_SIZE, PHASE_PRODUCING);
+    cr_assert(plan_txn_holds(&s, c), "the open transaction is full: the next takes it");
     a->phase = PHASE_EMPTY;
-    cr_assert(!plan_txn_holds(&s, c), "with one batch in it, it joins");
+    cr_assert(!plan_txn_holds(&s, c), "with room in it, it joins");
     a->phase = PHASE_PRODUCING;
 
-    /* The two committed: the held claim is produced into the next
-     * transaction, and the two are marked meanwhile, by one statement. */
+    /* They committed: the held claim is produced into the next
+     * transaction, and the others are marked meanwhile, by one statement. */
     int dummy;
     c->held = &dummy;
-    delivered(a);
-    delivered(b);
-    a->committed = b->committed = true;
+    for (int k = 0; k < last; k++) {
+        delivered(&slots[k]);
+        slots[k].committed = true;
+    }
     s.txn_gen = 5;
     s.txn_empty = true;
     struct fence_plan f = plan_fence(&s);
-    cr_assert(f.release == 2 && !f.release_stale && !f.commit);
+    cr_assert(f.release == last && !f.release_stale && !f.commit);
     c->held = NULL;
     c->txn_gen = 5;
     producing(c);
     s.txn_empty = false;
     p = plan_next(&s);
-    cr_assert(p.act == PLAN_MARK && p.slot == 0 && p.with == 2u, "got %s", plan_act_name(p.act));
+    cr_assert(p.act == PLAN_MARK && p.slot == 0 && p.with == (TXN_MASK & ~1u), "got %s with %x",
+              plan_act_name(p.act), p.with);
 
-    /* A trickle: two batches that are not full leave the third slot alone. */
-    load(2, 0, 0, PHASE_EMPTY);
-    two_producing(5, 5);
+    /* A trickle: batches that are not full leave the extra slot alone. */
+    load(last, 0, 0, PHASE_EMPTY);
+    all_producing(5, 5);
     assert_act(&s, PLAN_WAIT);
-    two_producing(BATCH_SIZE, 5);
+    all_producing(BATCH_SIZE, 5);
     assert_act(&s, PLAN_CLAIM);
     /* A batch cut short (a full producer queue) gave its later rows back:
-     * they lie between the two spans, and a third claim skipping both would
+     * they lie between the spans, and a claim skipping them all would
      * publish the rows above them first. */
     batch_cut_at(b, BATCH_SIZE / 2);
     assert_act(&s, PLAN_WAIT);
-    two_producing(BATCH_SIZE, 5);
+    all_producing(BATCH_SIZE, 5);
     assert_act(&s, PLAN_CLAIM);
-    /* Without transactions nothing would hold it: two batches at most. */
+    /* Without transactions nothing would hold it: a transaction's worth at most. */
     s.txn = PRODUCER_TXN_OFF;
     assert_act(&s, PLAN_WAIT);
+}
+
+/* Under a backlog a delivered batch does not end its transaction while the
+ * next claim, which will join it, is running: one commit for several
+ * batches. Under a trickle, or with the transaction full, it commits at once. */
+Test(plan, a_backlog_fills_the_transaction_before_its_commit)
+{
+    struct plan_state s = leader();
+    s.n_batches = SLOTS;
+    s.txn = PRODUCER_TXN_OPEN;
+    s.txn_gen = 3;
+    struct batch *a = load(0, 1, BATCH_SIZE, PHASE_PRODUCING);
+    a->txn_gen = 3;
+    delivered(a);
+    load(1, 0, 0, PHASE_CLAIMING);
+    s.claim_full = true;
+    cr_assert(!plan_fence(&s).commit, "a claim of the backlog is on its way into the transaction");
+    s.claim_full = false;
+    cr_assert(plan_fence(&s).commit, "a trickle commits at once");
+    s.claim_full = true;
+    s.txn_doomed = true;
+    cr_assert(plan_fence(&s).commit, "a doomed transaction ends at once");
+    s.txn_doomed = false;
+    load(1, 0, 0, PHASE_EMPTY);
+    s.wake = false;
+    cr_assert(plan_fence(&s).commit, "nothing more to claim");
+    s.wake = true;
+    cr_assert(!plan_fence(&s).commit, "rows wait and a slot is free: the next claim joins");
+    for (int k = 1; k < PLAN_TXN_BATCHES_MAX; k++) {
+        struct batch *x = load(k, 1 + k * BATCH_SIZE, BATCH_SIZE, PHASE_PRODUCING);
+        x->txn_gen = 3;
+        x->committed = false;
+        producing(x);
+    }
+    cr_assert(plan_fence(&s).commit, "the transaction is full");
 }
 
 /* A claim held for the next transaction is given back, not produced, once
