@@ -16,7 +16,9 @@
  * claims ids only, the wide one reads the relay's columns) and with two
  * honest peers, relays a careful engineer writes by hand in Python:
  * tests/bench/peer_minimal.py (two headers) and tests/bench/peer_same.py (the
- * relay's exact messages).
+ * relay's exact messages). The relay drains in three ways: on_sent = mark,
+ * on_sent = delete, and capture = wal (from a logical replication slot, the
+ * table only read); one read_committed consumer times them all and the peers.
  */
 #include "bench.h"
 
