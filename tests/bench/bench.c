@@ -16,9 +16,33 @@
  * claims ids only, the wide one reads the relay's columns) and with two
  * honest peers, relays a careful engineer writes by hand in Python:
  * tests/bench/peer_minimal.py (two headers) and tests/bench/peer_same.py (the
- * relay's exact messages).
+ * relay's exact messages). The relay drains in three ways: on_sent = mark,
+ * on_sent = delete, and capture = wal (from a logical replication slot, the
+ * table only read); one read_committed consumer times them all and the peers.
  */
 #include "bench.h"
+
+/* The drains of the rounds, by scenario (struct rounds). */
+static const char *const del_opts[] = { "relay.on_sent=delete", NULL };
+static const struct drain_opts round_opts[R_N] = {
+    [R_PEER_MIN] = { .runner = RUN_PEER_MINIMAL },
+    [R_PEER_SAME] = { .runner = RUN_PEER_SAME },
+    [R_MARK] = { .runner = RUN_RELAY },
+    [R_DELETE] = { .runner = RUN_RELAY, .extra = del_opts, .deleting = true },
+    [R_WAL] = { .runner = RUN_RELAY, .wal = true },
+};
+static const char *const round_tables[R_N] = {
+    "bench_floor_min", "bench_peer", "bench_peer_same", "bench_drain", "bench_drain_del",
+    "bench_drain_wal",
+};
+
+/* Scenario @p k of a round on its fresh table. */
+static struct drain_result round_drain(PGconn *c, int k, long rows, int aggregates)
+{
+    if (k == R_FLOOR)
+        return minimal_floor(c, round_tables[k], rows, aggregates, 1000);
+    return drain(c, round_tables[k], rows, aggregates, &round_opts[k]);
+}
 
 
 int main(int argc, char **argv)
@@ -102,15 +126,19 @@ int main(int argc, char **argv)
     bool durable = pg_durable(c);
     if (latency_only) {
         /* Tuning the latency path needs only its own scenario. */
-        struct latency_result lat[8];
-        int n_lat = latencies(c, rates_arg, lat_seconds, lat);
+        struct latency_result lat[8], latw[8];
+        int n_lat = latencies(c, rates_arg, lat_seconds, lat, latw);
         PQfinish(c);
         fprintf(stdout, "{\n");
         machine_json(stdout, durable);
-        latency_json(stdout, lat, n_lat);
+        latency_json(stdout, "latency", lat, n_lat);
+        fprintf(stdout, ",\n");
+        latency_json(stdout, "latency_wal", latw, n_lat);
         fprintf(stdout, "\n}\n");
-        for (int i = 0; i < n_lat; i++)
+        for (int i = 0; i < n_lat; i++) {
             latency_line(&lat[i]);
+            latency_line(&latw[i]);
+        }
         fprintf(stderr, "logs: %s\n", workdir);
         return 0;
     }
@@ -120,14 +148,12 @@ int main(int argc, char **argv)
     fprintf(stderr, "bench: wide SQL floor on %ld rows\n", rows);
     struct drain_result fl_wide = wide_floor(c, "bench_floor", rows, aggregates, 1000);
     fprintf(stderr, "bench: minimal peer (Python, two headers) on %ld rows\n", rows);
-    struct drain_opts peer_o = { .runner = RUN_PEER_MINIMAL };
-    struct drain_result peer = drain(c, "bench_peer", rows, aggregates, &peer_o);
+    struct drain_result peer = round_drain(c, R_PEER_MIN, rows, aggregates);
     fprintf(stderr, "bench: same-messages peer (Python, the relay's messages) on %ld rows\n", rows);
-    struct drain_opts same_o = { .runner = RUN_PEER_SAME };
-    struct drain_result peer_same = drain(c, "bench_peer_same", rows, aggregates, &same_o);
+    struct drain_result peer_same = round_drain(c, R_PEER_SAME, rows, aggregates);
     fprintf(stderr, "bench: drain of %ld rows (relay, on_sent=mark)\n", rows);
-    struct drain_opts mark_o = { .runner = RUN_RELAY };
-    struct drain_result d_mark = drain(c, "bench_drain", rows, aggregates, &mark_o);
+    const struct drain_opts mark_o = round_opts[R_MARK];
+    struct drain_result d_mark = round_drain(c, R_MARK, rows, aggregates);
     /* verify and replay read what that drain wrote, before the table goes. */
     long small_slice = rows < 100000 ? rows : 100000;
     fprintf(stderr, "bench: verify of %ld rows, slices of %ld and %d\n", rows, small_slice,
@@ -137,9 +163,9 @@ int main(int argc, char **argv)
     fprintf(stderr, "bench: replay of %ld rows to a side topic\n", rows);
     struct tool_result rp = replay_run(c, "bench_drain", rows);
     fprintf(stderr, "bench: drain of %ld rows (relay, on_sent=delete)\n", rows);
-    const char *del[] = { "relay.on_sent=delete", NULL };
-    struct drain_opts del_o = { .runner = RUN_RELAY, .extra = del, .deleting = true };
-    struct drain_result d_del = drain(c, "bench_drain_del", rows, aggregates, &del_o);
+    struct drain_result d_del = round_drain(c, R_DELETE, rows, aggregates);
+    fprintf(stderr, "bench: drain of %ld rows (relay, capture=wal)\n", rows);
+    struct drain_result d_wal = round_drain(c, R_WAL, rows, aggregates);
     fprintf(stderr, "bench: cost with a %ld-row backlog\n", cost_small);
     struct drain_result d_small = drain(c, "bench_cost", cost_small, aggregates, &mark_o);
 
@@ -158,30 +184,26 @@ int main(int argc, char **argv)
     struct drain_result lt_held = drain(c, "bench_lt_held", lt_rows, aggregates, &lt1_o);
 
     struct rounds rounds = { .n = 1 };
-    const struct drain_result *first[R_N] = { &fl_min, &peer, &peer_same, &d_mark, &d_del };
+    const struct drain_result *first[R_N] = { &fl_min, &peer, &peer_same, &d_mark, &d_del,
+                                              &d_wal };
     for (int k = 0; k < R_N; k++)
-        rounds.v[k][0] = first[k]->rows_per_s;
+        rounds_put(&rounds, k, 0, first[k]);
     for (int i = 1; i < n_rounds; i++) {
-        fprintf(stderr, "bench: round %d of %d: minimal floor, both peers, both drains, from "
-                        "the %s\n", i + 1, n_rounds, round_names[i % R_N]);
+        fprintf(stderr, "bench: round %d of %d: minimal floor, both peers, the relay's three "
+                        "drains, from the %s\n", i + 1, n_rounds, round_names[i % R_N]);
         for (int j = 0; j < R_N; j++) {
             int k = (i + j) % R_N; /* rotated: each round starts with the next scenario */
-            struct drain_result d =
-                k == R_FLOOR      ? minimal_floor(c, "bench_floor_min", rows, aggregates, 1000)
-                : k == R_PEER_MIN ? drain(c, "bench_peer", rows, aggregates, &peer_o)
-                : k == R_PEER_SAME ? drain(c, "bench_peer_same", rows, aggregates, &same_o)
-                : k == R_MARK     ? drain(c, "bench_drain", rows, aggregates, &mark_o)
-                                  : drain(c, "bench_drain_del", rows, aggregates, &del_o);
-            rounds.v[k][i] = d.rows_per_s;
+            struct drain_result d = round_drain(c, k, rows, aggregates);
+            rounds_put(&rounds, k, i, &d);
         }
         rounds.n++;
     }
 
-    struct latency_result lat[8];
-    int n_lat = latencies(c, rates_arg, lat_seconds, lat);
+    struct latency_result lat[8], latw[8];
+    int n_lat = latencies(c, rates_arg, lat_seconds, lat, latw);
     const char *tables[] = { "bench_floor_min", "bench_floor", "bench_peer", "bench_peer_same", "bench_drain",
-                             "bench_drain_del", "bench_cost", "bench_start", "bench_fresh",
-                             "bench_lt_free", "bench_lt_held" };
+                             "bench_drain_del", "bench_drain_wal", "bench_cost", "bench_start",
+                             "bench_fresh", "bench_lt_free", "bench_lt_held" };
     for (size_t i = 0; i < sizeof(tables) / sizeof(tables[0]); i++)
         drop(c, tables[i]);
     PQfinish(c);
@@ -197,11 +219,15 @@ int main(int argc, char **argv)
     drain_json(o, "peer_same_messages", &peer_same, NULL, NULL, NULL, NULL);
     drain_json(o, "drain", &d_mark, &fl_min, &fl_wide, &peer, &peer_same);
     drain_json(o, "drain_on_sent_delete", &d_del, &fl_min, &fl_wide, &peer, &peer_same);
+    drain_json(o, "drain_capture_wal", &d_wal, &fl_min, &fl_wide, &peer, &peer_same);
     tool_json(o, "verify", &v_small);
     tool_json(o, "verify_default_slice", &v_default);
     tool_json(o, "replay", &rp);
     rounds_json(o, &rounds);
-    latency_json(o, lat, n_lat);
+    pg_load_json(o, &rounds);
+    latency_json(o, "latency", lat, n_lat);
+    fprintf(o, ",\n");
+    latency_json(o, "latency_wal", latw, n_lat);
     fprintf(o, ",\n");
     fprintf(o, "  \"startup\": {\"backlog_rows\": %ld, \"runs\": %d, "
                "\"start_to_leader_ms\": {\"median\": %.1f, \"max\": %.1f}, "
@@ -239,6 +265,7 @@ int main(int argc, char **argv)
     double start_to_first_ms = median(su.start_to_leader_ms, su.runs) + first_ms;
     /* Kafka's own floor of latency with the relay's fencing, in this run. */
     const struct latency_floor *f1k = l1k ? own_floor(l1k) : NULL, *f5k = l5k ? own_floor(l5k) : NULL;
+    wal_targets_json(o, &rounds, latw, n_lat, d_wal.peak_rss_mb);
     fprintf(o, "  \"targets\": {\"mark_ge_1.5_minimal_peer\": %s, "
                "\"mark_ge_1.3_same_messages_peer\": %s, \"mark_ge_1.0_minimal_floor\": %s, "
                "\"delete_ge_2_minimal_peer\": %s, "
@@ -266,30 +293,35 @@ int main(int argc, char **argv)
             durable ? "durable (fsync, synchronous_commit on)" : "fsync off", rows);
     fprintf(stderr, "%-34s %9s %9s %9s %9s\n", "drain (first round)", "rows/s", "/min.fl",
             "/min.peer", "/same.peer");
-    const struct drain_result *rowv[] = { &fl_min, &fl_wide, &peer, &peer_same, &d_mark, &d_del };
+    const struct drain_result *rowv[] = { &fl_min, &fl_wide, &peer, &peer_same, &d_mark, &d_del,
+                                           &d_wal };
     const char *rown[] = { "minimal SQL floor (PL/pgSQL)", "wide SQL floor (PL/pgSQL)",
                            "minimal peer (Python)", "same-messages peer (Python)",
-                           "relay, on_sent=mark", "relay, on_sent=delete" };
-    for (int i = 0; i < 6; i++)
+                           "relay, on_sent=mark", "relay, on_sent=delete", "relay, capture=wal" };
+    for (int i = 0; i < 7; i++)
         fprintf(stderr, "%-34s %9.0f %9.2f %9.2f %9.2f\n", rown[i], rowv[i]->rows_per_s,
                 rowv[i]->rows_per_s / fl_min.rows_per_s, rowv[i]->rows_per_s / peer.rows_per_s,
                 rowv[i]->rows_per_s / peer_same.rows_per_s);
     fprintf(stderr, "PostgreSQL CPU s per 100k rows (share of the drain it was busy):");
-    const struct drain_result *pgs[] = { &fl_min, &fl_wide, &peer, &peer_same, &d_mark, &d_del };
+    const struct drain_result *pgs[] = { &fl_min, &fl_wide, &peer, &peer_same, &d_mark, &d_del,
+                                          &d_wal };
     const char *pgn[] = { "minimal floor", "wide floor", "minimal peer", "same-messages peer",
-                          "mark", "delete" };
-    for (int i = 0; i < 6; i++)
+                          "mark", "delete", "wal" };
+    for (int i = 0; i < 7; i++)
         if (pgs[i]->pg_cpu_s >= 0)
             fprintf(stderr, "%s %s %.2f (%.0f%%)", i ? ";" : "", pgn[i],
                     pgs[i]->pg_cpu_s * 100000.0 / (double)pgs[i]->rows,
                     100.0 * pgs[i]->pg_cpu_s / pgs[i]->seconds);
     fprintf(stderr, "\nmachine busy (all cores, everything on it):");
-    for (int i = 0; i < 6; i++)
+    for (int i = 0; i < 7; i++)
         fprintf(stderr, "%s %s %.0f%%", i ? ";" : "", pgn[i], 100.0 * pgs[i]->machine_busy);
     fprintf(stderr, "\n");
     rounds_line(&rounds);
-    for (int i = 0; i < n_lat; i++)
+    pg_load_line(&rounds);
+    for (int i = 0; i < n_lat; i++) {
         latency_line(&lat[i]);
+        latency_line(&latw[i]);
+    }
     fprintf(stderr, "start-up (%ld-row backlog, median of %d): start → leader %.0f ms; leader → "
                     "first received %.0f ms (max %.0f), first marked %.0f ms\n",
             su.backlog, su.runs, median(su.start_to_leader_ms, su.runs), first_ms,
@@ -303,8 +335,10 @@ int main(int argc, char **argv)
             lt_rows, lt_held.rows_per_s, lt_free.rows_per_s,
             lt_held.rows_per_s / lt_free.rows_per_s, plan_held.ms, plan_held.buffers,
             plan_free.ms, plan_free.buffers);
-    fprintf(stderr, "peak RSS: %.1f MB (%ld rows)  %.1f MB (%ld rows)  growth %.1f%%\n",
-            d_small.peak_rss_mb, d_small.rows, d_mark.peak_rss_mb, d_mark.rows, growth);
+    fprintf(stderr, "peak RSS: %.1f MB (%ld rows)  %.1f MB (%ld rows)  growth %.1f%%; "
+                    "capture=wal %.1f MB (%ld rows)\n",
+            d_small.peak_rss_mb, d_small.rows, d_mark.peak_rss_mb, d_mark.rows, growth,
+            d_wal.peak_rss_mb, d_wal.rows);
     for (int i = 0; i < 3; i++) {
         const struct tool_result *t = i == 0 ? &v_small : i == 1 ? &v_default : &rp;
         char what[64];

@@ -52,14 +52,21 @@ struct cmd_cost {
     double peak_rss_mb;
     int status; /* exit status, or -1 when killed by a signal */
 };
+/* Rows a transaction of the seeding writes (seed()): the same for every
+ * scenario, as applications write their events in many transactions. */
+#define SEED_TXN_ROWS 1000
 struct drain_result {
     long rows;
-    double seconds;
+    double seconds;         /* process start -> last message received (a floor: its CALL) */
     double rows_per_s;
+    double first_to_last_s; /* first -> last message received; the floor: = seconds */
+    double ftl_rows_per_s;
+    double done_s;          /* process start -> last row marked or deleted, or last message */
     double peak_rss_mb;     /* -1: not measured (the peer exits by itself) */
     double cpu_s;
     double pg_cpu_s;        /* PostgreSQL backends doing the drain; -1: not measured */
     double machine_busy;    /* share of all cores busy during it; -1: not measured */
+    double wal_bytes;       /* WAL PostgreSQL wrote from the start until done; -1: not measured */
 };
 enum runner { RUN_RELAY, RUN_PEER_MINIMAL, RUN_PEER_SAME };
 /* The relay's own claim (relay/sql.c) under EXPLAIN (ANALYZE, BUFFERS):
@@ -75,6 +82,14 @@ struct drain_opts {
     bool deleting;            /* relay.on_sent=delete: done when the table is empty */
     bool hold;                /* a REPEATABLE READ snapshot open during the drain */
     struct claim_plan *plan;  /* if set: the claim's plan at the end, before the hold ends */
+    bool wal;                 /* relay.capture = wal: a slot and a publication named after
+                               * the table, made by migrate before the rows are written */
+};
+/* The -X of relay.capture = wal for a table: its slot and publication are
+ * named after it. */
+struct wal_opts {
+    char slot[128], pub[128];
+    const char *v[4];
 };
 struct latency_run {
     const char *table;
@@ -98,6 +113,8 @@ struct latency_result {
     double machine_busy; /* share of all cores busy while the events were written; -1: unknown */
     long notifies;       /* NOTIFYs the writers sent (the others left it out: the quiet lock) */
     double relay_cpu_s_per_100k; /* the relay's CPU while the events were written */
+    double peak_rss_mb;          /* the relay's VmHWM at the end of the run */
+    bool wal;                    /* relay.capture = wal */
     /* Kafka's floor at the same rate (kafka_floor), with and without
      * transactions, and with the relay's fencing while the same writers
      * write the same events into a table nothing reads (floor_loaded);
@@ -178,10 +195,13 @@ struct fresh_result {
  * round's ratios are taken within the round, and the targets are checked
  * against their median. */
 #define ROUNDS_MAX 8
-enum { R_FLOOR, R_PEER_MIN, R_PEER_SAME, R_MARK, R_DELETE, R_N };
+enum { R_FLOOR, R_PEER_MIN, R_PEER_SAME, R_MARK, R_DELETE, R_WAL, R_N };
 struct rounds {
     int n;
-    double v[R_N][ROUNDS_MAX]; /* rows/s */
+    double v[R_N][ROUNDS_MAX];     /* rows/s, process start -> last message */
+    double ftl[R_N][ROUNDS_MAX];   /* rows/s, first -> last message */
+    double pg_cpu[R_N][ROUNDS_MAX]; /* PostgreSQL backends' CPU s per 100k rows; -1: unknown */
+    double wal[R_N][ROUNDS_MAX];   /* WAL bytes per 100k rows written during the drain */
 };
 #define N_ROUND_RATIOS (int)(sizeof(round_ratios) / sizeof(round_ratios[0]))
 #define REPLAY_BOUND_MB 32.0
@@ -216,7 +236,9 @@ PGconn *pg_open(void);
 void pg_exec(PGconn *c, const char *fmt, ...);
 long long pg_int(PGconn *c, const char *fmt, ...);
 void base_args(const char **argv, int *n, const char *table);
-void migrate(const char *table);
+void migrate(const char *table, const char *const *extra);
+void wal_opts_init(struct wal_opts *w, const char *table);
+long long wal_lsn(PGconn *c);
 struct relay_proc peer_start(const char *script, const char *table);
 struct relay_proc relay_start(const char *table, const char *const *extra);
 double proc_cpu_s(pid_t pid);
@@ -238,13 +260,14 @@ struct drain_result wide_floor(PGconn *c, const char *table, long rows, int aggr
                                       int batch);
 
 /* bench_latency.c */
+rd_kafka_t *consumer_at(const char *topic, const char *fetch_wait_ms);
 rd_kafka_t *consumer_at_end(const char *topic);
 int cmp_double(const void *a, const void *b);
 pthread_t latency_listen(struct latency_run *L, const char *topic);
 void latency_take(struct latency_result *res, struct latency_run *L, long n);
 void latency_collect(struct latency_run *L, pthread_t th, long n, double wait_s);
 double enqueue_seq(PGconn *c, const char *sql, long n);
-struct latency_result latency(PGconn *c, const char *table, int rate, double seconds);
+struct latency_result latency(PGconn *c, const char *table, int rate, double seconds, bool wal);
 struct latency_result kafka_floor(const char *table, int rate, double seconds, bool txn,
                                          PGconn *c, const char *load_table);
 
@@ -261,6 +284,11 @@ struct fresh_result fresh_behind_backlog(PGconn *c, const char *table, long back
 double rounds_ratio(const struct rounds *R, int num, int den, double *each);
 void rounds_json(FILE *o, const struct rounds *R);
 void rounds_line(const struct rounds *R);
+void rounds_put(struct rounds *R, int k, int i, const struct drain_result *d);
+void pg_load_json(FILE *o, const struct rounds *R);
+void pg_load_line(const struct rounds *R);
+void wal_targets_json(FILE *o, const struct rounds *R, const struct latency_result *latw,
+                      int n_lat, double drain_rss_mb);
 bool pg_durable(PGconn *c);
 void machine_json(FILE *o, bool durable);
 void drain_json(FILE *o, const char *name, const struct drain_result *d,
@@ -276,8 +304,10 @@ const struct latency_result *at_rate(const struct latency_result *lat, int n, in
 struct latency_floor floor_figures(struct latency_result r);
 const struct latency_floor *own_floor(const struct latency_result *l);
 int latency_target(const struct latency_floor *r, const struct latency_floor *f, int rate);
-int latencies(PGconn *c, char *rates, double seconds, struct latency_result *lat);
+int wal_latency_target(const struct latency_floor *r, const struct latency_floor *f, int rate);
+int latencies(PGconn *c, char *rates, double seconds, struct latency_result *lat,
+              struct latency_result *lat_wal);
 void latency_line(const struct latency_result *l);
-void latency_json(FILE *o, const struct latency_result *lat, int n);
+void latency_json(FILE *o, const char *name, const struct latency_result *lat, int n);
 
 #endif

@@ -59,54 +59,132 @@ static struct claim_plan explain_claim(PGconn *c, const char *table, const char 
 }
 
 
-struct drain_result drain(PGconn *c, const char *table, long rows, int aggregates,
-                                 const struct drain_opts *o)
-{
-    drop(c, table);
-    migrate(table);
-    seed(c, table, rows, aggregates);
+/* The drain's watcher, the same for the relay in every mode and the peers:
+ * a read_committed consumer at the end of the table's topic, counting what
+ * arrives and when the first and the last message did. */
+struct drain_watch {
+    rd_kafka_t *consumer;
+    pthread_t th;
+    volatile long count;
+    volatile double first, last;
+    volatile bool stop;
+};
 
-    /* Whether the last row is done is one index lookup; whether every row
-     * is walks the dead entries the drain leaves in the partial index, more
-     * of them every time: done only once the last row is, or the poll would
-     * load the server under the relay (and not under the floors). */
-    long long last_id = pg_int(c, "SELECT max(\"id\") FROM \"public\".\"%s\"", table);
-    PGconn *holder = o->hold ? hold_snapshot() : NULL;
-    int holder_pid = holder ? PQbackendPID(holder) : 0;
-    struct drain_result r = { .rows = rows, .peak_rss_mb = -1, .cpu_s = -1, .pg_cpu_s = -1 };
-    struct machine_cpu m0 = machine_cpu_now();
-    struct relay_proc p = o->runner == RUN_PEER_MINIMAL ? peer_start("peer_minimal.py", table)
-                          : o->runner == RUN_PEER_SAME ? peer_start("peer_same.py", table)
-                                                       : relay_start(table, o->extra);
+static void *watch_thread(void *arg)
+{
+    struct drain_watch *w = arg;
+    while (!w->stop) {
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(w->consumer, 20);
+        if (!m)
+            continue;
+        if (!m->err) {
+            double t = now_s();
+            if (w->count == 0)
+                w->first = t;
+            w->last = t;
+            w->count++;
+        }
+        rd_kafka_message_destroy(m);
+    }
+    return NULL;
+}
+
+static void watch_start(struct drain_watch *w, const char *table)
+{
+    char topic[160];
+    snprintf(topic, sizeof(topic), "%s.order", table);
+    ensure_topic(topic);
+    *w = (struct drain_watch){ .consumer = consumer_at(topic, "10") };
+    pthread_create(&w->th, NULL, watch_thread, w);
+    sleep_s(1.0); /* at the end of every partition before the runner starts */
+}
+
+static void watch_stop(struct drain_watch *w)
+{
+    w->stop = true;
+    pthread_join(w->th, NULL);
+    rd_kafka_consumer_close(w->consumer);
+    rd_kafka_destroy(w->consumer);
+}
+
+/* Whether the table shows @p table's drain done: its last row (@p last_id)
+ * marked or deleted, then every row. Whether the last row is done is one
+ * index lookup; whether every row is walks the dead entries the drain leaves
+ * in the partial index: asked only once the last row is done. */
+static bool table_done(PGconn *c, const char *table, long long last_id, bool deleting)
+{
+    long long last_left = deleting
+        ? pg_int(c, "SELECT count(*) FROM \"public\".\"%s\" WHERE \"id\" = %lld", table, last_id)
+        : pg_int(c, "SELECT count(*) FROM \"public\".\"%s\" WHERE \"id\" = %lld AND "
+                    "\"sent_at\" IS NULL", table, last_id);
+    if (last_left)
+        return false;
+    return 0 == (deleting
+        ? pg_int(c, "SELECT count(*) FROM (SELECT 1 FROM \"public\".\"%s\" LIMIT 1) s", table)
+        : pg_int(c, "SELECT count(*) FROM (SELECT 1 FROM \"public\".\"%s\" WHERE "
+                    "\"sent_at\" IS NULL AND \"dead_at\" IS NULL LIMIT 1) s", table));
+}
+
+/* Waits until the watcher has every row, and the table says done (polling
+ * modes; capture = wal leaves it as it is). @return whether @p p exited. */
+static bool drain_wait(PGconn *c, const char *table, long rows, long long last_id,
+                       const struct drain_opts *o, struct drain_watch *w, struct relay_proc *p)
+{
     const char *who = o->runner == RUN_RELAY ? "relay" : "peer";
-    double deadline = p.started + 1800;
+    double deadline = p->started + 1800;
     bool exited = false;
     for (;;) {
-        long long last_left = o->deleting
-            ? pg_int(c, "SELECT count(*) FROM \"public\".\"%s\" WHERE \"id\" = %lld", table,
-                     last_id)
-            : pg_int(c, "SELECT count(*) FROM \"public\".\"%s\" WHERE \"id\" = %lld AND "
-                        "\"sent_at\" IS NULL", table, last_id);
-        long long left = last_left ? 1
-            : o->deleting
-            ? pg_int(c, "SELECT count(*) FROM (SELECT 1 FROM \"public\".\"%s\" LIMIT 1) s", table)
-            : pg_int(c, "SELECT count(*) FROM (SELECT 1 FROM \"public\".\"%s\" WHERE "
-                        "\"sent_at\" IS NULL AND \"dead_at\" IS NULL LIMIT 1) s", table);
-        if (left == 0)
-            break;
-        if (exited)
-            die("%s exited before the drain of %s finished (see %s)", who, table, workdir);
+        if (w->count >= rows && (o->wal || table_done(c, table, last_id, o->deleting)))
+            return exited;
+        if (exited) {
+            sleep_s(2.0); /* the last messages may still be on their way */
+            if (w->count >= rows)
+                continue;
+            die("%s exited before the drain of %s finished: %ld of %ld messages (see %s)", who,
+                table, w->count, rows, workdir);
+        }
         if (now_s() > deadline)
-            die("drain of %s did not finish", table);
+            die("drain of %s did not finish: %ld of %ld messages", table, w->count, rows);
         int st;
-        /* The peer exits when it finds nothing: look at the table once more. */
-        if (waitpid(p.pid, &st, WNOHANG) == p.pid) {
+        /* The peer exits when it finds nothing: look once more. */
+        if (waitpid(p->pid, &st, WNOHANG) == p->pid) {
             exited = true;
             continue;
         }
         sleep_s(0.02);
     }
-    double end = now_s();
+}
+
+struct drain_result drain(PGconn *c, const char *table, long rows, int aggregates,
+                                 const struct drain_opts *o)
+{
+    struct wal_opts wo;
+    wal_opts_init(&wo, table);
+    const char *extra[12];
+    int n = 0;
+    for (const char *const *x = o->extra; x && *x && n < 7; x++)
+        extra[n++] = *x;
+    for (int i = 0; o->wal && wo.v[i]; i++)
+        extra[n++] = wo.v[i];
+    extra[n] = NULL;
+    drop(c, table);
+    migrate(table, o->wal ? wo.v : NULL);
+    seed(c, table, rows, aggregates);
+
+    long long last_id = pg_int(c, "SELECT max(\"id\") FROM \"public\".\"%s\"", table);
+    PGconn *holder = o->hold ? hold_snapshot() : NULL;
+    int holder_pid = holder ? PQbackendPID(holder) : 0;
+    struct drain_result r = { .rows = rows, .peak_rss_mb = -1, .cpu_s = -1, .pg_cpu_s = -1 };
+    struct drain_watch w;
+    watch_start(&w, table);
+    long long lsn0 = wal_lsn(c);
+    struct machine_cpu m0 = machine_cpu_now();
+    struct relay_proc p = o->runner == RUN_PEER_MINIMAL ? peer_start("peer_minimal.py", table)
+                          : o->runner == RUN_PEER_SAME ? peer_start("peer_same.py", table)
+                                                       : relay_start(table, extra);
+    bool exited = drain_wait(c, table, rows, last_id, o, &w, &p);
+    r.done_s = now_s() - p.started;
+    r.wal_bytes = (double)(wal_lsn(c) - lsn0);
     r.machine_busy = machine_busy(m0, machine_cpu_now());
     if (!exited)
         r.pg_cpu_s = client_backends_cpu_s(c, holder_pid);
@@ -114,13 +192,18 @@ struct drain_result drain(PGconn *c, const char *table, long rows, int aggregate
         relay_cost(p.pid, &r.peak_rss_mb, &r.cpu_s);
     if (!exited)
         relay_stop(&p);
+    watch_stop(&w);
     if (o->plan)
         *o->plan = explain_claim(c, table, o->hold ? "snapshot-held" : "no-snapshot");
     if (holder)
         release_snapshot(holder);
-    r.seconds = end - p.started;
+    r.seconds = w.last - p.started;
     r.rows_per_s = (double)rows / r.seconds;
-    if (!o->deleting) {
+    r.first_to_last_s = w.last - w.first;
+    r.ftl_rows_per_s = r.first_to_last_s > 0 ? (double)rows / r.first_to_last_s : -1;
+    if (o->wal)
+        drop(c, table); /* the slot would keep the WAL of every later scenario */
+    else if (!o->deleting) {
         long long unsent = pg_int(c, "SELECT count(*) FROM \"public\".\"%s\" WHERE \"sent_at\" "
                                      "IS NULL", table);
         if (unsent)
@@ -135,7 +218,7 @@ static struct drain_result floor_run(PGconn *c, const char *table, long rows, in
                                      const char *body, int batch)
 {
     drop(c, table);
-    migrate(table);
+    migrate(table, NULL);
     seed(c, table, rows, aggregates);
     pg_exec(c,
             "CREATE OR REPLACE PROCEDURE \"public\".\"%s_floor\"(p_batch int) LANGUAGE plpgsql "
@@ -148,12 +231,15 @@ static struct drain_result floor_run(PGconn *c, const char *table, long rows, in
     double cpu0 = proc_cpu_s(PQbackendPID(c));
     struct machine_cpu m0 = machine_cpu_now();
     double t0 = now_s();
+    long long lsn0 = wal_lsn(c);
     pg_exec(c, "CALL \"public\".\"%s_floor\"(%d)", table, batch);
     r.seconds = now_s() - t0;
+    r.wal_bytes = (double)(wal_lsn(c) - lsn0);
+    r.first_to_last_s = r.done_s = r.seconds;
     r.machine_busy = machine_busy(m0, machine_cpu_now());
     double cpu1 = proc_cpu_s(PQbackendPID(c));
     r.pg_cpu_s = cpu0 >= 0 && cpu1 >= 0 ? cpu1 - cpu0 : -1;
-    r.rows_per_s = (double)rows / r.seconds;
+    r.rows_per_s = r.ftl_rows_per_s = (double)rows / r.seconds;
     return r;
 }
 

@@ -33,13 +33,15 @@ static void *consume_thread(void *arg)
     return NULL;
 }
 
-rd_kafka_t *consumer_at_end(const char *topic)
+/* A read_committed consumer at the end of every partition of @p topic,
+ * whose fetches wait at most @p fetch_wait_ms for data on the broker. */
+rd_kafka_t *consumer_at(const char *topic, const char *fetch_wait_ms)
 {
     char err[512];
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
     rd_kafka_conf_set(conf, "bootstrap.servers", kafka_servers, err, sizeof(err));
     rd_kafka_conf_set(conf, "group.id", "outbox-relay-bench", err, sizeof(err));
-    rd_kafka_conf_set(conf, "fetch.wait.max.ms", "1", err, sizeof(err));
+    rd_kafka_conf_set(conf, "fetch.wait.max.ms", fetch_wait_ms, err, sizeof(err));
     rd_kafka_conf_set(conf, "fetch.error.backoff.ms", "5", err, sizeof(err));
     rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, sizeof(err));
     if (!rk)
@@ -58,6 +60,12 @@ rd_kafka_t *consumer_at_end(const char *topic)
     rd_kafka_assign(rk, parts);
     rd_kafka_topic_partition_list_destroy(parts);
     return rk;
+}
+
+/* The latency runs' consumer: its fetches wait 1 ms at most. */
+rd_kafka_t *consumer_at_end(const char *topic)
+{
+    return consumer_at(topic, "1");
 }
 
 int cmp_double(const void *a, const void *b)
@@ -195,6 +203,11 @@ static void *latency_writer_thread(void *opaque)
     struct latency_writer *w = opaque;
     struct latency_run *L = w->L;
     PGconn *c = pg_open();
+    /* PostgreSQL's default, as applications commit: the test stack turns it
+     * off, and then a commit reaches the WAL on disk, and a slot's reader
+     * (relay.capture = wal), only when the WAL writer next flushes (up to
+     * wal_writer_delay, 200 ms, later). The same for every latency run. */
+    pg_exec(c, "SET synchronous_commit = on");
     char sql[256];
     snprintf(sql, sizeof(sql),
              "SELECT \"public\".\"%s_enqueue\"('order', ($1::int %% 500)::text, 'Ping', "
@@ -251,17 +264,35 @@ static void *listener_thread(void *arg)
     return NULL;
 }
 
-struct latency_result latency(PGconn *c, const char *table, int rate, double seconds)
+/* Whether the warm-up event of @p table is through: marked (polling), or
+ * its transaction confirmed on the slot (capture = wal: the relay confirms
+ * only what Kafka committed). */
+static bool warmup_sent(PGconn *c, const char *table, bool wal, long long lsn)
 {
-    struct latency_result res = { .rate = rate };
+    if (wal)
+        return pg_int(c, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = '%s' "
+                         "AND pg_wal_lsn_diff(confirmed_flush_lsn, '0/0') > %lld",
+                      table, lsn) > 0;
+    return pg_int(c, "SELECT count(*) FROM \"public\".\"%s\" WHERE \"sent_at\" IS NULL",
+                  table) == 0;
+}
+
+struct latency_result latency(PGconn *c, const char *table, int rate, double seconds, bool wal)
+{
+    struct latency_result res = { .rate = rate, .wal = wal };
+    struct wal_opts wo;
+    wal_opts_init(&wo, table);
     drop(c, table);
-    migrate(table);
-    struct relay_proc p = relay_start(table, NULL);
+    migrate(table, wal ? wo.v : NULL);
+    struct relay_proc p = relay_start(table, wal ? wo.v : NULL);
 
     /* A first event creates the topic and proves the relay is leading. */
+    pg_exec(c, "BEGIN");
     pg_exec(c, "SELECT \"public\".\"%s_enqueue\"('order', 'warmup', 'Warmup', '{}')", table);
-    for (int i = 0; pg_int(c, "SELECT count(*) FROM \"public\".\"%s\" WHERE \"sent_at\" IS NULL",
-                           table) > 0; i++) {
+    /* Before its commit record: the transaction's end, which the slot confirms, is past it. */
+    long long lsn = pg_int(c, "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::bigint");
+    pg_exec(c, "COMMIT");
+    for (int i = 0; !warmup_sent(c, table, wal, lsn); i++) {
         if (i > 600)
             die("latency relay for %s never sent the warm-up event", table);
         sleep_s(0.05);
@@ -296,7 +327,11 @@ struct latency_result latency(PGconn *c, const char *table, int rate, double sec
     pthread_join(lt, NULL);
     res.notifies = ln.count;
     PQfinish(ln.conn);
+    double cpu_s;
+    relay_cost(p.pid, &res.peak_rss_mb, &cpu_s);
     relay_stop(&p);
+    if (wal)
+        drop(c, table); /* its slot */
 
     latency_take(&res, &L, n);
     return res;
@@ -416,7 +451,7 @@ static void load_start(struct writer_load *ld, PGconn *c, const char *table, int
                        double seconds, double t0)
 {
     drop(c, table);
-    migrate(table);
+    migrate(table, NULL);
     ld->W = (struct latency_run){ .table = table, .rate = rate, .seconds = seconds, .t0 = t0,
                                   .writers = latency_writers(rate) };
     ld->W.n = (long)(rate * seconds) + 16;

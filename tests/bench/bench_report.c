@@ -4,14 +4,31 @@
 /* ---- rounds: the headline ratios, again ----------------------------------- */
 
 const char *const round_names[R_N] = {
-    "minimal_floor", "peer_minimal", "peer_same_messages", "mark", "delete",
+    "minimal_floor", "peer_minimal", "peer_same_messages", "mark", "delete", "wal",
 };
+
+/* Drain @p d as scenario @p k of round @p i. */
+void rounds_put(struct rounds *R, int k, int i, const struct drain_result *d)
+{
+    R->v[k][i] = d->rows_per_s;
+    R->ftl[k][i] = d->ftl_rows_per_s;
+    R->pg_cpu[k][i] = d->pg_cpu_s >= 0 ? d->pg_cpu_s * 100000.0 / (double)d->rows : -1;
+    R->wal[k][i] = d->wal_bytes >= 0 ? d->wal_bytes * 100000.0 / (double)d->rows : -1;
+}
 
 /* num / den of every round into @p each; @return their median. */
 double rounds_ratio(const struct rounds *R, int num, int den, double *each)
 {
     for (int i = 0; i < R->n; i++)
         each[i] = R->v[num][i] / R->v[den][i];
+    return median(each, R->n);
+}
+
+/* The same from first to last message. */
+static double rounds_ratio_ftl(const struct rounds *R, int num, int den, double *each)
+{
+    for (int i = 0; i < R->n; i++)
+        each[i] = R->ftl[num][i] / R->ftl[den][i];
     return median(each, R->n);
 }
 
@@ -29,6 +46,9 @@ static const struct { int num, den; const char *name, *line; } round_ratios[] = 
     { R_DELETE, R_PEER_MIN, "delete_per_peer_minimal", "delete / minimal peer" },
     { R_DELETE, R_PEER_SAME, "delete_per_peer_same_messages", "delete / same-messages peer" },
     { R_MARK, R_FLOOR, "mark_per_minimal_floor", "mark / minimal floor" },
+    { R_WAL, R_MARK, "wal_per_mark", "wal / mark" },
+    { R_WAL, R_PEER_MIN, "wal_per_peer_minimal", "wal / minimal peer" },
+    { R_WAL, R_DELETE, "wal_per_delete", "wal / delete" },
 };
 
 void rounds_json(FILE *o, const struct rounds *R)
@@ -41,12 +61,18 @@ void rounds_json(FILE *o, const struct rounds *R)
         fprintf(o, ", ");
         rounds_json_list(o, name, R->v[k], R->n, 0);
         fprintf(o, ", \"%s_median\": %.0f", name, median(R->v[k], R->n));
+        snprintf(name, sizeof(name), "%s_first_to_last_rows_per_s", round_names[k]);
+        fprintf(o, ", ");
+        rounds_json_list(o, name, R->ftl[k], R->n, 0);
     }
     for (int k = 0; k < N_ROUND_RATIOS; k++) {
         double m = rounds_ratio(R, round_ratios[k].num, round_ratios[k].den, each);
         fprintf(o, ", \"%s\": {", round_ratios[k].name);
         rounds_json_list(o, "each", each, R->n, 3);
-        fprintf(o, ", \"median\": %.3f}", m);
+        fprintf(o, ", \"median\": %.3f, ", m);
+        m = rounds_ratio_ftl(R, round_ratios[k].num, round_ratios[k].den, each);
+        rounds_json_list(o, "first_to_last_each", each, R->n, 3);
+        fprintf(o, ", \"first_to_last_median\": %.3f}", m);
     }
     fprintf(o, "},\n");
 }
@@ -54,8 +80,9 @@ void rounds_json(FILE *o, const struct rounds *R)
 void rounds_line(const struct rounds *R)
 {
     double each[ROUNDS_MAX];
-    fprintf(stderr, "%d round(s) of the minimal floor, both peers and both drains, order rotated; "
-                    "rows/s, then each ratio within its round:\n", R->n);
+    fprintf(stderr, "%d round(s) of the minimal floor, both peers and the relay's three drains, "
+                    "order rotated; rows/s from the start to the last message, then each ratio "
+                    "within its round:\n", R->n);
     for (int k = 0; k < R_N; k++) {
         fprintf(stderr, "  %-28s", round_names[k]);
         for (int i = 0; i < R->n; i++)
@@ -67,7 +94,45 @@ void rounds_line(const struct rounds *R)
         fprintf(stderr, "  %-28s", round_ratios[k].line);
         for (int i = 0; i < R->n; i++)
             fprintf(stderr, " %7.2f", each[i]);
-        fprintf(stderr, "   median %7.2f\n", m);
+        fprintf(stderr, "   median %7.2f", m);
+        m = rounds_ratio_ftl(R, round_ratios[k].num, round_ratios[k].den, each);
+        fprintf(stderr, "   first->last:");
+        for (int i = 0; i < R->n; i++)
+            fprintf(stderr, " %.2f", each[i]);
+        fprintf(stderr, " median %.2f\n", m);
+    }
+}
+
+/* PostgreSQL's load per 100k events of the relay's drains: the scenarios
+ * whose WAL and backend CPU are reported side by side. */
+static const int pg_load_k[] = { R_MARK, R_DELETE, R_WAL };
+
+void pg_load_json(FILE *o, const struct rounds *R)
+{
+    fprintf(o, "  \"postgres_load_per_100k\": {");
+    for (size_t j = 0; j < sizeof(pg_load_k) / sizeof(pg_load_k[0]); j++) {
+        int k = pg_load_k[j];
+        fprintf(o, "%s\"%s\": {", j ? ", " : "", round_names[k]);
+        rounds_json_list(o, "wal_bytes", R->wal[k], R->n, 0);
+        fprintf(o, ", \"wal_bytes_median\": %.0f, ", median(R->wal[k], R->n));
+        rounds_json_list(o, "backend_cpu_s", R->pg_cpu[k], R->n, 3);
+        fprintf(o, ", \"backend_cpu_s_median\": %.3f}", median(R->pg_cpu[k], R->n));
+    }
+    fprintf(o, "},\n");
+}
+
+void pg_load_line(const struct rounds *R)
+{
+    fprintf(stderr, "PostgreSQL per 100k events (each round; median): WAL MB, backends' CPU s\n");
+    for (size_t j = 0; j < sizeof(pg_load_k) / sizeof(pg_load_k[0]); j++) {
+        int k = pg_load_k[j];
+        fprintf(stderr, "  %-6s WAL", round_names[k]);
+        for (int i = 0; i < R->n; i++)
+            fprintf(stderr, " %.2f", R->wal[k][i] / 1e6);
+        fprintf(stderr, " (%.2f); CPU", median(R->wal[k], R->n) / 1e6);
+        for (int i = 0; i < R->n; i++)
+            fprintf(stderr, " %.2f", R->pg_cpu[k][i]);
+        fprintf(stderr, " (%.2f)\n", median(R->pg_cpu[k], R->n));
     }
 }
 
@@ -118,8 +183,11 @@ void drain_json(FILE *o, const char *name, const struct drain_result *d,
                        const struct drain_result *min_floor, const struct drain_result *wide,
                        const struct drain_result *peer, const struct drain_result *same)
 {
-    fprintf(o, "  \"%s\": {\"rows\": %ld, \"seconds\": %.3f, \"rows_per_s\": %.0f, ", name,
-            d->rows, d->seconds, d->rows_per_s);
+    fprintf(o, "  \"%s\": {\"rows\": %ld, \"seconds\": %.3f, \"rows_per_s\": %.0f, "
+               "\"first_to_last_rows_per_s\": %.0f, \"done_seconds\": %.3f, ", name, d->rows,
+            d->seconds, d->rows_per_s, d->ftl_rows_per_s, d->done_s);
+    if (d->wal_bytes >= 0)
+        fprintf(o, "\"wal_bytes_per_100k\": %.0f, ", d->wal_bytes * 100000.0 / (double)d->rows);
     if (d->peak_rss_mb >= 0)
         fprintf(o, "\"peak_rss_mb\": %.1f, \"cpu_s_per_100k\": %.3f, ", d->peak_rss_mb,
                 d->cpu_s * 100000.0 / (double)d->rows);
@@ -140,4 +208,34 @@ void drain_json(FILE *o, const char *name, const struct drain_result *d,
         fprintf(o, ", ");
     }
     fprintf(o, "\"batch\": 1000},\n");
+}
+
+/* The targets of relay.capture = wal, checked in this run: its drain against
+ * polling's mark and the minimal peer (medians of the rounds' ratios), its
+ * latency against Kafka's floor with transactions, its peak RSS at steady
+ * state (the latency runs; the backlog drain's, @p drain_rss_mb, is shown
+ * beside it), and the WAL it makes PostgreSQL write. */
+void wal_targets_json(FILE *o, const struct rounds *R, const struct latency_result *latw,
+                      int n_lat, double drain_rss_mb)
+{
+    double each[ROUNDS_MAX];
+    double per_mark = rounds_ratio(R, R_WAL, R_MARK, each);
+    double per_peer = rounds_ratio(R, R_WAL, R_PEER_MIN, each);
+    const struct latency_result *w1k = at_rate(latw, n_lat, 1000), *w5k = at_rate(latw, n_lat, 5000);
+    struct latency_floor r1k = w1k ? floor_figures(*w1k) : (struct latency_floor){ 0 };
+    struct latency_floor r5k = w5k ? floor_figures(*w5k) : (struct latency_floor){ 0 };
+    double rss = -1;
+    for (int i = 0; i < n_lat; i++)
+        rss = latw[i].peak_rss_mb > rss ? latw[i].peak_rss_mb : rss;
+    double wal = median(R->wal[R_WAL], R->n);
+    bool least = wal < median(R->wal[R_MARK], R->n) && wal < median(R->wal[R_DELETE], R->n);
+    fprintf(o, "  \"targets_wal\": {\"wal_ge_2_mark\": %s, \"wal_ge_2_minimal_peer\": %s, "
+               "\"latency_1000_p50_within_1ms_of_kafka_txn_floor\": %s, "
+               "\"latency_5000_p99_within_1.5x_kafka_txn_floor\": %s, "
+               "\"steady_peak_rss_le_20mb\": %s, \"steady_peak_rss_mb\": %.1f, "
+               "\"backlog_drain_peak_rss_mb\": %.1f, \"writes_least_wal\": %s},\n",
+            jbool(per_mark >= 2.0), jbool(per_peer >= 2.0),
+            jbool(wal_latency_target(&r1k, w1k ? &w1k->floor_txn : NULL, 1000)),
+            jbool(wal_latency_target(&r5k, w5k ? &w5k->floor_txn : NULL, 5000)),
+            jbool(rss >= 0 ? rss <= 20 : -1), rss, drain_rss_mb, jbool(least));
 }

@@ -88,7 +88,7 @@ struct startup_result startup(PGconn *c, const char *table, long backlog, int ag
 {
     struct startup_result res = { .backlog = backlog, .runs = runs };
     drop(c, table);
-    migrate(table);
+    migrate(table, NULL);
     seed(c, table, backlog, aggregates);
     char topic[160], log[512];
     snprintf(topic, sizeof(topic), "%s.order", table);
@@ -141,7 +141,7 @@ struct fresh_result fresh_behind_backlog(PGconn *c, const char *table, long back
 {
     struct fresh_result res = { .backlog = backlog, .rate = rate };
     drop(c, table);
-    migrate(table);
+    migrate(table, NULL);
     seed(c, table, backlog, aggregates);
     char topic[160];
     snprintf(topic, sizeof(topic), "%s.fresh", table);

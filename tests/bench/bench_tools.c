@@ -173,9 +173,25 @@ int latency_target(const struct latency_floor *r, const struct latency_floor *f,
     return r->p50_ms <= f->p50_ms + 1.5 && r->p99_ms <= 1.5 * f->p99_ms;
 }
 
-/* The latency scenario at each rate of @p rates ("1000,5000"), into @p lat
- * (at most 8). @return how many ran. */
-int latencies(PGconn *c, char *rates, double seconds, struct latency_result *lat)
+/* The targets of relay.capture = wal against Kafka's floor with
+ * transactions @p f: at 1,000/s p50 within 1 ms of it, at 5,000/s p99 within
+ * 1.5 times it. -1 when either was not measured or at another rate. */
+int wal_latency_target(const struct latency_floor *r, const struct latency_floor *f, int rate)
+{
+    if (!r || !f || !r->events || !f->events)
+        return -1;
+    if (rate == 1000)
+        return r->p50_ms <= f->p50_ms + 1.0;
+    if (rate == 5000)
+        return r->p99_ms <= 1.5 * f->p99_ms;
+    return -1;
+}
+
+/* The latency scenario at each rate of @p rates ("1000,5000"), polling
+ * into @p lat and with relay.capture = wal into @p lat_wal (at most 8 each;
+ * both hold the same floors). @return how many rates ran. */
+int latencies(PGconn *c, char *rates, double seconds, struct latency_result *lat,
+              struct latency_result *lat_wal)
 {
     int n = 0;
     if (!broker_is_mock()) {
@@ -197,7 +213,11 @@ int latencies(PGconn *c, char *rates, double seconds, struct latency_result *lat
         snprintf(none, sizeof(none), "bench_kafka_none_%d_%d", rate, (int)getpid());
         snprintf(loaded, sizeof(loaded), "bench_kafka_loaded_%d_%d", rate, (int)getpid());
         snprintf(load, sizeof(load), "bench_load_%d_%d", rate, (int)getpid());
-        lat[n] = latency(c, table, rate, seconds);
+        lat[n] = latency(c, table, rate, seconds, false);
+        drop(c, table);
+        fprintf(stderr, "bench: latency at %d events/s for %.0f s, relay.capture = wal\n", rate,
+                seconds);
+        lat_wal[n] = latency(c, table, rate, seconds, true);
         drop(c, table);
         fprintf(stderr, "bench: Kafka's own latency at %d events/s, with and without "
                         "transactions, and under the writers' load\n", rate);
@@ -207,6 +227,9 @@ int latencies(PGconn *c, char *rates, double seconds, struct latency_result *lat
          * while the writers load it as they loaded the relay's run. */
         lat[n].floor_loaded =
             floor_figures(kafka_floor(loaded, rate, seconds, !relay_unfenced(), c, load));
+        lat_wal[n].floor_txn = lat[n].floor_txn;
+        lat_wal[n].floor_none = lat[n].floor_none;
+        lat_wal[n].floor_loaded = lat[n].floor_loaded;
         n++;
     }
     return n;
@@ -214,12 +237,12 @@ int latencies(PGconn *c, char *rates, double seconds, struct latency_result *lat
 
 void latency_line(const struct latency_result *l)
 {
-    fprintf(stderr, "latency @%5d/s: p50 %.2f ms  p99 %.2f ms  max %.2f ms  (%ld/%ld received; "
+    fprintf(stderr, "latency @%5d/s%s: p50 %.2f ms  p99 %.2f ms  max %.2f ms  (%ld/%ld received; "
                     "%.0f/s achieved by %d writer%s; %ld NOTIFYs; machine %.0f%% busy; relay CPU "
-                    "%.2f s per 100k events)\n",
-            l->rate, l->p50_ms, l->p99_ms, l->max_ms, l->received, l->events, l->achieved_rate,
-            l->writers, l->writers > 1 ? "s" : "", l->notifies, 100.0 * l->machine_busy,
-            l->relay_cpu_s_per_100k);
+                    "%.2f s per 100k events; peak RSS %.1f MB)\n",
+            l->rate, l->wal ? " capture=wal" : "", l->p50_ms, l->p99_ms, l->max_ms, l->received,
+            l->events, l->achieved_rate, l->writers, l->writers > 1 ? "s" : "", l->notifies,
+            100.0 * l->machine_busy, l->relay_cpu_s_per_100k, l->peak_rss_mb);
     const struct latency_floor *f[] = { &l->floor_txn, &l->floor_none, &l->floor_loaded };
     const char *name[] = { "with transactions", "idempotent only",
                            relay_unfenced() ? "idem., writers on" : "txns, writers on" };
@@ -239,17 +262,17 @@ static void floor_json(FILE *o, const char *name, const struct latency_floor *f)
             f->machine_busy);
 }
 
-void latency_json(FILE *o, const struct latency_result *lat, int n)
+void latency_json(FILE *o, const char *name, const struct latency_result *lat, int n)
 {
-    fprintf(o, "  \"latency\": [");
+    fprintf(o, "  \"%s\": [", name);
     for (int i = 0; i < n; i++) {
         fprintf(o, "%s\n    {\"rate\": %d, \"achieved_rate\": %.0f, \"writers\": %d, "
                    "\"events\": %ld, \"received\": %ld, \"p50_ms\": %.2f, \"p99_ms\": %.2f, "
                    "\"max_ms\": %.2f, \"notifies\": %ld, \"machine_busy\": %.2f, "
-                   "\"relay_cpu_s_per_100k\": %.2f",
+                   "\"relay_cpu_s_per_100k\": %.2f, \"peak_rss_mb\": %.1f",
                 i ? "," : "", lat[i].rate, lat[i].achieved_rate, lat[i].writers, lat[i].events,
                 lat[i].received, lat[i].p50_ms, lat[i].p99_ms, lat[i].max_ms, lat[i].notifies,
-                lat[i].machine_busy, lat[i].relay_cpu_s_per_100k);
+                lat[i].machine_busy, lat[i].relay_cpu_s_per_100k, lat[i].peak_rss_mb);
         const struct latency_floor *own = own_floor(&lat[i]);
         if (own->events) {
             /* What the database, the wake-up and the relay add to Kafka's own. */

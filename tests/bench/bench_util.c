@@ -144,13 +144,19 @@ void base_args(const char **argv, int *n, const char *table)
     argv[(*n)++] = strdup(topic);
 }
 
-void migrate(const char *table)
+/* `outbox-relay migrate` for @p table, with more -X in @p extra (NULL-ended,
+ * or NULL): relay.capture=wal makes the publication and the slot too. */
+void migrate(const char *table, const char *const *extra)
 {
-    const char *argv[16];
+    const char *argv[32];
     int n = 0;
     argv[n++] = relay_bin;
     argv[n++] = "migrate";
     base_args(argv, &n, table);
+    for (; extra && *extra && n < 30; extra++) {
+        argv[n++] = "-X";
+        argv[n++] = *extra;
+    }
     argv[n] = NULL;
     char log[512];
     snprintf(log, sizeof(log), "%s/migrate.log", workdir);
@@ -158,6 +164,16 @@ void migrate(const char *table)
     waitpid(run_cmd(argv, log), &st, 0);
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
         die("migrate %s failed (see %s)", table, log);
+}
+
+void wal_opts_init(struct wal_opts *w, const char *table)
+{
+    snprintf(w->slot, sizeof(w->slot), "relay.slot=%s", table);
+    snprintf(w->pub, sizeof(w->pub), "relay.publication=%s", table);
+    w->v[0] = "relay.capture=wal";
+    w->v[1] = w->slot;
+    w->v[2] = w->pub;
+    w->v[3] = NULL;
 }
 
 /* A peer: a relay written by hand (@p script in peer_dir), with Debian's python3. */
@@ -256,12 +272,14 @@ void relay_cost(pid_t pid, double *rss_mb, double *cpu_s)
 }
 
 /* CPU seconds of the PostgreSQL backends serving other clients than the
- * benchmark (@p c) and @p except: during a drain, the relay's or the peer's.
- * They connected for the drain, so what they used is the drain's. */
+ * benchmark (@p c) and @p except: during a drain, the relay's or the peer's,
+ * and the walsender that decodes the slot for relay.capture = wal. They
+ * connected for the drain, so what they used is the drain's. Not counted:
+ * the server's own processes (WAL writer, checkpointer, autovacuum). */
 double client_backends_cpu_s(PGconn *c, int except)
 {
-    PGresult *r = PQexec(c, "SELECT pid FROM pg_stat_activity WHERE backend_type = "
-                            "'client backend' AND pid <> pg_backend_pid()");
+    PGresult *r = PQexec(c, "SELECT pid FROM pg_stat_activity WHERE backend_type IN "
+                            "('client backend', 'walsender') AND pid <> pg_backend_pid()");
     double sum = -1; /* none: the client is gone (the peer exits when done) */
     if (PQresultStatus(r) != PGRES_TUPLES_OK)
         die("pg_stat_activity: %s", PQresultErrorMessage(r));
@@ -306,21 +324,43 @@ struct cmd_cost run_measured(const char *const argv[], const char *log)
 
 /* ---- seeding ------------------------------------------------------------- */
 
-/* N rows over A aggregates with a JSON payload of about 250 bytes. */
+/* N rows over A aggregates with a JSON payload of about 250 bytes, written
+ * in transactions of SEED_TXN_ROWS rows, the same for every scenario.
+ * Applications write their events in many transactions; one transaction of
+ * all the rows would also be unfair to relay.capture = wal, which PostgreSQL
+ * decodes only once it committed, spilling it to disk meanwhile. */
 void seed(PGconn *c, const char *table, long rows, int aggregates)
 {
-    pg_exec(c,
-            "INSERT INTO \"public\".\"%s\" (\"aggregate_type\", \"aggregate_id\", \"event_type\", "
-            "\"payload\") SELECT 'order', (i %% %d)::text, 'OrderUpdated', "
-            "jsonb_build_object('order_id', i, 'customer', 'customer-' || (i %% 977), "
-            "'status', 'paid', 'amount', (i %% 10000) / 100.0, 'currency', 'EUR', "
-            "'note', repeat('x', 120)) FROM generate_series(1, %ld) AS i",
-            table, aggregates, rows);
+    for (long lo = 1; lo <= rows; lo += SEED_TXN_ROWS) {
+        long hi = lo + SEED_TXN_ROWS - 1 < rows ? lo + SEED_TXN_ROWS - 1 : rows;
+        pg_exec(c,
+                "INSERT INTO \"public\".\"%s\" (\"aggregate_type\", \"aggregate_id\", "
+                "\"event_type\", \"payload\") SELECT 'order', (i %% %d)::text, 'OrderUpdated', "
+                "jsonb_build_object('order_id', i, 'customer', 'customer-' || (i %% 977), "
+                "'status', 'paid', 'amount', (i %% 10000) / 100.0, 'currency', 'EUR', "
+                "'note', repeat('x', 120)) FROM generate_series(%ld, %ld) AS i",
+                table, aggregates, lo, hi);
+    }
     pg_exec(c, "VACUUM ANALYZE \"public\".\"%s\"", table);
 }
 
+/* Where PostgreSQL's WAL ends now, in bytes from its start. */
+long long wal_lsn(PGconn *c)
+{
+    return pg_int(c, "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint");
+}
+
+/* Drops @p table, and the slot and publication named after it (a slot
+ * left behind would keep its WAL; the relay reading it must have stopped). */
 void drop(PGconn *c, const char *table)
 {
+    /* A walsender outlives its relay by a moment. */
+    for (int i = 0; i < 200 && pg_int(c, "SELECT count(*) FROM pg_replication_slots WHERE "
+                                         "slot_name = '%s' AND active", table) > 0; i++)
+        sleep_s(0.05);
+    pg_exec(c, "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+               "WHERE slot_name = '%s'", table);
+    pg_exec(c, "DROP PUBLICATION IF EXISTS \"%s\"", table);
     pg_exec(c, "DROP TABLE IF EXISTS \"public\".\"%s\" CASCADE", table);
     /* A fresh database has no bookkeeping table yet. */
     pg_exec(c, "DO $$ BEGIN IF to_regclass('public.outbox_relay_migrations') IS NOT NULL THEN "
