@@ -167,6 +167,10 @@ struct sql_window {
 /** Columns after the claim's in the rows and replay results (booleans). */
 enum sql_rows_col { ROWS_SENT = CLAIM_NCOLS, ROWS_DEAD, ROWS_NCOLS };
 
+/** vasprintf into *@p dst, NULL on failure. @return 0 or -ENOMEM. The SQL
+ *  files build every statement with it. */
+int sql_build(char **dst, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 /** @return 0, -EINVAL (schema or table not a valid identifier) or -ENOMEM. */
 int sql_window_init(struct sql_window *q, const char *schema, const char *table);
 void sql_window_free(struct sql_window *q);

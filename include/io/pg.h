@@ -12,6 +12,7 @@
 #include <uv.h>
 
 #include "core/event.h"
+#include "io/pq_watch.h"
 
 struct pg_conn;
 
@@ -32,9 +33,7 @@ enum pg_state { PG_DISCONNECTED = 0, PG_CONNECTING, PG_READY, PG_BUSY, PG_CLOSIN
 struct pg_conn {
     uv_loop_t *loop;
     PGconn *conn;
-    uv_poll_t *poll;          /* allocated per socket: libpq may change the fd on (re)connect */
-    int fd;
-    int poll_events;
+    struct pq_watch w;        /* its socket on the loop */
     enum pg_state state;
     struct pg_callbacks cb;
     pg_result_cb result_cb;

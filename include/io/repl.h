@@ -15,6 +15,8 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "io/pq_watch.h"
+
 struct repl_conn;
 
 struct repl_callbacks {
@@ -36,9 +38,7 @@ enum repl_state { REPL_OFF = 0, REPL_CONNECTING, REPL_STARTING, REPL_STREAMING, 
 struct repl_conn {
     uv_loop_t *loop;
     PGconn *conn;
-    uv_poll_t *poll;          /* allocated per socket, freed in its close callback */
-    int fd;
-    int poll_events;
+    struct pq_watch w;        /* its socket on the loop */
     uv_timer_t *kick;         /* resumes reading outside the caller's stack */
     enum repl_state state;
     bool stopped;             /* on_data declined: not reading */

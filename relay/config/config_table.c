@@ -23,6 +23,7 @@
 #include "base/log.h"
 #include "base/redact.h"
 #include "core/sql.h"
+#include "core/sql_capture.h"
 
 static int check_ident(const char *value, char *errbuf, size_t errlen);
 static int check_slot(const char *value, char *errbuf, size_t errlen);
@@ -248,12 +249,7 @@ static int check_ident_or_empty(const char *value, char *errbuf, size_t errlen)
 /* PostgreSQL's rule for slot names (ReplicationSlotValidateName). */
 static int check_slot(const char *value, char *errbuf, size_t errlen)
 {
-    size_t n = strlen(value);
-    bool ok = n > 0 && n < 64;
-    for (size_t i = 0; ok && i < n; i++)
-        ok = (value[i] >= 'a' && value[i] <= 'z') || (value[i] >= '0' && value[i] <= '9') ||
-             value[i] == '_';
-    if (ok)
+    if (sql_capture_slot_valid(value))
         return 0;
     return errbuf_fail(errbuf, errlen,
                        "\"%s\" is not a replication slot name ([a-z0-9_], 1 to 63 bytes)", value);

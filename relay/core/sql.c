@@ -191,9 +191,7 @@ char *sql_render_template(const char *tmpl, const char *schema, const char *tabl
 }
 
 /* asprintf into *dst; leaves *dst NULL on failure (asprintf leaves it undefined). */
-static int build(char **dst, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static int build(char **dst, const char *fmt, ...)
+int sql_build(char **dst, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -210,7 +208,7 @@ static int build(char **dst, const char *fmt, ...)
  * bookkeeping table of @p qschema (quoted): read by migrate and by run. */
 static int build_newest(char **dst, const char *qschema)
 {
-    return build(dst,
+    return sql_build(dst,
                  "SELECT coalesce(max(\"version\"), 0) FROM %s.\"outbox_relay_migrations\" "
                  "WHERE \"table_name\" = $1",
                  qschema);
@@ -261,7 +259,7 @@ static int build_claim_and_mark(struct sql_statements *s, const char *q, unsigne
      * range, in id order, so that no later row of its aggregate overtakes it.
      * With the gaps unknown ($4 NULL, too many to pass) nothing inside or
      * above the range is claimed until the batches are marked. */
-    int rc = build(&s->claim,
+    int rc = sql_build(&s->claim,
                 "SELECT " CLAIM_COLUMNS " "
                 "FROM %s AS o WHERE o.\"sent_at\" IS NULL AND o.\"dead_at\" IS NULL "
                 "AND (o.\"id\" NOT BETWEEN $2::bigint AND $3::bigint "
@@ -270,10 +268,10 @@ static int build_claim_and_mark(struct sql_statements *s, const char *q, unsigne
                 "ORDER BY o.\"id\" LIMIT $1",
                 q, holdbuf);
     if (flags & SQL_DELETE_SENT)
-        rc |= build(&s->mark_sent,
+        rc |= sql_build(&s->mark_sent,
                     "DELETE FROM %s WHERE \"id\" = ANY($1::bigint[]) AND \"sent_at\" IS NULL", q);
     else
-        rc |= build(&s->mark_sent,
+        rc |= sql_build(&s->mark_sent,
                     "UPDATE %s SET \"sent_at\" = clock_timestamp() "
                     "WHERE \"id\" = ANY($1::bigint[]) AND \"sent_at\" IS NULL",
                     q);
@@ -294,7 +292,7 @@ int sql_statements_init(struct sql_statements *s, const char *schema, const char
     sql_quote_ident(channel, qchannel, sizeof qchannel);
 
     int rc = build_claim_and_mark(s, q, flags);
-    rc |= build(&s->record_failures,
+    rc |= sql_build(&s->record_failures,
                 "UPDATE %s AS t SET \"attempts\" = t.\"attempts\" + 1, \"last_error\" = f.err, "
                 "\"dead_at\" = CASE WHEN $4::bool AND t.\"attempts\" + 1 >= f.max "
                 "THEN clock_timestamp() END "
@@ -303,17 +301,17 @@ int sql_statements_init(struct sql_statements *s, const char *schema, const char
                 "RETURNING t.\"id\", t.\"attempts\", t.\"dead_at\" IS NOT NULL, "
                 "t.\"attempts\" >= f.max",
                 q);
-    rc |= build(&s->listen, "LISTEN %s", qchannel);
+    rc |= sql_build(&s->listen, "LISTEN %s", qchannel);
     /* Small batches through the sent-row index: each DELETE holds its row
      * locks briefly and never scans the table. */
-    rc |= build(&s->retention,
+    rc |= sql_build(&s->retention,
                 "DELETE FROM %s WHERE \"id\" IN (SELECT \"id\" FROM %s "
                 "WHERE \"sent_at\" < clock_timestamp() - make_interval(secs => $1::bigint) "
                 "ORDER BY \"sent_at\" LIMIT $2::int)",
                 q, q);
     /* Both counts ride on the partial indexes; the oldest row is the first
      * pending id. */
-    rc |= build(&s->backlog,
+    rc |= sql_build(&s->backlog,
                 "SELECT (SELECT count(*) FROM %s WHERE \"sent_at\" IS NULL AND \"dead_at\" IS NULL), "
                 "COALESCE((SELECT extract(epoch FROM clock_timestamp() - \"created_at\")::float8 "
                 "FROM %s WHERE \"sent_at\" IS NULL AND \"dead_at\" IS NULL ORDER BY \"id\" "
@@ -388,7 +386,7 @@ static int build_session_check(char **out, const char *schema, const char *table
      * superuser, BYPASSRLS, ownership and FORCE ROW LEVEL SECURITY included.
      * With row_security off, a policy added later makes the claim fail
      * loudly instead of hiding rows. */
-    return build(out,
+    return sql_build(out,
                  "SELECT pg_backend_pid(), set_config('" SESSION_MARKER "', $1, false), "
                  "CASE WHEN $2::bool THEN set_config('row_security', 'off', false) "
                  "ELSE current_setting('row_security') END, "
@@ -410,18 +408,18 @@ static int build_lock_statements(struct sql_session *q, const struct leader_lock
     /* MATERIALIZED: pg_locks is read before the lock is tried, so a backend
      * that already held it (another client's, behind a pooler) is seen, and
      * is not handed the lock a second time. */
-    rc |= build(&q->lock,
+    rc |= sql_build(&q->lock,
                 "WITH mine AS MATERIALIZED (SELECT %s AS held, "
                 "current_setting('" SESSION_MARKER "', true) IS NOT DISTINCT FROM $1 AS ours) "
                 "SELECT pg_backend_pid(), mine.ours, mine.held, "
                 "CASE WHEN mine.ours AND NOT mine.held THEN pg_try_advisory_lock(%s) "
                 "ELSE false END FROM mine",
                 l->held, l->key);
-    rc |= build(&q->verify,
+    rc |= sql_build(&q->verify,
                 "SELECT pg_backend_pid(), "
                 "current_setting('" SESSION_MARKER "', true) IS NOT DISTINCT FROM $1, %s",
                 l->held);
-    rc |= build(&q->release,
+    rc |= sql_build(&q->release,
                 "SELECT CASE WHEN pg_backend_pid() = $1::int AND %s "
                 "THEN pg_advisory_unlock(%s) ELSE false END",
                 l->held, l->key);
@@ -436,7 +434,7 @@ static int build_lock_statements(struct sql_session *q, const struct leader_lock
 static int build_holder(char **out, const struct leader_lock_sql *l, const char *q,
                         const char *regclass)
 {
-    return build(out,
+    return sql_build(out,
                  "SELECT h.pid, h.application_name, h.client_addr, h.backend_start, h.state, "
                  "h.idle, "
                  "(SELECT extract(epoch FROM clock_timestamp() - o.\"created_at\")::float8 "
@@ -476,10 +474,10 @@ int sql_session_init(struct sql_session *q, const char *schema, const char *tabl
     qualified_name(schema, table, qualified, sizeof qualified);
     sql_quote_literal(qualified, regclass, sizeof regclass);
     rc |= build_holder(&q->holder, &lock, qualified, regclass);
-    rc |= build(&q->quiet_on, "SELECT pg_try_advisory_lock(%s)", quiet);
-    rc |= build(&q->quiet_off, "SELECT pg_advisory_unlock(%s)", quiet);
+    rc |= sql_build(&q->quiet_on, "SELECT pg_try_advisory_lock(%s)", quiet);
+    rc |= sql_build(&q->quiet_off, "SELECT pg_advisory_unlock(%s)", quiet);
     /* Taken and given back at once: only whether it could be taken matters. */
-    rc |= build(&q->quiet_check,
+    rc |= sql_build(&q->quiet_check,
                 "SELECT CASE WHEN pg_try_advisory_lock(%s) THEN pg_advisory_unlock(%s) "
                 "ELSE false END",
                 skip, skip);
@@ -589,7 +587,7 @@ int sql_dead_init(struct sql_dead *q, const char *schema, const char *table)
     /* "waiting" counts the later rows of the aggregate that are neither sent
      * nor dead: under hold_aggregate they wait for this row. One join over
      * the pending rows, not one scan per listed row. */
-    rc |= build(&q->list,
+    rc |= sql_build(&q->list,
                 "SELECT o.\"id\", o.\"event_id\"::text, o.\"aggregate_type\", o.\"aggregate_id\", "
                 "o.\"event_type\", "
                 "CASE WHEN o.\"dead_at\" IS NOT NULL THEN 'dead' ELSE 'failing' END, "
@@ -603,12 +601,12 @@ int sql_dead_init(struct sql_dead *q, const char *schema, const char *table)
                 t, t);
     /* attempts back to 0 gives the row its full max_attempts again;
      * last_error stays, so the history of why it failed is not lost. */
-    rc |= build(&q->requeue,
+    rc |= sql_build(&q->requeue,
                 "UPDATE %s AS o SET \"dead_at\" = NULL, \"attempts\" = 0 "
                 "WHERE ($1::bigint[] IS NULL OR o.\"id\" = ANY($1::bigint[])) "
                 "AND " NEEDS_OPERATOR("o") " RETURNING o.\"id\"",
                 t);
-    rc |= build(&q->drop,
+    rc |= sql_build(&q->drop,
                 "DELETE FROM %s AS o WHERE o.\"id\" = ANY($1::bigint[]) "
                 "AND " NEEDS_OPERATOR("o") " RETURNING o.\"id\"",
                 t);
@@ -646,18 +644,18 @@ int sql_window_init(struct sql_window *q, const char *schema, const char *table)
     qualified_name(schema, table, t, sizeof t);
 
     int rc = 0;
-    rc |= build(&q->bounds,
+    rc |= sql_build(&q->bounds,
                 "SELECT count(*), min(o.\"id\"), max(o.\"id\"), "
                 "floor(extract(epoch FROM $3::timestamptz) * 1000)::bigint, "
                 "floor(extract(epoch FROM $4::timestamptz) * 1000)::bigint "
                 "FROM %s AS o WHERE " WINDOW,
                 t);
     /* Keyset pages through the primary key: each page is one index range. */
-    rc |= build(&q->rows,
+    rc |= sql_build(&q->rows,
                 "SELECT " ROW_COLUMNS " FROM %s AS o WHERE o.\"id\" > $5::bigint AND " WINDOW
                 " ORDER BY o.\"id\" LIMIT $6::int",
                 t);
-    rc |= build(&q->replay,
+    rc |= sql_build(&q->replay,
                 "SELECT " ROW_COLUMNS " FROM %s AS o WHERE o.\"id\" > $5::bigint AND " WINDOW
                 " AND ($7::text IS NULL OR o.\"aggregate_type\" = $7::text)"
                 " AND ($8::text IS NULL OR o.\"aggregate_id\" = $8::text)"

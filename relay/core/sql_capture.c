@@ -19,22 +19,6 @@
 #define QIDENT_MAX 104
 #define QUALIFIED_MAX (2 * QIDENT_MAX + 2)
 
-/* asprintf into *dst; leaves *dst NULL on failure. */
-static int build(char **dst, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static int build(char **dst, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    int rc = vasprintf(dst, fmt, ap);
-    va_end(ap);
-    if (rc < 0) {
-        *dst = NULL;
-        return -ENOMEM;
-    }
-    return 0;
-}
-
 int sql_capture_slot_valid(const char *name)
 {
     size_t n = name ? strlen(name) : 0;
@@ -77,7 +61,7 @@ static void names_fill(struct names *n, const char *schema, const char *table,
  * nothing else. Columns: enum slot_col. */
 static int build_slot_status(char **dst, const struct names *n)
 {
-    return build(dst,
+    return sql_build(dst,
                  "SELECT s.slot_name IS NOT NULL, s.plugin::text, "
                  "COALESCE(s.database = current_database(), false), "
                  "COALESCE(s.active, false), s.active_pid, s.wal_status, "
@@ -99,7 +83,7 @@ static int build_slot_status(char **dst, const struct names *n)
  * publication keeps its options: only the table is added when missing. */
 static int build_create_publication(char **dst, const struct names *n)
 {
-    return build(dst,
+    return sql_build(dst,
                  "DO $outbox_relay$\n"
                  "BEGIN\n"
                  "    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_publication WHERE pubname = %s) THEN\n"
@@ -120,7 +104,7 @@ static int build_create_publication(char **dst, const struct names *n)
  * expression: a parameter, or a quoted literal for the script. */
 static int build_create_slot(char **dst, const char *name)
 {
-    return build(dst,
+    return sql_build(dst,
                  "SELECT CASE WHEN EXISTS (SELECT 1 FROM pg_catalog.pg_replication_slots "
                  "WHERE slot_name = %s) THEN false "
                  "ELSE (pg_catalog.pg_create_logical_replication_slot(%s, 'pgoutput')).slot_name "
@@ -132,14 +116,14 @@ static int build_create_slot(char **dst, const char *name)
  * the role's attributes (creating and streaming a slot need REPLICATION). */
 static int build_requirements(char **dst)
 {
-    return build(dst,
+    return sql_build(dst,
                  "SELECT current_setting('wal_level'), r.rolname::text, r.rolsuper, "
                  "r.rolreplication FROM pg_catalog.pg_roles AS r WHERE r.rolname = current_user");
 }
 
 static int build_publication_state(char **dst, const struct names *n)
 {
-    return build(dst,
+    return sql_build(dst,
                  "SELECT p.oid IS NOT NULL, EXISTS (SELECT 1 FROM pg_catalog.pg_publication_tables "
                  "AS t WHERE t.pubname = %s AND t.schemaname = %s AND t.tablename = %s), "
                  "COALESCE(p.pubinsert, false) "
@@ -163,12 +147,12 @@ int sql_capture_init(struct sql_capture *s, const char *schema, const char *tabl
     rc |= build_requirements(&s->requirements);
     rc |= build_publication_state(&s->publication_state, &n);
     /* The lateral call runs only for the slot's row: none when it is absent. */
-    rc |= build(&s->drop_slot,
+    rc |= sql_build(&s->drop_slot,
                 "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_replication_slots AS s, "
                 "LATERAL pg_catalog.pg_drop_replication_slot(s.slot_name) "
                 "WHERE s.slot_name = $1::name)");
     /* Only the leader runs it, once its Kafka transactions fenced older leaders. */
-    rc |= build(&s->take_over,
+    rc |= sql_build(&s->take_over,
                 "SELECT s.active_pid, a.application_name, "
                 "pg_catalog.pg_terminate_backend(s.active_pid) "
                 "FROM pg_catalog.pg_replication_slots AS s "
@@ -176,7 +160,7 @@ int sql_capture_init(struct sql_capture *s, const char *schema, const char *tabl
                 "WHERE s.slot_name = $1::name AND s.active_pid IS NOT NULL "
                 "AND s.active_pid <> pg_catalog.pg_backend_pid()");
     /* Idempotent: a replayed stream records the same event again as one more attempt. */
-    rc |= build(&s->record_dead,
+    rc |= sql_build(&s->record_dead,
                 "INSERT INTO %s AS o (\"event_id\", \"aggregate_type\", \"aggregate_id\", "
                 "\"event_type\", \"topic\", \"payload\", \"headers\", \"created_at\", "
                 "\"attempts\", \"last_error\", \"dead_at\") "
@@ -187,10 +171,10 @@ int sql_capture_init(struct sql_capture *s, const char *schema, const char *tabl
                 "\"last_error\" = EXCLUDED.\"last_error\", "
                 "\"dead_at\" = COALESCE(o.\"dead_at\", EXCLUDED.\"dead_at\")",
                 n.qualified);
-    rc |= build(&s->heartbeat, "SELECT pg_catalog.pg_logical_emit_message(true, $1::text, ''::text)");
+    rc |= sql_build(&s->heartbeat, "SELECT pg_catalog.pg_logical_emit_message(true, $1::text, ''::text)");
     /* Small batches, oldest ids first, by the rows' physical addresses: each
      * DELETE holds its row locks briefly. */
-    rc |= build(&s->retention,
+    rc |= sql_build(&s->retention,
                 "DELETE FROM %s WHERE ctid = ANY(ARRAY(SELECT ctid FROM %s "
                 "WHERE \"created_at\" < $1::timestamptz ORDER BY \"id\" LIMIT $2::int))",
                 n.qualified, n.qualified);
@@ -209,7 +193,7 @@ char *sql_capture_script(const struct sql_capture *s, const char *slot)
     sql_quote_literal(slot, lslot, sizeof lslot);
     char *create = NULL, *out = NULL;
     if (build_create_slot(&create, lslot) == 0 &&
-        build(&out,
+        sql_build(&out,
               "%s;\n\n"
               "-- The slot: PostgreSQL refuses to create it in a transaction that has written\n"
               "-- anything, so run this statement on its own (not inside BEGIN ... COMMIT).\n"

@@ -4,6 +4,7 @@
  * connecting, PQflush while sending); we translate that into poll events and
  * never block the loop. */
 #include "io/pg.h"
+#include "io/pq_watch.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -17,58 +18,14 @@
 
 static void on_poll(uv_poll_t *h, int status, int events);
 
-static void close_poll_cb(uv_handle_t *h)
-{
-    free(h);
-}
-
-static void drop_poll(struct pg_conn *pg)
-{
-    if (pg->poll) {
-        uv_poll_stop(pg->poll);
-        uv_close((uv_handle_t *)pg->poll, close_poll_cb);
-        pg->poll = NULL;
-    }
-    pg->fd = -1;
-    pg->poll_events = 0;
-}
-
-/* Watches libpq's current socket for @p events; libpq may have replaced the
- * socket (another host of a multi-host conninfo, or a reconnect), and uv
- * refuses to watch a new fd with an old handle, so a changed fd gets a new handle. */
 static int watch(struct pg_conn *pg, int events)
 {
-    int fd = PQsocket(pg->conn);
-    if (fd < 0)
-        return -EBADF;
-    if (pg->poll && fd != pg->fd)
-        drop_poll(pg);
-    if (!pg->poll) {
-        pg->poll = malloc(sizeof(*pg->poll));
-        if (!pg->poll)
-            return -ENOMEM;
-        int rc = uv_poll_init(pg->loop, pg->poll, fd);
-        if (rc < 0) {
-            free(pg->poll);
-            pg->poll = NULL;
-            return rc;
-        }
-        pg->poll->data = pg;
-        pg->fd = fd;
-        pg->poll_events = 0;
-    }
-    if (events != pg->poll_events) {
-        int rc = uv_poll_start(pg->poll, events, on_poll);
-        if (rc < 0)
-            return rc;
-        pg->poll_events = events;
-    }
-    return 0;
+    return pq_watch_set(&pg->w, pg->conn, events);
 }
 
 static void teardown(struct pg_conn *pg)
 {
-    drop_poll(pg);
+    pq_watch_drop(&pg->w);
     if (pg->last) {
         PQclear(pg->last);
         pg->last = NULL;
@@ -116,7 +73,7 @@ int pg_init(struct pg_conn *pg, uv_loop_t *loop, const char *conninfo,
 {
     memset(pg, 0, sizeof(*pg));
     pg->loop = loop;
-    pg->fd = -1;
+    pq_watch_init(&pg->w, loop, on_poll, pg);
     pg->cb = *cb;
     pg->conninfo = strdup(conninfo ? conninfo : "");
     return pg->conninfo ? 0 : -ENOMEM;
@@ -270,7 +227,7 @@ void pg_result_keep(struct pg_conn *pg)
 static void on_poll(uv_poll_t *h, int status, int events)
 {
     struct pg_conn *pg = h->data;
-    if (!pg || pg->poll != h)
+    if (!pg || !pq_watch_is(&pg->w, h))
         return;
     if (status < 0 && pg->state != PG_CONNECTING) {
         lost(pg, uv_strerror(status));

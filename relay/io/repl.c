@@ -21,49 +21,14 @@ static void close_free_cb(uv_handle_t *h)
     free(h);
 }
 
-static void drop_poll(struct repl_conn *rc)
-{
-    if (rc->poll) {
-        uv_poll_stop(rc->poll);
-        uv_close((uv_handle_t *)rc->poll, close_free_cb);
-        rc->poll = NULL;
-    }
-    rc->fd = -1;
-    rc->poll_events = 0;
-}
-
 static int watch(struct repl_conn *rc, int events)
 {
-    int fd = PQsocket(rc->conn);
-    if (fd < 0)
-        return -EBADF;
-    if (rc->poll && fd != rc->fd)
-        drop_poll(rc);
-    if (!rc->poll) {
-        rc->poll = malloc(sizeof(*rc->poll));
-        if (!rc->poll)
-            return -ENOMEM;
-        int r = uv_poll_init(rc->loop, rc->poll, fd);
-        if (r < 0) {
-            free(rc->poll);
-            rc->poll = NULL;
-            return r;
-        }
-        rc->poll->data = rc;
-        rc->fd = fd;
-        rc->poll_events = 0;
-    }
-    if (events == rc->poll_events)
-        return 0;
-    int r = events ? uv_poll_start(rc->poll, events, on_poll) : uv_poll_stop(rc->poll);
-    if (r == 0)
-        rc->poll_events = events;
-    return r;
+    return pq_watch_set(&rc->w, rc->conn, events);
 }
 
 static void teardown(struct repl_conn *rc)
 {
-    drop_poll(rc);
+    pq_watch_drop(&rc->w);
     if (rc->kick)
         uv_timer_stop(rc->kick);
     if (rc->held) {
@@ -120,7 +85,7 @@ int repl_init(struct repl_conn *rc, uv_loop_t *loop, const char *conninfo,
 {
     memset(rc, 0, sizeof(*rc));
     rc->loop = loop;
-    rc->fd = -1;
+    pq_watch_init(&rc->w, loop, on_poll, rc);
     rc->cb = *cb;
     rc->conninfo = strdup(conninfo ? conninfo : "");
     rc->kick = malloc(sizeof(*rc->kick));
@@ -224,7 +189,7 @@ static void read_messages(struct repl_conn *rc)
         if (!rc->cb.on_data(rc, (const uint8_t *)rc->held, (size_t)rc->held_len, rc->cb.arg)) {
             if (rc->state == REPL_STREAMING) {
                 rc->stopped = true;
-                if (watch(rc, rc->poll_events & UV_WRITABLE) < 0)
+                if (watch(rc, rc->w.events & UV_WRITABLE) < 0)
                     lost(rc, "cannot watch socket", NULL);
             }
             return;
@@ -253,7 +218,7 @@ void repl_resume(struct repl_conn *rc)
     if (rc->state != REPL_STREAMING || !rc->stopped)
         return;
     rc->stopped = false;
-    if (watch(rc, UV_READABLE | (rc->poll_events & UV_WRITABLE)) < 0) {
+    if (watch(rc, UV_READABLE | (rc->w.events & UV_WRITABLE)) < 0) {
         lost(rc, "cannot watch socket", NULL);
         return;
     }
@@ -301,7 +266,7 @@ int repl_end(struct repl_conn *rc)
 static void on_poll(uv_poll_t *h, int status, int events)
 {
     struct repl_conn *rc = h->data;
-    if (!rc || rc->poll != h)
+    if (!rc || !pq_watch_is(&rc->w, h))
         return;
     if (status < 0 && rc->state != REPL_CONNECTING) {
         lost(rc, uv_strerror(status), NULL);
@@ -352,7 +317,7 @@ int repl_send(struct repl_conn *rc, const uint8_t *buf, size_t len)
         lost(rc, PQerrorMessage(rc->conn), NULL);
         return -EIO;
     }
-    if (f == 1 && watch(rc, rc->poll_events | UV_WRITABLE) < 0) {
+    if (f == 1 && watch(rc, rc->w.events | UV_WRITABLE) < 0) {
         lost(rc, "cannot watch socket", NULL);
         return -EIO;
     }

@@ -161,11 +161,7 @@ Test(e2e, wal_paused_leader_is_replaced_and_fenced, .fini = fini, .timeout = 400
     writers_start(w, 1);
     e2e_sleep_ms(700); /* A has messages lingering in its queue */
     cr_assert_eq(kill(a->pid, SIGSTOP), 0);
-    long long killed = e2e_query_int(
-        T.conn,
-        "SELECT count(pg_terminate_backend(l.pid)) FROM pg_locks l JOIN pg_stat_activity a USING (pid) "
-        "WHERE l.locktype = 'advisory' AND l.granted AND a.application_name = '%s'",
-        T.name);
+    long long killed = e2e_terminate_lock_holders(&T, T.name);
     cr_assert_eq(killed, 1, "expected to terminate the leader's session, terminated %lld", killed);
     cr_assert(e2e_relay_wait_log(b, "msg=\"became leader\"", 30000), "B did not take over (log %s)", b->log_path);
     /* The paused leader's walsender still holds the slot: B ends it. */

@@ -116,11 +116,7 @@ static struct damage zombie(const char *fencing, bool fenced)
     cr_assert_lt(marked_at_stop, ROWS_BEFORE, "A drained everything before it was stopped: the test proves nothing");
 
     /* Its session ends, so does its leadership: B takes over. */
-    long long killed = e2e_query_int(
-        T.conn,
-        "SELECT count(pg_terminate_backend(l.pid)) FROM pg_locks l JOIN pg_stat_activity a USING (pid) "
-        "WHERE l.locktype = 'advisory' AND l.granted AND a.application_name = '%s'",
-        T.name);
+    long long killed = e2e_terminate_lock_holders(&T, T.name);
     cr_assert_eq(killed, 1, "expected to terminate the leader's session, terminated %lld", killed);
     int64_t t0 = e2e_now_ms();
     cr_assert(e2e_relay_wait_log(b, "msg=\"became leader\"", 30000), "B did not take over (log %s)", b->log_path);

@@ -162,3 +162,12 @@ bool e2e_wal_wait_confirmed(struct e2e_ctx *t, int timeout_ms)
                         "SELECT confirmed_flush_lsn > '%s'::pg_lsn FROM pg_replication_slots "
                         "WHERE slot_name = '%s'", fence, t->table);
 }
+
+long long e2e_terminate_lock_holders(struct e2e_ctx *t, const char *application_name)
+{
+    return e2e_query_int(t->conn,
+                         "SELECT count(pg_terminate_backend(pid)) FROM (SELECT DISTINCT l.pid "
+                         "FROM pg_locks l JOIN pg_stat_activity a USING (pid) "
+                         "WHERE l.locktype = 'advisory' AND l.granted AND a.application_name = '%s') h",
+                         application_name);
+}

@@ -110,6 +110,10 @@ void e2e_wal_enable(struct e2e_ctx *t);
  *  @return true when it did within @p timeout_ms. */
 bool e2e_wal_wait_confirmed(struct e2e_ctx *t, int timeout_ms);
 
+/** Ends the sessions named @p application_name that hold an advisory lock
+ *  (a relay's leader lock, say): @return how many sessions were ended. */
+long long e2e_terminate_lock_holders(struct e2e_ctx *t, const char *application_name);
+
 /** Runs one statement (printf format); asserts it succeeded; @return its result (PQclear it). */
 PGresult *e2e_query(PGconn *conn, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
