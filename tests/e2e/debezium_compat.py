@@ -18,6 +18,13 @@ Router stamps messages with the time Connect processed them, which nothing
 else can reproduce). extended.headers.enabled = false: Debezium 3 otherwise
 adds its own __debezium.context.* headers, which the relay does not write.
 
+Then the takeover of docs/migrating-from-debezium.md on that connector's slot
+and publication (takeover()): writers write while the connector stops, the
+relay starts on its slot (the same topics), the relay confirms a fence, and
+the rollback brings the connector back; every event must be on Kafka, the
+first deliveries of each aggregate in sequence order, and every duplicate one
+copy on each side of a switch.
+
 Environment: OUTBOX_RELAY_BIN, OUTBOX_RELAY_TEST_PG and a real broker in
 OUTBOX_RELAY_TEST_REAL_KAFKA (tests/run's kafka lane). PostgreSQL must run
 with wal_level = logical.
@@ -426,7 +433,12 @@ def takeover(connect_dir, dbz):
         def marker():
             with psycopg2.connect(PG) as c:
                 writers.all[0].txn(c, 1, True)
-        waited = fence(dbz, marker)
+        try:
+            waited = fence(dbz, marker)
+        except RuntimeError as e:
+            tasks = connect_rest(connect_dir, "GET", "/status").get("tasks", [])
+            return "rollback: %s; the connector's task: %s" % (
+                e, (tasks[0].get("state"), (tasks[0].get("trace") or "")[:300]) if tasks else None)
         log("rollback: the connector confirmed the fence %.1f s after the writers stopped" % waited)
     finally:
         if relay:
