@@ -18,16 +18,26 @@ Router stamps messages with the time Connect processed them, which nothing
 else can reproduce). extended.headers.enabled = false: Debezium 3 otherwise
 adds its own __debezium.context.* headers, which the relay does not write.
 
+Then the takeover of docs/migrating-from-debezium.md on that connector's slot
+and publication (takeover()): writers write while the connector stops, the
+relay starts on its slot (the same topics), the relay confirms a fence, and
+the rollback brings the connector back; every event must be on Kafka, the
+first deliveries of each aggregate in sequence order, and every duplicate one
+copy on each side of a switch.
+
 Environment: OUTBOX_RELAY_BIN, OUTBOX_RELAY_TEST_PG and a real broker in
 OUTBOX_RELAY_TEST_REAL_KAFKA (tests/run's kafka lane). PostgreSQL must run
 with wal_level = logical.
 """
 import json
 import os
+import random
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import urllib.request
 import uuid
 
 import psycopg2
@@ -118,8 +128,10 @@ def write_rows():
 
 def read_all(topics, expected, read_committed):
     """Every message of @topics, per (topic suffix, partition), in offset order."""
+    # earliest: a fetch from a topic just created can be answered "offset out
+    # of range", and the default reset (latest) would then skip every message.
     c = Consumer({"bootstrap.servers": KAFKA, "group.id": "compat-" + uuid.uuid4().hex,
-                  "enable.auto.commit": False,
+                  "enable.auto.commit": False, "auto.offset.reset": "earliest",
                   "isolation.level": "read_committed" if read_committed else "read_uncommitted"})
     c.assign([TopicPartition(t, p, 0) for t in topics for p in range(PARTITIONS)])
     got = {}
@@ -178,6 +190,330 @@ def drop_slot(name):
     sql("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
         "WHERE slot_name = %s AND NOT active", name)
     sql('DROP PUBLICATION IF EXISTS "%s"' % name)
+
+
+# ---- takeover: the connector stops, the relay continues on its slot ------
+
+TK_TYPES = ["tk_order", "tk_customer"]
+TK_WRITERS = 4
+TK_AGGREGATES = 4  # per writer
+
+
+def lsn_int(text):
+    hi, lo = text.split("/")
+    return (int(hi, 16) << 32) | int(lo, 16)
+
+
+class Writer:
+    """One application process: its own aggregates, each with a sequence
+    number in the payload; one to three events per transaction, and one
+    transaction in four deletes its rows before it commits (the pattern
+    Debezium's documentation recommends). Every committed event is kept with
+    the WAL insert position read right after its commit: its commit record
+    ends at or before it."""
+
+    def __init__(self, w):
+        self.w = w
+        self.aggs = ["tk-w%d-%d" % (w, k) for k in range(TK_AGGREGATES)]
+        self.seq = {a: 0 for a in self.aggs}
+        self.events = []  # (id, aggregate, seq, commit time, lsn after commit)
+        self.error = None
+        self.rnd = random.Random(RUN + str(w))
+
+    def txn(self, c, n=None, delete=None):
+        """One transaction of @n events (random when None)."""
+        cur = c.cursor()
+        ins = ('INSERT INTO "%s" (id, aggregatetype, aggregateid, type, payload, "timestamp", '
+               "tenant) VALUES (%%s, %%s, %%s, 'TkEvent', %%s::jsonb, "
+               "clock_timestamp()::timestamp, %%s)" % TABLE)
+        pending = []
+        for _ in range(n or self.rnd.randint(1, 3)):
+            k = self.rnd.randrange(TK_AGGREGATES)
+            agg = self.aggs[k]
+            self.seq[agg] += 1
+            rid = str(uuid.uuid4())
+            cur.execute(ins, (rid, TK_TYPES[k % 2], agg,
+                              json.dumps({"writer": self.w, "seq": self.seq[agg]}), "w%d" % self.w))
+            pending.append((rid, agg, self.seq[agg]))
+        if delete if delete is not None else self.rnd.randrange(4) == 0:
+            cur.execute('DELETE FROM "%s" WHERE id = ANY(%%s::uuid[])' % TABLE,
+                        ([p[0] for p in pending],))
+        c.commit()
+        cur.execute("SELECT pg_current_wal_insert_lsn()::text")
+        after = lsn_int(cur.fetchone()[0])
+        c.commit()
+        now = time.time()
+        self.events.extend((rid, agg, sq, now, after) for rid, agg, sq in pending)
+
+    def loop(self, stop):
+        try:
+            c = psycopg2.connect(PG)
+            while not stop.is_set():
+                self.txn(c)
+                time.sleep(self.rnd.uniform(0.005, 0.02))
+            c.close()
+        except Exception as e:  # reported by the scenario
+            self.error = repr(e)
+
+
+class Writers:
+    def __init__(self):
+        self.all = [Writer(w) for w in range(TK_WRITERS)]
+        self.stop_ev = None
+        self.threads = []
+
+    def start(self):
+        self.stop_ev = threading.Event()
+        self.threads = [threading.Thread(target=w.loop, args=(self.stop_ev,)) for w in self.all]
+        for t in self.threads:
+            t.start()
+
+    def stop(self):
+        self.stop_ev.set()
+        for t in self.threads:
+            t.join()
+        errors = [w.error for w in self.all if w.error]
+        if errors:
+            raise RuntimeError("a writer failed: " + errors[0])
+
+    def events(self):
+        return [e for w in self.all for e in w.events]
+
+
+def connect_rest(connect_dir, method, path):
+    port = open(os.path.join(connect_dir, "rest_port")).read().strip()
+    req = urllib.request.Request("http://127.0.0.1:%s/connectors/outbox-debezium%s" % (port, path),
+                                 method=method)
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        body = resp.read()
+        return json.loads(body) if body else None
+
+
+def slot_status(name):
+    """`outbox-relay slot status --json` for the slot @name, as the doc runs it."""
+    p = subprocess.run([RELAY, "slot", "status", "--json"] + relay_args(name),
+                       capture_output=True, text=True)
+    return json.loads(p.stdout)
+
+
+def wait_until(what, cond, timeout):
+    deadline = time.time() + timeout
+    while True:
+        v = cond()
+        if v:
+            return v
+        if time.time() > deadline:
+            raise RuntimeError("timed out waiting for " + what)
+        time.sleep(0.1)
+
+
+def watermarks(topics):
+    c = Consumer({"bootstrap.servers": KAFKA, "group.id": "tk-" + uuid.uuid4().hex})
+    marks = {}
+    for t in topics:
+        for p in range(PARTITIONS):
+            for attempt in range(50):  # a topic just created has no leader for a moment
+                try:
+                    marks[(t, p)] = c.get_watermark_offsets(TopicPartition(t, p), timeout=10)[1]
+                    break
+                except Exception:
+                    if attempt == 49:
+                        raise
+                    time.sleep(0.2)
+    c.close()
+    return marks
+
+
+def settled_watermarks(topics):
+    """The topics' end offsets once no writer of Kafka adds to them (1 s unchanged)."""
+    last, same_since = None, time.time()
+    while True:
+        m = watermarks(topics)
+        if m != last:
+            last, same_since = m, time.time()
+        elif time.time() - same_since >= 1.0:
+            return m
+        time.sleep(0.2)
+
+
+def fence(slot, marker_row):
+    """pg_logical_emit_message(true, 'fence', ''), then the slot confirmed past it."""
+    at = lsn_int(sql("SELECT pg_logical_emit_message(true, 'fence', '')::text")[0][0])
+    if marker_row:
+        marker_row()
+    t = time.time()
+    wait_until("the slot confirmed past the fence",
+               lambda: lsn_int(slot_status(slot)["confirmed_flush_lsn"]) > at, 60)
+    return time.time() - t
+
+
+def read_since(topics, marks, ids, timeout=60):
+    """Every message of @topics (read_committed) from @marks on, in offset order
+    per partition, until every id of @ids came and 2 s passed without more."""
+    c = Consumer({"bootstrap.servers": KAFKA, "group.id": "tk-" + uuid.uuid4().hex,
+                  "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                  "isolation.level": "read_committed"})
+    c.assign([TopicPartition(t, p, marks.get((t, p), 0)) for t in topics for p in range(PARTITIONS)])
+    got, seen = [], set()
+    deadline, quiet_until = time.time() + timeout, None
+    while time.time() < deadline:
+        m = c.poll(0.2)
+        if m is None:
+            if ids <= seen and quiet_until is None:
+                quiet_until = time.time() + 2
+            if quiet_until and time.time() > quiet_until:
+                break
+            continue
+        if m.error():
+            continue
+        h = dict(m.headers() or [])
+        rid = (h.get("id") or b"").decode()
+        got.append((m.topic(), m.partition(), m.offset(), m.key().decode(), rid))
+        seen.add(rid)
+    c.close()
+    return got
+
+
+def takeover(connect_dir, dbz):
+    """docs/migrating-from-debezium.md, "Taking over" and "Rolling back", with
+    writers writing throughout: returns a failure, or None."""
+    t0 = time.time()
+    topics = ["%s.%s" % (dbz, t) for t in TK_TYPES]
+    admin = AdminClient({"bootstrap.servers": KAFKA})
+    for _, fut in admin.create_topics([NewTopic(n, PARTITIONS, 1) for n in topics]).items():
+        fut.result(30)
+    start_marks = watermarks(topics)
+    writers = Writers()
+    relay = None
+    relay_log = open(os.path.join(WORK, "relay-takeover.log"), "w")
+    try:
+        writers.start()
+        time.sleep(2)  # Debezium publishes
+        # Step 2: stop the connector and wait until the slot has no reader.
+        t_stop = time.time()
+        connect_rest(connect_dir, "PUT", "/stop")
+        wait_until("the slot inactive", lambda: not slot_status(dbz)["active"], 60)
+        mark1 = settled_watermarks(topics)
+        x1 = lsn_int(slot_status(dbz)["confirmed_flush_lsn"])
+        log("takeover: connector stopped in %.1f s; the slot confirmed %X/%X" % (
+            time.time() - t_stop, x1 >> 32, x1 & 0xffffffff))
+        # Step 3: the relay on the connector's slot and publication.
+        relay = subprocess.Popen([RELAY, "run"] + relay_args(dbz), stdout=relay_log,
+                                 stderr=relay_log)
+        t_switch = time.time()
+        time.sleep(3)
+        writers.stop()
+        waited = fence(dbz, None)
+        log("takeover: the relay confirmed the fence %.1f s after the writers stopped" % waited)
+        # Rolling back: writers again, the relay stops, the connector resumes.
+        writers.start()
+        time.sleep(1)
+        t_back = time.time()
+        relay.terminate()
+        if relay.wait(30) != 0:
+            return "the relay exited %d on SIGTERM (log %s)" % (relay.returncode, relay_log.name)
+        relay = None
+        wait_until("the slot inactive", lambda: not slot_status(dbz)["active"], 30)
+        mark2 = settled_watermarks(topics)
+        x2 = lsn_int(slot_status(dbz)["confirmed_flush_lsn"])
+        # The connector's own offset is where it stopped; the relay moved the
+        # slot on, and once the slot's restart_lsn passes that offset the task
+        # fails at start ("no longer available on the server"). Without an
+        # offset (snapshot.mode = no_data) it starts from the slot's position.
+        connect_rest(connect_dir, "DELETE", "/offsets")
+        connect_rest(connect_dir, "PUT", "/resume")
+        wait_until("the connector's task running", lambda: any(
+            t.get("state") == "RUNNING"
+            for t in connect_rest(connect_dir, "GET", "/status").get("tasks", [])), 60)
+        time.sleep(2)
+        writers.stop()
+        # Debezium confirms a position only when it publishes an event (its
+        # "LSN flush mode 'connector'", no heartbeat here): one more event
+        # after the fence lets it confirm past it.
+        def marker():
+            with psycopg2.connect(PG) as c:
+                writers.all[0].txn(c, 1, True)
+        try:
+            waited = fence(dbz, marker)
+        except RuntimeError as e:
+            tasks = connect_rest(connect_dir, "GET", "/status").get("tasks", [])
+            return "rollback: %s; the connector's task: %s" % (
+                e, (tasks[0].get("state"), (tasks[0].get("trace") or "")[:300]) if tasks else None)
+        log("rollback: the connector confirmed the fence %.1f s after the writers stopped" % waited)
+    finally:
+        if relay:
+            relay.terminate()
+            relay.wait(30)
+        if writers.stop_ev and not writers.stop_ev.is_set():
+            writers.stop_ev.set()
+            for t in writers.threads:
+                t.join()
+        relay_log.close()
+    events = writers.events()
+    by_id = {e[0]: e for e in events}
+    got = read_since(topics, start_marks, set(by_id))
+
+    def segment(topic, part, off):
+        return 0 if off < mark1[(topic, part)] else 1 if off < mark2[(topic, part)] else 2
+
+    copies, unknown, key_part = {}, [], {}
+    last_seq, order_breaks = {}, []
+    for topic, part, off, key, rid in sorted(got):
+        if rid not in by_id:
+            unknown.append((topic, part, off, key, rid))
+            continue
+        key_part.setdefault(key, set()).add((topic, part))
+        first = rid not in copies
+        copies.setdefault(rid, []).append((segment(topic, part, off), topic, part, off))
+        if first:
+            seq = by_id[rid][2]
+            if seq <= last_seq.get(key, 0):
+                order_breaks.append("%s seq %d after seq %d (%s[%d]@%d)" % (
+                    key, seq, last_seq[key], topic, part, off))
+            last_seq[key] = max(seq, last_seq.get(key, 0))
+    lost = [e for e in events if e[0] not in copies]
+    dups = {rid: c for rid, c in copies.items() if len(c) > 1}
+    per_switch = {1: 0, 2: 0}
+    bad_dups = []
+    for rid, c in sorted(dups.items(), key=lambda kv: by_id[kv[0]][3]):
+        segs = [s for s, _, _, _ in c]
+        e = by_id[rid]
+        where = "%s seq %d (committed %+.2f s from the switch), copies in %s" % (
+            e[1], e[2], e[3] - (t_switch if min(segs) == 0 else t_back),
+            ", ".join("%s[%d]@%d" % (t, p, o) for _, t, p, o in c))
+        if len(c) != 2 or segs[1] != segs[0] + 1:
+            bad_dups.append("not once on each side of one switch: " + where)
+            continue
+        per_switch[segs[1]] += 1
+        # PostgreSQL sends again only what committed at or after the slot's
+        # confirmed position.
+        if e[4] <= (x1 if segs[1] == 1 else x2):
+            bad_dups.append("committed before the slot's confirmed position: " + where)
+        log("duplicate: " + where)
+    split = [k for k, v in key_part.items() if len(v) > 1]
+    log("takeover: %d events by %d writers on %d aggregates (%d before the switch, %d after the "
+        "relay started, %d after the rollback); %d messages; duplicates: %d at the takeover, %d at "
+        "the rollback; %.1f s" % (
+            len(events), TK_WRITERS, TK_WRITERS * TK_AGGREGATES,
+            sum(1 for e in events if e[3] < t_stop), sum(1 for e in events if t_switch <= e[3] < t_back),
+            sum(1 for e in events if e[3] >= t_back), len(got), per_switch[1], per_switch[2],
+            time.time() - t0))
+    problems = []
+    if lost:
+        problems.append("%d events never reached Kafka, the first: %s seq %d id %s (committed "
+                        "%+.2f s from the switch)" % (len(lost), lost[0][1], lost[0][2], lost[0][0],
+                                                      lost[0][3] - t_switch))
+    if unknown:
+        problems.append("%d messages of no written event, the first: %r" % (len(unknown), unknown[0]))
+    if order_breaks:
+        problems.append("%d first deliveries out of order, the first: %s" % (
+            len(order_breaks), order_breaks[0]))
+    if split:
+        problems.append("aggregate %s on several partitions: %s" % (split[0], key_part[split[0]]))
+    if bad_dups:
+        problems.append("%d duplicates not explained by a switch, the first: %s" % (
+            len(bad_dups), bad_dups[0]))
+    return "; ".join(problems) or None
 
 
 def bad_input():
@@ -252,10 +588,16 @@ def main():
         if n_dbz != n or n_rly != n:
             log("expected %d messages on each side (logs in %s)" % (n, WORK))
             return 1
-        stop_connect(connect_dir)
         relay.terminate()
         relay.wait(30)
         relay = None
+        t1 = time.time()
+        bad = takeover(connect_dir, dbz)
+        if bad:
+            log("takeover: " + bad + " (logs in %s)" % WORK)
+            return 1
+        log("takeover: nothing lost, order per aggregate kept, in %.1f s" % (time.time() - t1))
+        stop_connect(connect_dir)
         bad = bad_input()
         if bad:
             log("bad input: " + bad)
