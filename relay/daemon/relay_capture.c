@@ -21,7 +21,7 @@
 
 /* A Kafka transaction is committed once the stream has nothing more to read
  * right now, or once it carries this many messages (under a backlog). */
-#define CAPTURE_TXN_MAX_MSGS 20000
+#define CAPTURE_TXN_MAX_MSGS 10000
 #define CAPTURE_STATUS_EVERY_MS 10000
 #define CAPTURE_RETRY_MS 1000
 
@@ -404,7 +404,7 @@ static bool take_frame(struct relay *r, const uint8_t *buf, size_t len)
 /* While a Kafka transaction commits nothing can be produced; the stream is
  * read on into memory meanwhile (up to CAPTURE_AHEAD_BYTES), so PostgreSQL's
  * walsender is not held back by the commit's round trips. */
-#define CAPTURE_AHEAD_BYTES (4 << 20)
+#define CAPTURE_AHEAD_BYTES (2 << 20)
 
 struct capture_frame {
     size_t len;
