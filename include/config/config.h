@@ -19,7 +19,7 @@
 
 /** Batches the relay keeps in flight at once: while Kafka acknowledges one,
  *  PostgreSQL claims or marks another. The producer queue must hold them all. */
-#define RELAY_BATCHES_IN_FLIGHT 4
+#define RELAY_BATCHES_IN_FLIGHT 2
 
 /** Batch slots: with Kafka transactions and a backlog, one more than in
  *  flight, whose claim waits for the next transaction (plan_txn_holds) so

@@ -114,7 +114,7 @@ struct plan_state {
 
 /** Batches one Kafka transaction carries at most, and so the most the
  *  producer's queue holds at once: a further claim waits for the next one. */
-#define PLAN_TXN_BATCHES_MAX 4
+#define PLAN_TXN_BATCHES_MAX 2
 
 /** What to do next. */
 enum plan_act {
