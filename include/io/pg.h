@@ -56,6 +56,10 @@ int pg_init(struct pg_conn *pg, uv_loop_t *loop, const char *conninfo,
  *  logical replication connection (replication=database). NULL without memory. */
 PGconn *pg_connect_start(const char *conninfo, bool replication);
 
+/** libpq's message @p why as it may be logged: the conninfo's secrets
+ *  redacted, the trailing newline cut; "connection lost" when empty. */
+void pg_error_text(const char *conninfo, const char *why, char *out, size_t len);
+
 /** Starts an asynchronous connection attempt; on_connected or on_lost follows.
  *  The session is named "outbox-relay" in pg_stat_activity unless the
  *  conninfo sets application_name.

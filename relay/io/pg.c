@@ -39,16 +39,21 @@ static void teardown(struct pg_conn *pg)
 
 /* The connection is gone: the running statement (if any) completes with NULL,
  * then the owner hears about it once. */
-static void lost(struct pg_conn *pg, const char *why)
+void pg_error_text(const char *conninfo, const char *why, char *out, size_t len)
 {
     /* libpq's messages may quote the conninfo, password included; the owner logs them. */
-    char *clean = redact_message(pg->conninfo, why && *why ? why : "connection lost");
-    char msg[512];
-    snprintf(msg, sizeof(msg), "%s", clean ? clean : "connection lost");
+    char *clean = redact_message(conninfo, why && *why ? why : "connection lost");
+    snprintf(out, len, "%s", clean ? clean : "connection lost");
     free(clean);
-    size_t n = strlen(msg);
-    while (n > 0 && (msg[n - 1] == '\n' || msg[n - 1] == ' '))
-        msg[--n] = '\0';
+    size_t n = strlen(out);
+    while (n > 0 && (out[n - 1] == '\n' || out[n - 1] == ' '))
+        out[--n] = '\0';
+}
+
+static void lost(struct pg_conn *pg, const char *why)
+{
+    char msg[512];
+    pg_error_text(pg->conninfo, why, msg, sizeof msg);
 
     pg_result_cb cb = pg->result_cb;
     void *arg = pg->result_arg;

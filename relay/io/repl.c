@@ -11,7 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/redact.h"
 #include "io/pg.h"
 
 static void on_poll(uv_poll_t *h, int status, int events);
@@ -45,13 +44,8 @@ static void teardown(struct repl_conn *rc)
 
 static void lost(struct repl_conn *rc, const char *why, const char *sqlstate)
 {
-    char *clean = redact_message(rc->conninfo, why && *why ? why : "connection lost");
     char msg[512];
-    snprintf(msg, sizeof(msg), "%s", clean ? clean : "connection lost");
-    free(clean);
-    size_t n = strlen(msg);
-    while (n > 0 && (msg[n - 1] == '\n' || msg[n - 1] == ' '))
-        msg[--n] = '\0';
+    pg_error_text(rc->conninfo, why, msg, sizeof msg);
     char state[8];
     snprintf(state, sizeof(state), "%s", sqlstate ? sqlstate : "");
     teardown(rc);

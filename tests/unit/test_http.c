@@ -17,30 +17,7 @@
 #include "base/stats.h"
 #include "base/strbuf.h"
 
-static struct relay_config cfg;
-static struct relay_stats st;
-static struct http_context ctx;
-static struct strbuf out;
-
-static void setup(void)
-{
-    config_init(&cfg);
-    stats_init(&st);
-    /* A healthy leader unless a test says otherwise. */
-    st.pg_up = true;
-    st.role = STATS_ROLE_LEADER;
-    st.brokers_up = 1;
-    st.brokers_total = 1;
-    ctx = (struct http_context){.cfg = &cfg, .stats = &st, .now = st.start_time + 5,
-                                .mono_now = 1000};
-    memset(&out, 0, sizeof(out));
-}
-
-static void teardown(void)
-{
-    config_free(&cfg);
-    strbuf_free(&out);
-}
+#include "http_unit_fixture.h"
 
 TestSuite(http, .init = setup, .fini = teardown);
 
