@@ -482,14 +482,16 @@ struct txn_job {
     char why[512];
 };
 
-/* Repeats @p call while it fails retriably, within TXN_TOTAL_MS. */
-static rd_kafka_error_t *txn_call(struct txn_job *j, rd_kafka_error_t *(*call)(rd_kafka_t *, int))
+/* Repeats @p call while it fails retriably, within TXN_TOTAL_MS, or with
+ * @p to_the_end until its outcome is known (or the producer stops). */
+static rd_kafka_error_t *txn_call(struct txn_job *j, rd_kafka_error_t *(*call)(rd_kafka_t *, int),
+                                  bool to_the_end)
 {
     uint64_t deadline = uv_hrtime() / 1000000 + TXN_TOTAL_MS;
     for (;;) {
         rd_kafka_error_t *e = call(j->rk, TXN_CALL_MS);
         if (!e || !rd_kafka_error_is_retriable(e) || j->cancel ||
-            uv_hrtime() / 1000000 >= deadline)
+            (!to_the_end && uv_hrtime() / 1000000 >= deadline))
             return e;
         rd_kafka_error_destroy(e);
     }
@@ -512,7 +514,7 @@ static void txn_work(uv_work_t *w)
     rd_kafka_error_t *e;
     j->res = PRODUCER_TXN_DONE;
     if (j->op == TXN_INIT) {
-        e = txn_call(j, rd_kafka_init_transactions);
+        e = txn_call(j, rd_kafka_init_transactions, false);
         if (e) {
             txn_fail(j, e, "init_transactions");
             j->res = rd_kafka_error_is_retriable(e) && !rd_kafka_error_is_fatal(e)
@@ -522,7 +524,11 @@ static void txn_work(uv_work_t *w)
             return;
         }
     } else {
-        e = txn_call(j, rd_kafka_commit_transaction);
+        /* A commit that timed out may still complete at the coordinator: it
+         * is called again until its outcome is known. Aborting it then
+         * fails ("a conflicting commit is in progress") and would have the
+         * rows produced again although the commit went through. */
+        e = txn_call(j, rd_kafka_commit_transaction, true);
         if (e) {
             txn_fail(j, e, "commit_transaction");
             bool fatal = rd_kafka_error_is_fatal(e);
@@ -531,11 +537,11 @@ static void txn_work(uv_work_t *w)
                 j->res = PRODUCER_TXN_FAILED;
                 return;
             }
-            /* Abortable (a produce failed, messages timed out), or the commit
-             * itself could not finish in time: abort, so that nothing of this
+            /* Abortable (a produce failed, messages timed out), or the
+             * producer is stopping: abort, so that nothing of this
              * transaction becomes visible, and produce the rows again. */
             j->res = PRODUCER_TXN_ABORTED;
-            e = txn_call(j, rd_kafka_abort_transaction);
+            e = txn_call(j, rd_kafka_abort_transaction, false);
             if (e) {
                 txn_fail(j, e, "abort_transaction");
                 j->res = PRODUCER_TXN_FAILED;
