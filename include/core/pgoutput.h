@@ -15,6 +15,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* ---- LSNs as PostgreSQL writes them ("16/B374D848") ---- */
+
+#define PGO_LSN_TEXT 18
+
+/** Writes @p lsn as PostgreSQL prints a pg_lsn. */
+void pgo_lsn_text(uint64_t lsn, char out[PGO_LSN_TEXT]);
+
+/** @return the LSN @p s spells, 0 when it is NULL or spells none. */
+uint64_t pgo_lsn_parse(const char *s);
+
 /* ---- frames (CopyData of START_REPLICATION) ---- */
 
 enum pgo_frame_kind { PGO_XLOGDATA, PGO_KEEPALIVE };

@@ -42,15 +42,10 @@
 
 #include "base/log.h"
 #include "base/stats.h"
+#include "core/pgoutput.h"
 #include "core/sql_capture.h"
 
 #define SETTLE_POLL_MS 100
-
-static uint64_t lsn_parse(const char *s)
-{
-    unsigned hi = 0, lo = 0;
-    return s && sscanf(s, "%X/%X", &hi, &lo) == 2 ? ((uint64_t)hi << 32) | lo : 0;
-}
 
 /* The slot's confirmed_flush_lsn into *@p lsn (0 when unset).
  * @return 0, -ENOENT (no such slot, or another database's), or negative. */
@@ -72,7 +67,7 @@ static int slot_confirmed(PGconn *c, const struct sql_capture *q, const char *sl
         rc = -ENOENT;
     } else {
         *lsn = PQgetisnull(res, 0, SLOT_CONFIRMED_LSN)
-                   ? 0 : lsn_parse(PQgetvalue(res, 0, SLOT_CONFIRMED_LSN));
+                   ? 0 : pgo_lsn_parse(PQgetvalue(res, 0, SLOT_CONFIRMED_LSN));
     }
     PQclear(res);
     return rc;
@@ -91,7 +86,7 @@ static int emit_fence(PGconn *c, const struct sql_capture *q, struct verify_fenc
         rc = PQstatus(c) == CONNECTION_BAD ? -EHOSTUNREACH : -EIO;
     } else {
         snprintf(f->lsn_text, sizeof f->lsn_text, "%s", PQgetvalue(res, 0, 0));
-        f->lsn = lsn_parse(f->lsn_text);
+        f->lsn = pgo_lsn_parse(f->lsn_text);
     }
     PQclear(res);
     return rc;
@@ -137,8 +132,7 @@ int verify_wal_fence(const struct relay_config *cfg, int64_t settle_ms, atomic_i
             usleep(SETTLE_POLL_MS * 1000);
     }
     f->waited = stats_now() - start;
-    snprintf(f->confirmed_text, sizeof f->confirmed_text, "%X/%X", (unsigned)(confirmed >> 32),
-             (unsigned)confirmed);
+    pgo_lsn_text(confirmed, f->confirmed_text);
     PQfinish(c);
     sql_capture_free(&q);
     return rc;

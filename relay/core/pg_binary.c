@@ -4,7 +4,6 @@
 #include <string.h>
 
 /* Seconds from the Unix epoch to PostgreSQL's, 2000-01-01 00:00 UTC. */
-#define PG_EPOCH_UNIX_S INT64_C(946684800)
 #define US_PER_S INT64_C(1000000)
 #define S_PER_DAY INT64_C(86400)
 
@@ -57,7 +56,7 @@ int64_t pgb_time_epoch_ms(int64_t t)
 {
     if (pgb_time_infinite(t))
         return 0;
-    return floor_div(t, 1000) + PG_EPOCH_UNIX_S * 1000;
+    return floor_div(t, 1000) + PGB_EPOCH_UNIX_S * 1000;
 }
 
 /* The proleptic Gregorian date of @p days since 1970-01-01 (astronomical
@@ -92,7 +91,7 @@ void pgb_time_text(int64_t t, char out[PGB_TIME_TEXT])
         return;
     }
     int64_t s = floor_div(t, US_PER_S), us = t - s * US_PER_S;
-    s += PG_EPOCH_UNIX_S;
+    s += PGB_EPOCH_UNIX_S;
     int64_t days = floor_div(s, S_PER_DAY), sod = s - days * S_PER_DAY;
     int64_t y;
     int m, d;

@@ -1,6 +1,19 @@
 /* pgoutput.c — see pgoutput.h. All integers on the wire are big-endian. */
 #include "core/pgoutput.h"
 
+#include <stdio.h>
+
+void pgo_lsn_text(uint64_t lsn, char out[PGO_LSN_TEXT])
+{
+    snprintf(out, PGO_LSN_TEXT, "%X/%X", (unsigned)(lsn >> 32), (unsigned)(lsn & 0xffffffffu));
+}
+
+uint64_t pgo_lsn_parse(const char *s)
+{
+    unsigned hi = 0, lo = 0;
+    return s && sscanf(s, "%X/%X", &hi, &lo) == 2 ? ((uint64_t)hi << 32) | lo : 0;
+}
+
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>

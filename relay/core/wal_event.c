@@ -17,7 +17,6 @@
 #include "core/pg_binary.h"
 
 /* Seconds from the Unix epoch to PostgreSQL's, 2000-01-01 00:00 UTC. */
-#define PG_EPOCH_UNIX_S INT64_C(946684800)
 #define US_PER_S INT64_C(1000000)
 /* How much of an unreadable value or member name an error message quotes. */
 #define SHOWN_MAX 64
@@ -161,7 +160,7 @@ static bool parse_timestamptz(const char *s, size_t len, bool bare_ok, int64_t *
         return false;
     int64_t unix_s = days_from_civil(y, mo, d) * 86400 + h * 3600 + mi * 60 + sec - offset_s;
     int64_t us;
-    if (__builtin_mul_overflow(unix_s - PG_EPOCH_UNIX_S, US_PER_S, &us) ||
+    if (__builtin_mul_overflow(unix_s - PGB_EPOCH_UNIX_S, US_PER_S, &us) ||
         __builtin_add_overflow(us, frac, t))
         return false;
     return true;

@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "build_config.h"
+#include "core/pgoutput.h"
 #include "daemon/health.h"
 
 /* Durations and ages are given to the millisecond. */
@@ -251,8 +252,8 @@ static void add_verify(cJSON *root, const struct stats_verify *sv)
 /* An LSN as PostgreSQL prints it: the high and low 32 bits in hex. */
 static void add_lsn(cJSON *obj, const char *name, uint64_t lsn)
 {
-    char buf[24];
-    snprintf(buf, sizeof buf, "%X/%X", (unsigned)(lsn >> 32), (unsigned)(lsn & 0xffffffffu));
+    char buf[PGO_LSN_TEXT];
+    pgo_lsn_text(lsn, buf);
     cJSON_AddStringToObject(obj, name, buf);
 }
 

@@ -43,12 +43,6 @@ bool relay_capture_slot_query_due(const struct relay *r)
     return r->cap.on && relay_now_ms((struct relay *)r) >= r->cap.slot_query_ms;
 }
 
-static uint64_t parse_lsn(const char *s)
-{
-    unsigned hi = 0, lo = 0;
-    return s && sscanf(s, "%X/%X", &hi, &lo) == 2 ? ((uint64_t)hi << 32) | lo : 0;
-}
-
 static void on_slot(struct pg_conn *pg, PGresult *res, void *arg)
 {
     (void)pg;
@@ -74,8 +68,8 @@ static void on_slot(struct pg_conn *pg, PGresult *res, void *arg)
     s->active = v[SLOT_ACTIVE] && v[SLOT_ACTIVE][0] == 't';
     s->active_pid = v[SLOT_ACTIVE_PID] ? atoi(v[SLOT_ACTIVE_PID]) : 0;
     snprintf(s->wal_status, sizeof s->wal_status, "%s", v[SLOT_WAL_STATUS] ? v[SLOT_WAL_STATUS] : "");
-    s->confirmed_lsn = parse_lsn(v[SLOT_CONFIRMED_LSN]);
-    s->restart_lsn = parse_lsn(v[SLOT_RESTART_LSN]);
+    s->confirmed_lsn = pgo_lsn_parse(v[SLOT_CONFIRMED_LSN]);
+    s->restart_lsn = pgo_lsn_parse(v[SLOT_RESTART_LSN]);
     s->retained_bytes = v[SLOT_RETAINED_BYTES] ? strtoll(v[SLOT_RETAINED_BYTES], NULL, 10) : 0;
     s->lag_bytes = v[SLOT_LAG_BYTES] ? strtoll(v[SLOT_LAG_BYTES], NULL, 10) : 0;
     const char *plugin = v[SLOT_PLUGIN] ? v[SLOT_PLUGIN] : "pgoutput";
