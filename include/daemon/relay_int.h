@@ -108,7 +108,6 @@ struct capture {
     /* fencing = transactional: the open Kafka transaction and the committing one */
     long txn_msgs;
     bool txn_whole;             /* the open Kafka transaction ends a source transaction */
-    uint64_t txn_first_ms;
     struct capture_count *open, *done;
     size_t n_open, open_cap, n_done, done_cap;
     long done_msgs;
@@ -218,6 +217,8 @@ void relay_row_failed(struct relay *r, struct batch *b, int i, enum stats_fail_r
                        enum attempt_limit limit, const char *why);
 void relay_on_report(void *opaque, rd_kafka_resp_err_t err, void *arg);
 void relay_produce_rows(struct relay *r, struct batch *b, PGresult *res);
+int relay_row_topic(const struct relay *r, const struct event_row *row, char *topic, size_t len,
+                    char *err, size_t errlen);
 void relay_claim(struct relay *r, const struct plan_step *p);
 void relay_mark(struct relay *r, struct batch *b, unsigned with);
 void relay_retention(struct relay *r);

@@ -33,12 +33,7 @@ static bool ahead_drain(struct relay *r);
 
 static double pg_epoch_to_unix(int64_t us)
 {
-    return (double)us / 1e6 + 946684800.0;
-}
-
-static void lsn_text(uint64_t lsn, char *buf, size_t len)
-{
-    snprintf(buf, len, "%X/%X", (unsigned)(lsn >> 32), (unsigned)lsn);
+    return (double)us / 1e6 + (double)PGB_EPOCH_UNIX_S;
 }
 
 static bool transactional(const struct relay *r)
@@ -48,16 +43,19 @@ static bool transactional(const struct relay *r)
 
 /* ---- confirming ---------------------------------------------------------- */
 
-static void send_status(struct relay *r, bool reply)
+/* The standby status update: what the slot may forget. */
+static void send_status(struct relay *r)
 {
     struct capture *c = &r->cap;
     uint8_t msg[PGO_STATUS_UPDATE_LEN];
-    int64_t now_us = (int64_t)((stats_now() - 946684800.0) * 1e6);
-    size_t n = pgo_status_update(msg, c->confirmed, now_us, reply);
+    int64_t now_us = (int64_t)((stats_now() - (double)PGB_EPOCH_UNIX_S) * 1e6);
+    size_t n = pgo_status_update(msg, c->confirmed, now_us, false);
     if (repl_send(&c->repl, msg, n) == 0) {
+        char at[PGO_LSN_TEXT];
+        pgo_lsn_text(c->confirmed, at);
         c->status_sent_ms = relay_now_ms(r);
         r->st.slot.flushed_lsn = c->confirmed;
-        log_debug("confirmed", "lsn=%X/%X", (unsigned)(c->confirmed >> 32), (unsigned)c->confirmed);
+        log_debug("confirmed", "lsn=%s", at);
     }
 }
 
@@ -70,7 +68,7 @@ void relay_capture_confirm(struct relay *r, uint64_t lsn)
     c->confirmed = lsn;
     c->last_progress_ms = relay_now_ms(r);
     r->st.slot.last_commit_time = stats_now();
-    send_status(r, false);
+    send_status(r);
 }
 
 /* The commit times of the transactions read and not confirmed: the oldest
@@ -213,19 +211,11 @@ static int produce(struct relay *r, const struct event_row *row, char *err, size
 {
     struct capture *c = &r->cap;
     char topic[256];
-    int rc = row->topic && *row->topic
-                 ? (snprintf(topic, sizeof topic, "%s", row->topic) < (int)sizeof topic ? 0 : -ENOSPC)
-                 : event_topic_render(r->cfg->topic, row->aggregate_type, row->event_type, topic,
-                                      sizeof topic);
-    if (rc < 0) {
-        snprintf(err, errlen, "invalid topic name: longer than %zu bytes", sizeof topic - 1);
-        return -EINVAL;
-    }
-    if (event_topic_check(topic, err, errlen) < 0)
+    if (relay_row_topic(r, row, topic, sizeof topic, err, errlen) < 0)
         return -EINVAL;
     void *opaque = (void *)(uintptr_t)(((uint64_t)(c->gen & 0xffff) << OPAQUE_GEN_SHIFT) | c->seq);
     err[0] = '\0';
-    rc = producer_send(&r->prod, row, topic, opaque, err, errlen);
+    int rc = producer_send(&r->prod, row, topic, opaque, err, errlen);
     if (rc == -ENOBUFS)
         return -ENOBUFS;
     if (rc == -EIO)
@@ -234,8 +224,7 @@ static int produce(struct relay *r, const struct event_row *row, char *err, size
         return -EINVAL;
     pgo_acks_sent(&c->acks, c->seq);
     if (transactional(r)) {
-        if (c->txn_msgs++ == 0)
-            c->txn_first_ms = relay_now_ms(r);
+        c->txn_msgs++;
         count_open(c, c->seq);
     } else {
         c->unacked++;
@@ -250,8 +239,8 @@ static int produce(struct relay *r, const struct event_row *row, char *err, size
 static bool poison(struct relay *r, const struct event_row *row, uint64_t lsn, const char *why)
 {
     struct capture *c = &r->cap;
-    char at[32], lsn_id[PGB_UUID_TEXT];
-    lsn_text(lsn, at, sizeof at);
+    char at[PGO_LSN_TEXT], lsn_id[PGB_UUID_TEXT];
+    pgo_lsn_text(lsn, at);
     wal_event_lsn_id(lsn, lsn_id);
     const char *event_id = row && row->event_id && *row->event_id ? row->event_id : lsn_id;
     r->st.failed_total[STATS_FAIL_INVALID]++;
@@ -377,7 +366,7 @@ static bool take_frame(struct relay *r, const uint8_t *buf, size_t len)
     }
     if (f.kind == PGO_KEEPALIVE) {
         if (f.reply_requested)
-            send_status(r, false);
+            send_status(r);
         return true;
     }
     /* A full transaction waits here, before its message is decoded. */
@@ -497,15 +486,15 @@ static void on_streaming(struct repl_conn *rc, void *arg)
     (void)rc;
     struct relay *r = arg;
     struct capture *c = &r->cap;
-    char at[32];
-    lsn_text(c->confirmed, at, sizeof at);
+    char at[PGO_LSN_TEXT];
+    pgo_lsn_text(c->confirmed, at);
     c->state = CAPTURE_STREAMING;
     c->failures = 0;
     r->st.slot.streaming = true;
     r->st.slot.problem[0] = '\0';
     log_info("streaming from the replication slot", "slot=%s publication=%s from_lsn=%s",
              r->cfg->slot, r->cfg->publication, at);
-    send_status(r, false);
+    send_status(r);
 }
 
 /* What the server's refusal means for the operator. */
@@ -583,8 +572,8 @@ static void capture_start(struct relay *r)
     c->gen++;
     c->seq = 0;
     c->oldest_commit_us = 0;
-    char at[32], sql[512];
-    lsn_text(c->confirmed, at, sizeof at);
+    char at[PGO_LSN_TEXT], sql[512];
+    pgo_lsn_text(c->confirmed, at);
     /* A start LSN past the slot's skips what this process knows Kafka holds
      * but could not confirm before the stream broke. */
     snprintf(sql, sizeof sql,
@@ -658,7 +647,7 @@ void relay_capture_step(struct relay *r)
         repl_resume(&c->repl);
     if (c->state == CAPTURE_STREAMING &&
         relay_now_ms(r) - c->status_sent_ms >= CAPTURE_STATUS_EVERY_MS)
-        send_status(r, false);
+        send_status(r);
     lag_update(r);
 }
 

@@ -153,7 +153,7 @@ static void batch_cut(struct relay *r, struct batch *b, int i, bool queue_full)
 
 /* The row's topic into @p topic, checked. @return 0, or -EINVAL with @p err
  * saying why (the row is poison: its topic never will be valid). */
-static int row_topic(struct relay *r, const struct event_row *row, char *topic, size_t len,
+int relay_row_topic(const struct relay *r, const struct event_row *row, char *topic, size_t len,
                      char *err, size_t errlen)
 {
     int rc;
@@ -213,7 +213,7 @@ void relay_produce_rows(struct relay *r, struct batch *b, PGresult *res)
 
         struct event_row row;
         pg_claim_row(res, i, &row);
-        int rc = row_topic(r, &row, topic, sizeof(topic), err, sizeof(err));
+        int rc = relay_row_topic(r, &row, topic, sizeof(topic), err, sizeof(err));
         if (rc == 0) {
             b->state[i] = ROW_PENDING;
             err[0] = '\0';
