@@ -44,9 +44,12 @@ int pgo_frame_parse(const uint8_t *buf, size_t len, struct pgo_frame *f);
 #define PGO_STATUS_UPDATE_LEN 34
 
 /** Writes a standby status update ('r'): @p flushed is what the server may
- *  forget (its slot's confirmed_flush_lsn moves there); written and applied
- *  report the same. @return PGO_STATUS_UPDATE_LEN. */
-size_t pgo_status_update(uint8_t out[PGO_STATUS_UPDATE_LEN], uint64_t flushed, int64_t now_us,
+ *  forget (its slot's confirmed_flush_lsn moves there), applied the same;
+ *  @p written is how far the stream was read (at least @p flushed), which a
+ *  shutting-down server waits for from each walsender's client before it
+ *  stops. @return PGO_STATUS_UPDATE_LEN. */
+size_t pgo_status_update(uint8_t out[PGO_STATUS_UPDATE_LEN], uint64_t written, uint64_t flushed,
+                         int64_t now_us,
                          bool reply_requested);
 
 /* ---- pgoutput messages ---- */

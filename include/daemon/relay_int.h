@@ -92,6 +92,7 @@ struct capture {
     int64_t commit_time_us;     /* its commit time (PostgreSQL epoch) */
     int64_t oldest_commit_us;   /* of the oldest transaction not confirmed: the lag */
     uint64_t confirmed;         /* reported flushed; where a new stream starts */
+    uint64_t received;          /* how far the stream was read: reported written */
     uint64_t status_sent_ms;
     uint64_t last_progress_ms;  /* confirmed moved or a heartbeat was sent */
     uint64_t slot_query_ms;     /* next slot query */

@@ -84,11 +84,11 @@ int pgo_frame_parse(const uint8_t *buf, size_t len, struct pgo_frame *f)
     return r.bad ? -EINVAL : 0;
 }
 
-size_t pgo_status_update(uint8_t out[PGO_STATUS_UPDATE_LEN], uint64_t flushed, int64_t now_us,
-                         bool reply_requested)
+size_t pgo_status_update(uint8_t out[PGO_STATUS_UPDATE_LEN], uint64_t written, uint64_t flushed,
+                         int64_t now_us, bool reply_requested)
 {
     out[0] = 'r';
-    put_u64(out + 1, flushed);   /* written */
+    put_u64(out + 1, written > flushed ? written : flushed);
     put_u64(out + 9, flushed);   /* flushed */
     put_u64(out + 17, flushed);  /* applied */
     put_u64(out + 25, (uint64_t)now_us);

@@ -49,7 +49,7 @@ static void send_status(struct relay *r)
     struct capture *c = &r->cap;
     uint8_t msg[PGO_STATUS_UPDATE_LEN];
     int64_t now_us = (int64_t)((stats_now() - (double)PGB_EPOCH_UNIX_S) * 1e6);
-    size_t n = pgo_status_update(msg, c->confirmed, now_us, false);
+    size_t n = pgo_status_update(msg, c->received, c->confirmed, now_us, false);
     if (repl_send(&c->repl, msg, n) == 0) {
         char at[PGO_LSN_TEXT];
         pgo_lsn_text(c->confirmed, at);
@@ -365,6 +365,9 @@ static bool take_frame(struct relay *r, const uint8_t *buf, size_t len)
         return true;
     }
     if (f.kind == PGO_KEEPALIVE) {
+        /* Frames come in order: what a keepalive says was sent has been read. */
+        if (f.end_lsn > c->received)
+            c->received = f.end_lsn;
         if (f.reply_requested)
             send_status(r);
         return true;
@@ -385,6 +388,8 @@ static bool take_frame(struct relay *r, const uint8_t *buf, size_t len)
     if (!on_change(r, &m, f.start_lsn))
         return false;
     r->st.slot.received_lsn = f.start_lsn;
+    if (f.end_lsn > c->received)
+        c->received = f.end_lsn;
     return true;
 }
 

@@ -70,12 +70,18 @@ Test(pgoutput, frames_and_the_status_update)
     cr_assert_eq(pgo_frame_parse((const uint8_t *)"x", 1, &f), -EINVAL);
 
     uint8_t r[PGO_STATUS_UPDATE_LEN];
-    cr_assert_eq(pgo_status_update(r, 0x0102030405060708ULL, 9, true), 34);
+    cr_assert_eq(pgo_status_update(r, 0, 0x0102030405060708ULL, 9, true), 34);
     cr_assert_eq(r[0], 'r');
     for (int k = 0; k < 3; k++)
         cr_assert_eq(memcmp(r + 1 + 8 * k, "\x01\x02\x03\x04\x05\x06\x07\x08", 8), 0,
                      "position %d is not the flushed LSN", k);
     cr_assert_eq(r[33], 1);
+    /* What was read goes further than what may be forgotten: only "written" says so. */
+    cr_assert_eq(pgo_status_update(r, 0x0102030405060709ULL, 0x0102030405060708ULL, 9, false), 34);
+    cr_assert_eq(memcmp(r + 1, "\x01\x02\x03\x04\x05\x06\x07\x09", 8), 0, "written");
+    cr_assert_eq(memcmp(r + 9, "\x01\x02\x03\x04\x05\x06\x07\x08", 8), 0, "flushed");
+    cr_assert_eq(memcmp(r + 17, "\x01\x02\x03\x04\x05\x06\x07\x08", 8), 0, "applied");
+    cr_assert_eq(r[33], 0);
 }
 
 Test(pgoutput, a_transaction_of_one_insert)
