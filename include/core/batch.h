@@ -49,6 +49,8 @@ struct batch {
                                    wait for the open transaction to end; NULL otherwise */
     struct id_span span;        /* the id range the other batch's claim must skip */
     uint64_t start_ms;
+    uint64_t claim_seq;         /* the relay's claims before this one: claims in the order sent
+                                   (two can start in one millisecond of the loop's clock) */
     int cap;                    /* rows the per-row arrays hold (batch_size may grow on SIGHUP) */
     int64_t *ids;
     int64_t *created_ms;        /* for the delivery latency histogram */

@@ -164,6 +164,7 @@ struct relay {
      * rows the cut batch gave back and could reorder their aggregates. */
     bool queue_full;
     unsigned truncations;
+    uint64_t claims_sent;       /* claims sent since start: batch.claim_seq */
     unsigned reconnect_attempt; /* consecutive failed connects: drives the back-off */
     const struct poison_rules *poison; /* relay.on_poison */
     long retention_s;

@@ -91,7 +91,7 @@ static int oldest_held(const struct plan_state *s)
 {
     int oldest = -1;
     for (int k = 0; k < s->n_batches; k++)
-        if (s->b[k].held && (oldest < 0 || s->b[k].start_ms < s->b[oldest].start_ms))
+        if (s->b[k].held && (oldest < 0 || s->b[k].claim_seq < s->b[oldest].claim_seq))
             oldest = k;
     return oldest;
 }

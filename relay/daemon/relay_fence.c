@@ -51,12 +51,14 @@ static void txn_drop_held(struct relay *r)
 
 /* Produces held batch @p k into the open, empty transaction; a stale one
  * (a batch was cut after its claim skipped that batch's whole range) is
- * dropped and claimed again. */
+ * dropped and claimed again. Dropping it is a cut too: a claim held behind
+ * it skipped its rows and would overtake them. */
 static void txn_release(struct relay *r, int k, bool stale)
 {
     struct batch *b = &r->b[k];
     if (stale) {
         relay_batch_reset(b);
+        r->truncations++;
         r->wake = true;
         return;
     }

@@ -339,6 +339,7 @@ void relay_claim(struct relay *r, const struct plan_step *p)
     r->claim_first = false;
     b->phase = PHASE_CLAIMING;
     b->start_ms = relay_now_ms(r);
+    b->claim_seq = r->claims_sent++;
     if (pg_query_prepared_binary(&r->pg, "claim", 4, params, on_claimed, b) < 0)
         relay_batch_reset(b);
 }

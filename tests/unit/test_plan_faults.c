@@ -247,14 +247,18 @@ Test(plan, fencing_initialises_commits_and_releases)
     assert_act(&s, PLAN_MARK);
     cr_assert(plan_txn_settled(&s, a));
 
-    /* A claim held for the next, empty transaction is released, oldest first. */
+    /* A claim held for the next, empty transaction is released, oldest first:
+     * in the order the claims were sent, which the loop's millisecond clock
+     * cannot tell when both went out in one millisecond (the later claim
+     * skipped the earlier one's rows, and released first it overtook them). */
     batch_clear(a);
     s.txn_empty = true;
     struct batch *h1 = load(0, 20, 5, PHASE_PRODUCING), *h0 = load(1, 10, 5, PHASE_PRODUCING);
     int dummy;
     h1->held = h0->held = &dummy;
-    h1->start_ms = 200;
-    h0->start_ms = 100;
+    h1->start_ms = h0->start_ms = 100;
+    h1->claim_seq = 8;
+    h0->claim_seq = 7;
     f = plan_fence(&s);
     cr_assert(!f.commit && f.release == 1 && !f.release_stale);
     s.truncations = 1;
