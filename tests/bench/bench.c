@@ -10,6 +10,7 @@
  *                      [--latency-seconds S] [--rates R1,R2] [--smoke]
  *                      [--long-txn-rows N] [--fresh-rate R]
  *                      [--relay-opt section.key=value]...   (extra -X for the relay)
+ *                      [--drain-only mark,wal,...]   (those drains only, --rounds times)
  *
  * Every relay drain is compared, in the same run and on identical fresh
  * tables, with two floors (PL/pgSQL loops inside PostgreSQL: the minimal one
@@ -36,6 +37,16 @@ static const char *const round_tables[R_N] = {
     "bench_drain_wal",
 };
 
+/* @p name is one of the comma-separated names of @p list. */
+static bool name_listed(const char *list, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *p = list; (p = strstr(p, name)) != NULL; p += n)
+        if ((p == list || p[-1] == ',') && (p[n] == ',' || p[n] == '\0'))
+            return true;
+    return false;
+}
+
 /* Scenario @p k of a round on its fresh table. */
 static struct drain_result round_drain(PGconn *c, int k, long rows, int aggregates)
 {
@@ -52,6 +63,7 @@ int main(int argc, char **argv)
     double lat_seconds = 10;
     char rates_arg[64] = "1000,5000";
     bool latency_only = false;
+    char drain_only[128] = "";
     static const struct option opts[] = {
         { "relay", required_argument, NULL, 'r' },
         { "peers", required_argument, NULL, 'p' },
@@ -65,6 +77,7 @@ int main(int argc, char **argv)
         { "relay-opt", required_argument, NULL, 'X' },
         { "latency-only", no_argument, NULL, 'l' },
         { "rounds", required_argument, NULL, 'N' },
+        { "drain-only", required_argument, NULL, 'D' },
         { NULL, 0, NULL, 0 },
     };
     int ch;
@@ -83,6 +96,7 @@ int main(int argc, char **argv)
             break;
         case 'R': snprintf(rates_arg, sizeof(rates_arg), "%s", optarg); break;
         case 'l': latency_only = true; break;
+        case 'D': snprintf(drain_only, sizeof(drain_only), "%s", optarg); break;
         case 'N':
             n_rounds = atoi(optarg);
             if (n_rounds < 1 || n_rounds > ROUNDS_MAX)
@@ -99,6 +113,7 @@ int main(int argc, char **argv)
         default: die("usage: outbox-relay-bench --relay PATH [--peers DIR] [--rows N] "
                      "[--aggregates N] [--latency-seconds S] [--rates R1,R2] [--long-txn-rows N] "
                      "[--fresh-rate R] [--rounds N] [--smoke] [--latency-only] "
+                     "[--drain-only SCENARIO,...] "
                      "[--relay-opt section.key=value]...");
         }
     }
@@ -140,6 +155,33 @@ int main(int argc, char **argv)
             latency_line(&latw[i]);
         }
         fprintf(stderr, "logs: %s\n", workdir);
+        return 0;
+    }
+    if (*drain_only) {
+        /* Tuning a drain needs only that drain: rows/s of each round, JSON
+         * on stdout as in the full report. */
+        fprintf(stdout, "{\n");
+        machine_json(stdout, durable);
+        fprintf(stdout, "  \"drains\": {");
+        bool first_k = true;
+        for (int k = 0; k < R_N; k++) {
+            if (!name_listed(drain_only, round_names[k]))
+                continue;
+            fprintf(stdout, "%s\n    \"%s\": [", first_k ? "" : ",", round_names[k]);
+            first_k = false;
+            for (int i = 0; i < n_rounds; i++) {
+                struct drain_result d = round_drain(c, k, rows, aggregates);
+                fprintf(stderr, "bench: %s round %d: %.0f rows/s (first to last %.0f), relay CPU "
+                                "%.2f s, PostgreSQL CPU %.2f s, machine busy %.0f %%\n",
+                        round_names[k], i + 1, d.rows_per_s, d.ftl_rows_per_s, d.cpu_s,
+                        d.pg_cpu_s, d.machine_busy * 100.0);
+                fprintf(stdout, "%s%.0f", i ? ", " : "", d.rows_per_s);
+            }
+            fprintf(stdout, "]");
+            drop(c, round_tables[k]);
+        }
+        fprintf(stdout, "\n  }\n}\n");
+        PQfinish(c);
         return 0;
     }
     /* Floors and peer first, then the relay: all on identical fresh tables. */
