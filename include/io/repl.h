@@ -72,6 +72,11 @@ int repl_end(struct repl_conn *rc);
 /** Reading stopped by on_data goes on (soon, from the loop). */
 void repl_resume(struct repl_conn *rc);
 
+/** Reading goes on, stopped or not, and on_idle follows once the socket is
+ *  empty again: for an owner that took messages outside on_data (read
+ *  ahead) and acts on_idle. Not from on_idle itself: that would never end. */
+void repl_kick(struct repl_conn *rc);
+
 /** @return the server's version number, 0 when not connected. */
 int repl_server_version(const struct repl_conn *rc);
 

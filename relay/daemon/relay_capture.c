@@ -102,8 +102,11 @@ static void on_txn_ended(void *arg, unsigned gen, enum producer_txn_result res, 
         c->done_msgs = 0;
         relay_capture_confirm(r, lsn);
         lag_update(r);
+        /* What was read ahead during the commit is produced now; the socket
+         * may have nothing more for a while (a trickle), so the read that
+         * ends in on_idle, which commits it, is not left to the next event. */
         if (ahead_drain(r))
-            repl_resume(&c->repl);
+            repl_kick(&c->repl);
     } else {
         r->st.txn_aborted_total++;
         log_warn("kafka transaction aborted; the stream restarts from the confirmed position",

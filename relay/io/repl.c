@@ -219,6 +219,17 @@ void repl_resume(struct repl_conn *rc)
     uv_timer_start(rc->kick, on_kick, 0, 0);
 }
 
+void repl_kick(struct repl_conn *rc)
+{
+    if (rc->state != REPL_STREAMING)
+        return;
+    if (rc->stopped) {
+        repl_resume(rc);
+        return;
+    }
+    uv_timer_start(rc->kick, on_kick, 0, 0);
+}
+
 /* After CopyDone: the server's last messages are read and dropped until it
  * ends the command. */
 static void ending_step(struct repl_conn *rc)
