@@ -83,7 +83,7 @@ struct relay_config {
     char *table;                /* default "outbox" */
     char *topic;                /* template, default "outbox.${aggregate_type}" */
     char *notify_channel;       /* default "outbox_relay" */
-    int batch_size;             /* default 1000, 1..100000 */
+    int batch_size;             /* default 2000, 1..100000 */
     int poll_interval_ms;       /* default 1000, 10..3600000 */
     int shutdown_timeout_ms;    /* default 10000, 0..600000 */
     int reconnect_interval_ms;  /* default 1000, 10..600000: first wait before reconnecting */

@@ -85,7 +85,7 @@ const struct param config_params[] = {
     BOOL("relay", "allow_row_security", allow_row_security, "false", RESTART,
          "relay although row-level security hides rows from the relay's role (they are never "
          "published; the backlog is then unknown)"),
-    INT("relay", "batch_size", batch_size, "1000", 1, 100000, "rows", RELOAD,
+    INT("relay", "batch_size", batch_size, "2000", 1, 100000, "rows", RELOAD,
         "rows claimed and produced per round"),
     ENUM("relay", "capture", capture, "poll", capture_modes, RESTART,
          "how events are read: poll (claim rows, then mark or delete them) or wal (a logical "

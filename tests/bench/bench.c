@@ -172,9 +172,9 @@ int main(int argc, char **argv)
             for (int i = 0; i < n_rounds; i++) {
                 struct drain_result d = round_drain(c, k, rows, aggregates);
                 fprintf(stderr, "bench: %s round %d: %.0f rows/s (first to last %.0f), relay CPU "
-                                "%.2f s, PostgreSQL CPU %.2f s, machine busy %.0f %%\n",
+                                "%.2f s, PostgreSQL CPU %.2f s, machine busy %.0f %%, peak RSS %.1f MB\n",
                         round_names[k], i + 1, d.rows_per_s, d.ftl_rows_per_s, d.cpu_s,
-                        d.pg_cpu_s, d.machine_busy * 100.0);
+                        d.pg_cpu_s, d.machine_busy * 100.0, d.peak_rss_mb);
                 fprintf(stdout, "%s%.0f", i ? ", " : "", d.rows_per_s);
             }
             fprintf(stdout, "]");

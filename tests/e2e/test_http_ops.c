@@ -382,7 +382,7 @@ Test(e2e, json_logs_parse_line_by_line, .fini = fini, .timeout = 180)
     cr_assert(cJSON_IsNumber(jget(d, "pid")));
     cJSON_Delete(d);
     d = find_line(log, "effective configuration");
-    cr_assert_eq(cJSON_GetObjectItem(d, "relay.batch_size")->valuedouble, 1000);
+    cr_assert_eq(cJSON_GetObjectItem(d, "relay.batch_size")->valuedouble, 2000);
     cr_assert_str_eq(cJSON_GetObjectItem(d, "relay.table")->valuestring, T.table);
     cr_assert_str_eq(cJSON_GetObjectItem(d, "log.format")->valuestring, "json");
     cJSON_Delete(d);

@@ -13,7 +13,7 @@ Test(config, defaults)
     cr_assert_str_eq(cfg.table, "outbox");
     cr_assert_str_eq(cfg.topic, "outbox.${aggregate_type}");
     cr_assert_str_eq(cfg.notify_channel, "outbox_relay");
-    cr_assert_eq(cfg.batch_size, 1000);
+    cr_assert_eq(cfg.batch_size, 2000);
     cr_assert_eq(cfg.poll_interval_ms, 1000);
     cr_assert_eq(cfg.shutdown_timeout_ms, 10000);
     cr_assert_eq(cfg.reconnect_interval_ms, 1000);
@@ -297,7 +297,7 @@ Test(config, int_with_trailing_junk)
     assert_err_has("1..100000");
     cr_assert_eq(load_override("relay.batch_size="), -EINVAL);
     assert_err_has("relay.batch_size");
-    cr_assert_eq(cfg.batch_size, 1000);
+    cr_assert_eq(cfg.batch_size, 2000);
 }
 
 Test(config, int_out_of_range)
@@ -554,7 +554,7 @@ Test(config, dump_lists_every_parameter)
         "[postgres]\n", "[kafka]\n", "[relay]\n", "[http]\n", "[log]\n",
         "conninfo = \n", "schema = public\n", "table = outbox\n",
         "topic = outbox.${aggregate_type}\n", "notify_channel = outbox_relay\n",
-        "batch_size = 1000\n", "poll_interval_ms = 1000\n", "shutdown_timeout_ms = 10000\n",
+        "batch_size = 2000\n", "poll_interval_ms = 1000\n", "shutdown_timeout_ms = 10000\n",
         "reconnect_interval_ms = 1000\n", "listen = 127.0.0.1:8423\n", "level = info\n", "format = logfmt\n",
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
