@@ -120,6 +120,22 @@ static int apply_publication(PGconn *conn, const struct relay_config *cfg,
     return 0;
 }
 
+/* The pending-row index serves polling's claim only: with the stream it
+ * would cost every insert one more index write (and the walsender one more
+ * WAL record to read). Migrate in polling mode creates it again. */
+static int drop_claim_index(PGconn *conn, const struct relay_config *cfg,
+                            const struct sql_capture *q, const char *lock_sql)
+{
+    if (!run(conn, "begin", "BEGIN") || !run(conn, "lock", lock_sql) ||
+        !run(conn, "claim index", q->drop_claim_index) || !run(conn, "commit", "COMMIT")) {
+        PQclear(PQexec(conn, "ROLLBACK"));
+        log_error("cannot drop the claim index, which log-based capture does not use",
+                  "table=%s.%s", cfg->schema, cfg->table);
+        return -EIO;
+    }
+    return 0;
+}
+
 /* The slot, in a transaction that takes migrate's lock and writes nothing. */
 static int apply_slot(PGconn *conn, const struct relay_config *cfg, const struct sql_capture *q,
                       const char *lock_sql)
@@ -164,6 +180,8 @@ int migrate_capture_apply(PGconn *conn, const struct relay_config *cfg, const ch
     if (sql_capture_init(&q, cfg->schema, cfg->table, cfg->publication) < 0)
         return -EIO;
     int rc = apply_publication(conn, cfg, &q, lock_sql);
+    if (rc == 0 && cfg->profile == RELAY_PROFILE_OUTBOX)
+        rc = drop_claim_index(conn, cfg, &q, lock_sql);
     if (rc == 0)
         rc = apply_slot(conn, cfg, &q, lock_sql);
     PGresult *res = rc == 0 ? query(conn, "slot status", q.slot_status, cfg->slot, cfg->publication)

@@ -86,6 +86,12 @@ static void expect(int want, const char *const *words, char **out, char **err)
         free(e);
 }
 
+static long long claim_index(void)
+{
+    return e2e_query_int(T.conn, "SELECT count(*) FROM pg_indexes WHERE schemaname = 'public' "
+                         "AND indexname = '%s_pending_idx'", T.table);
+}
+
 static long long slots(void)
 {
     return e2e_query_int(T.conn, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = '%s'",
@@ -116,11 +122,22 @@ Test(e2e, slot_migrate_creates_publication_and_slot_once, .fini = fini, .timeout
                      "AND plugin = 'pgoutput' AND slot_type = 'logical' AND database = current_database()",
                      slot), 1, "no pgoutput slot %s in this database", slot);
 
+    /* The claim index serves polling only: inserts do not write it. */
+    cr_assert_eq(claim_index(), 0, "the pending-row index is still there with capture = wal");
+
     migrate_wal(&err);
     cr_expect(strstr(err, "publication up to date") && strstr(err, "replication slot exists"),
               "second migrate did not say nothing was needed: %s", err);
+    cr_expect(!strstr(err, "missing"), "the dropped claim index counts as missing: %s", err);
     free(err);
     cr_assert_eq(slots(), 1);
+
+    /* Polling again: migrate brings the index back; wal drops it again. */
+    e2e_migrate(&T);
+    cr_assert_eq(claim_index(), 1, "migrate in polling mode did not create the claim index again");
+    migrate_wal(&err);
+    free(err);
+    cr_assert_eq(claim_index(), 0);
 
     /* A publication that lacks the table gets it added. */
     e2e_exec(T.conn, "ALTER PUBLICATION \"%s\" DROP TABLE %s", pub, T.qtable);
@@ -138,6 +155,8 @@ Test(e2e, slot_migrate_creates_publication_and_slot_once, .fini = fini, .timeout
              pub, T.qtable);
     cr_expect(strstr(out, want), "--print-sql lacks %s", want);
     snprintf(want, sizeof want, "pg_create_logical_replication_slot('%s', 'pgoutput')", slot);
+    cr_expect(strstr(out, want), "--print-sql lacks %s", want);
+    snprintf(want, sizeof want, "DROP INDEX IF EXISTS \"public\".\"%s_pending_idx\"", T.table);
     cr_expect(strstr(out, want), "--print-sql lacks %s", want);
     free(out);
 }
