@@ -94,7 +94,6 @@ struct capture {
     uint64_t confirmed;         /* reported flushed; where a new stream starts */
     uint64_t received;          /* how far the stream was read: reported written */
     uint64_t status_sent_ms;
-    uv_timer_t *status_timer;   /* a confirm held back by CAPTURE_STATUS_MIN_MS goes out */
     uint64_t last_progress_ms;  /* confirmed moved or a heartbeat was sent */
     uint64_t slot_query_ms;     /* next slot query */
     uint64_t restart_at_ms;     /* a stopped stream starts again after this */

@@ -23,10 +23,6 @@
  * right now, or once it carries this many messages (under a backlog). */
 #define CAPTURE_TXN_MAX_MSGS 10000
 #define CAPTURE_STATUS_EVERY_MS 10000
-/* Confirms go out at most this often: one per Kafka commit (or, without
- * transactions, per acknowledgement) had the walsender read and apply a
- * reply for almost every event at a few thousand events a second. */
-#define CAPTURE_STATUS_MIN_MS 20
 #define CAPTURE_RETRY_MS 1000
 
 /* The stream generation in a delivery report's opaque, above the transaction's sequence. */
@@ -63,34 +59,16 @@ static void send_status(struct relay *r)
     }
 }
 
-/* A confirm not sent yet. */
-static bool status_pending(const struct relay *r)
-{
-    return r->cap.confirmed > r->st.slot.flushed_lsn;
-}
-
-static void on_status_timer(uv_timer_t *t)
-{
-    struct relay *r = t->data;
-    if (r->cap.state == CAPTURE_STREAMING && status_pending(r))
-        send_status(r);
-}
-
-/* The acknowledgements say @p lsn may be confirmed: now, or once
- * CAPTURE_STATUS_MIN_MS have passed since the last status update. */
+/* The acknowledgements say @p lsn may be confirmed. */
 void relay_capture_confirm(struct relay *r, uint64_t lsn)
 {
     struct capture *c = &r->cap;
     if (lsn <= c->confirmed)
         return;
     c->confirmed = lsn;
-    uint64_t now = relay_now_ms(r), since = now - c->status_sent_ms;
-    c->last_progress_ms = now;
+    c->last_progress_ms = relay_now_ms(r);
     r->st.slot.last_commit_time = stats_now();
-    if (since >= CAPTURE_STATUS_MIN_MS)
-        send_status(r);
-    else if (!uv_is_active((uv_handle_t *)c->status_timer))
-        uv_timer_start(c->status_timer, on_status_timer, CAPTURE_STATUS_MIN_MS - since, 0);
+    send_status(r);
 }
 
 /* The commit times of the transactions read and not confirmed: the oldest
@@ -655,8 +633,6 @@ void relay_capture_step(struct relay *r)
         if (!drained(c) && c->state == CAPTURE_STREAMING)
             return;
         /* The last status update must reach the server before the socket closes. */
-        if (c->state == CAPTURE_STREAMING && status_pending(r))
-            send_status(r);
         if (c->state == CAPTURE_STREAMING && repl_end(&c->repl) == 0) {
             log_info("replication stream stopped", "reason=%s",
                      r->stopping ? "stopping" : "no longer the leader");
@@ -707,16 +683,8 @@ int relay_capture_init(struct relay *r)
         .on_lost = on_lost,
         .arg = r,
     };
-    c->status_timer = malloc(sizeof *c->status_timer);
-    if (!c->status_timer)
+    if (repl_init(&c->repl, r->loop, r->cfg->pg_conninfo, &cb) < 0)
         return -ENOMEM;
-    if (repl_init(&c->repl, r->loop, r->cfg->pg_conninfo, &cb) < 0) {
-        free(c->status_timer);
-        c->status_timer = NULL;
-        return -ENOMEM;
-    }
-    uv_timer_init(r->loop, c->status_timer);
-    c->status_timer->data = r;
     c->on = true;
     r->st.slot.enabled = true;
     return 0;
@@ -732,19 +700,12 @@ void relay_capture_close(struct relay *r)
     r->st.slot.streaming = false;
 }
 
-static void status_timer_closed(uv_handle_t *h)
-{
-    free(h);
-}
-
 void relay_capture_free(struct relay *r)
 {
     struct capture *c = &r->cap;
     if (!c->on)
         return;
     repl_free(&c->repl);
-    uv_close((uv_handle_t *)c->status_timer, status_timer_closed);
-    c->status_timer = NULL;
     pgo_acks_free(&c->acks);
     pgo_relations_free(&c->rels);
     wal_event_clear(&c->ev);
