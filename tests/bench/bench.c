@@ -331,8 +331,11 @@ int main(int argc, char **argv)
             jbool(rp.peak_rss_mb <= rp.bound_mb));
 
     /* The short table for people, on stderr. */
-    fprintf(stderr, "\nbroker: %s; PostgreSQL %s; %ld rows, batches of 1000\n", broker_name(),
+    fprintf(stderr, "\nbroker: %s; PostgreSQL %s; %ld rows; the relay's defaults", broker_name(),
             durable ? "durable (fsync, synchronous_commit on)" : "fsync off", rows);
+    for (int i = 0; i < n_relay_opts; i++)
+        fprintf(stderr, "%s%s", i ? ", " : " but ", relay_opts[i]);
+    fprintf(stderr, "\n");
     fprintf(stderr, "%-34s %9s %9s %9s %9s\n", "drain (first round)", "rows/s", "/min.fl",
             "/min.peer", "/same.peer");
     const struct drain_result *rowv[] = { &fl_min, &fl_wide, &peer, &peer_same, &d_mark, &d_del,
