@@ -128,13 +128,11 @@ static int missing_objects(PGconn *conn, const char *check, const char *absent_o
  * the check runs again; what is still missing then needs a person.
  * @return 0 whole, 1 repaired, -EIO (logged). */
 static int check_objects(PGconn *conn, const struct sql_migrate *q, const char *qualified,
-                         const char *schema, const char *table, const char *channel, bool wal)
+                         const char *schema, const char *table, const char *channel,
+                         const char *absent_ok)
 {
     char *check = sql_render_template(migration_objects_check, schema, table, channel);
-    /* Log-based capture drops the claim index (migrate_capture_apply). */
-    char *absent_ok = wal ? sql_render_template("index {{table:pending_idx}}", schema, table, channel)
-                          : NULL;
-    if (!check || (wal && !absent_ok)) {
+    if (!check) {
         log_error("cannot render the objects check", "table=%s", qualified);
         return -EIO;
     }
@@ -205,7 +203,6 @@ fail:
 out:
     free(missing);
     free(check);
-    free(absent_ok);
     return rc;
 }
 
@@ -261,9 +258,15 @@ int migrate_run(const struct relay_config *cfg)
         rc = 0;
     }
     if (rc == 0 && own_table) {
-        rc = check_objects(conn, &q, qualified, cfg->schema, cfg->table, cfg->notify_channel,
-                           wal);
+        /* Log-based capture drops the claim index (migrate_capture_apply). */
+        char *absent_ok = wal ? sql_render_template("index {{table:pending_idx}}", cfg->schema,
+                                                    cfg->table, cfg->notify_channel)
+                              : NULL;
+        rc = wal && !absent_ok ? -ENOMEM
+                               : check_objects(conn, &q, qualified, cfg->schema, cfg->table,
+                                               cfg->notify_channel, absent_ok);
         rc = rc < 0 ? rc : 0;
+        free(absent_ok);
     }
     if (rc == 0)
         log_info("schema up to date", "table=%s applied=%d total=%u", qualified, applied,
