@@ -9,11 +9,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/** uuid's type OID (pg_type.oid, fixed for built-in types). */
 /** PostgreSQL's epoch, 2000-01-01, in Unix seconds: its timestamps and the
  *  replication protocol's clocks count from there. */
 #define PGB_EPOCH_UNIX_S INT64_C(946684800)
 
+/** uuid's type OID (pg_type.oid, fixed for built-in types). */
 #define PGB_UUIDOID 2950
 
 /** Room for a uuid as text, with its NUL. */

@@ -49,8 +49,7 @@ int pgo_frame_parse(const uint8_t *buf, size_t len, struct pgo_frame *f);
  *  shutting-down server waits for from each walsender's client before it
  *  stops. @return PGO_STATUS_UPDATE_LEN. */
 size_t pgo_status_update(uint8_t out[PGO_STATUS_UPDATE_LEN], uint64_t written, uint64_t flushed,
-                         int64_t now_us,
-                         bool reply_requested);
+                         int64_t now_us, bool reply_requested);
 
 /* ---- pgoutput messages ---- */
 

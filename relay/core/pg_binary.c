@@ -3,7 +3,6 @@
 
 #include <string.h>
 
-/* Seconds from the Unix epoch to PostgreSQL's, 2000-01-01 00:00 UTC. */
 #define US_PER_S INT64_C(1000000)
 #define S_PER_DAY INT64_C(86400)
 

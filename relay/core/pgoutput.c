@@ -1,7 +1,10 @@
 /* pgoutput.c — see pgoutput.h. All integers on the wire are big-endian. */
 #include "core/pgoutput.h"
 
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 void pgo_lsn_text(uint64_t lsn, char out[PGO_LSN_TEXT])
 {
@@ -13,10 +16,6 @@ uint64_t pgo_lsn_parse(const char *s)
     unsigned hi = 0, lo = 0;
     return s && sscanf(s, "%X/%X", &hi, &lo) == 2 ? ((uint64_t)hi << 32) | lo : 0;
 }
-
-#include <errno.h>
-#include <stdlib.h>
-#include <string.h>
 
 struct reader {
     const uint8_t *p, *end;

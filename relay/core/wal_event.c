@@ -16,7 +16,6 @@
 #include "base/errors.h"
 #include "core/pg_binary.h"
 
-/* Seconds from the Unix epoch to PostgreSQL's, 2000-01-01 00:00 UTC. */
 #define US_PER_S INT64_C(1000000)
 /* How much of an unreadable value or member name an error message quotes. */
 #define SHOWN_MAX 64
