@@ -308,6 +308,12 @@ static struct plan_step quiet(const struct plan_state *s, bool *done)
             return act(PLAN_RELEASE_QUIET);
         break;
     case PLAN_QUIET_LEAVING:
+        /* Writers that notify again while the check waits for them: the
+         * stream never paused. Quiet again, the relay claims until a claim
+         * finds nothing, as before; without it a steady stream keeps the
+         * check failing and every writer notifying until it pauses. */
+        if (leading && s->quiet_wanted)
+            return act(PLAN_TAKE_QUIET);
         /* A claim that finds rows comes first: the check is for the last one. */
         if (leading && s->quiet_idle && s->now_ms >= s->quiet_check_at_ms)
             return act(PLAN_CHECK_QUIET);
@@ -392,12 +398,25 @@ struct plan_step plan_next(const struct plan_state *s)
     return claim(s);
 }
 
+/* A batch other than @p b holds rows on their way to Kafka. */
+static bool others_in_flight(const struct plan_state *s, const struct batch *b)
+{
+    for (int k = 0; k < s->n_batches; k++)
+        if (s->b[k].slot != b->slot && s->b[k].phase != PHASE_EMPTY && s->b[k].n_rows > 0)
+            return true;
+    return false;
+}
+
 struct claim_verdict plan_claimed(const struct plan_state *s, const struct batch *b, int n,
                                   int64_t first_id)
 {
     struct claim_verdict v = { .use = CLAIM_PRODUCE, .alone = b->alone };
     v.quiet_wanted = n > 0 && s->notifies >= PLAN_QUIET_NOTIFIES;
-    v.quiet_idle = n == 0;
+    /* An empty claim beside a batch in flight says little: that batch took
+     * what was there a moment ago, and its mark wakes a claim again (the
+     * claim skipped its range). Releasing the lock on it would let writers
+     * notify again between every two batches of a steady stream. */
+    v.quiet_idle = n == 0 && !others_in_flight(s, b);
     if (b->claim_gen != s->truncations) {
         v.use = CLAIM_STALE;
         return v;

@@ -41,6 +41,7 @@ void relay_on_quiet_on(struct pg_conn *pg, PGresult *res, void *arg)
     if (quiet_answer(r, res, "quiet_on") == 1) {
         quiet_set(r, PLAN_QUIET_ON);
         r->quiet_idle = false;
+        uv_timer_stop(&r->quiet_timer); /* a check while leaving is moot */
         r->wake = true; /* from now on no NOTIFY says so */
         log_debug("quiet: writers send no NOTIFY while claims find rows", "");
     }
