@@ -398,12 +398,25 @@ struct plan_step plan_next(const struct plan_state *s)
     return claim(s);
 }
 
+/* A batch other than @p b holds rows on their way to Kafka. */
+static bool others_in_flight(const struct plan_state *s, const struct batch *b)
+{
+    for (int k = 0; k < s->n_batches; k++)
+        if (s->b[k].slot != b->slot && s->b[k].phase != PHASE_EMPTY && s->b[k].n_rows > 0)
+            return true;
+    return false;
+}
+
 struct claim_verdict plan_claimed(const struct plan_state *s, const struct batch *b, int n,
                                   int64_t first_id)
 {
     struct claim_verdict v = { .use = CLAIM_PRODUCE, .alone = b->alone };
     v.quiet_wanted = n > 0 && s->notifies >= PLAN_QUIET_NOTIFIES;
-    v.quiet_idle = n == 0;
+    /* An empty claim beside a batch in flight says little: that batch took
+     * what was there a moment ago, and its mark wakes a claim again (the
+     * claim skipped its range). Releasing the lock on it would let writers
+     * notify again between every two batches of a steady stream. */
+    v.quiet_idle = n == 0 && !others_in_flight(s, b);
     if (b->claim_gen != s->truncations) {
         v.use = CLAIM_STALE;
         return v;

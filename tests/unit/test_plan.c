@@ -364,6 +364,16 @@ Test(plan, the_quiet_lock_follows_the_claims)
     assert_act(&s, PLAN_TAKE_QUIET);
     s.quiet_wanted = false;
 
+    /* An empty claim beside a batch in flight is no pause: that batch's
+     * mark brings the next claim (its range was skipped). */
+    s.quiet = PLAN_QUIET_ON;
+    struct batch *other = load(1, 7, 100, PHASE_PRODUCING);
+    b = load(0, 0, 0, PHASE_CLAIMING);
+    cr_assert(!plan_claimed(&s, b, 0, 0).quiet_idle, "another batch is in flight");
+    batch_clear(other);
+    cr_assert(plan_claimed(&s, b, 0, 0).quiet_idle, "nothing in flight: idle");
+    batch_clear(b);
+
     /* A standby, or a relay shutting down, never holds it. */
     s = leader();
     s.quiet_wanted = true;
