@@ -58,7 +58,8 @@ struct wal_event {
 struct wal_columns {
     bool relay_table;        /* the relay's own table: the bigint id, topic and headers are read
                                 too, and event_type is required */
-    const char *event_id, *aggregate_type, *aggregate_id; /* required */
+    const char *event_id, *aggregate_type; /* required */
+    const char *aggregate_id; /* required; a NULL value only outside the relay's table (no key) */
     const char *event_type, *payload;                     /* NULL or "" = none */
     const char *created_at;  /* NULL or "" = the commit time */
     const struct event_placement *placement; /* NULL: none; else read into row.placed */

@@ -188,7 +188,10 @@ static const char *col_name(const struct wal_columns *c, int i, bool *required)
         [COL_TOPIC] = c->relay_table ? "topic" : NULL, [COL_PAYLOAD] = c->payload,
         [COL_HEADERS] = c->relay_table ? "headers" : NULL,
     };
-    *required = i <= COL_AGGREGATE_ID || (i == COL_EVENT_TYPE && c->relay_table);
+    /* Debezium's Event Router sends a NULL aggregateid as a null key; the
+     * relay's own table has the column NOT NULL. */
+    *required = i < COL_AGGREGATE_ID || (i == COL_AGGREGATE_ID && c->relay_table) ||
+                (i == COL_EVENT_TYPE && c->relay_table);
     if (i >= N_TEXT_COLS) {
         size_t k = (size_t)(i - N_TEXT_COLS);
         *required = false;
@@ -302,6 +305,10 @@ int wal_event_from_insert_cols(const struct pgo_msg *m, int64_t commit_time_us,
         bool required;
         const char *name = col_name(cols, i, &required);
         rc = column(m, name, required, &v[i], errbuf, errlen);
+        /* Optional as a value, not as a column: a key that is missing would
+         * be dropped without a word. */
+        if (!rc && i == COL_AGGREGATE_ID && name && !pgo_column(m, name))
+            rc = errbuf_fail(errbuf, errlen, "the outbox table has no column %s", name);
     }
     size_t n_placed = cols->placement ? cols->placement->n : 0;
     if (!rc && (rc = insert_copy(ev, v, n_placed)) == -ENOMEM && errbuf && errlen)

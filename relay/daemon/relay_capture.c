@@ -340,7 +340,7 @@ static bool on_change(struct relay *r, const struct pgo_msg *m, uint64_t lsn)
             err[n++] = m->content[k] >= 0x20 && m->content[k] < 0x7f ? m->content[k] : '?';
         err[n] = '\0';
     }
-    bool go_on = rc == 0 || poison(r, c->ev.row.aggregate_id ? &c->ev.row : NULL, lsn, err);
+    bool go_on = rc == 0 || poison(r, c->ev.row.aggregate_type ? &c->ev.row : NULL, lsn, err);
     wal_event_clear(&c->ev);
     return go_on;
 }

@@ -360,7 +360,8 @@ int producer_send(struct producer *p, const struct event_row *row, const char *t
     if (rc < 0)
         return rc;
 
-    size_t keylen = strlen(row->aggregate_id);
+    /* No aggregate id (Debezium's table allows it): no key, as Debezium sends it. */
+    size_t keylen = row->aggregate_id ? strlen(row->aggregate_id) : 0;
     rd_kafka_resp_err_t err = rd_kafka_producev(
         p->rk,
         RD_KAFKA_V_TOPIC(topic),
