@@ -41,7 +41,6 @@ struct sql_capture {
     char *requirements;       /* no parameter: one row of enum capture_req_col */
     char *publication_state;  /* no parameter: one row: the publication exists (bool), it
                                  publishes the outbox table (bool), it publishes inserts (bool) */
-    char *drop_claim_index;   /* no parameter: drops the pending-row index polling claims by */
 };
 
 /** Columns of sql_capture.requirements: what creating and streaming a slot need. */

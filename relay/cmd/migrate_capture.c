@@ -122,17 +122,28 @@ static int apply_publication(PGconn *conn, const struct relay_config *cfg,
 
 /* The pending-row index serves polling's claim only: with the stream it
  * would cost every insert one more index write (and the walsender one more
- * WAL record to read). Migrate in polling mode creates it again. */
-static int drop_claim_index(PGconn *conn, const struct relay_config *cfg,
-                            const struct sql_capture *q, const char *lock_sql)
+ * WAL record to read). Migrate in polling mode creates it again. Named as
+ * schema/001 names it; only the relay's own table has it. @return the
+ * statement (caller frees), or NULL (no memory). */
+static char *drop_claim_index_sql(const struct relay_config *cfg)
 {
-    if (!run(conn, "begin", "BEGIN") || !run(conn, "lock", lock_sql) ||
-        !run(conn, "claim index", q->drop_claim_index) || !run(conn, "commit", "COMMIT")) {
-        PQclear(PQexec(conn, "ROLLBACK"));
+    return sql_render_template("DROP INDEX IF EXISTS {{schema}}.{{table:pending_idx}}",
+                               cfg->schema, cfg->table, cfg->notify_channel);
+}
+
+static int drop_claim_index(PGconn *conn, const struct relay_config *cfg, const char *lock_sql)
+{
+    char *drop = drop_claim_index_sql(cfg);
+    if (!drop || !run(conn, "begin", "BEGIN") || !run(conn, "lock", lock_sql) ||
+        !run(conn, "claim index", drop) || !run(conn, "commit", "COMMIT")) {
+        if (drop)
+            PQclear(PQexec(conn, "ROLLBACK"));
+        free(drop);
         log_error("cannot drop the claim index, which log-based capture does not use",
                   "table=%s.%s", cfg->schema, cfg->table);
         return -EIO;
     }
+    free(drop);
     return 0;
 }
 
@@ -180,10 +191,10 @@ int migrate_capture_apply(PGconn *conn, const struct relay_config *cfg, const ch
     if (sql_capture_init(&q, cfg->schema, cfg->table, cfg->publication) < 0)
         return -EIO;
     int rc = apply_publication(conn, cfg, &q, lock_sql);
-    if (rc == 0 && cfg->profile == RELAY_PROFILE_OUTBOX)
-        rc = drop_claim_index(conn, cfg, &q, lock_sql);
     if (rc == 0)
         rc = apply_slot(conn, cfg, &q, lock_sql);
+    if (rc == 0 && cfg->profile == RELAY_PROFILE_OUTBOX)
+        rc = drop_claim_index(conn, cfg, lock_sql);
     PGresult *res = rc == 0 ? query(conn, "slot status", q.slot_status, cfg->slot, cfg->publication)
                             : NULL;
     if (rc == 0 && !res)
@@ -206,12 +217,21 @@ int migrate_capture_print(const struct relay_config *cfg, FILE *out)
         return -EINVAL;
     char *script = sql_capture_script(&q, cfg->slot);
     sql_capture_free(&q);
-    if (!script)
+    char *drop = cfg->profile == RELAY_PROFILE_OUTBOX ? drop_claim_index_sql(cfg) : NULL;
+    if (!script || (cfg->profile == RELAY_PROFILE_OUTBOX && !drop)) {
+        free(script);
         return -EINVAL;
+    }
     fprintf(out,
             "\n-- ---- log-based capture (relay.capture = wal): the publication %s and the\n"
             "-- logical replication slot %s (plugin pgoutput). It needs wal_level = logical.\n\n%s",
             cfg->publication, cfg->slot, script);
+    if (drop)
+        fprintf(out,
+                "\n-- Polling claims by this index; the stream does not, and each insert would\n"
+                "-- write it for nothing (migrate in polling mode creates it again).\n%s;\n",
+                drop);
+    free(drop);
     free(script);
     return 0;
 }

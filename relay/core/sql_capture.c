@@ -40,20 +40,15 @@ struct names {
     char lschema[QIDENT_MAX];      /* 'schema' */
     char ltable[QIDENT_MAX];       /* 'table' */
     char lpub[QIDENT_MAX];         /* 'publication' */
-    char claim_index[QUALIFIED_MAX]; /* "schema"."table_pending_idx" */
 };
 
 static void names_fill(struct names *n, const char *schema, const char *table,
                        const char *publication)
 {
-    char qschema[QIDENT_MAX], qtable[QIDENT_MAX], index[QIDENT_MAX], qindex[QIDENT_MAX];
+    char qschema[QIDENT_MAX], qtable[QIDENT_MAX];
     sql_quote_ident(schema, qschema, sizeof qschema);
     sql_quote_ident(table, qtable, sizeof qtable);
     snprintf(n->qualified, sizeof n->qualified, "%s.%s", qschema, qtable);
-    /* The name schema/001 gives it ({{table:pending_idx}}). */
-    snprintf(index, sizeof index, "%s_pending_idx", table);
-    sql_quote_ident(index, qindex, sizeof qindex);
-    snprintf(n->claim_index, sizeof n->claim_index, "%s.%s", qschema, qindex);
     sql_quote_ident(publication, n->qpub, sizeof n->qpub);
     sql_quote_literal(schema, n->lschema, sizeof n->lschema);
     sql_quote_literal(table, n->ltable, sizeof n->ltable);
@@ -176,9 +171,6 @@ int sql_capture_init(struct sql_capture *s, const char *schema, const char *tabl
                 "\"last_error\" = EXCLUDED.\"last_error\", "
                 "\"dead_at\" = COALESCE(o.\"dead_at\", EXCLUDED.\"dead_at\")",
                 n.qualified);
-    /* Polling claims by it; the stream never does, and every insert would
-     * write it (one more WAL record the walsender reads) for nothing. */
-    rc |= sql_build(&s->drop_claim_index, "DROP INDEX IF EXISTS %s", n.claim_index);
     rc |= sql_build(&s->heartbeat, "SELECT pg_catalog.pg_logical_emit_message(true, $1::text, ''::text)");
     /* Small batches, oldest ids first, by the rows' physical addresses: each
      * DELETE holds its row locks briefly. */
@@ -203,14 +195,11 @@ char *sql_capture_script(const struct sql_capture *s, const char *slot)
     if (build_create_slot(&create, lslot) == 0 &&
         sql_build(&out,
               "%s;\n\n"
-              "-- Polling claims by this index; the stream does not, and each insert would\n"
-              "-- write it for nothing (migrate in polling mode creates it again).\n"
-              "%s;\n\n"
               "-- The slot: PostgreSQL refuses to create it in a transaction that has written\n"
               "-- anything, so run this statement on its own (not inside BEGIN ... COMMIT).\n"
               "-- It needs wal_level = logical and a role with REPLICATION (or a superuser).\n"
               "%s;\n",
-              s->create_publication, s->drop_claim_index, create) < 0)
+              s->create_publication, create) < 0)
         out = NULL;
     free(create);
     return out;
@@ -223,7 +212,6 @@ void sql_capture_free(struct sql_capture *s)
     free(s->create_slot);
     free(s->drop_slot);
     free(s->heartbeat);
-    free(s->drop_claim_index);
     free(s->take_over);
     free(s->record_dead);
     free(s->retention);
