@@ -179,8 +179,11 @@ static const struct wal_columns relay_columns = {
     .created_at = "created_at",
 };
 
-/* The name of column @p i (NULL when not read) and whether it is required. */
-static const char *col_name(const struct wal_columns *c, int i, bool *required)
+/* What an insert must hold of a column. */
+enum need { OPTIONAL, PRESENT /* the column, NULL or not */, VALUE /* the column, not NULL */ };
+
+/* The name of column @p i (NULL when not read) and what is needed of it. */
+static const char *col_name(const struct wal_columns *c, int i, enum need *need)
 {
     const char *names[N_TEXT_COLS] = {
         [COL_EVENT_ID] = c->event_id, [COL_AGGREGATE_TYPE] = c->aggregate_type,
@@ -189,26 +192,30 @@ static const char *col_name(const struct wal_columns *c, int i, bool *required)
         [COL_HEADERS] = c->relay_table ? "headers" : NULL,
     };
     /* Debezium's Event Router sends a NULL aggregateid as a null key; the
-     * relay's own table has the column NOT NULL. */
-    *required = i < COL_AGGREGATE_ID || (i == COL_AGGREGATE_ID && c->relay_table) ||
-                (i == COL_EVENT_TYPE && c->relay_table);
+     * relay's own table has the column NOT NULL. A missing column is still
+     * refused: its key would be dropped without a word. */
+    *need = OPTIONAL;
+    if (i < COL_AGGREGATE_ID || (c->relay_table && (i == COL_AGGREGATE_ID || i == COL_EVENT_TYPE)))
+        *need = VALUE;
+    else if (i == COL_AGGREGATE_ID)
+        *need = PRESENT;
     if (i >= N_TEXT_COLS) {
         size_t k = (size_t)(i - N_TEXT_COLS);
-        *required = false;
+        *need = OPTIONAL;
         return c->placement && k < c->placement->n ? c->placement->column[k] : NULL;
     }
     return names[i] && *names[i] ? names[i] : NULL;
 }
 
-/* Column @p name of @p m, which must be there and not NULL when @p required. */
-static int column(const struct pgo_msg *m, const char *name, bool required,
+/* Column @p name of @p m, as @p need asks. */
+static int column(const struct pgo_msg *m, const char *name, enum need need,
                   const struct pgo_value **out, char *errbuf, size_t errlen)
 {
     const struct pgo_value *v = name ? pgo_column(m, name) : NULL;
     *out = v && v->text ? v : NULL;
-    if (required && !v)
+    if (need != OPTIONAL && !v)
         return errbuf_fail(errbuf, errlen, "the outbox table has no column %s", name);
-    if (required && !v->text)
+    if (need == VALUE && !v->text)
         return errbuf_fail(errbuf, errlen, "column %s is NULL", name);
     /* PostgreSQL's text never holds one; a string cut there would differ from the row. */
     if (*out && memchr(v->text, '\0', v->len))
@@ -224,7 +231,7 @@ static int insert_id_and_time(const struct pgo_msg *m, const struct wal_columns 
 {
     char what[4 * SHOWN_MAX + 4];
     const struct pgo_value *v;
-    int rc = cols->relay_table ? column(m, "id", true, &v, errbuf, errlen) : 0;
+    int rc = cols->relay_table ? column(m, "id", VALUE, &v, errbuf, errlen) : 0;
     if (rc)
         return rc;
     if (cols->relay_table && !parse_int8(v->text, v->len, &row->id)) {
@@ -233,7 +240,7 @@ static int insert_id_and_time(const struct pgo_msg *m, const struct wal_columns 
     }
     int64_t t = commit_time_us;
     const char *name = cols->created_at && *cols->created_at ? cols->created_at : NULL;
-    if ((rc = column(m, name, false, &v, errbuf, errlen)))
+    if ((rc = column(m, name, OPTIONAL, &v, errbuf, errlen)))
         return rc;
     if (v && !parse_timestamptz(v->text, v->len, !cols->relay_table, &t)) {
         shown(v->text, v->len, what);
@@ -302,13 +309,9 @@ int wal_event_from_insert_cols(const struct pgo_msg *m, int64_t commit_time_us,
     const struct pgo_value *v[N_COLS] = { NULL };
     int rc = insert_id_and_time(m, cols, commit_time_us, &ev->row, errbuf, errlen);
     for (int i = 0; !rc && i < N_COLS; i++) {
-        bool required;
-        const char *name = col_name(cols, i, &required);
-        rc = column(m, name, required, &v[i], errbuf, errlen);
-        /* Optional as a value, not as a column: a key that is missing would
-         * be dropped without a word. */
-        if (!rc && i == COL_AGGREGATE_ID && name && !pgo_column(m, name))
-            rc = errbuf_fail(errbuf, errlen, "the outbox table has no column %s", name);
+        enum need need;
+        const char *name = col_name(cols, i, &need);
+        rc = column(m, name, need, &v[i], errbuf, errlen);
     }
     size_t n_placed = cols->placement ? cols->placement->n : 0;
     if (!rc && (rc = insert_copy(ev, v, n_placed)) == -ENOMEM && errbuf && errlen)
