@@ -18,6 +18,10 @@ void strbuf_reset(struct strbuf *sb);
 /** Appends printf-formatted text; on allocation failure sets sb->oom. */
 void strbuf_printf(struct strbuf *sb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/** Appends @p len bytes at @p data (which may hold NUL bytes); on allocation
+ *  failure sets sb->oom. */
+void strbuf_add(struct strbuf *sb, const char *data, size_t len);
+
 /** Appends @p s as an element of a PostgreSQL array literal: "…" with " and \ escaped. */
 void strbuf_array_elem(struct strbuf *sb, const char *s);
 

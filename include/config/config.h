@@ -14,6 +14,7 @@
 
 #include "base/log.h"
 #include "core/engine.h"
+#include "core/event.h"
 
 #define CONFIG_DEFAULT_PATH "/etc/outbox-relay/outbox-relay.conf"
 
@@ -112,9 +113,12 @@ struct relay_config {
     char *column_event_type;    /* "" = none */
     char *column_payload;
     char *column_created_at;    /* the message timestamp; "" = the commit time */
-    char *additional_placement; /* "column:header:name,..." */
+    char *additional_placement; /* "column:header|envelope[:name],..." */
     char *id_header;            /* header carrying the event id; "" = none */
     int relay_headers;          /* bool: the relay's own headers (event_id, event_type, ...) */
+    enum event_converter key_converter;   /* default string */
+    enum event_converter value_converter; /* default string */
+    int expand_json_payload;    /* bool: value_converter json, the payload expanded */
 
     /* [http] */
     char *http_listen;          /* status endpoint, default "127.0.0.1:8423"; "" = disabled */

@@ -10,22 +10,29 @@
 
 #include "core/pg_binary.h"
 
-/** Columns published as headers (relay.additional_placement), at most. */
+/** Columns placed in headers or the envelope (relay.additional_placement), at most. */
 #define EVENT_PLACEMENT_MAX 8
 #define EVENT_PLACEMENT_NAME 128
 
-/** relay.additional_placement parsed: "column:header:name" items, comma-separated,
- *  as the Outbox Event Router's table.fields.additional.placement writes them. */
+/** relay.additional_placement parsed: "column:header:name" and
+ *  "column:envelope:name" items, comma-separated, as the Outbox Event
+ *  Router's table.fields.additional.placement writes them. */
 struct event_placement {
     size_t n;
     char column[EVENT_PLACEMENT_MAX][EVENT_PLACEMENT_NAME];
-    char header[EVENT_PLACEMENT_MAX][EVENT_PLACEMENT_NAME];
+    char name[EVENT_PLACEMENT_MAX][EVENT_PLACEMENT_NAME]; /* the header's or the member's */
+    bool envelope[EVENT_PLACEMENT_MAX];                   /* in the value, not a header */
 };
 
-/** Parses @p spec ("" = none) into @p out. "column:envelope:name" is refused:
- *  the Event Router's envelope is a Connect struct whose bytes depend on the
- *  converter, which the relay does not reproduce. @return 0 or -EINVAL
- *  (errbuf says why). */
+/** What a Kafka Connect converter makes of the key or the value
+ *  (relay.key_converter, relay.value_converter). */
+enum event_converter {
+    EVENT_CONVERTER_STRING = 0, /* StringConverter: the column's text as it is */
+    EVENT_CONVERTER_JSON,       /* JsonConverter, schemas.enable = false (core/connect_json.h) */
+};
+
+/** Parses @p spec ("" = none) into @p out. @return 0 or -EINVAL (errbuf says
+ *  why). */
 int event_placement_parse(const char *spec, struct event_placement *out, char *errbuf,
                           size_t errlen);
 
@@ -47,6 +54,7 @@ struct event_row {
     /* relay.additional_placement: the columns' values in its order (NULL = SQL NULL). */
     size_t n_placed;
     const char *placed[EVENT_PLACEMENT_MAX];
+    bool placed_number[EVENT_PLACEMENT_MAX]; /* an integer column: a number in the envelope */
     int64_t created_ms;         /* created_at, milliseconds since the epoch; 0 if infinite */
     const char *created_at;     /* created_at as RFC 3339 text (UTC) */
     /* Where event_id and created_at are formatted when read in binary. */
@@ -104,11 +112,14 @@ int event_headers_build(const struct event_row *row, rd_kafka_headers_t **out,
 struct event_style {
     bool relay_headers;                      /* event_id, event_type, ... (the list above) */
     const char *id_header;                   /* NULL or "": none; else the event id under it */
-    const struct event_placement *placement; /* NULL: none; else row->placed as headers */
+    const struct event_placement *placement; /* NULL: none; else row->placed as headers or
+                                                members of the envelope */
+    enum event_converter key_converter, value_converter;
+    bool expand_payload;                     /* value_converter json: the payload expanded */
 };
 
 /** event_headers_build() in @p style: the relay's own headers when asked
- *  for, then the id header, then the placed columns (a NULL value is a
+ *  for, then the id header, then the columns placed in headers (a NULL value is a
  *  header without a value, as the Event Router writes it), then the row's
  *  headers object. @return as event_headers_build(). */
 int event_headers_build_styled(const struct event_row *row, const struct event_style *style,

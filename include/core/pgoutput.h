@@ -60,6 +60,7 @@ struct pgo_relation {
     char *nspname, *relname;
     int ncols;
     char **colnames;
+    uint32_t *coltypes;     /* each column's type oid */
 };
 
 /** The relations seen so far: a Relation message precedes the first change
@@ -99,6 +100,9 @@ int pgo_decode(struct pgo_relations *rels, const uint8_t *p, size_t len, struct 
 /** @return the value of column @p name of an Insert, or NULL when the
  *  relation has no such column. */
 const struct pgo_value *pgo_column(const struct pgo_msg *m, const char *name);
+
+/** The type oid of column @p name of Insert @p m's table, 0 if it has none. */
+uint32_t pgo_column_type(const struct pgo_msg *m, const char *name);
 
 void pgo_relations_free(struct pgo_relations *rels);
 

@@ -17,6 +17,7 @@
 #include <uv.h>
 
 #include "config/config.h"
+#include "base/strbuf.h"
 #include "core/event.h"
 #include "core/kafka_rules.h"
 #include "base/stats.h"
@@ -56,7 +57,8 @@ struct producer {
     char txn_id[256];
     char known_topic[256];     /* the last topic asked about (see producer_send) */
     struct event_placement placement; /* relay.additional_placement, parsed at start */
-    struct event_style style;  /* the headers of relay.profile and its keys */
+    struct event_style style;  /* the headers and converters of relay.profile and its keys */
+    struct strbuf key, value;  /* a message's key and value when a converter is json */
 };
 
 /** Creates the producer from the [kafka] section on top of the relay's

@@ -50,6 +50,15 @@ void strbuf_printf(struct strbuf *sb, const char *fmt, ...)
     sb->len += (size_t)n;
 }
 
+void strbuf_add(struct strbuf *sb, const char *data, size_t len)
+{
+    if (reserve(sb, len) < 0)
+        return;
+    memcpy(sb->buf + sb->len, data, len);
+    sb->len += len;
+    sb->buf[sb->len] = '\0';
+}
+
 void strbuf_array_elem(struct strbuf *sb, const char *s)
 {
     size_t n = strlen(s);

@@ -273,8 +273,10 @@ static int style_headers(const struct event_row *row, const struct event_style *
     if (!rc && style->id_header && *style->id_header)
         rc = header_add(hdrs, style->id_header, row->event_id);
     for (size_t i = 0; !rc && style->placement && i < style->placement->n; i++) {
+        if (style->placement->envelope[i])
+            continue;
         const char *v = i < row->n_placed ? row->placed[i] : NULL;
-        rc = rd_kafka_header_add(hdrs, style->placement->header[i], -1, v, v ? -1 : 0) ==
+        rc = rd_kafka_header_add(hdrs, style->placement->name[i], -1, v, v ? -1 : 0) ==
                      RD_KAFKA_RESP_ERR_NO_ERROR
                  ? 0
                  : -ENOMEM;
@@ -345,7 +347,7 @@ int event_headers_build_styled(const struct event_row *row, const struct event_s
 
 /* ---- relay.additional_placement ------------------------------------------- */
 
-/* One "column:placement:name" item of @p len bytes at @p item into slot @p i. */
+/* One "column:placement[:name]" item of @p len bytes at @p item into slot @p i. */
 static int placement_item(const char *item, size_t len, struct event_placement *out, size_t i,
                           char *errbuf, size_t errlen)
 {
@@ -355,28 +357,35 @@ static int placement_item(const char *item, size_t len, struct event_placement *
     memcpy(buf, item, len);
     buf[len] = '\0';
     char *col = buf, *where = strchr(col, ':'), *name = where ? strchr(where + 1, ':') : NULL;
-    if (!where || !name || strchr(name + 1, ':'))
+    if (!where || (name && strchr(name + 1, ':')))
         return errbuf_fail(errbuf, errlen,
-                           "placement \"%s\" is not column:header:name", buf);
+                           "placement \"%s\" is not column:placement or "
+                           "column:placement:name", buf);
     *where++ = '\0';
-    *name++ = '\0';
-    if (!strcmp(where, "envelope"))
+    if (name)
+        *name++ = '\0';
+    else
+        name = col; /* without a name, the column's */
+    bool envelope = !strcmp(where, "envelope");
+    if (!envelope && strcmp(where, "header") != 0)
         return errbuf_fail(errbuf, errlen,
-                           "placement \"%s:envelope:%s\": envelope placement is not supported "
-                           "(the Event Router's envelope is a Connect struct whose bytes depend on "
-                           "the converter); place the column in a header",
-                           col, name);
-    if (strcmp(where, "header") != 0)
-        return errbuf_fail(errbuf, errlen, "placement \"%s:%s:%s\": only header is supported",
-                           col, where, name);
+                           "placement \"%s:%s:%s\": the placement is header or envelope", col,
+                           where, name);
     if (!*col || !*name || strlen(col) >= EVENT_PLACEMENT_NAME ||
         strlen(name) >= EVENT_PLACEMENT_NAME)
-        return errbuf_fail(errbuf, errlen, "placement \"%s:header:%s\": empty or too long a name",
-                           col, name);
+        return errbuf_fail(errbuf, errlen, "placement \"%s:%s:%s\": empty or too long a name",
+                           col, where, name);
+    /* The envelope's first member is the payload: a second one would be
+     * written twice. */
+    if (envelope && !strcmp(name, "payload"))
+        return errbuf_fail(errbuf, errlen,
+                           "placement \"%s:envelope:payload\": the envelope holds the payload "
+                           "under that name", col);
     if (i >= EVENT_PLACEMENT_MAX)
         return errbuf_fail(errbuf, errlen, "more than %d placements", EVENT_PLACEMENT_MAX);
     snprintf(out->column[i], EVENT_PLACEMENT_NAME, "%s", col);
-    snprintf(out->header[i], EVENT_PLACEMENT_NAME, "%s", name);
+    snprintf(out->name[i], EVENT_PLACEMENT_NAME, "%s", name);
+    out->envelope[i] = envelope;
     return 0;
 }
 

@@ -102,6 +102,7 @@ static void relation_clear(struct pgo_relation *rel)
     for (int i = 0; i < rel->ncols; i++)
         free(rel->colnames[i]);
     free(rel->colnames);
+    free(rel->coltypes);
     free(rel->nspname);
     free(rel->relname);
     memset(rel, 0, sizeof *rel);
@@ -129,11 +130,12 @@ static int decode_relation(struct pgo_relations *rels, struct reader *r, struct 
     fresh.nspname = strdup(*nsp ? nsp : "pg_catalog");
     fresh.relname = strdup(name);
     fresh.colnames = calloc((size_t)(ncols ? ncols : 1), sizeof(char *));
-    int rc = fresh.nspname && fresh.relname && fresh.colnames ? 0 : -ENOMEM;
+    fresh.coltypes = calloc((size_t)(ncols ? ncols : 1), sizeof(uint32_t));
+    int rc = fresh.nspname && fresh.relname && fresh.colnames && fresh.coltypes ? 0 : -ENOMEM;
     for (int i = 0; i < ncols && rc == 0; i++) {
         (void)get_u(r, 1); /* flags: part of the key */
         const char *col = get_str(r);
-        (void)get_u(r, 4); /* type oid */
+        fresh.coltypes[i] = (uint32_t)get_u(r, 4);
         (void)get_u(r, 4); /* type modifier */
         if (r->bad)
             rc = -EINVAL;
@@ -241,6 +243,16 @@ const struct pgo_value *pgo_column(const struct pgo_msg *m, const char *name)
         if (!strcmp(m->rel->colnames[i], name))
             return &m->cols[i];
     return NULL;
+}
+
+uint32_t pgo_column_type(const struct pgo_msg *m, const char *name)
+{
+    if (m->kind != PGO_INSERT || !m->rel)
+        return 0;
+    for (int i = 0; i < m->rel->ncols; i++)
+        if (!strcmp(m->rel->colnames[i], name))
+            return m->rel->coltypes[i];
+    return 0;
 }
 
 void pgo_relations_free(struct pgo_relations *rels)

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/connect_json.h"
 #include "core/kafka_rules.h"
 #include "base/log.h"
 
@@ -282,7 +283,10 @@ int producer_start(struct producer *p, uv_loop_t *loop, const struct relay_confi
     (void)event_placement_parse(cfg->additional_placement, &p->placement, NULL, 0);
     p->style = (struct event_style){ .relay_headers = cfg->relay_headers,
                                      .id_header = cfg->id_header,
-                                     .placement = &p->placement };
+                                     .placement = &p->placement,
+                                     .key_converter = cfg->key_converter,
+                                     .value_converter = cfg->value_converter,
+                                     .expand_payload = cfg->expand_json_payload };
     p->loop = loop;
     p->report = report;
     p->arg = arg;
@@ -355,18 +359,26 @@ int producer_send(struct producer *p, const struct event_row *row, const char *t
         snprintf(p->known_topic, sizeof(p->known_topic), "%s", topic);
     }
 
+    /* No aggregate id (Debezium's table allows it): no key, as Debezium sends it. */
+    const char *key = row->aggregate_id, *value = row->payload;
+    size_t keylen = key ? strlen(key) : 0, valuelen = value ? row->payload_len : 0;
+    int rc = 0;
+    if (p->style.key_converter == EVENT_CONVERTER_JSON && !(rc = connect_key(row, &p->style, &p->key)))
+        key = p->key.buf, keylen = p->key.len;
+    if (!rc && p->style.value_converter == EVENT_CONVERTER_JSON &&
+        !(rc = connect_value(row, &p->style, &p->value, errbuf, errlen)))
+        value = p->value.buf, valuelen = p->value.len;
     rd_kafka_headers_t *hdrs = NULL;
-    int rc = event_headers_build_styled(row, &p->style, &hdrs, errbuf, errlen);
+    if (!rc)
+        rc = event_headers_build_styled(row, &p->style, &hdrs, errbuf, errlen);
     if (rc < 0)
         return rc;
 
-    /* No aggregate id (Debezium's table allows it): no key, as Debezium sends it. */
-    size_t keylen = row->aggregate_id ? strlen(row->aggregate_id) : 0;
     rd_kafka_resp_err_t err = rd_kafka_producev(
         p->rk,
         RD_KAFKA_V_TOPIC(topic),
-        RD_KAFKA_V_KEY(row->aggregate_id, keylen),
-        RD_KAFKA_V_VALUE((void *)row->payload, row->payload ? row->payload_len : 0),
+        RD_KAFKA_V_KEY(key, keylen),
+        RD_KAFKA_V_VALUE((void *)value, valuelen),
         RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
         RD_KAFKA_V_TIMESTAMP(row->created_ms),
         RD_KAFKA_V_HEADERS(hdrs),
@@ -698,4 +710,6 @@ static void producer_destroy(struct producer *p)
     p->poll = NULL;
     close(p->pipefd[0]);
     close(p->pipefd[1]);
+    strbuf_free(&p->key);
+    strbuf_free(&p->value);
 }

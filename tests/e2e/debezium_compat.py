@@ -20,6 +20,13 @@ Router stamps messages with the time Connect processed them, which nothing
 else can reproduce). extended.headers.enabled = false: Debezium 3 otherwise
 adds its own __debezium.context.* headers, which the relay does not write.
 
+A second round (json_round()) runs the other Connect configuration Debezium's
+documentation shows: key and value JsonConverter (schemas.enable = false),
+table.expand.json.payload = true and columns placed in the value's envelope,
+against the relay's relay.key_converter = json, relay.value_converter = json,
+relay.expand_json_payload = true and envelope placement, on payloads of
+every shape the expansion treats differently.
+
 Then the takeover of docs/migrating-from-debezium.md on that connector's slot
 and publication (takeover()): writers write while the connector stops, the
 relay starts on its slot (the same topics), the relay confirms a fence, and
@@ -561,6 +568,118 @@ def bad_input():
     return None
 
 
+JSON_TABLE = "dbzj_" + RUN
+JSON_PLACEMENT = "tenant:envelope,version:envelope:v,type:header:eventType"
+JSON_CONVERTERS = ["key.converter=org.apache.kafka.connect.json.JsonConverter",
+                   "key.converter.schemas.enable=false",
+                   "value.converter=org.apache.kafka.connect.json.JsonConverter",
+                   "value.converter.schemas.enable=false"]
+
+# Payloads whose expansion differs in kind: members left out (null, empty
+# arrays), numbers of each width and doubles as Java writes them, escapes,
+# objects of an array merged, and shapes the Event Router keeps as text.
+JSON_PAYLOADS = [
+    '{"id": 1, "lineItems": [{"id": 1, "item": "Debezium in Action", "status": "ENTERED", '
+    '"quantity": 2, "totalPrice": 39.98}, {"id": 2, "item": "Debezium for Dummies", '
+    '"quantity": 1, "totalPrice": 29.99, "note": null}], "orderDate": "2019-01-31T12:13:01", '
+    '"customerId": 123}',
+    '{"big": 5000000000, "neg": -17, "f": [0.1, 1.5e-7, 12345678.9, 150.5, -0.5], "t": true, '
+    '"none": null, "empty": [], "o": {}, "deep": {"a": {"b": [[1, 2], [3]]}}}',
+    r'{"s": "tab\there \"quoted\" back\\slash \u0001 caf\u00e9 \u2603 \ud83d\ude00 /"}',
+    '{"items": [{"id": 1}, {"id": 2, "extra": true}], "same": [{"k": 1}, null, {"k": 2}], '
+    '"tags": ["a", null, "b"]}',
+    '{"f": [1e2, 0.5]}',
+    '{"mixed": [1, 2.5]}',
+    '{"onlynull": [null]}',
+    '"just a string"',
+    '42',
+    None,
+]
+
+
+def write_rows_json():
+    c = psycopg2.connect(PG)
+    cur = c.cursor()
+    ins = ('INSERT INTO "%s" (id, aggregatetype, aggregateid, type, payload, "timestamp", '
+           "tenant, version) VALUES (%%s, %%s, %%s, %%s, %%s::jsonb, "
+           "TIMESTAMP '2026-03-01 12:00:00' + %%s * INTERVAL '1 ms', %%s, %%s)" % JSON_TABLE)
+    n = 0
+    for i in range(3 * len(JSON_PAYLOADS)):
+        kind = TYPES[i % len(TYPES)]
+        key = None if i % 11 == 4 else 'agg "%d"' % (i % 5)
+        tenant = None if i % 4 == 1 else "t%d" % (i % 3)
+        version = None if i % 6 == 2 else i
+        cur.execute(ins, (str(uuid.uuid4()), kind, key, "Ev%d" % (i % 2),
+                          JSON_PAYLOADS[i % len(JSON_PAYLOADS)], i, tenant, version))
+        n += 1
+        if i % 2:
+            c.commit()
+    c.commit()
+    c.close()
+    return n
+
+
+def json_round():
+    """JsonConverter, expanded payloads and the envelope: returns a failure or None."""
+    t0 = time.time()
+    dbz, rly = "dbzj_" + RUN + "_c", "rlyj_" + RUN
+    sql('CREATE TABLE "%s" (id uuid PRIMARY KEY, aggregatetype varchar(255) NOT NULL, '
+        'aggregateid varchar(255), type varchar(255) NOT NULL, payload jsonb, '
+        '"timestamp" timestamp NOT NULL, tenant varchar(64), version int)' % JSON_TABLE)
+    topics_dbz = create_topics([dbz])
+    topics_rly = create_topics([rly])
+    connect_dir = os.path.join(WORK, "connect-json")
+    args = relay_args(rly) + ["-X", "relay.table=" + JSON_TABLE,
+                              "-X", "relay.additional_placement=" + JSON_PLACEMENT,
+                              "-X", "relay.key_converter=json", "-X", "relay.value_converter=json",
+                              "-X", "relay.expand_json_payload=true"]
+    relay = None
+    try:
+        sets = []
+        for kv in JSON_CONVERTERS + [
+                "transforms.outbox.table.field.event.timestamp=timestamp",
+                "transforms.outbox.table.fields.additional.placement=" + JSON_PLACEMENT,
+                "transforms.outbox.table.expand.json.payload=true",
+                "extended.headers.enabled=false", "poll.interval.ms=50"]:
+            sets += ["--set", kv]
+        subprocess.run([DEBEZIUM_SH, "start", connect_dir, "--pg", PG, "--bootstrap", KAFKA,
+                        "--table", "public." + JSON_TABLE, "--slot", dbz, "--publication", dbz,
+                        "--topic-prefix", dbz] + sets, check=True)
+        subprocess.run([RELAY, "migrate"] + args, check=True)
+        n = write_rows_json()
+        relay_log = open(os.path.join(WORK, "relay-json.log"), "w")
+        relay = subprocess.Popen([RELAY, "run"] + args, stdout=relay_log, stderr=relay_log)
+        got_dbz, n_dbz = read_all(topics_dbz, n, False)
+        got_rly, n_rly = read_all(topics_rly, n, True)
+        diff = compare(got_dbz, got_rly)
+        if diff:
+            return "DIFFERENT: " + diff
+        if n_dbz != n or n_rly != n:
+            return "expected %d messages on each side, Debezium published %d, the relay %d" % (
+                n, n_dbz, n_rly)
+        # A payload Debezium's task fails on (a top-level array) halts the
+        # relay before it, as that task stops: nothing published past it.
+        sql('INSERT INTO "%s" (id, aggregatetype, aggregateid, type, payload, "timestamp") '
+            "VALUES (gen_random_uuid(), 'order', 'k', 'T', '[1, 2]', now())" % JSON_TABLE)
+        deadline = time.time() + 30
+        while "top-level array" not in open(relay_log.name).read():
+            if relay.poll() is not None or time.time() > deadline:
+                return "a top-level array: no halt (exit %r; log %s)" % (relay.poll(), relay_log.name)
+            time.sleep(0.2)
+        first = [m for msgs in got_dbz.values() for m in msgs if b"lineItems" in (m.value() or b"")]
+        log("json round identical: %d messages in %.1f s; an expanded one: %s" % (
+            n, time.time() - t0, describe(first[0]) if first else "(none)"))
+        return None
+    finally:
+        if relay:
+            relay.terminate()
+            relay.wait(30)
+        stop_connect(connect_dir)
+        drop_slot(dbz)
+        drop_slot(rly)
+        sql('DROP TABLE IF EXISTS "%s"' % JSON_TABLE)
+
+
 def main():
     if not KAFKA:
         log("no real broker (OUTBOX_RELAY_TEST_REAL_KAFKA): skipped")
@@ -615,6 +734,10 @@ def main():
             log("bad input: " + bad)
             return 1
         log("bad input refused at start (exit 78) and halted on (invalid topic)")
+        bad = json_round()
+        if bad:
+            log("json round: " + bad + " (logs in %s)" % WORK)
+            return 1
         first = got_dbz[sorted(got_dbz)[0]][0]
         log("identical: %d messages over %d partitions (%d without a key), in %.1f s; "
             "the first: %s" % (n, len([w for w in got_dbz if w[1] >= 0]),

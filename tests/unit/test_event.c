@@ -380,7 +380,7 @@ Test(event, routed_by_value_is_the_aggregate_type)
     cr_assert_str_eq(out, "outbox.event.order");
 }
 
-Test(event, additional_placement_headers_only)
+Test(event, additional_placement_items)
 {
     struct event_placement pl;
     char why[256];
@@ -388,10 +388,15 @@ Test(event, additional_placement_headers_only)
                                        sizeof why), 0, "%s", why);
     cr_assert_eq(pl.n, 2);
     cr_assert_str_eq(pl.column[1], "tenant");
-    cr_assert_str_eq(pl.header[0], "eventType");
-    cr_assert_eq(event_placement_parse("type:envelope:t", &pl, why, sizeof why), -EINVAL);
-    cr_assert_not_null(strstr(why, "envelope placement is not supported"), "%s", why);
-    cr_assert_eq(event_placement_parse("type:header", &pl, why, sizeof why), -EINVAL);
+    cr_assert_str_eq(pl.name[0], "eventType");
+    cr_assert_eq(event_placement_parse("type:envelope:t", &pl, why, sizeof why), 0, "%s", why);
+    cr_assert(pl.envelope[0]);
+    /* without a name, the column's, as the Event Router names it */
+    cr_assert_eq(event_placement_parse("type:header", &pl, why, sizeof why), 0, "%s", why);
+    cr_assert_str_eq(pl.name[0], "type");
+    cr_assert(!pl.envelope[0]);
+    cr_assert_eq(event_placement_parse("type:body:t", &pl, why, sizeof why), -EINVAL);
+    cr_assert_not_null(strstr(why, "header or envelope"), "%s", why);
 }
 
 Test(event, debezium_style_headers)

@@ -1,0 +1,47 @@
+/* connect_json.h — the bytes Kafka Connect's JsonConverter (schemas.enable =
+ * false) writes for what Debezium's Outbox Event Router hands it: the key or
+ * the payload as a JSON string, the payload expanded into JSON
+ * (table.expand.json.payload = true), and the envelope that placed columns
+ * join (column:envelope:name). Pure logic, no I/O. The expansion itself is
+ * connect_expand.h.
+ *
+ * Byte identity rests on three things the JVM side does, reproduced here:
+ * Jackson's escaping of strings (", \, \b \t \n \f \r, other control
+ * characters as \u00XX, everything else as UTF-8), the Event Router's schema
+ * inference for an expanded payload (JsonSchemaData: null members and empty
+ * arrays left out, numbers int32, int64 or float64 by what the value needs,
+ * the objects of an array merged into one struct whose missing members are
+ * null), and Java's Double.toString for float64 values. */
+#ifndef OUTBOX_CONNECT_JSON_H
+#define OUTBOX_CONNECT_JSON_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "base/strbuf.h"
+#include "core/event.h"
+
+/** Appends @p len bytes of UTF-8 at @p s as a JSON string, as Jackson writes it. */
+void connect_json_string(struct strbuf *out, const char *s, size_t len);
+
+/** Appends @p d as Java's Double.toString writes it (the shortest decimal
+ *  that reads back as @p d, at least two digits; plain from 10^-3 to 10^7,
+ *  else d.dddE<n>), as JDK 19 and later do. Infinities as Jackson writes
+ *  them: "Infinity" and "-Infinity", quoted. */
+void connect_json_double(struct strbuf *out, double d);
+
+/** The key of @p row's message under @p style into @p out, when the key
+ *  converter is json: the aggregate id as a JSON string, or null (the
+ *  four bytes) for a NULL aggregate id. @return 0 or -ENOMEM. */
+int connect_key(const struct event_row *row, const struct event_style *style,
+                struct strbuf *out);
+
+/** The value of @p row's message under @p style into @p out, when the value
+ *  converter is json: the payload (a JSON string, its expansion, or null),
+ *  alone or in the envelope {"payload": ..., "<name>": <column>, ...} of the
+ *  columns placed in it. @return 0; -EINVAL with errbuf for a payload
+ *  Debezium's task fails on (connect_json_expand()); -ENOMEM. */
+int connect_value(const struct event_row *row, const struct event_style *style,
+                  struct strbuf *out, char *errbuf, size_t errlen);
+
+#endif

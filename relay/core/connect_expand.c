@@ -1,0 +1,621 @@
+/* connect_expand.c — table.expand.json.payload (see connect_json.h): the
+ * payload is parsed into a tree as Jackson's readTree builds it, its Connect
+ * schema inferred as the Event Router's JsonSchemaData does, then written
+ * value by value against that schema as JsonConverter writes a Struct. */
+#include "core/connect_expand.h"
+#include "core/connect_json.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/errors.h"
+
+/* Jackson's default limit of nesting; a deeper document does not parse. */
+#define JSON_MAX_DEPTH 1000
+
+/* ---- the tree Jackson's readTree builds ----------------------------------- */
+
+enum jkind { J_NULL, J_FALSE, J_TRUE, J_INT, J_LONG, J_BIG, J_DOUBLE, J_STRING, J_ARRAY, J_OBJECT };
+
+/* Nodes and schemas live in arrays and refer to each other by index; 0 is none. */
+struct jnode {
+    enum jkind kind;
+    uint32_t child, next;   /* first element or member; next sibling */
+    size_t key, key_len;    /* a member's name in tree.text */
+    size_t str, str_len;    /* J_STRING: its text in tree.text */
+    int64_t i;
+    double d;
+};
+
+enum stype { S_BOOL = 1, S_INT32, S_INT64, S_FLOAT64, S_STRING, S_ARRAY, S_STRUCT };
+
+struct jschema {
+    enum stype t;
+    uint32_t elem;          /* S_ARRAY: the elements' schema */
+    uint32_t field;         /* S_STRUCT: the first field */
+    bool required;          /* a struct merged from several: null is not a value of it */
+};
+
+struct jfield {
+    uint32_t next, schema;
+    size_t key, key_len;
+};
+
+struct tree {
+    const char *in, *end;
+    struct strbuf text;     /* decoded strings and names */
+    struct jnode *node;
+    size_t n_node, cap_node;
+    struct jschema *schema;
+    size_t n_schema, cap_schema;
+    struct jfield *field;
+    size_t n_field, cap_field;
+    bool oom;
+};
+
+/* A new zeroed element of array @p v (@p size bytes each); 0 when out of memory. */
+static uint32_t grow(void **v, size_t *n, size_t *cap, size_t size, bool *oom)
+{
+    if (*n == 0)
+        *n = 1; /* index 0 means none */
+    if (*n >= *cap) {
+        size_t c = *cap ? *cap * 2 : 64;
+        void *g = c < UINT32_MAX ? realloc(*v, c * size) : NULL;
+        if (!g) {
+            *oom = true;
+            return 0;
+        }
+        *v = g;
+        *cap = c;
+    }
+    memset((char *)*v + *n * size, 0, size);
+    return (uint32_t)(*n)++;
+}
+
+#define NEW_NODE(t) grow((void **)&(t)->node, &(t)->n_node, &(t)->cap_node, sizeof(struct jnode), &(t)->oom)
+#define NEW_SCHEMA(t) grow((void **)&(t)->schema, &(t)->n_schema, &(t)->cap_schema, sizeof(struct jschema), &(t)->oom)
+#define NEW_FIELD(t) grow((void **)&(t)->field, &(t)->n_field, &(t)->cap_field, sizeof(struct jfield), &(t)->oom)
+
+static void skip_ws(struct tree *t)
+{
+    while (t->in < t->end && (*t->in == ' ' || *t->in == '\t' || *t->in == '\n' || *t->in == '\r'))
+        t->in++;
+}
+
+static int hex4(const char *p)
+{
+    int v = 0;
+    for (int i = 0; i < 4; i++) {
+        char c = p[i];
+        int h = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
+              : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        if (h < 0)
+            return -1;
+        v = v * 16 + h;
+    }
+    return v;
+}
+
+static void put_utf8(struct strbuf *sb, uint32_t cp)
+{
+    char b[4];
+    size_t n = cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
+    if (n == 1)
+        b[0] = (char)cp;
+    else {
+        for (size_t i = n - 1; i > 0; i--, cp >>= 6)
+            b[i] = (char)(0x80 | (cp & 0x3f));
+        b[0] = (char)((n == 2 ? 0xc0 : n == 3 ? 0xe0 : 0xf0) | cp);
+    }
+    strbuf_add(sb, b, n);
+}
+
+/* One \u escape (and the low half of a pair) at t->in, past the 'u'. */
+static bool unicode_escape(struct tree *t)
+{
+    int hi = t->end - t->in >= 4 ? hex4(t->in) : -1;
+    if (hi < 0)
+        return false;
+    t->in += 4;
+    uint32_t cp = (uint32_t)hi;
+    if (hi >= 0xd800 && hi < 0xdc00) {
+        int lo = t->end - t->in >= 6 && t->in[0] == '\\' && t->in[1] == 'u' ? hex4(t->in + 2) : -1;
+        if (lo < 0xdc00 || lo > 0xdfff)
+            return false; /* a lone surrogate: Jackson could not write it as UTF-8 */
+        t->in += 6;
+        cp = 0x10000 + (((uint32_t)hi - 0xd800) << 10) + ((uint32_t)lo - 0xdc00);
+    } else if (hi >= 0xdc00 && hi <= 0xdfff) {
+        return false;
+    }
+    put_utf8(&t->text, cp);
+    return true;
+}
+
+/* A string at t->in (past its quote), decoded into t->text. */
+static bool parse_string(struct tree *t, size_t *off, size_t *len)
+{
+    *off = t->text.len;
+    while (t->in < t->end && *t->in != '"') {
+        unsigned char c = (unsigned char)*t->in++;
+        if (c < 0x20)
+            return false; /* unescaped control characters are not JSON */
+        if (c != '\\') {
+            strbuf_add(&t->text, (const char *)&c, 1);
+            continue;
+        }
+        if (t->in >= t->end)
+            return false;
+        char e = *t->in++;
+        const char *m = strchr("\"\"\\\\//b\bf\fn\nr\rt\t", e);
+        if (e == 'u') {
+            if (!unicode_escape(t))
+                return false;
+        } else if (e && m && ((m - "\"\"\\\\//b\bf\fn\nr\rt\t") % 2) == 0) {
+            strbuf_add(&t->text, m + 1, 1);
+        } else {
+            return false;
+        }
+    }
+    if (t->in >= t->end)
+        return false;
+    t->in++;
+    *len = t->text.len - *off;
+    return !t->text.oom;
+}
+
+/* A number at t->in: int32, int64, a larger integer or a double, as Jackson
+ * tells them apart (an integer has neither fraction nor exponent). */
+static bool parse_number(struct tree *t, struct jnode *n)
+{
+    const char *p = t->in;
+    if (p < t->end && *p == '-')
+        p++;
+    const char *digits = p;
+    while (p < t->end && *p >= '0' && *p <= '9')
+        p++;
+    if (p == digits || (*digits == '0' && p - digits > 1))
+        return false;
+    bool integral = true;
+    if (p < t->end && *p == '.') {
+        const char *f = ++p;
+        while (p < t->end && *p >= '0' && *p <= '9')
+            p++;
+        if (p == f)
+            return false;
+        integral = false;
+    }
+    if (p < t->end && (*p == 'e' || *p == 'E')) {
+        p++;
+        if (p < t->end && (*p == '+' || *p == '-'))
+            p++;
+        const char *x = p;
+        while (p < t->end && *p >= '0' && *p <= '9')
+            p++;
+        if (p == x)
+            return false;
+        integral = false;
+    }
+    char buf[512];
+    size_t len = (size_t)(p - t->in);
+    if (len >= sizeof buf)
+        return false;
+    memcpy(buf, t->in, len);
+    buf[len] = '\0';
+    t->in = p;
+    errno = 0;
+    if (integral) {
+        long long v = strtoll(buf, NULL, 10);
+        n->i = v;
+        n->kind = errno == ERANGE ? J_BIG : v >= INT32_MIN && v <= INT32_MAX ? J_INT : J_LONG;
+        return true;
+    }
+    n->d = strtod(buf, NULL); /* overflow gives an infinity, as Java's parseDouble */
+    n->kind = J_DOUBLE;
+    return true;
+}
+
+static uint32_t parse_value(struct tree *t, int depth);
+
+/* Members of an object at t->in (past '{') under node @p obj; a name given
+ * twice keeps its first place and its last value, as Jackson's ObjectNode. */
+static bool parse_members(struct tree *t, uint32_t obj, int depth)
+{
+    uint32_t last = 0;
+    skip_ws(t);
+    if (t->in < t->end && *t->in == '}') {
+        t->in++;
+        return true;
+    }
+    for (;;) {
+        size_t key, key_len;
+        skip_ws(t);
+        if (t->in >= t->end || *t->in++ != '"' || !parse_string(t, &key, &key_len))
+            return false;
+        skip_ws(t);
+        if (t->in >= t->end || *t->in++ != ':')
+            return false;
+        uint32_t v = parse_value(t, depth + 1);
+        if (!v)
+            return false;
+        t->node[v].key = key;
+        t->node[v].key_len = key_len;
+        uint32_t prev = 0, same = t->node[obj].child;
+        for (; same; prev = same, same = t->node[same].next)
+            if (t->node[same].key_len == key_len &&
+                !memcmp(t->text.buf + t->node[same].key, t->text.buf + key, key_len))
+                break;
+        if (same) {
+            t->node[v].next = t->node[same].next;
+            *(prev ? &t->node[prev].next : &t->node[obj].child) = v;
+            last = last == same ? v : last;
+        } else {
+            *(last ? &t->node[last].next : &t->node[obj].child) = v;
+            last = v;
+        }
+        skip_ws(t);
+        if (t->in < t->end && *t->in == ',') {
+            t->in++;
+            continue;
+        }
+        return t->in < t->end && *t->in++ == '}';
+    }
+}
+
+static bool parse_elements(struct tree *t, uint32_t arr, int depth)
+{
+    uint32_t last = 0;
+    skip_ws(t);
+    if (t->in < t->end && *t->in == ']') {
+        t->in++;
+        return true;
+    }
+    for (;;) {
+        uint32_t v = parse_value(t, depth + 1);
+        if (!v)
+            return false;
+        *(last ? &t->node[last].next : &t->node[arr].child) = v;
+        last = v;
+        skip_ws(t);
+        if (t->in < t->end && *t->in == ',') {
+            t->in++;
+            continue;
+        }
+        return t->in < t->end && *t->in++ == ']';
+    }
+}
+
+static bool literal(struct tree *t, const char *word)
+{
+    size_t n = strlen(word);
+    if ((size_t)(t->end - t->in) < n || memcmp(t->in, word, n) != 0)
+        return false;
+    t->in += n;
+    return true;
+}
+
+/* @return the node of the value at t->in, 0 if it is not JSON. */
+static uint32_t parse_value(struct tree *t, int depth)
+{
+    skip_ws(t);
+    uint32_t v = depth < JSON_MAX_DEPTH ? NEW_NODE(t) : 0;
+    if (!v || t->in >= t->end)
+        return 0;
+    struct jnode tmp = { 0 };
+    bool ok;
+    switch (*t->in) {
+    case '{':
+        t->in++;
+        t->node[v].kind = J_OBJECT;
+        return parse_members(t, v, depth) ? v : 0;
+    case '[':
+        t->in++;
+        t->node[v].kind = J_ARRAY;
+        return parse_elements(t, v, depth) ? v : 0;
+    case '"':
+        t->in++;
+        tmp.kind = J_STRING;
+        ok = parse_string(t, &tmp.str, &tmp.str_len);
+        break;
+    case 't':
+        tmp.kind = J_TRUE;
+        ok = literal(t, "true");
+        break;
+    case 'f':
+        tmp.kind = J_FALSE;
+        ok = literal(t, "false");
+        break;
+    case 'n':
+        tmp.kind = J_NULL;
+        ok = literal(t, "null");
+        break;
+    default:
+        ok = parse_number(t, &tmp);
+    }
+    t->node[v] = tmp;
+    return ok ? v : 0;
+}
+
+/* ---- the schema the Event Router infers (JsonSchemaData) ------------------ */
+
+/* Inference fails (the Event Router then keeps the payload as text): */
+#define KEEP_TEXT (-1)
+
+static bool same_schema(const struct tree *t, uint32_t a, uint32_t b)
+{
+    if (a == b)
+        return true;
+    if (!a || !b || t->schema[a].t != t->schema[b].t || t->schema[a].required != t->schema[b].required)
+        return false;
+    if (t->schema[a].t == S_ARRAY)
+        return same_schema(t, t->schema[a].elem, t->schema[b].elem);
+    uint32_t fa = t->schema[a].field, fb = t->schema[b].field;
+    for (; fa && fb; fa = t->field[fa].next, fb = t->field[fb].next)
+        if (t->field[fa].key_len != t->field[fb].key_len ||
+            memcmp(t->text.buf + t->field[fa].key, t->text.buf + t->field[fb].key,
+                   t->field[fa].key_len) != 0 ||
+            !same_schema(t, t->field[fa].schema, t->field[fb].schema))
+            return false;
+    return !fa && !fb;
+}
+
+/* Appends a field to struct schema @p s unless it has one of that name. */
+static int add_field(struct tree *t, uint32_t s, size_t key, size_t key_len, uint32_t schema)
+{
+    uint32_t last = 0;
+    for (uint32_t f = t->schema[s].field; f; f = t->field[f].next) {
+        if (t->field[f].key_len == key_len &&
+            !memcmp(t->text.buf + t->field[f].key, t->text.buf + key, key_len))
+            return 0;
+        last = f;
+    }
+    uint32_t f = NEW_FIELD(t);
+    if (!f)
+        return -ENOMEM;
+    t->field[f] = (struct jfield){ .schema = schema, .key = key, .key_len = key_len };
+    *(last ? &t->field[last].next : &t->schema[s].field) = f;
+    return 0;
+}
+
+static int infer(struct tree *t, uint32_t n, uint32_t *out);
+
+static enum stype number_type(enum jkind k)
+{
+    return k == J_INT ? S_INT32 : k == J_LONG ? S_INT64 : S_FLOAT64;
+}
+
+static bool is_number(enum jkind k)
+{
+    return k == J_INT || k == J_LONG || k == J_BIG || k == J_DOUBLE;
+}
+
+static bool same_node_type(enum jkind a, enum jkind b)
+{
+    if (is_number(a) || is_number(b))
+        return is_number(a) && is_number(b);
+    if (a == J_TRUE || a == J_FALSE)
+        return b == J_TRUE || b == J_FALSE;
+    return a == b;
+}
+
+/* The elements' schema of non-empty array @p n: every non-null element of
+ * the first one's type (numbers of one schema), the objects' schemas merged
+ * in the order of the elements (the Event Router merges them in a hash
+ * set's order, which only matters when two objects list new members in
+ * different orders). */
+static int infer_elements(struct tree *t, uint32_t n, uint32_t *out)
+{
+    uint32_t ref = 0;
+    for (uint32_t e = t->node[n].child; e; e = t->node[e].next) {
+        enum jkind k = t->node[e].kind;
+        if (k == J_NULL)
+            continue;
+        if (!ref)
+            ref = e;
+        else if (!same_node_type(k, t->node[ref].kind) ||
+                 (is_number(k) && number_type(k) != number_type(t->node[ref].kind)))
+            return KEEP_TEXT;
+    }
+    if (!ref)
+        return KEEP_TEXT;
+    if (t->node[ref].kind != J_OBJECT) {
+        int rc = infer(t, ref, out);
+        return rc < 0 ? rc : *out ? 0 : KEEP_TEXT;
+    }
+    uint32_t merged = 0, first = 0;
+    for (uint32_t e = t->node[n].child; e; e = t->node[e].next) {
+        uint32_t s;
+        int rc = t->node[e].kind == J_OBJECT ? infer(t, e, &s) : 1;
+        if (rc < 0)
+            return rc;
+        if (rc > 0)
+            continue;
+        if (!merged) {
+            merged = first = s;
+            continue;
+        }
+        if (same_schema(t, s, first))
+            continue;
+        if (merged == first) {
+            /* Connect's copy of a schema's basics leaves "optional" out: a
+             * merged struct is required, and a null element fails the task. */
+            if (!(merged = NEW_SCHEMA(t)))
+                return -ENOMEM;
+            t->schema[merged] = (struct jschema){ .t = S_STRUCT, .required = true };
+            for (uint32_t f = t->schema[first].field; f && !rc; f = t->field[f].next)
+                rc = add_field(t, merged, t->field[f].key, t->field[f].key_len, t->field[f].schema);
+        }
+        for (uint32_t f = t->schema[s].field; f && !rc; f = t->field[f].next)
+            rc = add_field(t, merged, t->field[f].key, t->field[f].key_len, t->field[f].schema);
+        if (rc < 0)
+            return rc;
+    }
+    *out = merged;
+    return 0;
+}
+
+/* The schema of node @p n into *out, 0 when the Event Router leaves the
+ * member out (null, an empty array). @return 0, KEEP_TEXT or -ENOMEM. */
+static int infer(struct tree *t, uint32_t n, uint32_t *out)
+{
+    *out = 0;
+    enum jkind k = t->node[n].kind;
+    if (k == J_NULL || (k == J_ARRAY && !t->node[n].child))
+        return 0;
+    uint32_t s = NEW_SCHEMA(t);
+    if (!s)
+        return -ENOMEM;
+    int rc = 0;
+    if (k == J_STRING)
+        t->schema[s].t = S_STRING;
+    else if (k == J_TRUE || k == J_FALSE)
+        t->schema[s].t = S_BOOL;
+    else if (is_number(k))
+        t->schema[s].t = number_type(k);
+    else if (k == J_ARRAY) {
+        t->schema[s].t = S_ARRAY;
+        uint32_t elem = 0;
+        rc = infer_elements(t, n, &elem);
+        t->schema[s].elem = elem;
+    } else {
+        t->schema[s].t = S_STRUCT;
+        for (uint32_t m = t->node[n].child; m && !rc; m = t->node[m].next) {
+            uint32_t ms;
+            if (!(rc = infer(t, m, &ms)) && ms)
+                rc = add_field(t, s, t->node[m].key, t->node[m].key_len, ms);
+        }
+    }
+    *out = rc ? 0 : s;
+    return rc;
+}
+
+/* ---- the value as JsonConverter writes the Struct ------------------------- */
+
+static int value_fails(char *errbuf, size_t errlen, const char *what)
+{
+    return errbuf_fail(errbuf, errlen,
+                       "the payload cannot be expanded as Debezium's Event Router does: %s "
+                       "(Debezium's task fails on it)", what);
+}
+
+static int emit(struct tree *t, uint32_t n, uint32_t s, struct strbuf *out, char *errbuf,
+                size_t errlen);
+
+static int emit_struct(struct tree *t, uint32_t n, uint32_t s, struct strbuf *out, char *errbuf,
+                       size_t errlen)
+{
+    strbuf_add(out, "{", 1);
+    for (uint32_t f = t->schema[s].field; f; f = t->field[f].next) {
+        if (f != t->schema[s].field)
+            strbuf_add(out, ",", 1);
+        connect_json_string(out, t->text.buf + t->field[f].key, t->field[f].key_len);
+        strbuf_add(out, ":", 1);
+        uint32_t m = t->node[n].child;
+        while (m && (t->node[m].key_len != t->field[f].key_len ||
+                     memcmp(t->text.buf + t->node[m].key, t->text.buf + t->field[f].key,
+                            t->field[f].key_len) != 0))
+            m = t->node[m].next;
+        int rc = m ? emit(t, m, t->field[f].schema, out, errbuf, errlen) : 0;
+        if (!m)
+            strbuf_add(out, "null", 4);
+        if (rc)
+            return rc;
+    }
+    strbuf_add(out, "}", 1);
+    return 0;
+}
+
+/* Node @p n written against schema @p s: a value of another type than the
+ * schema's is what Struct.put refuses. */
+static int emit(struct tree *t, uint32_t n, uint32_t s, struct strbuf *out, char *errbuf,
+                size_t errlen)
+{
+    const struct jnode *v = &t->node[n];
+    char num[32];
+    if (v->kind == J_NULL) {
+        if (s && t->schema[s].required)
+            return value_fails(errbuf, errlen, "a null beside objects of different members "
+                                               "in an array");
+        strbuf_add(out, "null", 4);
+        return 0;
+    }
+    if (v->kind == J_BIG)
+        return value_fails(errbuf, errlen, "an integer beyond 64 bits");
+    enum stype want = v->kind == J_STRING ? S_STRING
+                      : v->kind == J_TRUE || v->kind == J_FALSE ? S_BOOL
+                      : is_number(v->kind) ? number_type(v->kind)
+                      : v->kind == J_ARRAY ? S_ARRAY : S_STRUCT;
+    if (!s || t->schema[s].t != want)
+        return value_fails(errbuf, errlen, "the objects of an array give a member two types");
+    switch (want) {
+    case S_STRING:
+        connect_json_string(out, t->text.buf + v->str, v->str_len);
+        return 0;
+    case S_BOOL:
+        strbuf_add(out, v->kind == J_TRUE ? "true" : "false", v->kind == J_TRUE ? 4 : 5);
+        return 0;
+    case S_INT32:
+    case S_INT64:
+        strbuf_add(out, num, (size_t)snprintf(num, sizeof num, "%" PRId64, v->i));
+        return 0;
+    case S_FLOAT64:
+        connect_json_double(out, v->d);
+        return 0;
+    case S_ARRAY:
+        strbuf_add(out, "[", 1);
+        for (uint32_t e = v->child; e; e = t->node[e].next) {
+            if (e != v->child)
+                strbuf_add(out, ",", 1);
+            int rc = emit(t, e, t->schema[s].elem, out, errbuf, errlen);
+            if (rc)
+                return rc;
+        }
+        strbuf_add(out, "]", 1);
+        return 0;
+    default:
+        return emit_struct(t, n, s, out, errbuf, errlen);
+    }
+}
+
+static void tree_free(struct tree *t)
+{
+    strbuf_free(&t->text);
+    free(t->node);
+    free(t->schema);
+    free(t->field);
+}
+
+int connect_expand(struct strbuf *out, const char *json, size_t len, bool in_envelope,
+                        char *errbuf, size_t errlen)
+{
+    /* The Event Router parses only what starts with '{' or '[', and Jackson
+     * reads the first value, whatever follows it. */
+    if (len == 0 || (json[0] != '{' && json[0] != '['))
+        return 0;
+    struct tree t = { .in = json, .end = json + len };
+    uint32_t root = parse_value(&t, 0), schema = 0;
+    int rc = t.oom || t.text.oom ? -ENOMEM : !root ? KEEP_TEXT : infer(&t, root, &schema);
+    if (rc == 0 && t.node[root].kind == J_ARRAY)
+        /* The schema is an array's, the value cannot be a Struct: the task fails.
+         * An empty array has no schema: the text is kept, which only an
+         * envelope, built on the payload's schema, cannot hold. */
+        rc = schema || in_envelope ? value_fails(errbuf, errlen, "a top-level array") : KEEP_TEXT;
+    size_t mark = out->len;
+    if (rc == 0)
+        rc = emit_struct(&t, root, schema, out, errbuf, errlen);
+    if (rc == 0 && out->oom)
+        rc = -ENOMEM;
+    if (rc != 0) {
+        out->len = mark;
+        if (out->buf)
+            out->buf[mark] = '\0';
+    }
+    tree_free(&t);
+    return rc == KEEP_TEXT ? 0 : rc < 0 ? rc : 1;
+}

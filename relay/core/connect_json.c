@@ -1,0 +1,211 @@
+/* connect_json.c — see connect_json.h: strings and doubles as Jackson writes
+ * them, and a message's key and value; the payload's expansion is in
+ * connect_expand.c. */
+#include "core/connect_expand.h"
+#include "core/connect_json.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/errors.h"
+
+
+/* ---- strings and numbers as Jackson writes them --------------------------- */
+
+static const char hex[] = "0123456789ABCDEF";
+
+static void unicode_escape_out(struct strbuf *out, unsigned u)
+{
+    char esc[6] = { '\\', 'u', hex[(u >> 12) & 15], hex[(u >> 8) & 15], hex[(u >> 4) & 15],
+                    hex[u & 15] };
+    strbuf_add(out, esc, 6);
+}
+
+/* A character beyond the Basic Multilingual Plane (four bytes of UTF-8 at
+ * @p s, @p left bytes available): Jackson writes it as an escaped UTF-16
+ * surrogate pair. @return the bytes consumed, 0 if @p s is not one. */
+static size_t astral_out(struct strbuf *out, const unsigned char *s, size_t left)
+{
+    if (left < 4 || (s[0] & 0xf8) != 0xf0 || (s[1] & 0xc0) != 0x80 || (s[2] & 0xc0) != 0x80 ||
+        (s[3] & 0xc0) != 0x80)
+        return 0;
+    unsigned cp = ((s[0] & 7u) << 18) | ((s[1] & 0x3fu) << 12) | ((s[2] & 0x3fu) << 6) |
+                  (s[3] & 0x3fu);
+    if (cp < 0x10000 || cp > 0x10ffff)
+        return 0;
+    cp -= 0x10000;
+    unicode_escape_out(out, 0xd800 + (cp >> 10));
+    unicode_escape_out(out, 0xdc00 + (cp & 0x3ff));
+    return 4;
+}
+
+void connect_json_string(struct strbuf *out, const char *s, size_t len)
+{
+    strbuf_add(out, "\"", 1);
+    size_t run = 0; /* bytes copied as they are, not yet appended */
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c >= 0x20 && c != '"' && c != '\\' && c < 0xf0) {
+            run++;
+            continue;
+        }
+        strbuf_add(out, s + i - run, run);
+        run = 0;
+        size_t astral = c >= 0xf0 ? astral_out(out, (const unsigned char *)s + i, len - i) : 0;
+        if (astral) {
+            i += astral - 1;
+            continue;
+        }
+        if (c >= 0xf0) {
+            strbuf_add(out, s + i, 1);
+            continue;
+        }
+        char esc[7] = { '\\', 0 };
+        const char *short_esc = strchr("\"\"\\\\\bb\tt\nn\ff\rr", (char)c);
+        if (c && short_esc && ((short_esc - "\"\"\\\\\bb\tt\nn\ff\rr") % 2) == 0) {
+            esc[1] = short_esc[1];
+            strbuf_add(out, esc, 2);
+        } else {
+            unicode_escape_out(out, c);
+        }
+    }
+    strbuf_add(out, s + len - run, run);
+    strbuf_add(out, "\"", 1);
+}
+
+/* The shortest digits of @p d (positive, finite) that read back as @p d, at
+ * least two: into @p digits (no point), the decimal exponent of the first
+ * digit into *exp10. @return the count of digits. */
+static int shortest_digits(double d, char digits[24], int *exp10)
+{
+    char buf[40];
+    int prec = 1;
+    for (; prec <= 17; prec++) {
+        snprintf(buf, sizeof buf, "%.*e", prec - 1, d);
+        if (strtod(buf, NULL) == d)
+            break;
+    }
+    /* Java writes at least two digits and takes the closest two-digit
+     * decimal when one digit would do (4.9E-324, not 5.0E-324). */
+    if (prec < 2) {
+        snprintf(buf, sizeof buf, "%.1e", d);
+        if (strtod(buf, NULL) != d)
+            snprintf(buf, sizeof buf, "%.0e", d);
+        prec = 2;
+    }
+    int n = 0;
+    const char *p = buf;
+    for (; *p && *p != 'e'; p++)
+        if (*p >= '0' && *p <= '9')
+            digits[n++] = *p;
+    *exp10 = atoi(p + 1);
+    while (n > 1 && digits[n - 1] == '0')
+        n--;
+    digits[n] = '\0';
+    return n;
+}
+
+void connect_json_double(struct strbuf *out, double d)
+{
+    if (isinf(d)) {
+        strbuf_add(out, d < 0 ? "\"-Infinity\"" : "\"Infinity\"", d < 0 ? 11 : 10);
+        return;
+    }
+    if (d == 0) {
+        strbuf_add(out, signbit(d) ? "-0.0" : "0.0", signbit(d) ? 4 : 3);
+        return;
+    }
+    char digits[24], text[64];
+    int e, n = shortest_digits(fabs(d), digits, &e), o = 0;
+    if (d < 0)
+        text[o++] = '-';
+    if (e >= -3 && e < 7) {
+        /* Plain: the integer part, a point, at least one fraction digit. */
+        if (e < 0) {
+            o += snprintf(text + o, sizeof text - (size_t)o, "0.%.*s%s", -e - 1, "000", digits);
+        } else {
+            for (int i = 0; i <= e; i++)
+                text[o++] = i < n ? digits[i] : '0';
+            text[o++] = '.';
+            o += snprintf(text + o, sizeof text - (size_t)o, "%s", n > e + 1 ? digits + e + 1 : "0");
+        }
+    } else {
+        o += snprintf(text + o, sizeof text - (size_t)o, "%c.%sE%d", digits[0],
+                      n > 1 ? digits + 1 : "0", e);
+    }
+    strbuf_add(out, text, (size_t)o);
+}
+
+/* ---- a message's key and value ------------------------------------------- */
+
+int connect_key(const struct event_row *row, const struct event_style *style,
+                struct strbuf *out)
+{
+    (void)style;
+    strbuf_reset(out);
+    /* A NULL key under a schema of an optional string is written "null". */
+    if (row->aggregate_id)
+        connect_json_string(out, row->aggregate_id, strlen(row->aggregate_id));
+    else
+        strbuf_add(out, "null", 4);
+    return out->oom ? -ENOMEM : 0;
+}
+
+/* The payload as JsonConverter writes it: null, its expansion, or a string. */
+static int payload_value(const struct event_row *row, const struct event_style *style,
+                         bool in_envelope, struct strbuf *out, char *errbuf, size_t errlen)
+{
+    if (!row->payload) {
+        strbuf_add(out, "null", 4);
+        return 0;
+    }
+    int rc = style->expand_payload ? connect_expand(out, row->payload, row->payload_len,
+                                                         in_envelope, errbuf, errlen)
+                                   : 0;
+    if (rc == 0)
+        connect_json_string(out, row->payload, row->payload_len);
+    return rc < 0 ? rc : 0;
+}
+
+int connect_value(const struct event_row *row, const struct event_style *style,
+                  struct strbuf *out, char *errbuf, size_t errlen)
+{
+    strbuf_reset(out);
+    const struct event_placement *pl = style->placement;
+    size_t n_env = 0;
+    for (size_t i = 0; pl && i < pl->n; i++)
+        n_env += pl->envelope[i];
+    if (n_env)
+        strbuf_add(out, "{\"payload\":", 11);
+    int rc = payload_value(row, style, n_env > 0, out, errbuf, errlen);
+    for (size_t i = 0; !rc && n_env && i < pl->n; i++) {
+        if (!pl->envelope[i])
+            continue;
+        const char *v = i < row->n_placed ? row->placed[i] : NULL;
+        strbuf_add(out, ",", 1);
+        connect_json_string(out, pl->name[i], strlen(pl->name[i]));
+        strbuf_add(out, ":", 1);
+        /* Integer columns are numbers, PostgreSQL's text of them the same
+         * digits; the others (text, uuid, json) strings. */
+        if (!v)
+            strbuf_add(out, "null", 4);
+        else if (row->placed_number[i])
+            strbuf_add(out, v, strlen(v));
+        else
+            connect_json_string(out, v, strlen(v));
+    }
+    if (!rc && n_env)
+        strbuf_add(out, "}", 1);
+    if (!rc && out->oom)
+        rc = -ENOMEM;
+    if (rc == -ENOMEM && errbuf && errlen)
+        snprintf(errbuf, errlen, "out of memory building the message value");
+    return rc;
+}
