@@ -119,6 +119,7 @@ struct relay_config {
     enum event_converter key_converter;   /* default string */
     enum event_converter value_converter; /* default string */
     int expand_json_payload;    /* bool: value_converter json, the payload expanded */
+    int tombstone_on_empty_payload; /* bool: a NULL or blank payload is a tombstone */
 
     /* [http] */
     char *http_listen;          /* status endpoint, default "127.0.0.1:8423"; "" = disabled */

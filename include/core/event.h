@@ -14,14 +14,18 @@
 #define EVENT_PLACEMENT_MAX 8
 #define EVENT_PLACEMENT_NAME 128
 
-/** relay.additional_placement parsed: "column:header:name" and
- *  "column:envelope:name" items, comma-separated, as the Outbox Event
- *  Router's table.fields.additional.placement writes them. */
+/** relay.additional_placement parsed: "column:header[:name]",
+ *  "column:envelope[:name]" and "column:partition" items, comma-separated,
+ *  as the Outbox Event Router's table.fields.additional.placement writes them. */
 struct event_placement {
     size_t n;
     char column[EVENT_PLACEMENT_MAX][EVENT_PLACEMENT_NAME];
     char name[EVENT_PLACEMENT_MAX][EVENT_PLACEMENT_NAME]; /* the header's or the member's */
-    bool envelope[EVENT_PLACEMENT_MAX];                   /* in the value, not a header */
+    enum event_place {
+        EVENT_PLACE_HEADER = 0,
+        EVENT_PLACE_ENVELOPE,   /* a member of the value's envelope */
+        EVENT_PLACE_PARTITION,  /* an int4 column: the message's partition (NULL: the key's) */
+    } where[EVENT_PLACEMENT_MAX];
 };
 
 /** What a Kafka Connect converter makes of the key or the value
@@ -116,7 +120,18 @@ struct event_style {
                                                 members of the envelope */
     enum event_converter key_converter, value_converter;
     bool expand_payload;                     /* value_converter json: the payload expanded */
+    bool tombstone_on_empty;                 /* a NULL or blank payload: no value at all */
 };
+
+/** The partition @p row's message goes to under @p style: the value of its
+ *  last column placed as partition, or RD_KAFKA_PARTITION_UA (the
+ *  partitioner's choice by key) when there is none or it is NULL. */
+int32_t event_row_partition(const struct event_row *row, const struct event_style *style);
+
+/** @return true when @p style makes @p row's message a tombstone whatever
+ *  the converter: relay.tombstone_on_empty_payload and a payload that is
+ *  NULL or only whitespace (as Java's trim() sees it). */
+bool event_row_tombstone(const struct event_row *row, const struct event_style *style);
 
 /** event_headers_build() in @p style: the relay's own headers when asked
  *  for, then the id header, then the columns placed in headers (a NULL value is a

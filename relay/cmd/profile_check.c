@@ -24,6 +24,8 @@ static const char *const payload_types[] = {"jsonb", "json", "text", "varchar", 
 static const char *const time_types[] = {"timestamp", NULL};
 static const char *const header_types[] = {"text", "varchar", "uuid", "int2", "int4", "int8",
                                            "jsonb", "json", NULL};
+/* The Event Router reads a partition with getInt32. */
+static const char *const partition_types[] = {"int4", NULL};
 
 struct need {
     const char *key;    /* the configuration key naming the column */
@@ -89,7 +91,9 @@ static int check_columns(const PGresult *res, const struct relay_config *cfg, ch
     if (event_placement_parse(cfg->additional_placement, &pl, why, len) < 0)
         return -EINVAL;
     for (size_t i = 0; i < pl.n; i++)
-        needs[n++] = (struct need){"relay.additional_placement", pl.column[i], header_types};
+        needs[n++] = (struct need){"relay.additional_placement", pl.column[i],
+                                   pl.where[i] == EVENT_PLACE_PARTITION ? partition_types
+                                                                        : header_types};
     for (size_t i = 0; i < n; i++)
         if (check_one(res, cfg, &needs[i], why, len) < 0)
             return -EINVAL;

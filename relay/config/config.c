@@ -524,17 +524,19 @@ static int profile_validate(const struct relay_config *cfg, char *errbuf, size_t
                            "table has no created_at to expire rows by (delete them in the "
                            "transaction that inserts them)");
     bool json = cfg->key_converter == EVENT_CONVERTER_JSON ||
-                cfg->value_converter == EVENT_CONVERTER_JSON || cfg->expand_json_payload;
+                cfg->value_converter == EVENT_CONVERTER_JSON || cfg->expand_json_payload ||
+                cfg->tombstone_on_empty_payload;
     if (json && cfg->profile != RELAY_PROFILE_DEBEZIUM)
         return errbuf_fail(errbuf, errlen,
-                           "relay.key_converter, relay.value_converter and "
-                           "relay.expand_json_payload need relay.profile = debezium: the relay's "
-                           "own messages carry the row's bytes, which verify compares");
+                           "relay.key_converter, relay.value_converter, "
+                           "relay.expand_json_payload and relay.tombstone_on_empty_payload need "
+                           "relay.profile = debezium: the relay's own messages carry the row's "
+                           "bytes, which verify compares");
     struct event_placement pl;
     bool envelope = false;
     if (event_placement_parse(cfg->additional_placement, &pl, NULL, 0) == 0)
         for (size_t i = 0; i < pl.n; i++)
-            envelope |= pl.envelope[i];
+            envelope |= pl.where[i] == EVENT_PLACE_ENVELOPE;
     if ((envelope || cfg->expand_json_payload) && cfg->value_converter != EVENT_CONVERTER_JSON)
         return errbuf_fail(errbuf, errlen,
                            "%s needs relay.value_converter = json: with StringConverter the "

@@ -82,8 +82,8 @@ const struct param config_params[] = {
     INT("relay", "ack_timeout_ms", ack_timeout_ms, "10000", 0, 3600000, "ms", RELOAD,
         "not ready when messages in flight wait this long for an acknowledgement (0 = never)"),
     STR("relay", "additional_placement", additional_placement, "", event_placement_check, RESTART,
-        "capture=wal: columns placed in headers or the value's envelope, "
-        "\"column:header|envelope[:name],...\" (the Event Router's "
+        "capture=wal: columns placed in headers, the value's envelope or the partition, "
+        "\"column:header|envelope[:name],column:partition\" (the Event Router's "
         "table.fields.additional.placement)"),
     BOOL("relay", "allow_row_security", allow_row_security, "false", RESTART,
          "relay although row-level security hides rows from the relay's role (they are never "
@@ -157,6 +157,9 @@ const struct param config_params[] = {
         "a standby that sees rows wait this long while no leader marks or deletes any says so "
         "(log, /status, /readyz, outbox_relay_standby_stalled; 0 = never)"),
     STR("relay", "table", table, "outbox", check_ident, RESTART, "name of the outbox table"),
+    BOOL("relay", "tombstone_on_empty_payload", tombstone_on_empty_payload, "false", RESTART,
+         "debezium: a NULL or blank payload is a tombstone whatever the converter (the Event "
+         "Router's route.tombstone.on.empty.payload)"),
     STR("relay", "transactional_id", transactional_id, "", NULL, RESTART,
         "Kafka transactional.id of relay.fencing=transactional (\"\" = outbox-relay.<schema>.<table>)"),
     STR("relay", "topic", topic, "outbox.${aggregate_type}", event_topic_template_check, RESTART,

@@ -181,12 +181,12 @@ int connect_value(const struct event_row *row, const struct event_style *style,
     const struct event_placement *pl = style->placement;
     size_t n_env = 0;
     for (size_t i = 0; pl && i < pl->n; i++)
-        n_env += pl->envelope[i];
+        n_env += pl->where[i] == EVENT_PLACE_ENVELOPE;
     if (n_env)
         strbuf_add(out, "{\"payload\":", 11);
     int rc = payload_value(row, style, n_env > 0, out, errbuf, errlen);
     for (size_t i = 0; !rc && n_env && i < pl->n; i++) {
-        if (!pl->envelope[i])
+        if (pl->where[i] != EVENT_PLACE_ENVELOPE)
             continue;
         const char *v = i < row->n_placed ? row->placed[i] : NULL;
         strbuf_add(out, ",", 1);

@@ -6,6 +6,7 @@
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/errors.h"
@@ -273,7 +274,7 @@ static int style_headers(const struct event_row *row, const struct event_style *
     if (!rc && style->id_header && *style->id_header)
         rc = header_add(hdrs, style->id_header, row->event_id);
     for (size_t i = 0; !rc && style->placement && i < style->placement->n; i++) {
-        if (style->placement->envelope[i])
+        if (style->placement->where[i] != EVENT_PLACE_HEADER)
             continue;
         const char *v = i < row->n_placed ? row->placed[i] : NULL;
         rc = rd_kafka_header_add(hdrs, style->placement->name[i], -1, v, v ? -1 : 0) ==
@@ -345,6 +346,28 @@ int event_headers_build_styled(const struct event_row *row, const struct event_s
     return 0;
 }
 
+int32_t event_row_partition(const struct event_row *row, const struct event_style *style)
+{
+    int32_t part = RD_KAFKA_PARTITION_UA;
+    for (size_t i = 0; style->placement && i < style->placement->n; i++) {
+        if (style->placement->where[i] != EVENT_PLACE_PARTITION)
+            continue;
+        const char *v = i < row->n_placed ? row->placed[i] : NULL;
+        part = v ? (int32_t)strtol(v, NULL, 10) : RD_KAFKA_PARTITION_UA;
+    }
+    return part;
+}
+
+bool event_row_tombstone(const struct event_row *row, const struct event_style *style)
+{
+    if (!style->tombstone_on_empty)
+        return false;
+    for (size_t i = 0; row->payload && i < row->payload_len; i++)
+        if ((unsigned char)row->payload[i] > ' ')
+            return false;
+    return true;
+}
+
 /* ---- relay.additional_placement ------------------------------------------- */
 
 /* One "column:placement[:name]" item of @p len bytes at @p item into slot @p i. */
@@ -366,11 +389,17 @@ static int placement_item(const char *item, size_t len, struct event_placement *
         *name++ = '\0';
     else
         name = col; /* without a name, the column's */
-    bool envelope = !strcmp(where, "envelope");
-    if (!envelope && strcmp(where, "header") != 0)
+    static const char *const places[] = { [EVENT_PLACE_HEADER] = "header",
+                                          [EVENT_PLACE_ENVELOPE] = "envelope",
+                                          [EVENT_PLACE_PARTITION] = "partition" };
+    int place = 0;
+    while (place < 3 && strcmp(where, places[place]) != 0)
+        place++;
+    if (place == 3)
         return errbuf_fail(errbuf, errlen,
-                           "placement \"%s:%s:%s\": the placement is header or envelope", col,
-                           where, name);
+                           "placement \"%s:%s:%s\": the placement is header, envelope or "
+                           "partition", col, where, name);
+    bool envelope = place == EVENT_PLACE_ENVELOPE;
     if (!*col || !*name || strlen(col) >= EVENT_PLACEMENT_NAME ||
         strlen(name) >= EVENT_PLACEMENT_NAME)
         return errbuf_fail(errbuf, errlen, "placement \"%s:%s:%s\": empty or too long a name",
@@ -385,7 +414,7 @@ static int placement_item(const char *item, size_t len, struct event_placement *
         return errbuf_fail(errbuf, errlen, "more than %d placements", EVENT_PLACEMENT_MAX);
     snprintf(out->column[i], EVENT_PLACEMENT_NAME, "%s", col);
     snprintf(out->name[i], EVENT_PLACEMENT_NAME, "%s", name);
-    out->envelope[i] = envelope;
+    out->where[i] = (enum event_place)place;
     return 0;
 }
 

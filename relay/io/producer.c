@@ -286,7 +286,8 @@ int producer_start(struct producer *p, uv_loop_t *loop, const struct relay_confi
                                      .placement = &p->placement,
                                      .key_converter = cfg->key_converter,
                                      .value_converter = cfg->value_converter,
-                                     .expand_payload = cfg->expand_json_payload };
+                                     .expand_payload = cfg->expand_json_payload,
+                                     .tombstone_on_empty = cfg->tombstone_on_empty_payload };
     p->loop = loop;
     p->report = report;
     p->arg = arg;
@@ -365,8 +366,10 @@ int producer_send(struct producer *p, const struct event_row *row, const char *t
     int rc = 0;
     if (p->style.key_converter == EVENT_CONVERTER_JSON && !(rc = connect_key(row, &p->style, &p->key)))
         key = p->key.buf, keylen = p->key.len;
-    if (!rc && p->style.value_converter == EVENT_CONVERTER_JSON &&
-        !(rc = connect_value(row, &p->style, &p->value, errbuf, errlen)))
+    if (event_row_tombstone(row, &p->style))
+        value = NULL, valuelen = 0;
+    else if (!rc && p->style.value_converter == EVENT_CONVERTER_JSON &&
+             !(rc = connect_value(row, &p->style, &p->value, errbuf, errlen)))
         value = p->value.buf, valuelen = p->value.len;
     rd_kafka_headers_t *hdrs = NULL;
     if (!rc)
@@ -377,6 +380,7 @@ int producer_send(struct producer *p, const struct event_row *row, const char *t
     rd_kafka_resp_err_t err = rd_kafka_producev(
         p->rk,
         RD_KAFKA_V_TOPIC(topic),
+        RD_KAFKA_V_PARTITION(event_row_partition(row, &p->style)),
         RD_KAFKA_V_KEY(key, keylen),
         RD_KAFKA_V_VALUE((void *)value, valuelen),
         RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),

@@ -569,7 +569,7 @@ def bad_input():
 
 
 JSON_TABLE = "dbzj_" + RUN
-JSON_PLACEMENT = "tenant:envelope,version:envelope:v,type:header:eventType"
+JSON_PLACEMENT = "tenant:envelope,version:envelope:v,type:header:eventType,part:partition"
 JSON_CONVERTERS = ["key.converter=org.apache.kafka.connect.json.JsonConverter",
                    "key.converter.schemas.enable=false",
                    "value.converter=org.apache.kafka.connect.json.JsonConverter",
@@ -601,8 +601,8 @@ def write_rows_json():
     c = psycopg2.connect(PG)
     cur = c.cursor()
     ins = ('INSERT INTO "%s" (id, aggregatetype, aggregateid, type, payload, "timestamp", '
-           "tenant, version) VALUES (%%s, %%s, %%s, %%s, %%s::jsonb, "
-           "TIMESTAMP '2026-03-01 12:00:00' + %%s * INTERVAL '1 ms', %%s, %%s)" % JSON_TABLE)
+           "tenant, version, part) VALUES (%%s, %%s, %%s, %%s, %%s::jsonb, "
+           "TIMESTAMP '2026-03-01 12:00:00' + %%s * INTERVAL '1 ms', %%s, %%s, %%s)" % JSON_TABLE)
     n = 0
     for i in range(3 * len(JSON_PAYLOADS)):
         kind = TYPES[i % len(TYPES)]
@@ -610,7 +610,8 @@ def write_rows_json():
         tenant = None if i % 4 == 1 else "t%d" % (i % 3)
         version = None if i % 6 == 2 else i
         cur.execute(ins, (str(uuid.uuid4()), kind, key, "Ev%d" % (i % 2),
-                          JSON_PAYLOADS[i % len(JSON_PAYLOADS)], i, tenant, version))
+                          JSON_PAYLOADS[i % len(JSON_PAYLOADS)], i, tenant, version,
+                          None if i % 3 else i % PARTITIONS))
         n += 1
         if i % 2:
             c.commit()
@@ -625,14 +626,15 @@ def json_round():
     dbz, rly = "dbzj_" + RUN + "_c", "rlyj_" + RUN
     sql('CREATE TABLE "%s" (id uuid PRIMARY KEY, aggregatetype varchar(255) NOT NULL, '
         'aggregateid varchar(255), type varchar(255) NOT NULL, payload jsonb, '
-        '"timestamp" timestamp NOT NULL, tenant varchar(64), version int)' % JSON_TABLE)
+        '"timestamp" timestamp NOT NULL, tenant varchar(64), version int, part int)' % JSON_TABLE)
     topics_dbz = create_topics([dbz])
     topics_rly = create_topics([rly])
     connect_dir = os.path.join(WORK, "connect-json")
     args = relay_args(rly) + ["-X", "relay.table=" + JSON_TABLE,
                               "-X", "relay.additional_placement=" + JSON_PLACEMENT,
                               "-X", "relay.key_converter=json", "-X", "relay.value_converter=json",
-                              "-X", "relay.expand_json_payload=true"]
+                              "-X", "relay.expand_json_payload=true",
+                              "-X", "relay.tombstone_on_empty_payload=true"]
     relay = None
     try:
         sets = []
@@ -640,6 +642,7 @@ def json_round():
                 "transforms.outbox.table.field.event.timestamp=timestamp",
                 "transforms.outbox.table.fields.additional.placement=" + JSON_PLACEMENT,
                 "transforms.outbox.table.expand.json.payload=true",
+                "transforms.outbox.route.tombstone.on.empty.payload=true",
                 "extended.headers.enabled=false", "poll.interval.ms=50"]:
             sets += ["--set", kv]
         subprocess.run([DEBEZIUM_SH, "start", connect_dir, "--pg", PG, "--bootstrap", KAFKA,

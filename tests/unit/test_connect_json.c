@@ -198,9 +198,9 @@ Test(connect_json, placement_parses_envelope_and_default_names)
     struct event_placement pl = envelope_placement();
     cr_assert_eq(pl.n, 3);
     cr_assert_str_eq(pl.name[0], "tenant");
-    cr_assert(pl.envelope[0]);
+    cr_assert_eq(pl.where[0], EVENT_PLACE_ENVELOPE);
     cr_assert_str_eq(pl.name[1], "eventType");
-    cr_assert(!pl.envelope[1]);
+    cr_assert_eq(pl.where[1], EVENT_PLACE_HEADER);
     cr_assert_str_eq(pl.name[2], "version");
     cr_assert_eq(event_placement_parse("x:envelope:payload", &pl, err, sizeof err), -EINVAL);
     cr_assert_eq(event_placement_parse("x:body:y", &pl, err, sizeof err), -EINVAL);

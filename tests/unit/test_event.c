@@ -390,13 +390,15 @@ Test(event, additional_placement_items)
     cr_assert_str_eq(pl.column[1], "tenant");
     cr_assert_str_eq(pl.name[0], "eventType");
     cr_assert_eq(event_placement_parse("type:envelope:t", &pl, why, sizeof why), 0, "%s", why);
-    cr_assert(pl.envelope[0]);
+    cr_assert_eq(pl.where[0], EVENT_PLACE_ENVELOPE);
     /* without a name, the column's, as the Event Router names it */
     cr_assert_eq(event_placement_parse("type:header", &pl, why, sizeof why), 0, "%s", why);
     cr_assert_str_eq(pl.name[0], "type");
-    cr_assert(!pl.envelope[0]);
+    cr_assert_eq(pl.where[0], EVENT_PLACE_HEADER);
+    cr_assert_eq(event_placement_parse("part:partition", &pl, why, sizeof why), 0, "%s", why);
+    cr_assert_eq(pl.where[0], EVENT_PLACE_PARTITION);
     cr_assert_eq(event_placement_parse("type:body:t", &pl, why, sizeof why), -EINVAL);
-    cr_assert_not_null(strstr(why, "header or envelope"), "%s", why);
+    cr_assert_not_null(strstr(why, "header, envelope or partition"), "%s", why);
 }
 
 Test(event, debezium_style_headers)
@@ -418,4 +420,28 @@ Test(event, debezium_style_headers)
     cr_assert_str_eq(name, "tenant");
     cr_assert_null(v);
     rd_kafka_headers_destroy(h);
+}
+
+Test(event, partition_and_tombstone_of_a_styled_row)
+{
+    struct event_placement pl;
+    char why[256];
+    cr_assert_eq(event_placement_parse("t:header,p:partition", &pl, why, sizeof why), 0, "%s", why);
+    struct event_style style = { .placement = &pl };
+    struct event_row row = { .n_placed = 2, .placed = { "x", "3" } };
+    cr_assert_eq(event_row_partition(&row, &style), 3);
+    row.placed[1] = NULL; /* NULL: the partitioner's choice, by key */
+    cr_assert_eq(event_row_partition(&row, &style), RD_KAFKA_PARTITION_UA);
+    style.placement = NULL;
+    cr_assert_eq(event_row_partition(&row, &style), RD_KAFKA_PARTITION_UA);
+
+    row.payload = " \n\t";
+    row.payload_len = 3;
+    cr_assert(!event_row_tombstone(&row, &style));
+    style.tombstone_on_empty = true;
+    cr_assert(event_row_tombstone(&row, &style));
+    row.payload = NULL;
+    cr_assert(event_row_tombstone(&row, &style));
+    row.payload = " {}";
+    cr_assert(!event_row_tombstone(&row, &style));
 }
