@@ -143,13 +143,16 @@ static bool parse_string(struct tree *t, size_t *off, size_t *len)
 {
     *off = t->text.len;
     while (t->in < t->end && *t->in != '"') {
+        const char *run = t->in;
+        while (t->in < t->end && *t->in != '"' && *t->in != '\\' &&
+               (unsigned char)*t->in >= 0x20)
+            t->in++;
+        strbuf_add(&t->text, run, (size_t)(t->in - run));
+        if (t->in >= t->end || *t->in == '"')
+            break;
         unsigned char c = (unsigned char)*t->in++;
         if (c < 0x20)
             return false; /* unescaped control characters are not JSON */
-        if (c != '\\') {
-            strbuf_add(&t->text, (const char *)&c, 1);
-            continue;
-        }
         if (t->in >= t->end)
             return false;
         char e = *t->in++;

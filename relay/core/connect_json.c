@@ -5,6 +5,7 @@
 #include "core/connect_json.h"
 
 #include <errno.h>
+#include <float.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
@@ -80,36 +81,48 @@ void connect_json_string(struct strbuf *out, const char *s, size_t len)
     strbuf_add(out, "\"", 1);
 }
 
-/* The shortest digits of @p d (positive, finite) that read back as @p d, at
- * least two: into @p digits (no point), the decimal exponent of the first
- * digit into *exp10. @return the count of digits. */
-static int shortest_digits(double d, char digits[24], int *exp10)
+/* The digits of "%e" text @p buf into @p digits, without trailing zeros;
+ * its exponent into *exp10. @return the count of digits. */
+static int e_digits(const char *buf, char digits[24], int *exp10)
 {
-    char buf[40];
-    int prec = 1;
-    for (; prec <= 17; prec++) {
-        snprintf(buf, sizeof buf, "%.*e", prec - 1, d);
-        if (strtod(buf, NULL) == d)
-            break;
-    }
-    /* Java writes at least two digits and takes the closest two-digit
-     * decimal when one digit would do (4.9E-324, not 5.0E-324). */
-    if (prec < 2) {
-        snprintf(buf, sizeof buf, "%.1e", d);
-        if (strtod(buf, NULL) != d)
-            snprintf(buf, sizeof buf, "%.0e", d);
-        prec = 2;
-    }
     int n = 0;
     const char *p = buf;
     for (; *p && *p != 'e'; p++)
-        if (*p >= '0' && *p <= '9')
+        if (*p >= '0' && *p <= '9' && n < 23)
             digits[n++] = *p;
     *exp10 = atoi(p + 1);
     while (n > 1 && digits[n - 1] == '0')
         n--;
     digits[n] = '\0';
     return n;
+}
+
+/* The shortest digits of @p d (positive, finite) that read back as @p d, at
+ * least two, as Java 19 and later choose them. @return their count. */
+static int shortest_digits(double d, char digits[24], int *exp10)
+{
+    char buf[40];
+    /* Any decimal of up to 15 significant digits reads back from a double
+     * as the same 15 digits: when those read back as d, the shortest digits
+     * are them without trailing zeros. Else 16 or 17 digits are needed. */
+    int prec = d >= DBL_MIN ? 15 : 1; /* subnormals hold fewer digits */
+    for (; prec < 17; prec++) {
+        snprintf(buf, sizeof buf, "%.*e", prec - 1, d);
+        if (strtod(buf, NULL) == d)
+            break;
+    }
+    if (prec == 17)
+        snprintf(buf, sizeof buf, "%.16e", d);
+    if (prec < 15 && prec > 1)
+        return e_digits(buf, digits, exp10);
+    if (e_digits(buf, digits, exp10) > 1)
+        return (int)strlen(digits);
+    /* Java writes at least two digits and takes the closest two-digit
+     * decimal when one digit would do (4.9E-324, not 5.0E-324). */
+    snprintf(buf, sizeof buf, "%.1e", d);
+    if (strtod(buf, NULL) != d)
+        snprintf(buf, sizeof buf, "%.0e", d);
+    return e_digits(buf, digits, exp10);
 }
 
 void connect_json_double(struct strbuf *out, double d)
