@@ -411,10 +411,20 @@ static int run_relay(struct relay_config *cfg, struct config_source *src)
     }
     /* The debezium profile reads the application's table: one missing or
      * mistyped column would make every event poison, so say it now. */
-    if (profile_check(cfg, why, sizeof why) == -EINVAL) {
+    int prc = profile_check(cfg, &cfg->connect_columns, why, sizeof why);
+    if (prc == -EINVAL) {
         log_error("refusing to relay", "reason=%s", log_quote(why));
         fprintf(stderr, "outbox-relay: configuration rejected: %s\n", why);
         return EXIT_CONFIG;
+    }
+    /* JsonConverter's schemas say whether a column is nullable: without the
+     * catalog the relay cannot write them. */
+    if (prc < 0 && (cfg->key_converter == EVENT_CONVERTER_JSON_SCHEMA ||
+                    cfg->value_converter == EVENT_CONVERTER_JSON_SCHEMA)) {
+        log_error("refusing to relay", "reason=%s",
+                  log_quote("json_with_schema needs the table's columns at start and "
+                            "PostgreSQL is not reachable"));
+        return EXIT_UNAVAILABLE;
     }
     return relay_run(cfg, load_config, src);
 }

@@ -8,11 +8,14 @@
 #include "config/config.h"
 
 /** Connects (blocking) and checks that the table has every column @p cfg
- *  reads, of a type whose text is the bytes Debezium would publish.
- *  Nothing to check in the outbox profile.
+ *  reads, of a type whose text is the bytes Debezium would publish, and
+ *  reads into @p cols what JsonConverter's schemas say of the key's and the
+ *  payload's columns (cols->known once read). Nothing to check in the
+ *  outbox profile.
  *  @return 0 (fit, or nothing to check), -EINVAL with @p why naming the
  *  column (refuse to start), -EHOSTUNREACH (PostgreSQL not reachable: the
- *  relay's own reconnects take over). */
-int profile_check(const struct relay_config *cfg, char *why, size_t len);
+ *  relay's own reconnects take over, unless it needs @p cols). */
+int profile_check(const struct relay_config *cfg, struct connect_columns *cols, char *why,
+                  size_t len);
 
 #endif

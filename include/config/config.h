@@ -14,6 +14,7 @@
 
 #include "base/log.h"
 #include "core/engine.h"
+#include "core/connect_json.h"
 #include "core/event.h"
 
 #define CONFIG_DEFAULT_PATH "/etc/outbox-relay/outbox-relay.conf"
@@ -120,6 +121,10 @@ struct relay_config {
     enum event_converter value_converter; /* default string */
     int expand_json_payload;    /* bool: value_converter json, the payload expanded */
     int tombstone_on_empty_payload; /* bool: a NULL or blank payload is a tombstone */
+    /* Not a key: the debezium profile's key and payload columns as the
+     * catalog describes them, read at start (profile_check) for
+     * JsonConverter's schemas. */
+    struct connect_columns connect_columns;
 
     /* [http] */
     char *http_listen;          /* status endpoint, default "127.0.0.1:8423"; "" = disabled */

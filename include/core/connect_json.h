@@ -21,6 +21,32 @@
 #include "base/strbuf.h"
 #include "core/event.h"
 
+/** The Connect schema Debezium's PostgreSQL connector gives a column. */
+enum connect_type {
+    CONNECT_STRING = 0,  /* text, varchar, bpchar */
+    CONNECT_JSON,        /* json, jsonb: a string named io.debezium.data.Json */
+    CONNECT_UUID,        /* uuid: a string named io.debezium.data.Uuid */
+    CONNECT_INT16,
+    CONNECT_INT32,
+    CONNECT_INT64,
+};
+
+struct connect_column {
+    enum connect_type type;
+    bool optional;       /* the column is nullable */
+};
+
+/** What JsonConverter with schemas.enable = true writes for the key's and
+ *  the payload's columns (read from the catalog at start). */
+struct connect_columns {
+    bool known;
+    struct connect_column key, payload;
+};
+
+/** @return the enum connect_type of PostgreSQL type @p typname (pg_type.typname),
+ *  -1 for one Debezium maps otherwise. */
+int connect_type_of(const char *typname);
+
 /** Appends @p len bytes of UTF-8 at @p s as a JSON string, as Jackson writes it. */
 void connect_json_string(struct strbuf *out, const char *s, size_t len);
 
@@ -32,14 +58,16 @@ void connect_json_double(struct strbuf *out, double d);
 
 /** The key of @p row's message under @p style into @p out, when the key
  *  converter is json: the aggregate id as a JSON string, or null (the
- *  four bytes) for a NULL aggregate id. @return 0 or -ENOMEM. */
+ *  four bytes) for a NULL aggregate id; with schemas, in {"schema":
+ *  <the column's>, "payload": ...}. @return 0 or -ENOMEM. */
 int connect_key(const struct event_row *row, const struct event_style *style,
                 struct strbuf *out);
 
 /** The value of @p row's message under @p style into @p out, when the value
  *  converter is json: the payload (a JSON string, its expansion, or null),
  *  alone or in the envelope {"payload": ..., "<name>": <column>, ...} of the
- *  columns placed in it. @return 0; -EINVAL with errbuf for a payload
+ *  columns placed in it; with schemas (no envelope), in {"schema": <the
+ *  column's or the expansion's>, "payload": ...}. @return 0; -EINVAL with errbuf for a payload
  *  Debezium's task fails on (connect_json_expand()); -ENOMEM. */
 int connect_value(const struct event_row *row, const struct event_style *style,
                   struct strbuf *out, char *errbuf, size_t errlen);

@@ -31,9 +31,12 @@ struct event_placement {
 /** What a Kafka Connect converter makes of the key or the value
  *  (relay.key_converter, relay.value_converter). */
 enum event_converter {
-    EVENT_CONVERTER_STRING = 0, /* StringConverter: the column's text as it is */
-    EVENT_CONVERTER_JSON,       /* JsonConverter, schemas.enable = false (core/connect_json.h) */
+    EVENT_CONVERTER_STRING = 0,  /* StringConverter: the column's text as it is */
+    EVENT_CONVERTER_JSON,        /* JsonConverter, schemas.enable = false (core/connect_json.h) */
+    EVENT_CONVERTER_JSON_SCHEMA, /* JsonConverter, schemas.enable = true: {"schema", "payload"} */
 };
+
+struct connect_columns;
 
 /** Parses @p spec ("" = none) into @p out. @return 0 or -EINVAL (errbuf says
  *  why). */
@@ -121,6 +124,9 @@ struct event_style {
     enum event_converter key_converter, value_converter;
     bool expand_payload;                     /* value_converter json: the payload expanded */
     bool tombstone_on_empty;                 /* a NULL or blank payload: no value at all */
+    const char *payload_column;              /* the root of an expanded payload's schema names */
+    const struct connect_columns *columns;   /* the key's and payload's column schemas, for
+                                                EVENT_CONVERTER_JSON_SCHEMA */
 };
 
 /** The partition @p row's message goes to under @p style: the value of its

@@ -72,8 +72,46 @@ static int check_one(const PGresult *res, const struct relay_config *cfg, const 
                        cfg->schema, cfg->table, n->column, n->key);
 }
 
-static int check_columns(const PGresult *res, const struct relay_config *cfg, char *why,
-                         size_t len)
+/* What JsonConverter's schemas say of column @p name (@p key its setting):
+ * its type and whether it is nullable. A DEFAULT would be in Debezium's
+ * schema, which the relay does not write. */
+static int column_facts(const PGresult *res, const struct relay_config *cfg, const char *key,
+                        const char *name, struct connect_column *out, char *why, size_t len)
+{
+    for (int i = 0; i < PQntuples(res); i++) {
+        if (strcmp(PQgetvalue(res, i, 0), name) != 0)
+            continue;
+        int type = connect_type_of(PQgetvalue(res, i, 1));
+        if (type < 0)
+            break; /* check_one() said so */
+        if (!strcmp(PQgetvalue(res, i, 3), "t"))
+            return errbuf_fail(why, len,
+                               "column \"%s\" of \"%s\".\"%s\" (%s) has a DEFAULT, which "
+                               "Debezium writes into the schema of json_with_schema: not "
+                               "supported", name, cfg->schema, cfg->table, key);
+        *out = (struct connect_column){ .type = (enum connect_type)type,
+                                        .optional = strcmp(PQgetvalue(res, i, 2), "t") != 0 };
+        return 0;
+    }
+    return 0;
+}
+
+static int schema_facts(const PGresult *res, const struct relay_config *cfg,
+                        struct connect_columns *cols, char *why, size_t len)
+{
+    int rc = 0;
+    if (cfg->key_converter == EVENT_CONVERTER_JSON_SCHEMA)
+        rc = column_facts(res, cfg, "relay.column_aggregate_id", cfg->column_aggregate_id,
+                          &cols->key, why, len);
+    if (!rc && cfg->value_converter == EVENT_CONVERTER_JSON_SCHEMA)
+        rc = column_facts(res, cfg, "relay.column_payload", cfg->column_payload, &cols->payload,
+                          why, len);
+    cols->known = rc == 0;
+    return rc;
+}
+
+static int check_columns(const PGresult *res, const struct relay_config *cfg,
+                         struct connect_columns *cols, char *why, size_t len)
 {
     if (PQntuples(res) == 0)
         return errbuf_fail(why, len, "the outbox table \"%s\".\"%s\" does not exist", cfg->schema,
@@ -97,11 +135,13 @@ static int check_columns(const PGresult *res, const struct relay_config *cfg, ch
     for (size_t i = 0; i < n; i++)
         if (check_one(res, cfg, &needs[i], why, len) < 0)
             return -EINVAL;
-    return 0;
+    return schema_facts(res, cfg, cols, why, len);
 }
 
-int profile_check(const struct relay_config *cfg, char *why, size_t len)
+int profile_check(const struct relay_config *cfg, struct connect_columns *cols, char *why,
+                  size_t len)
 {
+    memset(cols, 0, sizeof *cols);
     if (cfg->profile != RELAY_PROFILE_DEBEZIUM)
         return 0;
     PGconn *conn = PQconnectdb(cfg->pg_conninfo);
@@ -115,7 +155,7 @@ int profile_check(const struct relay_config *cfg, char *why, size_t len)
     snprintf(qualified, sizeof qualified, "%s.%s", qschema, qtable);
     const char *params[] = {qualified};
     PGresult *res = PQexecParams(conn, sql_table_columns, 1, NULL, params, NULL, NULL, 0);
-    int rc = PQresultStatus(res) == PGRES_TUPLES_OK ? check_columns(res, cfg, why, len)
+    int rc = PQresultStatus(res) == PGRES_TUPLES_OK ? check_columns(res, cfg, cols, why, len)
                                                     : -EHOSTUNREACH;
     PQclear(res);
     PQfinish(conn);

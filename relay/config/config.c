@@ -523,8 +523,8 @@ static int profile_validate(const struct relay_config *cfg, char *errbuf, size_t
                            "relay.retention must be 0 with relay.profile = debezium: Debezium's "
                            "table has no created_at to expire rows by (delete them in the "
                            "transaction that inserts them)");
-    bool json = cfg->key_converter == EVENT_CONVERTER_JSON ||
-                cfg->value_converter == EVENT_CONVERTER_JSON || cfg->expand_json_payload ||
+    bool json = cfg->key_converter != EVENT_CONVERTER_STRING ||
+                cfg->value_converter != EVENT_CONVERTER_STRING || cfg->expand_json_payload ||
                 cfg->tombstone_on_empty_payload;
     if (json && cfg->profile != RELAY_PROFILE_DEBEZIUM)
         return errbuf_fail(errbuf, errlen,
@@ -537,11 +537,17 @@ static int profile_validate(const struct relay_config *cfg, char *errbuf, size_t
     if (event_placement_parse(cfg->additional_placement, &pl, NULL, 0) == 0)
         for (size_t i = 0; i < pl.n; i++)
             envelope |= pl.where[i] == EVENT_PLACE_ENVELOPE;
-    if ((envelope || cfg->expand_json_payload) && cfg->value_converter != EVENT_CONVERTER_JSON)
+    if ((envelope || cfg->expand_json_payload) && cfg->value_converter == EVENT_CONVERTER_STRING)
         return errbuf_fail(errbuf, errlen,
-                           "%s needs relay.value_converter = json: with StringConverter the "
-                           "Event Router writes a Connect struct's toString(), not JSON",
+                           "%s needs relay.value_converter = json or json_with_schema: with "
+                           "StringConverter the Event Router writes a Connect struct's "
+                           "toString(), not JSON",
                            envelope ? "envelope placement" : "relay.expand_json_payload");
+    if (envelope && cfg->value_converter == EVENT_CONVERTER_JSON_SCHEMA)
+        return errbuf_fail(errbuf, errlen,
+                           "envelope placement with relay.value_converter = json_with_schema is "
+                           "not supported: the envelope's schema is named after the connector's "
+                           "topic.prefix");
     if (cfg->capture == RELAY_CAPTURE_POLL && !columns_default(cfg))
         return errbuf_fail(errbuf, errlen,
                            "relay.column_* and relay.additional_placement need relay.capture = "

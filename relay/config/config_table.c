@@ -37,8 +37,8 @@ static const char *const capture_modes[] = {"poll", "wal", NULL};
 _Static_assert(RELAY_CAPTURE_WAL == 1, "capture_modes must follow enum relay_capture");
 static const char *const profiles[] = {"outbox", "debezium", NULL};
 _Static_assert(RELAY_PROFILE_DEBEZIUM == 1, "profiles must follow enum relay_profile");
-static const char *const converters[] = {"string", "json", NULL};
-_Static_assert(EVENT_CONVERTER_JSON == 1, "converters must follow enum event_converter");
+static const char *const converters[] = {"string", "json", "json_with_schema", NULL};
+_Static_assert(EVENT_CONVERTER_JSON_SCHEMA == 2, "converters must follow enum event_converter");
 static const char *const log_formats[] = {"logfmt", "json", NULL};
 _Static_assert(LOG_FORMAT_JSON == 1, "log_formats must follow enum log_format");
 /* Indexed by enum log_level; log_level_parse() is the parser. */
@@ -108,7 +108,7 @@ const struct param config_params[] = {
     STR("relay", "column_payload", column_payload, "payload", check_ident, RESTART,
         "capture=wal: the column of the message value (debezium: payload)"),
     BOOL("relay", "expand_json_payload", expand_json_payload, "false", RESTART,
-         "debezium, value_converter = json: a payload holding a JSON object is written as that "
+         "debezium, value_converter = json*: a payload holding a JSON object is written as that "
          "object (the Event Router's table.expand.json.payload = true)"),
     ENUM("relay", "fencing", fencing, "transactional", fencing_modes, RESTART,
          "keep a deposed leader from publishing: transactional (Kafka transactions) or none"),
@@ -118,8 +118,8 @@ const struct param config_params[] = {
     STR("relay", "id_header", id_header, "", NULL, RESTART,
         "a header carrying the event id, \"\" = none (debezium: id)"),
     ENUM("relay", "key_converter", key_converter, "string", converters, RESTART,
-         "debezium: the key as Connect's key.converter writes it: string (StringConverter: "
-         "the id's text) or json (JsonConverter, schemas.enable=false: a JSON string)"),
+         "debezium: the key as Connect's key.converter writes it: string (StringConverter), "
+         "json (JsonConverter, schemas.enable=false) or json_with_schema"),
     INT("relay", "max_attempts", max_attempts, "10", 1, 1000000, "attempts", RELOAD,
         "retriable failures of a row before on_poison applies (permanent errors: 1)"),
     STR("relay", "message_prefix", message_prefix, "outbox", NULL, RESTART,
@@ -166,8 +166,8 @@ const struct param config_params[] = {
         "topic template for rows without a topic (${aggregate_type} or ${routedByValue}, "
         "${event_type})"),
     ENUM("relay", "value_converter", value_converter, "string", converters, RESTART,
-         "debezium: the value as Connect's value.converter writes it: string (StringConverter: "
-         "the payload's text) or json (JsonConverter, schemas.enable=false)"),
+         "debezium: the value as Connect's value.converter writes it: string (StringConverter), "
+         "json (JsonConverter, schemas.enable=false) or json_with_schema"),
 
     STR("http", "listen", http_listen, "127.0.0.1:8423", listen_addr_check, RESTART,
         "IPv4:port or [IPv6]:port of the status endpoint (\"\" = disabled)"),

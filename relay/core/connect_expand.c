@@ -36,11 +36,20 @@ struct jnode {
 
 enum stype { S_BOOL = 1, S_INT32, S_INT64, S_FLOAT64, S_STRING, S_ARRAY, S_STRUCT };
 
+/* A schema's name: the key path of the member it came from (JsonSchemaData's
+ * "payload.lineItems"), in tree.text; unset for the elements of an array of
+ * arrays, whose key is null there. */
+struct skey {
+    bool set;
+    size_t off, len;
+};
+
 struct jschema {
     enum stype t;
     uint32_t elem;          /* S_ARRAY: the elements' schema */
     uint32_t field;         /* S_STRUCT: the first field */
     bool required;          /* a struct merged from several: null is not a value of it */
+    struct skey name;       /* S_STRUCT */
 };
 
 struct jfield {
@@ -57,6 +66,7 @@ struct tree {
     size_t n_schema, cap_schema;
     struct jfield *field;
     size_t n_field, cap_field;
+    bool names;             /* the schema is written too: structs need their names */
     bool oom;
 };
 
@@ -386,7 +396,31 @@ static int add_field(struct tree *t, uint32_t s, size_t key, size_t key_len, uin
     return 0;
 }
 
-static int infer(struct tree *t, uint32_t n, uint32_t *out);
+static int infer(struct tree *t, uint32_t n, struct skey key, uint32_t *out);
+
+/* The key of member @p name (@p name_len bytes in tree.text) under @p key:
+ * "<key>.<name>", or the name alone under a null or blank key. */
+static int child_key(struct tree *t, struct skey key, size_t name, size_t name_len,
+                     struct skey *out)
+{
+    bool prefix = false;
+    for (size_t i = 0; key.set && i < key.len; i++)
+        prefix |= (unsigned char)t->text.buf[key.off + i] > ' ';
+    size_t total = (prefix ? key.len + 1 : 0) + name_len, o = 0;
+    char *tmp = malloc(total ? total : 1); /* tree.text may move as it grows */
+    if (!tmp)
+        return -ENOMEM;
+    if (prefix) {
+        memcpy(tmp, t->text.buf + key.off, key.len);
+        o = key.len;
+        tmp[o++] = '.';
+    }
+    memcpy(tmp + o, t->text.buf + name, name_len);
+    *out = (struct skey){ .set = true, .off = t->text.len, .len = total };
+    strbuf_add(&t->text, tmp, total);
+    free(tmp);
+    return t->text.oom ? -ENOMEM : 0;
+}
 
 static enum stype number_type(enum jkind k)
 {
@@ -412,7 +446,7 @@ static bool same_node_type(enum jkind a, enum jkind b)
  * in the order of the elements (the Event Router merges them in a hash
  * set's order, which only matters when two objects list new members in
  * different orders). */
-static int infer_elements(struct tree *t, uint32_t n, uint32_t *out)
+static int infer_elements(struct tree *t, uint32_t n, struct skey key, uint32_t *out)
 {
     uint32_t ref = 0;
     for (uint32_t e = t->node[n].child; e; e = t->node[e].next) {
@@ -428,13 +462,13 @@ static int infer_elements(struct tree *t, uint32_t n, uint32_t *out)
     if (!ref)
         return KEEP_TEXT;
     if (t->node[ref].kind != J_OBJECT) {
-        int rc = infer(t, ref, out);
+        int rc = infer(t, ref, (struct skey){ 0 }, out);
         return rc < 0 ? rc : *out ? 0 : KEEP_TEXT;
     }
     uint32_t merged = 0, first = 0;
     for (uint32_t e = t->node[n].child; e; e = t->node[e].next) {
         uint32_t s;
-        int rc = t->node[e].kind == J_OBJECT ? infer(t, e, &s) : 1;
+        int rc = t->node[e].kind == J_OBJECT ? infer(t, e, key, &s) : 1;
         if (rc < 0)
             return rc;
         if (rc > 0)
@@ -450,7 +484,8 @@ static int infer_elements(struct tree *t, uint32_t n, uint32_t *out)
              * merged struct is required, and a null element fails the task. */
             if (!(merged = NEW_SCHEMA(t)))
                 return -ENOMEM;
-            t->schema[merged] = (struct jschema){ .t = S_STRUCT, .required = true };
+            t->schema[merged] = (struct jschema){ .t = S_STRUCT, .required = true,
+                                                  .name = t->schema[first].name };
             for (uint32_t f = t->schema[first].field; f && !rc; f = t->field[f].next)
                 rc = add_field(t, merged, t->field[f].key, t->field[f].key_len, t->field[f].schema);
         }
@@ -465,7 +500,7 @@ static int infer_elements(struct tree *t, uint32_t n, uint32_t *out)
 
 /* The schema of node @p n into *out, 0 when the Event Router leaves the
  * member out (null, an empty array). @return 0, KEEP_TEXT or -ENOMEM. */
-static int infer(struct tree *t, uint32_t n, uint32_t *out)
+static int infer(struct tree *t, uint32_t n, struct skey key, uint32_t *out)
 {
     *out = 0;
     enum jkind k = t->node[n].kind;
@@ -484,13 +519,17 @@ static int infer(struct tree *t, uint32_t n, uint32_t *out)
     else if (k == J_ARRAY) {
         t->schema[s].t = S_ARRAY;
         uint32_t elem = 0;
-        rc = infer_elements(t, n, &elem);
+        rc = infer_elements(t, n, key, &elem);
         t->schema[s].elem = elem;
     } else {
         t->schema[s].t = S_STRUCT;
+        t->schema[s].name = key;
         for (uint32_t m = t->node[n].child; m && !rc; m = t->node[m].next) {
             uint32_t ms;
-            if (!(rc = infer(t, m, &ms)) && ms)
+            struct skey mk = { 0 };
+            if (t->names)
+                rc = child_key(t, key, t->node[m].key, t->node[m].key_len, &mk);
+            if (!rc && !(rc = infer(t, m, mk, &ms)) && ms)
                 rc = add_field(t, s, t->node[m].key, t->node[m].key_len, ms);
         }
     }
@@ -594,31 +633,88 @@ static void tree_free(struct tree *t)
     free(t->field);
 }
 
-int connect_expand(struct strbuf *out, const char *json, size_t len, bool in_envelope,
-                        char *errbuf, size_t errlen)
+/* ---- the schema as JsonConverter writes it (schemas.enable = true) -------- */
+
+static void emit_schema(const struct tree *t, uint32_t s, const struct skey *field,
+                        struct strbuf *out)
+{
+    static const char *const type_names[] = { [S_BOOL] = "boolean", [S_INT32] = "int32",
+                                              [S_INT64] = "int64", [S_FLOAT64] = "double",
+                                              [S_STRING] = "string", [S_ARRAY] = "array",
+                                              [S_STRUCT] = "struct" };
+    const struct jschema *js = &t->schema[s];
+    strbuf_add(out, "{\"type\":", 8);
+    connect_json_string(out, type_names[js->t], strlen(type_names[js->t]));
+    if (js->t == S_ARRAY) {
+        strbuf_add(out, ",\"items\":", 9);
+        emit_schema(t, js->elem, NULL, out);
+    } else if (js->t == S_STRUCT) {
+        strbuf_add(out, ",\"fields\":[", 11);
+        for (uint32_t f = js->field; f; f = t->field[f].next) {
+            if (f != js->field)
+                strbuf_add(out, ",", 1);
+            struct skey name = { .set = true, .off = t->field[f].key, .len = t->field[f].key_len };
+            emit_schema(t, t->field[f].schema, &name, out);
+        }
+        strbuf_add(out, "]", 1);
+    }
+    if (js->required)
+        strbuf_add(out, ",\"optional\":false", 17);
+    else
+        strbuf_add(out, ",\"optional\":true", 16);
+    if (js->t == S_STRUCT && js->name.set) {
+        strbuf_add(out, ",\"name\":", 8);
+        connect_json_string(out, t->text.buf + js->name.off, js->name.len);
+    }
+    if (field) {
+        strbuf_add(out, ",\"field\":", 9);
+        connect_json_string(out, t->text.buf + field->off, field->len);
+    }
+    strbuf_add(out, "}", 1);
+}
+
+static void undo(struct strbuf *sb, size_t mark)
+{
+    if (!sb)
+        return;
+    sb->len = mark;
+    if (sb->buf)
+        sb->buf[mark] = '\0';
+}
+
+int connect_expand(struct strbuf *out, struct strbuf *schema_out, const char *root_name,
+                   const char *json, size_t len, bool in_envelope, char *errbuf, size_t errlen)
 {
     /* The Event Router parses only what starts with '{' or '[', and Jackson
      * reads the first value, whatever follows it. */
     if (len == 0 || (json[0] != '{' && json[0] != '['))
-        return 0;
-    struct tree t = { .in = json, .end = json + len };
+        return CONNECT_EXPAND_KEPT;
+    struct tree t = { .in = json, .end = json + len, .names = schema_out != NULL };
+    struct skey root_key = { .set = true, .off = 0, .len = strlen(root_name) };
+    strbuf_add(&t.text, root_name, root_key.len);
     uint32_t root = parse_value(&t, 0), schema = 0;
-    int rc = t.oom || t.text.oom ? -ENOMEM : !root ? KEEP_TEXT : infer(&t, root, &schema);
-    if (rc == 0 && t.node[root].kind == J_ARRAY)
+    int rc = t.oom || t.text.oom ? -ENOMEM : !root ? KEEP_TEXT : infer(&t, root, root_key, &schema);
+    bool no_schema = false;
+    if (rc == 0 && t.node[root].kind == J_ARRAY) {
         /* The schema is an array's, the value cannot be a Struct: the task fails.
-         * An empty array has no schema: the text is kept, which only an
-         * envelope, built on the payload's schema, cannot hold. */
+         * An empty array has no schema: the text is kept, without one, which
+         * only an envelope, built on the payload's schema, cannot hold. */
         rc = schema || in_envelope ? value_fails(errbuf, errlen, "a top-level array") : KEEP_TEXT;
-    size_t mark = out->len;
+        no_schema = rc == KEEP_TEXT;
+    }
+    size_t mark = out->len, smark = schema_out ? schema_out->len : 0;
     if (rc == 0)
         rc = emit_struct(&t, root, schema, out, errbuf, errlen);
-    if (rc == 0 && out->oom)
+    if (rc == 0 && schema_out)
+        emit_schema(&t, schema, NULL, schema_out);
+    if (rc == 0 && (out->oom || (schema_out && schema_out->oom)))
         rc = -ENOMEM;
     if (rc != 0) {
-        out->len = mark;
-        if (out->buf)
-            out->buf[mark] = '\0';
+        undo(out, mark);
+        undo(schema_out, smark);
     }
     tree_free(&t);
-    return rc == KEEP_TEXT ? 0 : rc < 0 ? rc : 1;
+    return rc == KEEP_TEXT ? (no_schema ? CONNECT_EXPAND_KEPT_NO_SCHEMA : CONNECT_EXPAND_KEPT)
+           : rc < 0        ? rc
+                           : CONNECT_EXPAND_DONE;
 }

@@ -158,32 +158,91 @@ void connect_json_double(struct strbuf *out, double d)
 
 /* ---- a message's key and value ------------------------------------------- */
 
+int connect_type_of(const char *typname)
+{
+    static const struct {
+        const char *name;
+        enum connect_type type;
+    } types[] = {
+        {"text", CONNECT_STRING}, {"varchar", CONNECT_STRING}, {"bpchar", CONNECT_STRING},
+        {"json", CONNECT_JSON},   {"jsonb", CONNECT_JSON},     {"uuid", CONNECT_UUID},
+        {"int2", CONNECT_INT16},  {"int4", CONNECT_INT32},     {"int8", CONNECT_INT64},
+    };
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
+        if (!strcmp(typname, types[i].name))
+            return (int)types[i].type;
+    return -1;
+}
+
+/* The schema Debezium's PostgreSQL connector gives column @p c, as
+ * JsonConverter writes it: type, optional, then a logical type's name and version. */
+static void column_schema(struct strbuf *out, const struct connect_column *c)
+{
+    static const char *const types[] = { [CONNECT_STRING] = "string", [CONNECT_JSON] = "string",
+                                         [CONNECT_UUID] = "string", [CONNECT_INT16] = "int16",
+                                         [CONNECT_INT32] = "int32", [CONNECT_INT64] = "int64" };
+    strbuf_printf(out, "{\"type\":\"%s\",\"optional\":%s", types[c->type],
+                  c->optional ? "true" : "false");
+    if (c->type == CONNECT_JSON)
+        strbuf_printf(out, ",\"name\":\"io.debezium.data.Json\",\"version\":1");
+    else if (c->type == CONNECT_UUID)
+        strbuf_printf(out, ",\"name\":\"io.debezium.data.Uuid\",\"version\":1");
+    strbuf_add(out, "}", 1);
+}
+
+static const struct connect_columns no_columns;
+
 int connect_key(const struct event_row *row, const struct event_style *style,
                 struct strbuf *out)
 {
-    (void)style;
     strbuf_reset(out);
+    bool with_schema = style->key_converter == EVENT_CONVERTER_JSON_SCHEMA;
+    if (with_schema) {
+        strbuf_add(out, "{\"schema\":", 10);
+        column_schema(out, &(style->columns ? style->columns : &no_columns)->key);
+        strbuf_add(out, ",\"payload\":", 11);
+    }
     /* A NULL key under a schema of an optional string is written "null". */
     if (row->aggregate_id)
         connect_json_string(out, row->aggregate_id, strlen(row->aggregate_id));
     else
         strbuf_add(out, "null", 4);
+    if (with_schema)
+        strbuf_add(out, "}", 1);
     return out->oom ? -ENOMEM : 0;
 }
 
-/* The payload as JsonConverter writes it: null, its expansion, or a string. */
+/* The payload as JsonConverter writes it: null, its expansion, or a string;
+ * with schemas, {"schema": <its schema>, "payload": <it>}. */
 static int payload_value(const struct event_row *row, const struct event_style *style,
                          bool in_envelope, struct strbuf *out, char *errbuf, size_t errlen)
 {
-    if (!row->payload) {
-        strbuf_add(out, "null", 4);
-        return 0;
+    bool with_schema = style->value_converter == EVENT_CONVERTER_JSON_SCHEMA;
+    struct strbuf schema = { 0 }, value = { 0 }, *v = with_schema ? &value : out;
+    int rc = row->payload && style->expand_payload
+                 ? connect_expand(v, with_schema ? &schema : NULL,
+                                  style->payload_column ? style->payload_column : "payload",
+                                  row->payload, row->payload_len, in_envelope, errbuf, errlen)
+                 : CONNECT_EXPAND_KEPT;
+    if (rc >= 0 && rc != CONNECT_EXPAND_DONE) {
+        if (row->payload)
+            connect_json_string(v, row->payload, row->payload_len);
+        else
+            strbuf_add(v, "null", 4);
+        if (rc == CONNECT_EXPAND_KEPT_NO_SCHEMA)
+            strbuf_add(&schema, "null", 4);
+        else
+            column_schema(&schema, &(style->columns ? style->columns : &no_columns)->payload);
     }
-    int rc = style->expand_payload ? connect_expand(out, row->payload, row->payload_len,
-                                                         in_envelope, errbuf, errlen)
-                                   : 0;
-    if (rc == 0)
-        connect_json_string(out, row->payload, row->payload_len);
+    if (rc >= 0 && with_schema) {
+        strbuf_add(out, "{\"schema\":", 10);
+        strbuf_add(out, strbuf_str(&schema), schema.len);
+        strbuf_add(out, ",\"payload\":", 11);
+        strbuf_add(out, strbuf_str(&value), value.len);
+        strbuf_add(out, "}", 1);
+    }
+    strbuf_free(&schema);
+    strbuf_free(&value);
     return rc < 0 ? rc : 0;
 }
 

@@ -220,9 +220,11 @@ void sql_capture_free(struct sql_capture *s)
     memset(s, 0, sizeof *s);
 }
 
-/* The columns of a table and their types' names ($1: the table, quoted and
- * qualified, as regclass text): what relay.profile = debezium checks at start. */
+/* The columns of a table, their types' names, NOT NULL and DEFAULT ($1: the
+ * table, quoted and qualified, as regclass text): what relay.profile =
+ * debezium checks at start. */
 const char sql_table_columns[] =
-    "SELECT a.attname::text, t.typname::text FROM pg_catalog.pg_attribute AS a "
+    "SELECT a.attname::text, t.typname::text, a.attnotnull, a.atthasdef "
+    "FROM pg_catalog.pg_attribute AS a "
     "JOIN pg_catalog.pg_type AS t ON t.oid = a.atttypid "
     "WHERE a.attrelid = pg_catalog.to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped";

@@ -263,6 +263,22 @@ static void on_pipe(uv_poll_t *h, int status, int events)
     producer_poll(p);
 }
 
+/* The headers and bytes of relay.profile and its keys. */
+static void set_style(struct producer *p, const struct relay_config *cfg)
+{
+    /* Checked by the configuration's load: it cannot fail here. */
+    (void)event_placement_parse(cfg->additional_placement, &p->placement, NULL, 0);
+    p->style = (struct event_style){ .relay_headers = cfg->relay_headers,
+                                     .id_header = cfg->id_header,
+                                     .placement = &p->placement,
+                                     .key_converter = cfg->key_converter,
+                                     .value_converter = cfg->value_converter,
+                                     .expand_payload = cfg->expand_json_payload,
+                                     .tombstone_on_empty = cfg->tombstone_on_empty_payload,
+                                     .payload_column = cfg->column_payload,
+                                     .columns = &cfg->connect_columns };
+}
+
 int producer_start(struct producer *p, uv_loop_t *loop, const struct relay_config *cfg,
                    producer_report_cb report, void *arg, struct relay_stats *stats,
                    char *errbuf, size_t errlen)
@@ -279,15 +295,7 @@ int producer_start(struct producer *p, uv_loop_t *loop, const struct relay_confi
         stats_settle_published(stats, false); /* and its open transaction */
     }
     p->cfg = cfg;
-    /* Checked by the configuration's load: it cannot fail here. */
-    (void)event_placement_parse(cfg->additional_placement, &p->placement, NULL, 0);
-    p->style = (struct event_style){ .relay_headers = cfg->relay_headers,
-                                     .id_header = cfg->id_header,
-                                     .placement = &p->placement,
-                                     .key_converter = cfg->key_converter,
-                                     .value_converter = cfg->value_converter,
-                                     .expand_payload = cfg->expand_json_payload,
-                                     .tombstone_on_empty = cfg->tombstone_on_empty_payload };
+    set_style(p, cfg);
     p->loop = loop;
     p->report = report;
     p->arg = arg;
@@ -364,11 +372,12 @@ int producer_send(struct producer *p, const struct event_row *row, const char *t
     const char *key = row->aggregate_id, *value = row->payload;
     size_t keylen = key ? strlen(key) : 0, valuelen = value ? row->payload_len : 0;
     int rc = 0;
-    if (p->style.key_converter == EVENT_CONVERTER_JSON && !(rc = connect_key(row, &p->style, &p->key)))
+    if (p->style.key_converter != EVENT_CONVERTER_STRING &&
+        !(rc = connect_key(row, &p->style, &p->key)))
         key = p->key.buf, keylen = p->key.len;
     if (event_row_tombstone(row, &p->style))
         value = NULL, valuelen = 0;
-    else if (!rc && p->style.value_converter == EVENT_CONVERTER_JSON &&
+    else if (!rc && p->style.value_converter != EVENT_CONVERTER_STRING &&
              !(rc = connect_value(row, &p->style, &p->value, errbuf, errlen)))
         value = p->value.buf, valuelen = p->value.len;
     rd_kafka_headers_t *hdrs = NULL;

@@ -570,10 +570,14 @@ def bad_input():
 
 JSON_TABLE = "dbzj_" + RUN
 JSON_PLACEMENT = "tenant:envelope,version:envelope:v,type:header:eventType,part:partition"
-JSON_CONVERTERS = ["key.converter=org.apache.kafka.connect.json.JsonConverter",
-                   "key.converter.schemas.enable=false",
-                   "value.converter=org.apache.kafka.connect.json.JsonConverter",
-                   "value.converter.schemas.enable=false"]
+SCHEMA_PLACEMENT = "type:header:eventType,part:partition"
+
+
+def converters(schemas):
+    return ["key.converter=org.apache.kafka.connect.json.JsonConverter",
+            "key.converter.schemas.enable=%s" % str(schemas).lower(),
+            "value.converter=org.apache.kafka.connect.json.JsonConverter",
+            "value.converter.schemas.enable=%s" % str(schemas).lower()]
 
 # Payloads whose expansion differs in kind: members left out (null, empty
 # arrays), numbers of each width and doubles as Java writes them, escapes,
@@ -597,16 +601,16 @@ JSON_PAYLOADS = [
 ]
 
 
-def write_rows_json():
+def write_rows_json(table, null_keys):
     c = psycopg2.connect(PG)
     cur = c.cursor()
     ins = ('INSERT INTO "%s" (id, aggregatetype, aggregateid, type, payload, "timestamp", '
            "tenant, version, part) VALUES (%%s, %%s, %%s, %%s, %%s::jsonb, "
-           "TIMESTAMP '2026-03-01 12:00:00' + %%s * INTERVAL '1 ms', %%s, %%s, %%s)" % JSON_TABLE)
+           "TIMESTAMP '2026-03-01 12:00:00' + %%s * INTERVAL '1 ms', %%s, %%s, %%s)" % table)
     n = 0
     for i in range(3 * len(JSON_PAYLOADS)):
         kind = TYPES[i % len(TYPES)]
-        key = None if i % 11 == 4 else 'agg "%d"' % (i % 5)
+        key = None if null_keys and i % 11 == 4 else 'agg "%d"' % (i % 5)
         tenant = None if i % 4 == 1 else "t%d" % (i % 3)
         version = None if i % 6 == 2 else i
         cur.execute(ins, (str(uuid.uuid4()), kind, key, "Ev%d" % (i % 2),
@@ -620,37 +624,45 @@ def write_rows_json():
     return n
 
 
-def json_round():
-    """JsonConverter, expanded payloads and the envelope: returns a failure or None."""
+def json_round(schemas):
+    """JsonConverter, expanded payloads and the envelope (schemas.enable =
+    false), or expanded payloads with their schemas (schemas.enable = true,
+    the converter's default, no envelope, a NOT NULL key): returns a failure
+    or None."""
     t0 = time.time()
-    dbz, rly = "dbzj_" + RUN + "_c", "rlyj_" + RUN
+    tag = "s" if schemas else "j"
+    dbz, rly, table = "dbz%s_%s_c" % (tag, RUN), "rly%s_%s" % (tag, RUN), JSON_TABLE + tag
+    placement = SCHEMA_PLACEMENT if schemas else JSON_PLACEMENT
     sql('CREATE TABLE "%s" (id uuid PRIMARY KEY, aggregatetype varchar(255) NOT NULL, '
-        'aggregateid varchar(255), type varchar(255) NOT NULL, payload jsonb, '
-        '"timestamp" timestamp NOT NULL, tenant varchar(64), version int, part int)' % JSON_TABLE)
+        'aggregateid varchar(255)%s, type varchar(255) NOT NULL, payload jsonb, '
+        '"timestamp" timestamp NOT NULL, tenant varchar(64), version int, part int)' % (
+            table, " NOT NULL" if schemas else ""))
     topics_dbz = create_topics([dbz])
     topics_rly = create_topics([rly])
-    connect_dir = os.path.join(WORK, "connect-json")
-    args = relay_args(rly) + ["-X", "relay.table=" + JSON_TABLE,
-                              "-X", "relay.additional_placement=" + JSON_PLACEMENT,
-                              "-X", "relay.key_converter=json", "-X", "relay.value_converter=json",
+    connect_dir = os.path.join(WORK, "connect-" + tag)
+    conv = "json_with_schema" if schemas else "json"
+    args = relay_args(rly) + ["-X", "relay.table=" + table,
+                              "-X", "relay.additional_placement=" + placement,
+                              "-X", "relay.key_converter=" + conv,
+                              "-X", "relay.value_converter=" + conv,
                               "-X", "relay.expand_json_payload=true",
-                              "-X", "relay.tombstone_on_empty_payload=true"]
+                              "-X", "relay.tombstone_on_empty_payload=%s" % str(not schemas).lower()]
     relay = None
     try:
         sets = []
-        for kv in JSON_CONVERTERS + [
+        for kv in converters(schemas) + [
                 "transforms.outbox.table.field.event.timestamp=timestamp",
-                "transforms.outbox.table.fields.additional.placement=" + JSON_PLACEMENT,
+                "transforms.outbox.table.fields.additional.placement=" + placement,
                 "transforms.outbox.table.expand.json.payload=true",
-                "transforms.outbox.route.tombstone.on.empty.payload=true",
+                "transforms.outbox.route.tombstone.on.empty.payload=%s" % str(not schemas).lower(),
                 "extended.headers.enabled=false", "poll.interval.ms=50"]:
             sets += ["--set", kv]
         subprocess.run([DEBEZIUM_SH, "start", connect_dir, "--pg", PG, "--bootstrap", KAFKA,
-                        "--table", "public." + JSON_TABLE, "--slot", dbz, "--publication", dbz,
+                        "--table", "public." + table, "--slot", dbz, "--publication", dbz,
                         "--topic-prefix", dbz] + sets, check=True)
         subprocess.run([RELAY, "migrate"] + args, check=True)
-        n = write_rows_json()
-        relay_log = open(os.path.join(WORK, "relay-json.log"), "w")
+        n = write_rows_json(table, not schemas)
+        relay_log = open(os.path.join(WORK, "relay-%s.log" % tag), "w")
         relay = subprocess.Popen([RELAY, "run"] + args, stdout=relay_log, stderr=relay_log)
         got_dbz, n_dbz = read_all(topics_dbz, n, False)
         got_rly, n_rly = read_all(topics_rly, n, True)
@@ -663,15 +675,16 @@ def json_round():
         # A payload Debezium's task fails on (a top-level array) halts the
         # relay before it, as that task stops: nothing published past it.
         sql('INSERT INTO "%s" (id, aggregatetype, aggregateid, type, payload, "timestamp") '
-            "VALUES (gen_random_uuid(), 'order', 'k', 'T', '[1, 2]', now())" % JSON_TABLE)
+            "VALUES (gen_random_uuid(), 'order', 'k', 'T', '[1, 2]', now())" % table)
         deadline = time.time() + 30
         while "top-level array" not in open(relay_log.name).read():
             if relay.poll() is not None or time.time() > deadline:
                 return "a top-level array: no halt (exit %r; log %s)" % (relay.poll(), relay_log.name)
             time.sleep(0.2)
         first = [m for msgs in got_dbz.values() for m in msgs if b"lineItems" in (m.value() or b"")]
-        log("json round identical: %d messages in %.1f s; an expanded one: %s" % (
-            n, time.time() - t0, describe(first[0]) if first else "(none)"))
+        log("%s round identical: %d messages in %.1f s; an expanded one: %s" % (
+            "schema" if schemas else "json", n, time.time() - t0,
+            describe(first[0]) if first else "(none)"))
         return None
     finally:
         if relay:
@@ -680,7 +693,7 @@ def json_round():
         stop_connect(connect_dir)
         drop_slot(dbz)
         drop_slot(rly)
-        sql('DROP TABLE IF EXISTS "%s"' % JSON_TABLE)
+        sql('DROP TABLE IF EXISTS "%s"' % table)
 
 
 def main():
@@ -737,10 +750,11 @@ def main():
             log("bad input: " + bad)
             return 1
         log("bad input refused at start (exit 78) and halted on (invalid topic)")
-        bad = json_round()
-        if bad:
-            log("json round: " + bad + " (logs in %s)" % WORK)
-            return 1
+        for schemas in (False, True):
+            bad = json_round(schemas)
+            if bad:
+                log("%s round: %s (logs in %s)" % ("schema" if schemas else "json", bad, WORK))
+                return 1
         first = got_dbz[sorted(got_dbz)[0]][0]
         log("identical: %d messages over %d partitions (%d without a key), in %.1f s; "
             "the first: %s" % (n, len([w for w in got_dbz if w[1] >= 0]),

@@ -34,9 +34,11 @@ static const char *expand(const char *json)
 {
     static struct strbuf sb;
     strbuf_reset(&sb);
-    int rc = connect_expand(&sb, json, strlen(json), false, err, sizeof err);
-    return rc == 1 ? strbuf_str(&sb) : rc == 0 ? (sb.len ? "(kept, but wrote)" : "(kept)")
-           : rc == -EINVAL ? "(fails)" : "(error)";
+    int rc = connect_expand(&sb, NULL, "payload", json, strlen(json), false, err, sizeof err);
+    return rc == CONNECT_EXPAND_DONE ? strbuf_str(&sb)
+           : rc >= 0                 ? (sb.len ? "(kept, but wrote)" : "(kept)")
+           : rc == -EINVAL           ? "(fails)"
+                                     : "(error)";
 }
 
 Test(connect_json, strings_escaped_as_jackson_writes_them)
@@ -130,7 +132,9 @@ Test(connect_json, expand_fails_where_debeziums_task_does)
 {
     cr_assert_str_eq(expand("[1, 2]"), "(fails)");
     struct strbuf sb = { 0 };
-    cr_assert_eq(connect_expand(&sb, "[]", 2, true, err, sizeof err), -EINVAL);
+    cr_assert_eq(connect_expand(&sb, NULL, "payload", "[]", 2, true, err, sizeof err), -EINVAL);
+    cr_assert_eq(connect_expand(&sb, NULL, "payload", "[]", 2, false, err, sizeof err),
+                 CONNECT_EXPAND_KEPT_NO_SCHEMA);
     strbuf_free(&sb);
     cr_assert_not_null(strstr(err, "top-level array"), "%s", err);
     cr_assert_str_eq(expand("{\"x\": 123456789012345678901234}"), "(fails)");
@@ -204,4 +208,70 @@ Test(connect_json, placement_parses_envelope_and_default_names)
     cr_assert_str_eq(pl.name[2], "version");
     cr_assert_eq(event_placement_parse("x:envelope:payload", &pl, err, sizeof err), -EINVAL);
     cr_assert_eq(event_placement_parse("x:body:y", &pl, err, sizeof err), -EINVAL);
+}
+
+Test(connect_json, expanded_schema_as_jsonconverter_writes_it)
+{
+    struct strbuf v = { 0 }, sc = { 0 };
+    const char *p = "{\"id\": 1, \"items\": [{\"a\": 1}], \"s\": \"x\", \"f\": 1.5, "
+                    "\"n\": {\"k\": true}, \"l\": [[{\"z\": 1}]], \"m\": [{\"a\": 1}, {\"b\": 2}]}";
+    cr_assert_eq(connect_expand(&v, &sc, "payload", p, strlen(p), false, err, sizeof err),
+                 CONNECT_EXPAND_DONE, "%s", err);
+    cr_assert_str_eq(strbuf_str(&sc),
+        "{\"type\":\"struct\",\"fields\":["
+        "{\"type\":\"int32\",\"optional\":true,\"field\":\"id\"},"
+        "{\"type\":\"array\",\"items\":{\"type\":\"struct\",\"fields\":["
+        "{\"type\":\"int32\",\"optional\":true,\"field\":\"a\"}],\"optional\":true,"
+        "\"name\":\"payload.items\"},\"optional\":true,\"field\":\"items\"},"
+        "{\"type\":\"string\",\"optional\":true,\"field\":\"s\"},"
+        "{\"type\":\"double\",\"optional\":true,\"field\":\"f\"},"
+        "{\"type\":\"struct\",\"fields\":[{\"type\":\"boolean\",\"optional\":true,"
+        "\"field\":\"k\"}],\"optional\":true,\"name\":\"payload.n\",\"field\":\"n\"},"
+        /* an array of arrays: the inner objects have no name, their members no prefix */
+        "{\"type\":\"array\",\"items\":{\"type\":\"array\",\"items\":{\"type\":\"struct\","
+        "\"fields\":[{\"type\":\"int32\",\"optional\":true,\"field\":\"z\"}],"
+        "\"optional\":true},\"optional\":true},\"optional\":true,\"field\":\"l\"},"
+        /* objects merged: required */
+        "{\"type\":\"array\",\"items\":{\"type\":\"struct\",\"fields\":["
+        "{\"type\":\"int32\",\"optional\":true,\"field\":\"a\"},"
+        "{\"type\":\"int32\",\"optional\":true,\"field\":\"b\"}],\"optional\":false,"
+        "\"name\":\"payload.m\"},\"optional\":true,\"field\":\"m\"}"
+        "],\"optional\":true,\"name\":\"payload\"}");
+    strbuf_free(&v);
+    strbuf_free(&sc);
+}
+
+Test(connect_json, key_and_value_with_schemas)
+{
+    struct strbuf out = { 0 };
+    struct connect_columns cols = { .known = true,
+                                    .key = { CONNECT_STRING, false },
+                                    .payload = { CONNECT_JSON, true } };
+    struct event_style style = { .key_converter = EVENT_CONVERTER_JSON_SCHEMA,
+                                 .value_converter = EVENT_CONVERTER_JSON_SCHEMA,
+                                 .columns = &cols, .payload_column = "payload" };
+    struct event_row row = { .aggregate_id = "k1", .payload = "{\"a\": 1}", .payload_len = 8 };
+    cr_assert_eq(connect_key(&row, &style, &out), 0);
+    cr_assert_str_eq(strbuf_str(&out),
+                     "{\"schema\":{\"type\":\"string\",\"optional\":false},\"payload\":\"k1\"}");
+    cr_assert_eq(connect_value(&row, &style, &out, err, sizeof err), 0);
+    cr_assert_str_eq(strbuf_str(&out),
+                     "{\"schema\":{\"type\":\"string\",\"optional\":true,\"name\":"
+                     "\"io.debezium.data.Json\",\"version\":1},\"payload\":\"{\\\"a\\\": 1}\"}");
+    style.expand_payload = true;
+    cr_assert_eq(connect_value(&row, &style, &out, err, sizeof err), 0);
+    cr_assert_str_eq(strbuf_str(&out),
+                     "{\"schema\":{\"type\":\"struct\",\"fields\":[{\"type\":\"int32\","
+                     "\"optional\":true,\"field\":\"a\"}],\"optional\":true,\"name\":\"payload\"},"
+                     "\"payload\":{\"a\":1}}");
+    row.payload = "[]";
+    row.payload_len = 2;
+    cr_assert_eq(connect_value(&row, &style, &out, err, sizeof err), 0);
+    cr_assert_str_eq(strbuf_str(&out), "{\"schema\":null,\"payload\":\"[]\"}");
+    row.payload = NULL;
+    cr_assert_eq(connect_value(&row, &style, &out, err, sizeof err), 0);
+    cr_assert_str_eq(strbuf_str(&out),
+                     "{\"schema\":{\"type\":\"string\",\"optional\":true,\"name\":"
+                     "\"io.debezium.data.Json\",\"version\":1},\"payload\":null}");
+    strbuf_free(&out);
 }
