@@ -22,6 +22,9 @@ void strbuf_printf(struct strbuf *sb, const char *fmt, ...) __attribute__((forma
  *  failure sets sb->oom. */
 void strbuf_add(struct strbuf *sb, const char *data, size_t len);
 
+/** Appends string literal @p lit. */
+#define strbuf_lit(sb, lit) strbuf_add((sb), "" lit, sizeof(lit) - 1)
+
 /** Appends @p s as an element of a PostgreSQL array literal: "…" with " and \ escaped. */
 void strbuf_array_elem(struct strbuf *sb, const char *s);
 

@@ -121,6 +121,7 @@ struct relay_config {
     enum event_converter value_converter; /* default string */
     int expand_json_payload;    /* bool: value_converter json, the payload expanded */
     int tombstone_on_empty_payload; /* bool: a NULL or blank payload is a tombstone */
+    char *connect_topic_prefix; /* the connector's topic.prefix: the envelope's schema name */
     /* Not a key: the debezium profile's key and payload columns as the
      * catalog describes them, read at start (profile_check) for
      * JsonConverter's schemas. */

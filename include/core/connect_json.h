@@ -17,6 +17,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "base/strbuf.h"
 #include "core/event.h"
@@ -41,7 +42,24 @@ struct connect_column {
 struct connect_columns {
     bool known;
     struct connect_column key, payload;
+    struct connect_column placed[EVENT_PLACEMENT_MAX]; /* relay.additional_placement's */
 };
+
+/** The Event Router's cache of envelope schemas: it builds an envelope's
+ *  schema, named after the routing value, once per payload schema, so every
+ *  later envelope of that payload schema carries the first one's name (until
+ *  the task restarts, or 10,000 payload schemas later). */
+struct connect_names {
+    size_t n, cap;
+    struct connect_name {
+        uint64_t hash;
+        char *schema;          /* the payload schema's JSON */
+        char *routed;          /* the routing value it was first seen with */
+    } *v;
+};
+
+/** Frees what @p names holds; it may be used again. */
+void connect_names_free(struct connect_names *names);
 
 /** @return the enum connect_type of PostgreSQL type @p typname (pg_type.typname),
  *  -1 for one Debezium maps otherwise. */
@@ -66,8 +84,8 @@ int connect_key(const struct event_row *row, const struct event_style *style,
 /** The value of @p row's message under @p style into @p out, when the value
  *  converter is json: the payload (a JSON string, its expansion, or null),
  *  alone or in the envelope {"payload": ..., "<name>": <column>, ...} of the
- *  columns placed in it; with schemas (no envelope), in {"schema": <the
- *  column's or the expansion's>, "payload": ...}. @return 0; -EINVAL with errbuf for a payload
+ *  columns placed in it; with schemas, in {"schema": <the column's, the
+ *  expansion's or the envelope's>, "payload": ...}. @return 0; -EINVAL with errbuf for a payload
  *  Debezium's task fails on (connect_json_expand()); -ENOMEM. */
 int connect_value(const struct event_row *row, const struct event_style *style,
                   struct strbuf *out, char *errbuf, size_t errlen);

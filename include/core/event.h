@@ -37,6 +37,7 @@ enum event_converter {
 };
 
 struct connect_columns;
+struct connect_names;
 
 /** Parses @p spec ("" = none) into @p out. @return 0 or -EINVAL (errbuf says
  *  why). */
@@ -127,6 +128,9 @@ struct event_style {
     const char *payload_column;              /* the root of an expanded payload's schema names */
     const struct connect_columns *columns;   /* the key's and payload's column schemas, for
                                                 EVENT_CONVERTER_JSON_SCHEMA */
+    const char *envelope_name;               /* "<topic.prefix>.<schema>.<table>": the start
+                                                of the envelope's schema name */
+    struct connect_names *names;             /* NULL, or the envelope schema names seen */
 };
 
 /** The partition @p row's message goes to under @p style: the value of its

@@ -59,6 +59,8 @@ struct producer {
     struct event_placement placement; /* relay.additional_placement, parsed at start */
     struct event_style style;  /* the headers and converters of relay.profile and its keys */
     struct strbuf key, value;  /* a message's key and value when a converter is json */
+    char envelope_name[512];   /* style.envelope_name */
+    struct connect_names names; /* style.names */
 };
 
 /** Creates the producer from the [kafka] section on top of the relay's

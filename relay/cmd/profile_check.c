@@ -106,6 +106,13 @@ static int schema_facts(const PGresult *res, const struct relay_config *cfg,
     if (!rc && cfg->value_converter == EVENT_CONVERTER_JSON_SCHEMA)
         rc = column_facts(res, cfg, "relay.column_payload", cfg->column_payload, &cols->payload,
                           why, len);
+    struct event_placement pl;
+    if (!rc && cfg->value_converter == EVENT_CONVERTER_JSON_SCHEMA &&
+        event_placement_parse(cfg->additional_placement, &pl, NULL, 0) == 0)
+        for (size_t i = 0; !rc && i < pl.n; i++)
+            if (pl.where[i] == EVENT_PLACE_ENVELOPE)
+                rc = column_facts(res, cfg, "relay.additional_placement", pl.column[i],
+                                  &cols->placed[i], why, len);
     cols->known = rc == 0;
     return rc;
 }

@@ -543,11 +543,12 @@ static int profile_validate(const struct relay_config *cfg, char *errbuf, size_t
                            "StringConverter the Event Router writes a Connect struct's "
                            "toString(), not JSON",
                            envelope ? "envelope placement" : "relay.expand_json_payload");
-    if (envelope && cfg->value_converter == EVENT_CONVERTER_JSON_SCHEMA)
+    if (envelope && cfg->value_converter == EVENT_CONVERTER_JSON_SCHEMA &&
+        !*cfg->connect_topic_prefix)
         return errbuf_fail(errbuf, errlen,
-                           "envelope placement with relay.value_converter = json_with_schema is "
-                           "not supported: the envelope's schema is named after the connector's "
-                           "topic.prefix");
+                           "envelope placement with relay.value_converter = json_with_schema "
+                           "needs relay.connect_topic_prefix, the connector's topic.prefix: the "
+                           "envelope's schema is named after it");
     if (cfg->capture == RELAY_CAPTURE_POLL && !columns_default(cfg))
         return errbuf_fail(errbuf, errlen,
                            "relay.column_* and relay.additional_placement need relay.capture = "

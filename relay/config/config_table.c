@@ -110,6 +110,9 @@ const struct param config_params[] = {
     BOOL("relay", "expand_json_payload", expand_json_payload, "false", RESTART,
          "debezium, value_converter = json*: a payload holding a JSON object is written as that "
          "object (the Event Router's table.expand.json.payload = true)"),
+    STR("relay", "connect_topic_prefix", connect_topic_prefix, "", NULL, RESTART,
+        "debezium, value_converter = json_with_schema and envelope placement: the connector's "
+        "topic.prefix, which names the envelope's schema"),
     ENUM("relay", "fencing", fencing, "transactional", fencing_modes, RESTART,
          "keep a deposed leader from publishing: transactional (Kafka transactions) or none"),
     DUR("relay", "heartbeat_interval", heartbeat_ms, "10s", RELOAD,

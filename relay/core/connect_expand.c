@@ -552,12 +552,12 @@ static int emit(struct tree *t, uint32_t n, uint32_t s, struct strbuf *out, char
 static int emit_struct(struct tree *t, uint32_t n, uint32_t s, struct strbuf *out, char *errbuf,
                        size_t errlen)
 {
-    strbuf_add(out, "{", 1);
+    strbuf_lit(out, "{");
     for (uint32_t f = t->schema[s].field; f; f = t->field[f].next) {
         if (f != t->schema[s].field)
-            strbuf_add(out, ",", 1);
+            strbuf_lit(out, ",");
         connect_json_string(out, t->text.buf + t->field[f].key, t->field[f].key_len);
-        strbuf_add(out, ":", 1);
+        strbuf_lit(out, ":");
         uint32_t m = t->node[n].child;
         while (m && (t->node[m].key_len != t->field[f].key_len ||
                      memcmp(t->text.buf + t->node[m].key, t->text.buf + t->field[f].key,
@@ -565,11 +565,11 @@ static int emit_struct(struct tree *t, uint32_t n, uint32_t s, struct strbuf *ou
             m = t->node[m].next;
         int rc = m ? emit(t, m, t->field[f].schema, out, errbuf, errlen) : 0;
         if (!m)
-            strbuf_add(out, "null", 4);
+            strbuf_lit(out, "null");
         if (rc)
             return rc;
     }
-    strbuf_add(out, "}", 1);
+    strbuf_lit(out, "}");
     return 0;
 }
 
@@ -584,7 +584,7 @@ static int emit(struct tree *t, uint32_t n, uint32_t s, struct strbuf *out, char
         if (s && t->schema[s].required)
             return value_fails(errbuf, errlen, "a null beside objects of different members "
                                                "in an array");
-        strbuf_add(out, "null", 4);
+        strbuf_lit(out, "null");
         return 0;
     }
     if (v->kind == J_BIG)
@@ -610,15 +610,15 @@ static int emit(struct tree *t, uint32_t n, uint32_t s, struct strbuf *out, char
         connect_json_double(out, v->d);
         return 0;
     case S_ARRAY:
-        strbuf_add(out, "[", 1);
+        strbuf_lit(out, "[");
         for (uint32_t e = v->child; e; e = t->node[e].next) {
             if (e != v->child)
-                strbuf_add(out, ",", 1);
+                strbuf_lit(out, ",");
             int rc = emit(t, e, t->schema[s].elem, out, errbuf, errlen);
             if (rc)
                 return rc;
         }
-        strbuf_add(out, "]", 1);
+        strbuf_lit(out, "]");
         return 0;
     default:
         return emit_struct(t, n, s, out, errbuf, errlen);
@@ -643,34 +643,34 @@ static void emit_schema(const struct tree *t, uint32_t s, const struct skey *fie
                                               [S_STRING] = "string", [S_ARRAY] = "array",
                                               [S_STRUCT] = "struct" };
     const struct jschema *js = &t->schema[s];
-    strbuf_add(out, "{\"type\":", 8);
+    strbuf_lit(out, "{\"type\":");
     connect_json_string(out, type_names[js->t], strlen(type_names[js->t]));
     if (js->t == S_ARRAY) {
-        strbuf_add(out, ",\"items\":", 9);
+        strbuf_lit(out, ",\"items\":");
         emit_schema(t, js->elem, NULL, out);
     } else if (js->t == S_STRUCT) {
-        strbuf_add(out, ",\"fields\":[", 11);
+        strbuf_lit(out, ",\"fields\":[");
         for (uint32_t f = js->field; f; f = t->field[f].next) {
             if (f != js->field)
-                strbuf_add(out, ",", 1);
+                strbuf_lit(out, ",");
             struct skey name = { .set = true, .off = t->field[f].key, .len = t->field[f].key_len };
             emit_schema(t, t->field[f].schema, &name, out);
         }
-        strbuf_add(out, "]", 1);
+        strbuf_lit(out, "]");
     }
     if (js->required)
-        strbuf_add(out, ",\"optional\":false", 17);
+        strbuf_lit(out, ",\"optional\":false");
     else
-        strbuf_add(out, ",\"optional\":true", 16);
+        strbuf_lit(out, ",\"optional\":true");
     if (js->t == S_STRUCT && js->name.set) {
-        strbuf_add(out, ",\"name\":", 8);
+        strbuf_lit(out, ",\"name\":");
         connect_json_string(out, t->text.buf + js->name.off, js->name.len);
     }
     if (field) {
-        strbuf_add(out, ",\"field\":", 9);
+        strbuf_lit(out, ",\"field\":");
         connect_json_string(out, t->text.buf + field->off, field->len);
     }
-    strbuf_add(out, "}", 1);
+    strbuf_lit(out, "}");
 }
 
 static void undo(struct strbuf *sb, size_t mark)

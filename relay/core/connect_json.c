@@ -49,7 +49,7 @@ static size_t astral_out(struct strbuf *out, const unsigned char *s, size_t left
 
 void connect_json_string(struct strbuf *out, const char *s, size_t len)
 {
-    strbuf_add(out, "\"", 1);
+    strbuf_lit(out, "\"");
     size_t run = 0; /* bytes copied as they are, not yet appended */
     for (size_t i = 0; i < len; i++) {
         unsigned char c = (unsigned char)s[i];
@@ -78,7 +78,7 @@ void connect_json_string(struct strbuf *out, const char *s, size_t len)
         }
     }
     strbuf_add(out, s + len - run, run);
-    strbuf_add(out, "\"", 1);
+    strbuf_lit(out, "\"");
 }
 
 /* The digits of "%e" text @p buf into @p digits, without trailing zeros;
@@ -187,7 +187,7 @@ static void column_schema(struct strbuf *out, const struct connect_column *c)
         strbuf_printf(out, ",\"name\":\"io.debezium.data.Json\",\"version\":1");
     else if (c->type == CONNECT_UUID)
         strbuf_printf(out, ",\"name\":\"io.debezium.data.Uuid\",\"version\":1");
-    strbuf_add(out, "}", 1);
+    strbuf_lit(out, "}");
 }
 
 static const struct connect_columns no_columns;
@@ -198,52 +198,165 @@ int connect_key(const struct event_row *row, const struct event_style *style,
     strbuf_reset(out);
     bool with_schema = style->key_converter == EVENT_CONVERTER_JSON_SCHEMA;
     if (with_schema) {
-        strbuf_add(out, "{\"schema\":", 10);
+        strbuf_lit(out, "{\"schema\":");
         column_schema(out, &(style->columns ? style->columns : &no_columns)->key);
-        strbuf_add(out, ",\"payload\":", 11);
+        strbuf_lit(out, ",\"payload\":");
     }
     /* A NULL key under a schema of an optional string is written "null". */
     if (row->aggregate_id)
         connect_json_string(out, row->aggregate_id, strlen(row->aggregate_id));
     else
-        strbuf_add(out, "null", 4);
+        strbuf_lit(out, "null");
     if (with_schema)
-        strbuf_add(out, "}", 1);
+        strbuf_lit(out, "}");
     return out->oom ? -ENOMEM : 0;
 }
 
-/* The payload as JsonConverter writes it: null, its expansion, or a string;
- * with schemas, {"schema": <its schema>, "payload": <it>}. */
-static int payload_value(const struct event_row *row, const struct event_style *style,
-                         bool in_envelope, struct strbuf *out, char *errbuf, size_t errlen)
+/* The payload as JsonConverter writes it (null, its expansion, or a
+ * string) into @p value, and its schema into @p schema unless NULL. */
+static int payload_parts(const struct event_row *row, const struct event_style *style,
+                         bool in_envelope, struct strbuf *value, struct strbuf *schema,
+                         char *errbuf, size_t errlen)
 {
-    bool with_schema = style->value_converter == EVENT_CONVERTER_JSON_SCHEMA;
-    struct strbuf schema = { 0 }, value = { 0 }, *v = with_schema ? &value : out;
     int rc = row->payload && style->expand_payload
-                 ? connect_expand(v, with_schema ? &schema : NULL,
+                 ? connect_expand(value, schema,
                                   style->payload_column ? style->payload_column : "payload",
                                   row->payload, row->payload_len, in_envelope, errbuf, errlen)
                  : CONNECT_EXPAND_KEPT;
-    if (rc >= 0 && rc != CONNECT_EXPAND_DONE) {
-        if (row->payload)
-            connect_json_string(v, row->payload, row->payload_len);
+    if (rc < 0 || rc == CONNECT_EXPAND_DONE)
+        return rc < 0 ? rc : 0;
+    if (row->payload)
+        connect_json_string(value, row->payload, row->payload_len);
+    else
+        strbuf_lit(value, "null");
+    if (schema && rc == CONNECT_EXPAND_KEPT_NO_SCHEMA)
+        strbuf_lit(schema, "null");
+    else if (schema)
+        column_schema(schema, &(style->columns ? style->columns : &no_columns)->payload);
+    return 0;
+}
+
+/* The envelope's members after the payload: the placed columns. */
+static void envelope_members(const struct event_row *row, const struct event_placement *pl,
+                             struct strbuf *out)
+{
+    for (size_t i = 0; i < pl->n; i++) {
+        if (pl->where[i] != EVENT_PLACE_ENVELOPE)
+            continue;
+        const char *v = i < row->n_placed ? row->placed[i] : NULL;
+        strbuf_lit(out, ",");
+        connect_json_string(out, pl->name[i], strlen(pl->name[i]));
+        strbuf_lit(out, ":");
+        /* Integer columns are numbers, PostgreSQL's text of them the same
+         * digits; the others (text, uuid, json) strings. */
+        if (!v)
+            strbuf_lit(out, "null");
+        else if (row->placed_number[i])
+            strbuf_add(out, v, strlen(v));
         else
-            strbuf_add(v, "null", 4);
-        if (rc == CONNECT_EXPAND_KEPT_NO_SCHEMA)
-            strbuf_add(&schema, "null", 4);
-        else
-            column_schema(&schema, &(style->columns ? style->columns : &no_columns)->payload);
+            connect_json_string(out, v, strlen(v));
     }
-    if (rc >= 0 && with_schema) {
-        strbuf_add(out, "{\"schema\":", 10);
-        strbuf_add(out, strbuf_str(&schema), schema.len);
-        strbuf_add(out, ",\"payload\":", 11);
-        strbuf_add(out, strbuf_str(&value), value.len);
-        strbuf_add(out, "}", 1);
+}
+
+/* The schema of a member: @p schema (a JSON object) with "field" last. */
+static void field_schema(struct strbuf *out, const struct strbuf *schema, const char *name)
+{
+    strbuf_add(out, strbuf_str(schema), schema->len ? schema->len - 1 : 0);
+    strbuf_lit(out, ",\"field\":");
+    connect_json_string(out, name, strlen(name));
+    strbuf_lit(out, "}");
+}
+
+#define NAMES_MAX 10000
+
+void connect_names_free(struct connect_names *names)
+{
+    for (size_t i = 0; i < names->cap; i++) {
+        free(names->v[i].schema);
+        free(names->v[i].routed);
     }
-    strbuf_free(&schema);
-    strbuf_free(&value);
-    return rc < 0 ? rc : 0;
+    free(names->v);
+    memset(names, 0, sizeof *names);
+}
+
+static uint64_t fnv1a(const char *s, size_t len)
+{
+    uint64_t h = 14695981039346656037ull;
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
+    return h;
+}
+
+/* The routing value the envelope of @p payload_schema is named after: the
+ * first one seen with that payload schema, @p routed when it is new. */
+static const char *routed_name(struct connect_names *names, const struct strbuf *payload_schema,
+                               const char *routed)
+{
+    if (!names)
+        return routed;
+    const char *s = strbuf_str(payload_schema);
+    uint64_t h = fnv1a(s, payload_schema->len);
+    if (names->n * 2 >= names->cap && names->n < NAMES_MAX) {
+        struct connect_names grown = { .cap = names->cap ? names->cap * 2 : 64 };
+        if (!(grown.v = calloc(grown.cap, sizeof *grown.v)))
+            return routed;
+        for (size_t i = 0; i < names->cap; i++) {
+            if (!names->v[i].schema)
+                continue;
+            size_t k = names->v[i].hash & (grown.cap - 1);
+            while (grown.v[k].schema)
+                k = (k + 1) & (grown.cap - 1);
+            grown.v[k] = names->v[i];
+            grown.n++;
+        }
+        free(names->v);
+        *names = grown;
+    }
+    size_t k = h & (names->cap - 1);
+    for (; names->v[k].schema; k = (k + 1) & (names->cap - 1))
+        if (names->v[k].hash == h && !strcmp(names->v[k].schema, s))
+            return names->v[k].routed;
+    if (names->n >= NAMES_MAX)
+        return routed; /* Debezium evicts here; the relay stops remembering */
+    char *sc = strdup(s), *ro = strdup(routed);
+    if (!sc || !ro) {
+        free(sc);
+        free(ro);
+        return routed;
+    }
+    names->v[k] = (struct connect_name){ .hash = h, .schema = sc, .routed = ro };
+    names->n++;
+    return ro;
+}
+
+/* The envelope's schema: a required struct named after the table and the
+ * routing value ("<topic.prefix>.<schema>.<table>.<aggregatetype>.Value",
+ * the first routing value of its payload schema: routed_name()), the
+ * payload's schema first, then each placed column's. */
+static void envelope_schema(const struct event_row *row, const struct event_style *style,
+                            const struct strbuf *payload_schema, struct strbuf *out)
+{
+    const struct event_placement *pl = style->placement;
+    const struct connect_columns *cols = style->columns ? style->columns : &no_columns;
+    strbuf_lit(out, "{\"type\":\"struct\",\"fields\":[");
+    field_schema(out, payload_schema, "payload");
+    for (size_t i = 0; i < pl->n; i++) {
+        if (pl->where[i] != EVENT_PLACE_ENVELOPE)
+            continue;
+        struct strbuf one = { 0 };
+        column_schema(&one, &cols->placed[i]);
+        strbuf_lit(out, ",");
+        field_schema(out, &one, pl->name[i]);
+        strbuf_free(&one);
+    }
+    strbuf_lit(out, "],\"optional\":false,\"name\":");
+    struct strbuf name = { 0 };
+    strbuf_printf(&name, "%s.%s.Value", style->envelope_name ? style->envelope_name : "",
+                  routed_name(style->names, payload_schema,
+                              row->aggregate_type ? row->aggregate_type : ""));
+    connect_json_string(out, strbuf_str(&name), name.len);
+    strbuf_free(&name);
+    strbuf_lit(out, "}");
 }
 
 int connect_value(const struct event_row *row, const struct event_style *style,
@@ -254,27 +367,30 @@ int connect_value(const struct event_row *row, const struct event_style *style,
     size_t n_env = 0;
     for (size_t i = 0; pl && i < pl->n; i++)
         n_env += pl->where[i] == EVENT_PLACE_ENVELOPE;
-    if (n_env)
-        strbuf_add(out, "{\"payload\":", 11);
-    int rc = payload_value(row, style, n_env > 0, out, errbuf, errlen);
-    for (size_t i = 0; !rc && n_env && i < pl->n; i++) {
-        if (pl->where[i] != EVENT_PLACE_ENVELOPE)
-            continue;
-        const char *v = i < row->n_placed ? row->placed[i] : NULL;
-        strbuf_add(out, ",", 1);
-        connect_json_string(out, pl->name[i], strlen(pl->name[i]));
-        strbuf_add(out, ":", 1);
-        /* Integer columns are numbers, PostgreSQL's text of them the same
-         * digits; the others (text, uuid, json) strings. */
-        if (!v)
-            strbuf_add(out, "null", 4);
-        else if (row->placed_number[i])
-            strbuf_add(out, v, strlen(v));
+    bool with_schema = style->value_converter == EVENT_CONVERTER_JSON_SCHEMA;
+    struct strbuf schema = { 0 }, value = { 0 };
+    int rc = payload_parts(row, style, n_env > 0, &value, with_schema ? &schema : NULL, errbuf,
+                           errlen);
+    if (!rc && with_schema) {
+        strbuf_lit(out, "{\"schema\":");
+        if (n_env)
+            envelope_schema(row, style, &schema, out);
         else
-            connect_json_string(out, v, strlen(v));
+            strbuf_add(out, strbuf_str(&schema), schema.len);
+        strbuf_lit(out, ",\"payload\":");
     }
     if (!rc && n_env)
-        strbuf_add(out, "}", 1);
+        strbuf_lit(out, "{\"payload\":");
+    if (!rc)
+        strbuf_add(out, strbuf_str(&value), value.len);
+    if (!rc && n_env) {
+        envelope_members(row, pl, out);
+        strbuf_lit(out, "}");
+    }
+    if (!rc && with_schema)
+        strbuf_lit(out, "}");
+    strbuf_free(&schema);
+    strbuf_free(&value);
     if (!rc && out->oom)
         rc = -ENOMEM;
     if (rc == -ENOMEM && errbuf && errlen)

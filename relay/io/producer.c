@@ -276,7 +276,11 @@ static void set_style(struct producer *p, const struct relay_config *cfg)
                                      .expand_payload = cfg->expand_json_payload,
                                      .tombstone_on_empty = cfg->tombstone_on_empty_payload,
                                      .payload_column = cfg->column_payload,
-                                     .columns = &cfg->connect_columns };
+                                     .columns = &cfg->connect_columns,
+                                     .envelope_name = p->envelope_name,
+                                     .names = &p->names };
+    snprintf(p->envelope_name, sizeof p->envelope_name, "%s.%s.%s", cfg->connect_topic_prefix,
+             cfg->schema, cfg->table);
 }
 
 int producer_start(struct producer *p, uv_loop_t *loop, const struct relay_config *cfg,
@@ -725,4 +729,5 @@ static void producer_destroy(struct producer *p)
     close(p->pipefd[1]);
     strbuf_free(&p->key);
     strbuf_free(&p->value);
+    connect_names_free(&p->names);
 }

@@ -570,7 +570,7 @@ def bad_input():
 
 JSON_TABLE = "dbzj_" + RUN
 JSON_PLACEMENT = "tenant:envelope,version:envelope:v,type:header:eventType,part:partition"
-SCHEMA_PLACEMENT = "type:header:eventType,part:partition"
+SCHEMA_PLACEMENT = "tenant:envelope,type:header:eventType,version:envelope:v,part:partition"
 
 
 def converters(schemas):
@@ -646,7 +646,8 @@ def json_round(schemas):
                               "-X", "relay.key_converter=" + conv,
                               "-X", "relay.value_converter=" + conv,
                               "-X", "relay.expand_json_payload=true",
-                              "-X", "relay.tombstone_on_empty_payload=%s" % str(not schemas).lower()]
+                              "-X", "relay.tombstone_on_empty_payload=%s" % str(not schemas).lower(),
+                              "-X", "relay.connect_topic_prefix=%s-cdc" % dbz]
     relay = None
     try:
         sets = []

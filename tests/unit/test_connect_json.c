@@ -275,3 +275,43 @@ Test(connect_json, key_and_value_with_schemas)
                      "\"io.debezium.data.Json\",\"version\":1},\"payload\":null}");
     strbuf_free(&out);
 }
+
+Test(connect_json, envelope_with_schemas)
+{
+    struct strbuf out = { 0 };
+    struct event_placement pl = envelope_placement();
+    struct connect_columns cols = { .known = true, .payload = { CONNECT_JSON, true },
+                                    .placed = { { CONNECT_STRING, true }, { 0 },
+                                                { CONNECT_INT32, false } } };
+    struct event_style style = { .value_converter = EVENT_CONVERTER_JSON_SCHEMA,
+                                 .columns = &cols, .placement = &pl,
+                                 .envelope_name = "pre.public.outbox" };
+    struct event_row row = { .aggregate_type = "order", .payload = "{\"a\": 1}", .payload_len = 8,
+                             .n_placed = 3, .placed = { "t1", "Ev", "7" },
+                             .placed_number = { 0, 0, 1 } };
+    cr_assert_eq(connect_value(&row, &style, &out, err, sizeof err), 0);
+    cr_assert_str_eq(strbuf_str(&out),
+        "{\"schema\":{\"type\":\"struct\",\"fields\":["
+        "{\"type\":\"string\",\"optional\":true,\"name\":\"io.debezium.data.Json\",\"version\":1,"
+        "\"field\":\"payload\"},"
+        "{\"type\":\"string\",\"optional\":true,\"field\":\"tenant\"},"
+        "{\"type\":\"int32\",\"optional\":false,\"field\":\"version\"}],"
+        "\"optional\":false,\"name\":\"pre.public.outbox.order.Value\"},"
+        "\"payload\":{\"payload\":\"{\\\"a\\\": 1}\",\"tenant\":\"t1\",\"version\":7}}");
+
+    /* The Event Router names an envelope's schema once per payload schema:
+     * a later routing value with the same payload schema keeps the first name. */
+    struct connect_names names = { 0 };
+    style.names = &names;
+    cr_assert_eq(connect_value(&row, &style, &out, err, sizeof err), 0);
+    row.aggregate_type = "invoice";
+    cr_assert_eq(connect_value(&row, &style, &out, err, sizeof err), 0);
+    cr_assert_not_null(strstr(strbuf_str(&out), "\"pre.public.outbox.order.Value\""), "%s",
+                       strbuf_str(&out));
+    style.expand_payload = true; /* another payload schema: named after its own first */
+    cr_assert_eq(connect_value(&row, &style, &out, err, sizeof err), 0);
+    cr_assert_not_null(strstr(strbuf_str(&out), "\"pre.public.outbox.invoice.Value\""), "%s",
+                       strbuf_str(&out));
+    connect_names_free(&names);
+    strbuf_free(&out);
+}
