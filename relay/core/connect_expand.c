@@ -236,72 +236,88 @@ static bool parse_number(struct tree *t, struct jnode *n)
 
 static uint32_t parse_value(struct tree *t, int depth);
 
-/* Members of an object at t->in (past '{') under node @p obj; a name given
- * twice keeps its first place and its last value, as Jackson's ObjectNode. */
-static bool parse_members(struct tree *t, uint32_t obj, int depth)
+/* At an object's or array's start (past its opening): true, past @p close,
+ * when it is empty. */
+static bool container_empty(struct tree *t, char close)
 {
-    uint32_t last = 0;
     skip_ws(t);
-    if (t->in < t->end && *t->in == '}') {
+    if (t->in < t->end && *t->in == close) {
         t->in++;
         return true;
     }
-    for (;;) {
-        size_t key, key_len;
-        skip_ws(t);
-        if (t->in >= t->end || *t->in++ != '"' || !parse_string(t, &key, &key_len))
-            return false;
-        skip_ws(t);
-        if (t->in >= t->end || *t->in++ != ':')
-            return false;
-        uint32_t v = parse_value(t, depth + 1);
-        if (!v)
-            return false;
-        t->node[v].key = key;
-        t->node[v].key_len = key_len;
-        uint32_t prev = 0, same = t->node[obj].child;
-        for (; same; prev = same, same = t->node[same].next)
-            if (t->node[same].key_len == key_len &&
-                !memcmp(t->text.buf + t->node[same].key, t->text.buf + key, key_len))
-                break;
-        if (same) {
-            t->node[v].next = t->node[same].next;
-            *(prev ? &t->node[prev].next : &t->node[obj].child) = v;
-            last = last == same ? v : last;
-        } else {
-            *(last ? &t->node[last].next : &t->node[obj].child) = v;
-            last = v;
-        }
-        skip_ws(t);
-        if (t->in < t->end && *t->in == ',') {
-            t->in++;
-            continue;
-        }
-        return t->in < t->end && *t->in++ == '}';
+    return false;
+}
+
+/* After a member or element: 1 when another follows (past the comma), 0 at
+ * the end (past @p close), -1 for anything else. */
+static int container_next(struct tree *t, char close)
+{
+    skip_ws(t);
+    if (t->in < t->end && *t->in == ',') {
+        t->in++;
+        return 1;
+    }
+    return t->in < t->end && *t->in++ == close ? 0 : -1;
+}
+
+/* A member's name and colon at t->in: into *key, *key_len. */
+static bool member_name(struct tree *t, size_t *key, size_t *key_len)
+{
+    skip_ws(t);
+    if (t->in >= t->end || *t->in++ != '"' || !parse_string(t, key, key_len))
+        return false;
+    skip_ws(t);
+    return t->in < t->end && *t->in++ == ':';
+}
+
+/* Links member @p v (named at @p key) into object @p obj after *last; a name
+ * given twice keeps its first place and its last value, as Jackson's
+ * ObjectNode. */
+static void link_member(struct tree *t, uint32_t obj, uint32_t v, size_t key, size_t key_len,
+                        uint32_t *last)
+{
+    t->node[v].key = key;
+    t->node[v].key_len = key_len;
+    uint32_t prev = 0, same = t->node[obj].child;
+    for (; same; prev = same, same = t->node[same].next)
+        if (t->node[same].key_len == key_len &&
+            !memcmp(t->text.buf + t->node[same].key, t->text.buf + key, key_len))
+            break;
+    if (same) {
+        t->node[v].next = t->node[same].next;
+        *(prev ? &t->node[prev].next : &t->node[obj].child) = v;
+        *last = *last == same ? v : *last;
+    } else {
+        *(*last ? &t->node[*last].next : &t->node[obj].child) = v;
+        *last = v;
     }
 }
 
-static bool parse_elements(struct tree *t, uint32_t arr, int depth)
+/* The members of an object or the elements of an array at t->in (past its
+ * '{' or '[') under node @p c. */
+static bool parse_container(struct tree *t, uint32_t c, int depth)
 {
+    bool object = t->node[c].kind == J_OBJECT;
+    char close = object ? '}' : ']';
     uint32_t last = 0;
-    skip_ws(t);
-    if (t->in < t->end && *t->in == ']') {
-        t->in++;
+    if (container_empty(t, close))
         return true;
-    }
-    for (;;) {
+    int more = 1;
+    for (; more > 0; more = container_next(t, close)) {
+        size_t key = 0, key_len = 0;
+        if (object && !member_name(t, &key, &key_len))
+            return false;
         uint32_t v = parse_value(t, depth + 1);
         if (!v)
             return false;
-        *(last ? &t->node[last].next : &t->node[arr].child) = v;
-        last = v;
-        skip_ws(t);
-        if (t->in < t->end && *t->in == ',') {
-            t->in++;
-            continue;
+        if (object) {
+            link_member(t, c, v, key, key_len, &last);
+        } else {
+            *(last ? &t->node[last].next : &t->node[c].child) = v;
+            last = v;
         }
-        return t->in < t->end && *t->in++ == ']';
     }
+    return more == 0;
 }
 
 static bool literal(struct tree *t, const char *word)
@@ -324,13 +340,9 @@ static uint32_t parse_value(struct tree *t, int depth)
     bool ok;
     switch (*t->in) {
     case '{':
-        t->in++;
-        t->node[v].kind = J_OBJECT;
-        return parse_members(t, v, depth) ? v : 0;
     case '[':
-        t->in++;
-        t->node[v].kind = J_ARRAY;
-        return parse_elements(t, v, depth) ? v : 0;
+        t->node[v].kind = *t->in++ == '{' ? J_OBJECT : J_ARRAY;
+        return parse_container(t, v, depth) ? v : 0;
     case '"':
         t->in++;
         tmp.kind = J_STRING;

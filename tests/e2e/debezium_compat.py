@@ -201,6 +201,17 @@ def stop_connect(d):
     subprocess.run([DEBEZIUM_SH, "stop", d], check=False)
 
 
+def clean_up(relay, connect_dir, slots, table):
+    """What a round leaves: the relay, Connect, both slots and the table."""
+    if relay:
+        relay.terminate()
+        relay.wait(30)
+    stop_connect(connect_dir)
+    for slot in slots:
+        drop_slot(slot)
+    sql('DROP TABLE IF EXISTS "%s"' % table)
+
+
 def drop_slot(name):
     for _ in range(100):
         if not sql("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s AND active", name):
@@ -688,13 +699,7 @@ def json_round(schemas):
             describe(first[0]) if first else "(none)"))
         return None
     finally:
-        if relay:
-            relay.terminate()
-            relay.wait(30)
-        stop_connect(connect_dir)
-        drop_slot(dbz)
-        drop_slot(rly)
-        sql('DROP TABLE IF EXISTS "%s"' % table)
+        clean_up(relay, connect_dir, (dbz, rly), table)
 
 
 def main():
@@ -763,13 +768,7 @@ def main():
                                time.time() - t0, describe(first)))
         return 0
     finally:
-        if relay:
-            relay.terminate()
-            relay.wait(30)
-        stop_connect(connect_dir)
-        drop_slot(dbz)
-        drop_slot(rly)
-        sql('DROP TABLE IF EXISTS "%s"' % TABLE)
+        clean_up(relay, connect_dir, (dbz, rly), TABLE)
 
 
 if __name__ == "__main__":
