@@ -583,3 +583,53 @@ Test(config, dump_reads_back_to_the_same_configuration)
     config_free(&back);
     free(out);
 }
+
+/* --- the debezium profile's converters ---------------------------------- */
+
+static int load_debezium(char *const *extra, size_t n)
+{
+    char *ov[12] = {"relay.profile=debezium", "relay.capture=wal"};
+    for (size_t i = 0; i < n; i++)
+        ov[2 + i] = extra[i];
+    return config_load(&cfg, NULL, false, ov, 2 + n, err, sizeof err);
+}
+
+Test(config, converters_parse_into_their_enum)
+{
+    char *const ok[] = {"relay.key_converter=json_with_schema", "relay.value_converter=json",
+                        "relay.expand_json_payload=true",
+                        "relay.additional_placement=t:envelope,p:partition"};
+    cr_assert_eq(load_debezium(ok, 4), 0, "%s", err);
+    cr_assert_eq(cfg.key_converter, EVENT_CONVERTER_JSON_SCHEMA);
+    cr_assert_eq(cfg.value_converter, EVENT_CONVERTER_JSON);
+    cr_assert(cfg.expand_json_payload);
+}
+
+Test(config, converters_outside_the_debezium_profile_are_refused)
+{
+    char *const ov[] = {"relay.value_converter=json"};
+    cr_assert_eq(config_load(&cfg, NULL, false, ov, 1, err, sizeof err), -EINVAL);
+    assert_err_has("relay.profile = debezium");
+}
+
+Test(config, expansion_and_envelope_need_a_json_value_converter)
+{
+    char *const expand[] = {"relay.expand_json_payload=true"};
+    cr_assert_eq(load_debezium(expand, 1), -EINVAL);
+    assert_err_has("relay.value_converter = json");
+    char *const env[] = {"relay.additional_placement=t:envelope"};
+    cr_assert_eq(load_debezium(env, 1), -EINVAL);
+    assert_err_has("envelope placement");
+}
+
+Test(config, envelope_with_schemas_needs_the_topic_prefix)
+{
+    char *const env[] = {"relay.value_converter=json_with_schema",
+                         "relay.additional_placement=t:envelope"};
+    cr_assert_eq(load_debezium(env, 2), -EINVAL);
+    assert_err_has("relay.connect_topic_prefix");
+    char *const named[] = {"relay.value_converter=json_with_schema",
+                           "relay.additional_placement=t:envelope",
+                           "relay.connect_topic_prefix=dbserver1"};
+    cr_assert_eq(load_debezium(named, 3), 0, "%s", err);
+}
