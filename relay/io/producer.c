@@ -376,9 +376,11 @@ int producer_send(struct producer *p, const struct event_row *row, const char *t
     const char *key = row->aggregate_id, *value = row->payload;
     size_t keylen = key ? strlen(key) : 0, valuelen = value ? row->payload_len : 0;
     int rc = 0;
-    if (p->style.key_converter != EVENT_CONVERTER_STRING &&
-        !(rc = connect_key(row, &p->style, &p->key)))
+    if (p->style.key_converter != EVENT_CONVERTER_STRING) {
+        if ((rc = connect_key(row, &p->style, &p->key)) < 0)
+            snprintf(errbuf, errlen, "out of memory building the message key");
         key = p->key.buf, keylen = p->key.len;
+    }
     if (event_row_tombstone(row, &p->style))
         value = NULL, valuelen = 0;
     else if (!rc && p->style.value_converter != EVENT_CONVERTER_STRING &&
