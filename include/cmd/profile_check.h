@@ -10,7 +10,7 @@
 /** Connects (blocking) and checks that the table has every column @p cfg
  *  reads, of a type whose text is the bytes Debezium would publish, and
  *  reads into @p cols what JsonConverter's schemas say of the key's and the
- *  payload's columns (cols->known once read). Nothing to check in the
+ *  payload's columns. Nothing to check in the
  *  outbox profile.
  *  @return 0 (fit, or nothing to check), -EINVAL with @p why naming the
  *  column (refuse to start), -EHOSTUNREACH (PostgreSQL not reachable: the

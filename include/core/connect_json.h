@@ -40,7 +40,6 @@ struct connect_column {
 /** What JsonConverter with schemas.enable = true writes for the key's and
  *  the payload's columns (read from the catalog at start). */
 struct connect_columns {
-    bool known;
     struct connect_column key, payload;
     struct connect_column placed[EVENT_PLACEMENT_MAX]; /* relay.additional_placement's */
 };

@@ -15,6 +15,10 @@
 
 /** uuid's type OID (pg_type.oid, fixed for built-in types). */
 #define PGB_UUIDOID 2950
+/** smallint's, integer's and bigint's. */
+#define PGB_INT2OID 21
+#define PGB_INT4OID 23
+#define PGB_INT8OID 20
 
 /** Room for a uuid as text, with its NUL. */
 #define PGB_UUID_TEXT 37

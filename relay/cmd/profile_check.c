@@ -97,7 +97,8 @@ static int column_facts(const PGresult *res, const struct relay_config *cfg, con
 }
 
 static int schema_facts(const PGresult *res, const struct relay_config *cfg,
-                        struct connect_columns *cols, char *why, size_t len)
+                        const struct event_placement *pl, struct connect_columns *cols, char *why,
+                        size_t len)
 {
     int rc = 0;
     if (cfg->key_converter == EVENT_CONVERTER_JSON_SCHEMA)
@@ -106,14 +107,11 @@ static int schema_facts(const PGresult *res, const struct relay_config *cfg,
     if (!rc && cfg->value_converter == EVENT_CONVERTER_JSON_SCHEMA)
         rc = column_facts(res, cfg, "relay.column_payload", cfg->column_payload, &cols->payload,
                           why, len);
-    struct event_placement pl;
-    if (!rc && cfg->value_converter == EVENT_CONVERTER_JSON_SCHEMA &&
-        event_placement_parse(cfg->additional_placement, &pl, NULL, 0) == 0)
-        for (size_t i = 0; !rc && i < pl.n; i++)
-            if (pl.where[i] == EVENT_PLACE_ENVELOPE)
-                rc = column_facts(res, cfg, "relay.additional_placement", pl.column[i],
-                                  &cols->placed[i], why, len);
-    cols->known = rc == 0;
+    bool envelope_schemas = cfg->value_converter == EVENT_CONVERTER_JSON_SCHEMA;
+    for (size_t i = 0; !rc && envelope_schemas && i < pl->n; i++)
+        if (pl->where[i] == EVENT_PLACE_ENVELOPE)
+            rc = column_facts(res, cfg, "relay.additional_placement", pl->column[i],
+                              &cols->placed[i], why, len);
     return rc;
 }
 
@@ -142,7 +140,7 @@ static int check_columns(const PGresult *res, const struct relay_config *cfg,
     for (size_t i = 0; i < n; i++)
         if (check_one(res, cfg, &needs[i], why, len) < 0)
             return -EINVAL;
-    return schema_facts(res, cfg, cols, why, len);
+    return schema_facts(res, cfg, &pl, cols, why, len);
 }
 
 int profile_check(const struct relay_config *cfg, struct connect_columns *cols, char *why,

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "base/errors.h"
+#include "base/hex.h"
 
 /* Jackson's default limit of nesting; a deeper document does not parse. */
 #define JSON_MAX_DEPTH 1000
@@ -89,9 +90,8 @@ static uint32_t grow(void **v, size_t *n, size_t *cap, size_t size, bool *oom)
     return (uint32_t)(*n)++;
 }
 
-#define NEW_NODE(t) grow((void **)&(t)->node, &(t)->n_node, &(t)->cap_node, sizeof(struct jnode), &(t)->oom)
-#define NEW_SCHEMA(t) grow((void **)&(t)->schema, &(t)->n_schema, &(t)->cap_schema, sizeof(struct jschema), &(t)->oom)
-#define NEW_FIELD(t) grow((void **)&(t)->field, &(t)->n_field, &(t)->cap_field, sizeof(struct jfield), &(t)->oom)
+/* A new element of the tree's array @p a (node, schema or field). */
+#define NEW(t, a) grow((void **)&(t)->a, &(t)->n_##a, &(t)->cap_##a, sizeof *(t)->a, &(t)->oom)
 
 static void skip_ws(struct tree *t)
 {
@@ -103,9 +103,7 @@ static int hex4(const char *p)
 {
     int v = 0;
     for (int i = 0; i < 4; i++) {
-        char c = p[i];
-        int h = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
-              : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        int h = hex_value(p[i]);
         if (h < 0)
             return -1;
         v = v * 16 + h;
@@ -333,7 +331,7 @@ static bool literal(struct tree *t, const char *word)
 static uint32_t parse_value(struct tree *t, int depth)
 {
     skip_ws(t);
-    uint32_t v = depth < JSON_MAX_DEPTH ? NEW_NODE(t) : 0;
+    uint32_t v = depth < JSON_MAX_DEPTH ? NEW(t, node) : 0;
     if (!v || t->in >= t->end)
         return 0;
     struct jnode tmp = { 0 };
@@ -376,7 +374,8 @@ static bool same_schema(const struct tree *t, uint32_t a, uint32_t b)
 {
     if (a == b)
         return true;
-    if (!a || !b || t->schema[a].t != t->schema[b].t || t->schema[a].required != t->schema[b].required)
+    if (!a || !b || t->schema[a].t != t->schema[b].t ||
+        t->schema[a].required != t->schema[b].required)
         return false;
     if (t->schema[a].t == S_ARRAY)
         return same_schema(t, t->schema[a].elem, t->schema[b].elem);
@@ -400,7 +399,7 @@ static int add_field(struct tree *t, uint32_t s, size_t key, size_t key_len, uin
             return 0;
         last = f;
     }
-    uint32_t f = NEW_FIELD(t);
+    uint32_t f = NEW(t, field);
     if (!f)
         return -ENOMEM;
     t->field[f] = (struct jfield){ .schema = schema, .key = key, .key_len = key_len };
@@ -494,7 +493,7 @@ static int infer_elements(struct tree *t, uint32_t n, struct skey key, uint32_t 
         if (merged == first) {
             /* Connect's copy of a schema's basics leaves "optional" out: a
              * merged struct is required, and a null element fails the task. */
-            if (!(merged = NEW_SCHEMA(t)))
+            if (!(merged = NEW(t, schema)))
                 return -ENOMEM;
             t->schema[merged] = (struct jschema){ .t = S_STRUCT, .required = true,
                                                   .name = t->schema[first].name };
@@ -518,7 +517,7 @@ static int infer(struct tree *t, uint32_t n, struct skey key, uint32_t *out)
     enum jkind k = t->node[n].kind;
     if (k == J_NULL || (k == J_ARRAY && !t->node[n].child))
         return 0;
-    uint32_t s = NEW_SCHEMA(t);
+    uint32_t s = NEW(t, schema);
     if (!s)
         return -ENOMEM;
     int rc = 0;

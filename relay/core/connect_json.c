@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "base/errors.h"
+#include "core/verify_check.h"
 
 
 /* ---- strings and numbers as Jackson writes them --------------------------- */
@@ -147,7 +148,8 @@ void connect_json_double(struct strbuf *out, double d)
             for (int i = 0; i <= e; i++)
                 text[o++] = i < n ? digits[i] : '0';
             text[o++] = '.';
-            o += snprintf(text + o, sizeof text - (size_t)o, "%s", n > e + 1 ? digits + e + 1 : "0");
+            o += snprintf(text + o, sizeof text - (size_t)o, "%s",
+                          n > e + 1 ? digits + e + 1 : "0");
         }
     } else {
         o += snprintf(text + o, sizeof text - (size_t)o, "%c.%sE%d", digits[0],
@@ -279,14 +281,6 @@ void connect_names_free(struct connect_names *names)
     memset(names, 0, sizeof *names);
 }
 
-static uint64_t fnv1a(const char *s, size_t len)
-{
-    uint64_t h = 14695981039346656037ull;
-    for (size_t i = 0; i < len; i++)
-        h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
-    return h;
-}
-
 /* The routing value the envelope of @p payload_schema is named after: the
  * first one seen with that payload schema, @p routed when it is new. */
 static const char *routed_name(struct connect_names *names, const struct strbuf *payload_schema,
@@ -295,7 +289,7 @@ static const char *routed_name(struct connect_names *names, const struct strbuf 
     if (!names)
         return routed;
     const char *s = strbuf_str(payload_schema);
-    uint64_t h = fnv1a(s, payload_schema->len);
+    uint64_t h = vcheck_hash(VCHECK_SEED, s, payload_schema->len);
     if (names->n * 2 >= names->cap && names->n < NAMES_MAX) {
         struct connect_names grown = { .cap = names->cap ? names->cap * 2 : 64 };
         if (!(grown.v = calloc(grown.cap, sizeof *grown.v)))
@@ -367,10 +361,18 @@ int connect_value(const struct event_row *row, const struct event_style *style,
     size_t n_env = 0;
     for (size_t i = 0; pl && i < pl->n; i++)
         n_env += pl->where[i] == EVENT_PLACE_ENVELOPE;
+    /* The schema goes first but is known only once the payload is: with
+     * schemas the value is built apart, else straight into @p out. */
     bool with_schema = style->value_converter == EVENT_CONVERTER_JSON_SCHEMA;
-    struct strbuf schema = { 0 }, value = { 0 };
-    int rc = payload_parts(row, style, n_env > 0, &value, with_schema ? &schema : NULL, errbuf,
+    struct strbuf schema = { 0 }, value = { 0 }, *v = with_schema ? &value : out;
+    if (n_env)
+        strbuf_lit(v, "{\"payload\":");
+    int rc = payload_parts(row, style, n_env > 0, v, with_schema ? &schema : NULL, errbuf,
                            errlen);
+    if (!rc && n_env) {
+        envelope_members(row, pl, v);
+        strbuf_lit(v, "}");
+    }
     if (!rc && with_schema) {
         strbuf_lit(out, "{\"schema\":");
         if (n_env)
@@ -378,17 +380,9 @@ int connect_value(const struct event_row *row, const struct event_style *style,
         else
             strbuf_add(out, strbuf_str(&schema), schema.len);
         strbuf_lit(out, ",\"payload\":");
-    }
-    if (!rc && n_env)
-        strbuf_lit(out, "{\"payload\":");
-    if (!rc)
         strbuf_add(out, strbuf_str(&value), value.len);
-    if (!rc && n_env) {
-        envelope_members(row, pl, out);
         strbuf_lit(out, "}");
     }
-    if (!rc && with_schema)
-        strbuf_lit(out, "}");
     strbuf_free(&schema);
     strbuf_free(&value);
     if (!rc && out->oom)

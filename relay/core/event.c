@@ -392,10 +392,11 @@ static int placement_item(const char *item, size_t len, struct event_placement *
     static const char *const places[] = { [EVENT_PLACE_HEADER] = "header",
                                           [EVENT_PLACE_ENVELOPE] = "envelope",
                                           [EVENT_PLACE_PARTITION] = "partition" };
+    const int n_places = (int)(sizeof places / sizeof places[0]);
     int place = 0;
-    while (place < 3 && strcmp(where, places[place]) != 0)
+    while (place < n_places && strcmp(where, places[place]) != 0)
         place++;
-    if (place == 3)
+    if (place == n_places)
         return errbuf_fail(errbuf, errlen,
                            "placement \"%s:%s:%s\": the placement is header, envelope or "
                            "partition", col, where, name);

@@ -317,7 +317,8 @@ int wal_event_from_insert_cols(const struct pgo_msg *m, int64_t commit_time_us,
     for (size_t k = 0; !rc && k < n_placed; k++) {
         /* int2, int4, int8: numbers where JsonConverter writes the value */
         uint32_t type = pgo_column_type(m, cols->placement->column[k]);
-        ev->row.placed_number[k] = type == 21 || type == 23 || type == 20;
+        ev->row.placed_number[k] = type == PGB_INT2OID || type == PGB_INT4OID ||
+                                   type == PGB_INT8OID;
     }
     if (!rc && (rc = insert_copy(ev, v, n_placed)) == -ENOMEM && errbuf && errlen)
         snprintf(errbuf, errlen, "out of memory copying an insert");

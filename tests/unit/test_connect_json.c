@@ -244,8 +244,7 @@ Test(connect_json, expanded_schema_as_jsonconverter_writes_it)
 Test(connect_json, key_and_value_with_schemas)
 {
     struct strbuf out = { 0 };
-    struct connect_columns cols = { .known = true,
-                                    .key = { CONNECT_STRING, false },
+    struct connect_columns cols = { .key = { CONNECT_STRING, false },
                                     .payload = { CONNECT_JSON, true } };
     struct event_style style = { .key_converter = EVENT_CONVERTER_JSON_SCHEMA,
                                  .value_converter = EVENT_CONVERTER_JSON_SCHEMA,
@@ -280,7 +279,7 @@ Test(connect_json, envelope_with_schemas)
 {
     struct strbuf out = { 0 };
     struct event_placement pl = envelope_placement();
-    struct connect_columns cols = { .known = true, .payload = { CONNECT_JSON, true },
+    struct connect_columns cols = { .payload = { CONNECT_JSON, true },
                                     .placed = { { CONNECT_STRING, true }, { 0 },
                                                 { CONNECT_INT32, false } } };
     struct event_style style = { .value_converter = EVENT_CONVERTER_JSON_SCHEMA,
