@@ -31,6 +31,11 @@ extern const unsigned n_ledger_migrations;
  *  missing. */
 extern const char migration_objects_check[];
 
+/** schema/debezium_poll.sql: what relay.capture = poll adds to Debezium's
+ *  table (relay.profile = debezium), a template with {{source}} (the table)
+ *  and {{table}} (the view over it, sql_debezium.h). */
+extern const char migration_debezium_poll[];
+
 /** Connects (blocking), applies the pending migrations, then checks that the
  *  objects they create exist and, when some are missing although recorded,
  *  applies every migration again (logged); what is still missing fails.

@@ -24,4 +24,14 @@ int migrate_capture_apply(PGconn *conn, const struct relay_config *cfg, const ch
  *  @return 0 or -EINVAL. */
 int migrate_capture_print(const struct relay_config *cfg, FILE *out);
 
+/** relay.capture = poll in the debezium profile: in one transaction (under
+ *  @p lock_sql), adds the relay's columns, indexes and trigger to Debezium's
+ *  table (schema/debezium_poll.sql) and makes the view over it; then logs
+ *  the WAL position after which the relay owns the rows.
+ *  @return 0, or -EIO (logged). */
+int migrate_debezium_apply(PGconn *conn, const struct relay_config *cfg, const char *lock_sql);
+
+/** The same statements, rendered, to @p out. @return 0 or -EINVAL. */
+int migrate_debezium_print(const struct relay_config *cfg, FILE *out);
+
 #endif

@@ -6,9 +6,12 @@
 #include <stddef.h>
 
 #include "config/config.h"
+#include "core/event.h"
+#include "core/sql_debezium.h"
 
 /** Connects (blocking) and checks that the table has every column @p cfg
- *  reads, of a type whose text is the bytes Debezium would publish, and
+ *  reads (with relay.capture = poll, also that the view over it, when there
+ *  is one, was made for this configuration), of a type whose text is the bytes Debezium would publish, and
  *  reads into @p cols what JsonConverter's schemas say of the key's and the
  *  payload's columns. Nothing to check in the
  *  outbox profile.
@@ -17,5 +20,11 @@
  *  relay's own reconnects take over, unless it needs @p cols). */
 int profile_check(const struct relay_config *cfg, struct connect_columns *cols, char *why,
                   size_t len);
+
+/** relay.capture = poll in the debezium profile: what the view over the
+ *  table maps under @p cfg (sql_debezium.h); @p pl holds the placed
+ *  columns' names that @p m points to. @return 0 or -EINVAL. */
+int profile_view_map(const struct relay_config *cfg, struct event_placement *pl,
+                     struct sql_debezium_map *m);
 
 #endif

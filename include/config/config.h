@@ -242,6 +242,21 @@ void config_dump_ext(const struct relay_config *cfg, FILE *out,
  *  least one, else -EINVAL with errbuf naming the key. */
 int config_require_brokers(const struct relay_config *cfg, char *errbuf, size_t errlen);
 
+/** Room for config_claim_relation()'s name. */
+#define CONFIG_RELATION_MAX 64
+
+/** What the statements of capture = poll (claim, mark, dead, verify, replay)
+ *  read: relay.table, or with relay.profile = debezium (and capture = poll)
+ *  the view over it that
+ *  migrate made ("<table>_relay"). @return @p buf, or relay.table when the
+ *  view's name would not be valid (the statements then refuse it). */
+const char *config_claim_relation(const struct relay_config *cfg,
+                                  char buf[CONFIG_RELATION_MAX]);
+
+/** How many columns relay.additional_placement places (0 when it cannot be
+ *  parsed: the configuration's check refused it). */
+size_t config_placed_count(const struct relay_config *cfg);
+
 /** One row of the parameter table, for generated documentation. */
 struct config_param_info {
     const char *section, *key;

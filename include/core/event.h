@@ -68,6 +68,7 @@ struct event_row {
     /* Where event_id and created_at are formatted when read in binary. */
     char event_id_text[PGB_UUID_TEXT];
     char created_at_text[PGB_TIME_TEXT];
+    char placed_text[EVENT_PLACEMENT_MAX][PGB_UUID_TEXT]; /* placed uuids and integers */
 };
 
 /** Checks a topic template: only the placeholders ${aggregate_type} (also

@@ -19,6 +19,7 @@
 #define PGB_INT2OID 21
 #define PGB_INT4OID 23
 #define PGB_INT8OID 20
+#define PGB_JSONBOID 3802
 
 /** Room for a uuid as text, with its NUL. */
 #define PGB_UUID_TEXT 37

@@ -37,6 +37,10 @@ struct sql_statements {
 /** Options of sql_statements_init(). */
 #define SQL_HOLD_AGGREGATE 0x1u  /* claim skips rows behind a dead row of their aggregate */
 #define SQL_DELETE_SENT    0x2u  /* acknowledged rows are deleted, not marked */
+/* The claim reads @p n columns placed_1..placed_n after its own (at most 8):
+ * relay.additional_placement through the view over Debezium's table. */
+#define SQL_PLACED(n)      ((unsigned)(n) << 8)
+#define SQL_PLACED_OF(f)   (((f) >> 8) & 0xfu)
 
 /** Column order of the claim result, which is read in binary format
  *  (pg_binary.h): bigint, uuid, text ×6, timestamptz. */
@@ -56,6 +60,11 @@ void sql_statements_free(struct sql_statements *s);
  *  @return a newly allocated string, or NULL (unknown placeholder or no memory). */
 char *sql_render_template(const char *tmpl, const char *schema, const char *table,
                           const char *channel);
+
+/** sql_render_template() with {{source}} as well: the quoted identifier
+ *  @p source, the table that {{table}} (a view) reads. */
+char *sql_render_template_on(const char *tmpl, const char *schema, const char *table,
+                             const char *source, const char *channel);
 
 /** The statements that check the relay's database session and elect the
  *  leader. A session-level advisory lock elects the leader, and only works
@@ -108,8 +117,12 @@ enum sql_holder_col {
     HOLDER_NCOLS
 };
 
-/** @return 0, -EINVAL (schema or table not a valid identifier) or -ENOMEM. */
-int sql_session_init(struct sql_session *q, const char *schema, const char *table);
+/** @p table is what the relay claims from, @p source the table whose
+ *  statistics show the leader's progress (the same, or the table under the
+ *  view over Debezium's table).
+ *  @return 0, -EINVAL (an identifier not valid) or -ENOMEM. */
+int sql_session_init(struct sql_session *q, const char *schema, const char *table,
+                     const char *source);
 void sql_session_free(struct sql_session *q);
 
 /** Bookkeeping statements of `migrate` for one schema. */
@@ -171,8 +184,11 @@ enum sql_rows_col { ROWS_SENT = CLAIM_NCOLS, ROWS_DEAD, ROWS_NCOLS };
  *  files build every statement with it. */
 int sql_build(char **dst, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/** @return 0, -EINVAL (schema or table not a valid identifier) or -ENOMEM. */
-int sql_window_init(struct sql_window *q, const char *schema, const char *table);
+/** @p n_placed columns placed_1.. follow the others, as in the claim
+ *  (SQL_PLACED). @return 0, -EINVAL (schema or table not a valid identifier)
+ *  or -ENOMEM. */
+int sql_window_init(struct sql_window *q, const char *schema, const char *table,
+                    size_t n_placed);
 void sql_window_free(struct sql_window *q);
 
 /* The session probe before relaying (io/pool_probe.c): a session-level

@@ -125,6 +125,7 @@ struct relay {
     relay_reload_fn reload;
     void *reload_arg;
     struct sql_statements sql;
+    char claim_table[CONFIG_RELATION_MAX]; /* debezium, polled: the view the statements read */
     struct sql_capture csql;    /* relay.capture = wal */
     struct capture cap;
     struct pg_conn pg;

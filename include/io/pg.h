@@ -113,6 +113,11 @@ void pg_free(struct pg_conn *pg);
  *  (event_id and created_at are formatted into @p out). */
 void pg_claim_row(const PGresult *res, int i, struct event_row *out);
 
+/** The columns placed_1.. of row @p i, from column @p first to the last, into
+ *  @p out's placed values (after pg_claim_row()): each as the text pgoutput
+ *  would give, integers marked as numbers. */
+void pg_claim_placed(const PGresult *res, int i, int first, struct event_row *out);
+
 /** The id of row @p i of such a result. */
 int64_t pg_claim_id(const PGresult *res, int i);
 

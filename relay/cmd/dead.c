@@ -384,7 +384,8 @@ int dead_main(const struct relay_config *cfg, int argc, char **argv)
     }
 
     struct sql_dead q;
-    if (sql_dead_init(&q, cfg->schema, cfg->table) < 0) {
+    char view[CONFIG_RELATION_MAX];
+    if (sql_dead_init(&q, cfg->schema, config_claim_relation(cfg, view)) < 0) {
         log_error("cannot build the dead statements", "schema=%s table=%s", cfg->schema,
                   cfg->table);
         strbuf_free(&a.ids);

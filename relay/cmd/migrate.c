@@ -268,9 +268,11 @@ int migrate_run(const struct relay_config *cfg)
         rc = rc < 0 ? rc : 0;
         free(absent_ok);
     }
-    if (rc == 0)
+    if (rc == 0 && own_table)
         log_info("schema up to date", "table=%s applied=%d total=%u", qualified, applied,
                  n_migrations);
+    if (rc == 0 && !own_table && !wal)
+        rc = migrate_debezium_apply(conn, cfg, q.lock);
     if (rc == 0 && wal)
         rc = migrate_capture_apply(conn, cfg, q.lock);
     sql_migrate_free(&q);
@@ -320,7 +322,9 @@ int migrate_ledger(const struct relay_config *cfg, const char *name)
 int migrate_print_sql(const struct relay_config *cfg, const char *ledger, FILE *out)
 {
     const struct migration *set = ledger ? ledger_migrations : migrations;
-    unsigned n = ledger ? n_ledger_migrations : n_migrations;
+    /* Debezium's table is the application's: only what capture needs is ours. */
+    unsigned n = ledger ? n_ledger_migrations
+                        : cfg->profile == RELAY_PROFILE_OUTBOX ? n_migrations : 0;
     const char *table = ledger ? ledger : cfg->table;
     if (!sql_ident_valid(table))
         return -EINVAL;
@@ -340,6 +344,8 @@ int migrate_print_sql(const struct relay_config *cfg, const char *ledger, FILE *
     }
     if (!ledger && cfg->capture == RELAY_CAPTURE_WAL)
         return migrate_capture_print(cfg, out);
+    if (!ledger && cfg->profile == RELAY_PROFILE_DEBEZIUM)
+        return migrate_debezium_print(cfg, out);
     return 0;
 }
 
@@ -357,6 +363,11 @@ void migrate_usage(FILE *out)
             "Each migration is applied once, under an advisory lock: running migrate again,\n"
             "or twice at once, is safe. Objects a migration created that were dropped by\n"
             "hand are created again.\n"
+            "With relay.profile = debezium and relay.capture = poll it adds the relay's\n"
+            "columns (relay_*), indexes and trigger to Debezium's table, rewriting no row\n"
+            "(the rows already there count as sent), and the view \"<table>_relay\" that\n"
+            "the relay claims through; it prints the WAL position after which the rows\n"
+            "are the relay's.\n"
             "With relay.capture = wal it also creates the publication (relay.publication)\n"
             "of the table and the logical replication slot (relay.slot, plugin pgoutput),\n"
             "each unless it exists. That needs wal_level = logical and a role with\n"

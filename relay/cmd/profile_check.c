@@ -7,12 +7,14 @@
 #include <libpq-fe.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/errors.h"
 #include "core/event.h"
 #include "core/sql.h"
 #include "core/sql_capture.h"
+#include "core/sql_debezium.h"
 
 /* Type names (pg_type.typname) whose pgoutput text is what Debezium's
  * converters write for them. */
@@ -143,6 +145,52 @@ static int check_columns(const PGresult *res, const struct relay_config *cfg,
     return schema_facts(res, cfg, &pl, cols, why, len);
 }
 
+int profile_view_map(const struct relay_config *cfg, struct event_placement *pl,
+                     struct sql_debezium_map *m)
+{
+    if (event_placement_parse(cfg->additional_placement, pl, NULL, 0) < 0)
+        return -EINVAL;
+    *m = (struct sql_debezium_map){
+        .schema = cfg->schema, .table = cfg->table, .event_id = cfg->column_event_id,
+        .aggregate_type = cfg->column_aggregate_type, .aggregate_id = cfg->column_aggregate_id,
+        .event_type = cfg->column_event_type, .payload = cfg->column_payload,
+        .created_at = cfg->column_created_at, .n_placed = pl->n,
+    };
+    for (size_t k = 0; k < pl->n; k++)
+        m->placed[k] = pl->column[k];
+    return 0;
+}
+
+/* capture = poll: the view, when migrate made it, was made for this
+ * configuration (no view yet: the relay waits for migrate, and says so). */
+static int check_view(PGconn *conn, const struct relay_config *cfg, char *why, size_t len)
+{
+    struct event_placement pl;
+    struct sql_debezium_map m;
+    char view[64], qschema[104], qview[104], qualified[210];
+    if (profile_view_map(cfg, &pl, &m) < 0 || sql_debezium_view_name(cfg->table, view,
+                                                                     sizeof view) < 0)
+        return errbuf_fail(why, len, "relay.table \"%s\" is too long for the view \"%s%s\"",
+                           cfg->table, cfg->table, SQL_DEBEZIUM_VIEW_SUFFIX);
+    char *want = sql_debezium_signature(&m);
+    sql_quote_ident(cfg->schema, qschema, sizeof qschema);
+    sql_quote_ident(view, qview, sizeof qview);
+    snprintf(qualified, sizeof qualified, "%s.%s", qschema, qview);
+    const char *params[] = {qualified};
+    PGresult *res = PQexecParams(conn, sql_debezium_comment, 1, NULL, params, NULL, NULL, 0);
+    int rc = PQresultStatus(res) == PGRES_TUPLES_OK ? 0 : -EHOSTUNREACH;
+    if (rc == 0 && !want)
+        rc = -ENOMEM;
+    if (rc == 0 && !PQgetisnull(res, 0, 0) && strcmp(PQgetvalue(res, 0, 0), want) != 0)
+        rc = errbuf_fail(why, len,
+                         "the view \"%s\".\"%s\" was made for another configuration (%s); "
+                         "this one needs \"%s\": run `outbox-relay migrate` with it",
+                         cfg->schema, view, PQgetvalue(res, 0, 0), want);
+    PQclear(res);
+    free(want);
+    return rc;
+}
+
 int profile_check(const struct relay_config *cfg, struct connect_columns *cols, char *why,
                   size_t len)
 {
@@ -163,6 +211,8 @@ int profile_check(const struct relay_config *cfg, struct connect_columns *cols, 
     int rc = PQresultStatus(res) == PGRES_TUPLES_OK ? check_columns(res, cfg, cols, why, len)
                                                     : -EHOSTUNREACH;
     PQclear(res);
+    if (rc == 0 && cfg->capture == RELAY_CAPTURE_POLL)
+        rc = check_view(conn, cfg, why, len);
     PQfinish(conn);
     return rc;
 }

@@ -218,6 +218,7 @@ static rd_kafka_t *producer_new(const struct relay_config *cfg, struct delivery 
 static void row_of(PGresult *res, int i, struct event_row *e)
 {
     pg_claim_row(res, i, e);
+    pg_claim_placed(res, i, ROWS_NCOLS, e);
 }
 
 /* Waits for every message produced so far; SIGINT does not cut this short:
@@ -517,7 +518,9 @@ int replay_main(const struct relay_config *cfg, int argc, char **argv)
         return status;
 
     struct run r = {.cfg = cfg, .a = &a, .after = INT64_MIN};
-    if (sql_window_init(&r.q, cfg->schema, cfg->table) < 0) {
+    char view[CONFIG_RELATION_MAX];
+    if (sql_window_init(&r.q, cfg->schema, config_claim_relation(cfg, view),
+                        config_placed_count(cfg)) < 0) {
         log_error("cannot build the replay statement", "schema=%s table=%s", cfg->schema,
                   cfg->table);
         free((char *)a.aggregate_type);

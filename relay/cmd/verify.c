@@ -190,6 +190,7 @@ static int row_add(struct run *r, PGresult *res, int i)
 {
     struct event_row e;
     pg_claim_row(res, i, &e);
+    pg_claim_placed(res, i, ROWS_NCOLS, &e);
     struct vcheck_row row = {.id = e.id};
     bool dead = pgb_bool(PQgetvalue(res, i, ROWS_DEAD));
     bool sent = pgb_bool(PQgetvalue(res, i, ROWS_SENT)) || (r->wal_sent && !dead);
@@ -731,7 +732,9 @@ int verify_run(const struct relay_config *cfg, const struct verify_opts *o, stru
     struct run r = {.cfg = cfg, .o = o, .v = v, .meta = meta, .err = err, .errlen = errlen};
     r.started = stats_now();
     err[0] = '\0';
-    if (sql_window_init(&r.q, cfg->schema, cfg->table) < 0) {
+    char view[CONFIG_RELATION_MAX];
+    if (sql_window_init(&r.q, cfg->schema, config_claim_relation(cfg, view),
+                        config_placed_count(cfg)) < 0) {
         snprintf(err, errlen, "cannot build the statements for %s.%s", cfg->schema, cfg->table);
         return -EINVAL;
     }

@@ -21,6 +21,7 @@
 #include "base/log.h"
 #include "base/redact.h"
 #include "core/sql.h"
+#include "core/sql_debezium.h"
 void config_transactional_id(const struct relay_config *cfg, char *buf, size_t len)
 {
     /* schema and table are plain identifiers: the id needs no quoting. Two
@@ -513,16 +514,10 @@ static bool columns_default(const struct relay_config *cfg)
 
 static int profile_validate(const struct relay_config *cfg, char *errbuf, size_t errlen)
 {
-    if (cfg->profile == RELAY_PROFILE_DEBEZIUM && cfg->capture != RELAY_CAPTURE_WAL)
-        return errbuf_fail(errbuf, errlen,
-                           "relay.profile = debezium needs relay.capture = wal: polling Debezium's "
-                           "table would need a claim and a mark on a table without sent_at, which "
-                           "this relay does not do");
     if (cfg->profile == RELAY_PROFILE_DEBEZIUM && cfg->retention_ms != 0)
         return errbuf_fail(errbuf, errlen,
                            "relay.retention must be 0 with relay.profile = debezium: Debezium's "
-                           "table has no created_at to expire rows by (delete them in the "
-                           "transaction that inserts them)");
+                           "table belongs to the application, which deletes its rows itself");
     bool json = cfg->key_converter != EVENT_CONVERTER_STRING ||
                 cfg->value_converter != EVENT_CONVERTER_STRING || cfg->expand_json_payload ||
                 cfg->tombstone_on_empty_payload;
@@ -549,10 +544,12 @@ static int profile_validate(const struct relay_config *cfg, char *errbuf, size_t
                            "envelope placement with relay.value_converter = json_with_schema "
                            "needs relay.connect_topic_prefix, the connector's topic.prefix: the "
                            "envelope's schema is named after it");
-    if (cfg->capture == RELAY_CAPTURE_POLL && !columns_default(cfg))
+    if (cfg->capture == RELAY_CAPTURE_POLL && cfg->profile == RELAY_PROFILE_OUTBOX &&
+        !columns_default(cfg))
         return errbuf_fail(errbuf, errlen,
                            "relay.column_* and relay.additional_placement need relay.capture = "
-                           "wal: the claim of capture = poll reads the relay's own columns");
+                           "wal or relay.profile = debezium: the claim of capture = poll reads "
+                           "the relay's own table, made by migrate");
     return 0;
 }
 
@@ -594,6 +591,21 @@ int config_require_brokers(const struct relay_config *cfg, char *errbuf, size_t 
                        "kafka.bootstrap.servers is not set: the relay needs the brokers to "
                        "publish to (host:port[,host:port...]; environment: "
                        "OUTBOX_RELAY_KAFKA_BOOTSTRAP_SERVERS)");
+}
+
+const char *config_claim_relation(const struct relay_config *cfg,
+                                  char buf[CONFIG_RELATION_MAX])
+{
+    if (cfg->profile != RELAY_PROFILE_DEBEZIUM || cfg->capture != RELAY_CAPTURE_POLL ||
+        sql_debezium_view_name(cfg->table, buf, CONFIG_RELATION_MAX) < 0)
+        return cfg->table;
+    return buf;
+}
+
+size_t config_placed_count(const struct relay_config *cfg)
+{
+    struct event_placement pl;
+    return event_placement_parse(cfg->additional_placement, &pl, NULL, 0) < 0 ? 0 : pl.n;
 }
 
 int config_reload_check(const struct relay_config *cur, const struct relay_config *next,

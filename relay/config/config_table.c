@@ -82,8 +82,8 @@ const struct param config_params[] = {
     INT("relay", "ack_timeout_ms", ack_timeout_ms, "10000", 0, 3600000, "ms", RELOAD,
         "not ready when messages in flight wait this long for an acknowledgement (0 = never)"),
     STR("relay", "additional_placement", additional_placement, "", event_placement_check, RESTART,
-        "capture=wal: columns placed in headers, the value's envelope or the partition, "
-        "\"column:header|envelope[:name],column:partition\" (the Event Router's "
+        "capture=wal or profile=debezium: columns placed in headers, the envelope or the "
+        "partition, \"column:header|envelope[:name],column:partition\" ("
         "table.fields.additional.placement)"),
     BOOL("relay", "allow_row_security", allow_row_security, "false", RESTART,
          "relay although row-level security hides rows from the relay's role (they are never "
@@ -94,19 +94,19 @@ const struct param config_params[] = {
          "how events are read: poll (claim rows, then mark or delete them) or wal (a logical "
          "replication slot through pgoutput: rows are only read)"),
     STR("relay", "column_aggregate_id", column_aggregate_id, "aggregate_id", check_ident, RESTART,
-        "capture=wal: the column of the Kafka key (debezium: aggregateid)"),
+        "capture=wal or profile=debezium: the column of the Kafka key (debezium: aggregateid)"),
     STR("relay", "column_aggregate_type", column_aggregate_type, "aggregate_type", check_ident,
-        RESTART, "capture=wal: the column of ${aggregate_type} and ${routedByValue} in the topic "
+        RESTART, "capture=wal or profile=debezium: the column of ${aggregate_type} and ${routedByValue} in the topic "
                  "(debezium: aggregatetype, the Event Router's route.by.field)"),
     STR("relay", "column_created_at", column_created_at, "created_at", check_ident_or_empty,
-        RESTART, "capture=wal: the column of the message timestamp, \"\" = the commit time "
-                 "(debezium: \"\"; the Event Router's table.field.event.timestamp)"),
+        RESTART, "capture=wal or profile=debezium: the message timestamp's column; \"\" = the "
+                 "commit time, polled the insert time (debezium: \"\"; table.field.event.timestamp)"),
     STR("relay", "column_event_id", column_event_id, "event_id", check_ident, RESTART,
-        "capture=wal: the column of the event id (debezium: id)"),
+        "capture=wal or profile=debezium: the column of the event id (debezium: id)"),
     STR("relay", "column_event_type", column_event_type, "event_type", check_ident_or_empty,
-        RESTART, "capture=wal: the column of ${event_type}, \"\" = none (debezium: type)"),
+        RESTART, "capture=wal or profile=debezium: the column of ${event_type}, \"\" = none (debezium: type)"),
     STR("relay", "column_payload", column_payload, "payload", check_ident, RESTART,
-        "capture=wal: the column of the message value (debezium: payload)"),
+        "capture=wal or profile=debezium: the column of the message value (debezium: payload)"),
     BOOL("relay", "expand_json_payload", expand_json_payload, "false", RESTART,
          "debezium, value_converter = json*: a payload holding a JSON object is written as that "
          "object (the Event Router's table.expand.json.payload = true)"),

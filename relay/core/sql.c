@@ -121,7 +121,7 @@ static void lock_key(const char *role, const char *schema, const char *table, ch
 
 /* Writes the replacement of one {{name}} to @p out; false if the name is unknown. */
 static bool render_placeholder(FILE *out, const char *name, size_t n, const char *schema,
-                               const char *table, const char *channel)
+                               const char *table, const char *source, const char *channel)
 {
     char buf[2 * PG_IDENT_MAX + 4];
     char key[LOCK_KEY_MAX];
@@ -135,6 +135,8 @@ static bool render_placeholder(FILE *out, const char *name, size_t n, const char
         return sql_quote_ident(schema, buf, sizeof buf) >= 0 && fputs(buf, out) >= 0;
     if (n == 5 && !memcmp(name, "table", 5))
         return sql_quote_ident(table, buf, sizeof buf) >= 0 && fputs(buf, out) >= 0;
+    if (n == 6 && !memcmp(name, "source", 6))
+        return sql_quote_ident(source, buf, sizeof buf) >= 0 && fputs(buf, out) >= 0;
     if (n == 7 && !memcmp(name, "channel", 7))
         return sql_quote_literal(channel, buf, sizeof buf) >= 0 && fputs(buf, out) >= 0;
     if (n > 6 && !memcmp(name, "table:", 6)) {
@@ -152,8 +154,14 @@ static bool render_placeholder(FILE *out, const char *name, size_t n, const char
 char *sql_render_template(const char *tmpl, const char *schema, const char *table,
                           const char *channel)
 {
+    return sql_render_template_on(tmpl, schema, table, table, channel);
+}
+
+char *sql_render_template_on(const char *tmpl, const char *schema, const char *table,
+                             const char *source, const char *channel)
+{
     if (!tmpl || !sql_ident_valid(schema) || !sql_ident_valid(table) ||
-        !sql_ident_valid(channel))
+        !sql_ident_valid(source) || !sql_ident_valid(channel))
         return NULL;
 
     char *res = NULL;
@@ -177,7 +185,7 @@ char *sql_render_template(const char *tmpl, const char *schema, const char *tabl
         }
         ok = fwrite(p, 1, (size_t)(open - p), out) == (size_t)(open - p) &&
              render_placeholder(out, open + 2, (size_t)(close - open - 2), schema, table,
-                                channel);
+                                source, channel);
         p = close + 2;
     }
 
@@ -234,9 +242,23 @@ static void qualified_name(const char *schema, const char *table, char *out, siz
     "o.\"event_type\"::text, o.\"topic\"::text, o.\"payload\"::text, o.\"headers\"::text, "         \
     "o.\"created_at\"::timestamptz"
 
+/* The placed columns after the others: ", o.\"placed_1\", ..." (the view
+ * over Debezium's table names them so; read in binary, by their types). */
+static void placed_columns(size_t n, char *out, size_t len)
+{
+    out[0] = '\0';
+    for (size_t k = 0; k < n; k++) {
+        size_t used = strlen(out);
+        snprintf(out + used, len - used, ", o.\"placed_%zu\"", k + 1);
+    }
+}
+#define PLACED_COLUMNS_MAX (8 * 20)
+
 /* The hot path: the claim and the mark (or delete) of what Kafka acknowledged. */
 static int build_claim_and_mark(struct sql_statements *s, const char *q, unsigned flags)
 {
+    char placed[PLACED_COLUMNS_MAX];
+    placed_columns(SQL_PLACED_OF(flags), placed, sizeof placed);
     /* Under hold_aggregate a dead row blocks the later rows of its aggregate
      * until an operator requeues or drops it; the dead-row index keeps the
      * anti-join cheap (dead rows are few). That index holds a hash of the
@@ -260,13 +282,13 @@ static int build_claim_and_mark(struct sql_statements *s, const char *q, unsigne
      * With the gaps unknown ($4 NULL, too many to pass) nothing inside or
      * above the range is claimed until the batches are marked. */
     int rc = sql_build(&s->claim,
-                "SELECT " CLAIM_COLUMNS " "
+                "SELECT " CLAIM_COLUMNS "%s "
                 "FROM %s AS o WHERE o.\"sent_at\" IS NULL AND o.\"dead_at\" IS NULL "
                 "AND (o.\"id\" NOT BETWEEN $2::bigint AND $3::bigint "
                 "OR o.\"id\" = ANY($4::bigint[]))%s "
                 "AND (o.\"id\" < $2::bigint OR $4::bigint[] IS NOT NULL) "
                 "ORDER BY o.\"id\" LIMIT $1",
-                q, holdbuf);
+                placed, q, holdbuf);
     if (flags & SQL_DELETE_SENT)
         rc |= sql_build(&s->mark_sent,
                     "DELETE FROM %s WHERE \"id\" = ANY($1::bigint[]) AND \"sent_at\" IS NULL", q);
@@ -282,7 +304,8 @@ int sql_statements_init(struct sql_statements *s, const char *schema, const char
                         const char *channel, unsigned flags)
 {
     memset(s, 0, sizeof *s);
-    if (!sql_ident_valid(schema) || !sql_ident_valid(table) || !sql_ident_valid(channel))
+    if (!sql_ident_valid(schema) || !sql_ident_valid(table) || !sql_ident_valid(channel) ||
+        SQL_PLACED_OF(flags) > 8)
         return -EINVAL;
 
     char qchannel[2 * CONFIG_IDENT_MAX + 4], q[QUALIFIED_MAX];
@@ -452,10 +475,11 @@ static int build_holder(char **out, const struct leader_lock_sql *l, const char 
                  q, regclass, l->match);
 }
 
-int sql_session_init(struct sql_session *q, const char *schema, const char *table)
+int sql_session_init(struct sql_session *q, const char *schema, const char *table,
+                     const char *source)
 {
     memset(q, 0, sizeof *q);
-    if (!sql_ident_valid(schema) || !sql_ident_valid(table))
+    if (!sql_ident_valid(schema) || !sql_ident_valid(table) || !sql_ident_valid(source))
         return -EINVAL;
 
     char qschema[2 * CONFIG_IDENT_MAX + 4];
@@ -470,9 +494,10 @@ int sql_session_init(struct sql_session *q, const char *schema, const char *tabl
     int rc = build_session_check(&q->check, schema, table);
     rc |= build_newest(&q->version, qschema);
     rc |= build_lock_statements(q, &lock);
-    char qualified[QUALIFIED_MAX], regclass[2 * sizeof qualified + 4];
+    char qualified[QUALIFIED_MAX], qsource[QUALIFIED_MAX], regclass[2 * sizeof qsource + 4];
     qualified_name(schema, table, qualified, sizeof qualified);
-    sql_quote_literal(qualified, regclass, sizeof regclass);
+    qualified_name(schema, source, qsource, sizeof qsource);
+    sql_quote_literal(qsource, regclass, sizeof regclass);
     rc |= build_holder(&q->holder, &lock, qualified, regclass);
     rc |= sql_build(&q->quiet_on, "SELECT pg_try_advisory_lock(%s)", quiet);
     rc |= sql_build(&q->quiet_off, "SELECT pg_advisory_unlock(%s)", quiet);
@@ -635,13 +660,15 @@ void sql_dead_free(struct sql_dead *q)
     "AND ($3::timestamptz IS NULL OR o.\"created_at\" >= $3::timestamptz) "                        \
     "AND ($4::timestamptz IS NULL OR o.\"created_at\" < $4::timestamptz)"
 
-int sql_window_init(struct sql_window *q, const char *schema, const char *table)
+int sql_window_init(struct sql_window *q, const char *schema, const char *table,
+                    size_t n_placed)
 {
     memset(q, 0, sizeof *q);
-    if (!sql_ident_valid(schema) || !sql_ident_valid(table))
+    if (!sql_ident_valid(schema) || !sql_ident_valid(table) || n_placed > 8)
         return -EINVAL;
-    char t[QUALIFIED_MAX];
+    char t[QUALIFIED_MAX], placed[PLACED_COLUMNS_MAX];
     qualified_name(schema, table, t, sizeof t);
+    placed_columns(n_placed, placed, sizeof placed);
 
     int rc = 0;
     rc |= sql_build(&q->bounds,
@@ -652,16 +679,16 @@ int sql_window_init(struct sql_window *q, const char *schema, const char *table)
                 t);
     /* Keyset pages through the primary key: each page is one index range. */
     rc |= sql_build(&q->rows,
-                "SELECT " ROW_COLUMNS " FROM %s AS o WHERE o.\"id\" > $5::bigint AND " WINDOW
+                "SELECT " ROW_COLUMNS "%s FROM %s AS o WHERE o.\"id\" > $5::bigint AND " WINDOW
                 " ORDER BY o.\"id\" LIMIT $6::int",
-                t);
+                placed, t);
     rc |= sql_build(&q->replay,
-                "SELECT " ROW_COLUMNS " FROM %s AS o WHERE o.\"id\" > $5::bigint AND " WINDOW
+                "SELECT " ROW_COLUMNS "%s FROM %s AS o WHERE o.\"id\" > $5::bigint AND " WINDOW
                 " AND ($7::text IS NULL OR o.\"aggregate_type\" = $7::text)"
                 " AND ($8::text IS NULL OR o.\"aggregate_id\" = $8::text)"
                 " AND ($9::text IS NULL OR o.\"event_type\" = $9::text)"
                 " ORDER BY o.\"id\" LIMIT $6::int",
-                t);
+                placed, t);
     if (rc != 0) {
         sql_window_free(q);
         return -ENOMEM;

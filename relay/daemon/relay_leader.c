@@ -257,6 +257,12 @@ static void on_schema_version(struct pg_conn *pg, PGresult *res, void *arg)
 
 void relay_schema_check(struct relay *r)
 {
+    if (!r->table_exists && r->claim_table[0]) {
+        schema_wait(r, "the view \"%s\".\"%s\" over Debezium's table does not exist: run "
+                       "`outbox-relay migrate` with this configuration",
+                    r->cfg->schema, r->claim_table);
+        return;
+    }
     if (!r->table_exists) {
         schema_wait(r, "the outbox table \"%s\".\"%s\" does not exist: run `outbox-relay "
                        "migrate` with this configuration",

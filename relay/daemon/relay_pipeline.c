@@ -213,6 +213,7 @@ void relay_produce_rows(struct relay *r, struct batch *b, PGresult *res)
 
         struct event_row row;
         pg_claim_row(res, i, &row);
+        pg_claim_placed(res, i, CLAIM_NCOLS, &row);
         int rc = relay_row_topic(r, &row, topic, sizeof(topic), err, sizeof(err));
         if (rc == 0) {
             b->state[i] = ROW_PENDING;

@@ -387,7 +387,9 @@ void pg_claim_row(const PGresult *res, int i, struct event_row *out)
     *out = (struct event_row){
         .id = pg_claim_id(res, i),
         .aggregate_type = PQgetvalue(res, i, CLAIM_AGGREGATE_TYPE),
-        .aggregate_id = PQgetvalue(res, i, CLAIM_AGGREGATE_ID),
+        /* NULL in Debezium's table: a message without a key */
+        .aggregate_id = PQgetisnull(res, i, CLAIM_AGGREGATE_ID)
+                            ? NULL : PQgetvalue(res, i, CLAIM_AGGREGATE_ID),
         .event_type = PQgetvalue(res, i, CLAIM_EVENT_TYPE),
         .topic = PQgetisnull(res, i, CLAIM_TOPIC) ? NULL : PQgetvalue(res, i, CLAIM_TOPIC),
         .payload = PQgetisnull(res, i, CLAIM_PAYLOAD) ? NULL : PQgetvalue(res, i, CLAIM_PAYLOAD),
@@ -404,4 +406,38 @@ void pg_claim_row(const PGresult *res, int i, struct event_row *out)
     }
     pgb_time_text(created, out->created_at_text);
     out->created_at = out->created_at_text;
+}
+
+void pg_claim_placed(const PGresult *res, int i, int first, struct event_row *out)
+{
+    int n = PQnfields(res) - first;
+    out->n_placed = n > 0 && n <= EVENT_PLACEMENT_MAX ? (size_t)n : 0;
+    for (size_t k = 0; k < out->n_placed; k++) {
+        int c = first + (int)k;
+        const char *v = PQgetvalue(res, i, c);
+        Oid type = PQftype(res, c);
+        char *text = out->placed_text[k];
+        out->placed_number[k] = type == PGB_INT2OID || type == PGB_INT4OID ||
+                                type == PGB_INT8OID;
+        if (PQgetisnull(res, i, c)) {
+            out->placed[k] = NULL;
+            continue;
+        }
+        /* Binary: integers big-endian, a uuid's 16 bytes, jsonb a version
+         * byte before its text; text, varchar and json are their text. */
+        if (type == PGB_INT8OID)
+            snprintf(text, PGB_UUID_TEXT, "%lld", (long long)pgb_int8(v));
+        else if (type == PGB_INT4OID || type == PGB_INT2OID) {
+            const unsigned char *b = (const unsigned char *)v;
+            long x = type == PGB_INT4OID
+                         ? (long)(int32_t)((uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 |
+                                           (uint32_t)b[2] << 8 | b[3])
+                         : (long)(int16_t)((uint16_t)(b[0] << 8 | b[1]));
+            snprintf(text, PGB_UUID_TEXT, "%ld", x);
+        } else if (type == PGB_UUIDOID)
+            pgb_uuid_text(v, text);
+        else
+            text = NULL;
+        out->placed[k] = text ? text : type == PGB_JSONBOID ? v + 1 : v;
+    }
 }

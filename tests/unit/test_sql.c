@@ -163,7 +163,7 @@ Test(sql, statements_quote_configured_identifiers)
 Test(sql, session_statements_name_the_table_and_its_lock)
 {
     struct sql_session q;
-    cr_assert_eq(sql_session_init(&q, "App", "Events"), 0);
+    cr_assert_eq(sql_session_init(&q, "App", "Events", "Events"), 0);
     /* The key of every earlier release: relays of two versions still exclude each other. */
     const char *key = "hashtextextended('outbox-relay:leader:' || 'App.Events', 0)";
     cr_assert_not_null(strstr(q.lock, key), "%s", q.lock);
@@ -176,7 +176,7 @@ Test(sql, session_statements_name_the_table_and_its_lock)
     cr_assert_not_null(strstr(q.check, "row_security_active("), "%s", q.check);
     sql_session_free(&q);
     cr_assert_null(q.lock);
-    cr_assert_eq(sql_session_init(&q, "public", "a'b"), -EINVAL);
+    cr_assert_eq(sql_session_init(&q, "public", "a'b", "a'b"), -EINVAL);
 }
 
 Test(sql, statements_refuse_invalid_identifiers)
@@ -263,7 +263,7 @@ Test(sql, the_trigger_and_the_relay_name_the_same_quiet_locks)
     cr_assert_null(sql_render_template("{{lock:other}}", "app", "events", "ev_chan"));
 
     struct sql_session q;
-    cr_assert_eq(sql_session_init(&q, "app", "events"), 0);
+    cr_assert_eq(sql_session_init(&q, "app", "events", "events"), 0);
     cr_assert_str_eq(q.quiet_on,
                      "SELECT pg_try_advisory_lock(hashtextextended('outbox-relay:quiet:' || "
                      "'app.events', 0))");

@@ -1,0 +1,84 @@
+/* migrate_debezium.c — migrate for relay.capture = poll in the debezium
+ * profile: the application's table gets the relay's columns, its indexes and
+ * its trigger, and the view the relay reads it through (migrate_int.h). */
+#include "cmd/migrate.h"
+#include "cmd/migrate_int.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "cmd/profile_check.h"
+#include "core/sql.h"
+#include "core/sql_debezium.h"
+
+/* The template rendered for the view, then the view's statements. */
+static char *render(const struct relay_config *cfg)
+{
+    struct event_placement pl;
+    struct sql_debezium_map m;
+    char view[64];
+    if (profile_view_map(cfg, &pl, &m) < 0 || sql_debezium_view_name(cfg->table, view,
+                                                                     sizeof view) < 0)
+        return NULL;
+    char *tmpl = sql_render_template_on(migration_debezium_poll, cfg->schema, view, cfg->table,
+                                        cfg->notify_channel);
+    char *v = sql_debezium_view(&m);
+    char *out = NULL;
+    if (tmpl && v && asprintf(&out, "%s\n%s", tmpl, v) < 0)
+        out = NULL;
+    free(tmpl);
+    free(v);
+    return out;
+}
+
+static int exec(PGconn *conn, const char *what, const char *sql)
+{
+    PGresult *res = PQexec(conn, sql);
+    ExecStatusType st = PQresultStatus(res);
+    int ok = st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK;
+    if (!ok)
+        log_error("migration statement failed", "step=%s error=%s", what,
+                  log_quote(PQresultErrorMessage(res)));
+    PQclear(res);
+    return ok ? 0 : -EIO;
+}
+
+int migrate_debezium_apply(PGconn *conn, const struct relay_config *cfg, const char *lock_sql)
+{
+    char *sql = render(cfg);
+    if (!sql) {
+        log_error("cannot render the view over Debezium's table", "table=%s.%s", cfg->schema,
+                  cfg->table);
+        return -EIO;
+    }
+    int rc = exec(conn, "begin", "BEGIN");
+    if (rc == 0 && (exec(conn, "lock", lock_sql) < 0 || exec(conn, "debezium_poll", sql) < 0 ||
+                    exec(conn, "commit", "COMMIT") < 0)) {
+        PQclear(PQexec(conn, "ROLLBACK"));
+        rc = -EIO;
+    }
+    free(sql);
+    if (rc < 0)
+        return rc;
+    /* Past the commit: every row committed before it is the connector's. */
+    PGresult *res = PQexec(conn, "SELECT pg_current_wal_lsn()::text");
+    const char *lsn = PQresultStatus(res) == PGRES_TUPLES_OK ? PQgetvalue(res, 0, 0) : "?";
+    log_info("Debezium's table is ready for polling: the rows committed before the position "
+             "are the connector's (stop it once its slot's confirmed_flush_lsn passes it), the "
+             "later ones the relay's",
+             "table=%s.%s position=%s", cfg->schema, cfg->table, lsn);
+    PQclear(res);
+    return 0;
+}
+
+int migrate_debezium_print(const struct relay_config *cfg, FILE *out)
+{
+    char *sql = render(cfg);
+    if (!sql)
+        return -EINVAL;
+    fprintf(out, "\n-- ---- relay.capture = poll on Debezium's table\n\n%s", sql);
+    free(sql);
+    return 0;
+}
