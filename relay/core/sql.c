@@ -611,7 +611,9 @@ int sql_dead_init(struct sql_dead *q, const char *schema, const char *table)
     int rc = 0;
     /* "waiting" counts the later rows of the aggregate that are neither sent
      * nor dead: under hold_aggregate they wait for this row. One join over
-     * the pending rows, not one scan per listed row. */
+     * the pending rows, not one scan per listed row. Grouped by every column
+     * it lists: through the view over Debezium's table no primary key makes
+     * them follow from the id. */
     rc |= sql_build(&q->list,
                 "SELECT o.\"id\", o.\"event_id\"::text, o.\"aggregate_type\", o.\"aggregate_id\", "
                 "o.\"event_type\", "
@@ -622,7 +624,9 @@ int sql_dead_init(struct sql_dead *q, const char *schema, const char *table)
                 "FROM %s AS o LEFT JOIN %s AS l ON l.\"sent_at\" IS NULL AND l.\"dead_at\" IS NULL "
                 "AND l.\"aggregate_type\" = o.\"aggregate_type\" "
                 "AND l.\"aggregate_id\" = o.\"aggregate_id\" AND l.\"id\" > o.\"id\" "
-                "WHERE " NEEDS_OPERATOR("o") " GROUP BY o.\"id\" ORDER BY o.\"id\"",
+                "WHERE " NEEDS_OPERATOR("o") " GROUP BY o.\"id\", o.\"event_id\", o.\"aggregate_type\", "
+                "o.\"aggregate_id\", o.\"event_type\", o.\"dead_at\", o.\"attempts\", "
+                "o.\"last_error\" ORDER BY o.\"id\"",
                 t, t);
     /* attempts back to 0 gives the row its full max_attempts again;
      * last_error stays, so the history of why it failed is not lost. */

@@ -41,6 +41,7 @@ with wal_level = logical.
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 import tempfile
@@ -209,7 +210,7 @@ def clean_up(relay, connect_dir, slots, table):
     stop_connect(connect_dir)
     for slot in slots:
         drop_slot(slot)
-    sql('DROP TABLE IF EXISTS "%s"' % table)
+    sql('DROP TABLE IF EXISTS "%s" CASCADE' % table)
 
 
 def drop_slot(name):
@@ -242,8 +243,9 @@ class Writer:
     the WAL insert position read right after its commit: its commit record
     ends at or before it."""
 
-    def __init__(self, w):
+    def __init__(self, w, keep_rows=False):
         self.w = w
+        self.keep_rows = keep_rows
         self.aggs = ["tk-w%d-%d" % (w, k) for k in range(TK_AGGREGATES)]
         self.seq = {a: 0 for a in self.aggs}
         self.events = []  # (id, aggregate, seq, commit time, lsn after commit)
@@ -265,7 +267,7 @@ class Writer:
             cur.execute(ins, (rid, TK_TYPES[k % 2], agg,
                               json.dumps({"writer": self.w, "seq": self.seq[agg]}), "w%d" % self.w))
             pending.append((rid, agg, self.seq[agg]))
-        if delete if delete is not None else self.rnd.randrange(4) == 0:
+        if delete if delete is not None else not self.keep_rows and self.rnd.randrange(4) == 0:
             cur.execute('DELETE FROM "%s" WHERE id = ANY(%%s::uuid[])' % TABLE,
                         ([p[0] for p in pending],))
         c.commit()
@@ -287,8 +289,8 @@ class Writer:
 
 
 class Writers:
-    def __init__(self):
-        self.all = [Writer(w) for w in range(TK_WRITERS)]
+    def __init__(self, keep_rows=False):
+        self.all = [Writer(w, keep_rows) for w in range(TK_WRITERS)]
         self.stop_ev = None
         self.threads = []
 
@@ -546,10 +548,180 @@ def takeover(connect_dir, dbz):
     return "; ".join(problems) or None
 
 
+# ---- taking over by polling: the application keeps its rows ----------------
+
+def special_rows():
+    """Rows of every shape the claim reads apart, inserted while both sides
+    publish: a NULL payload, a NULL aggregateid, a NULL placed column,
+    non-ASCII text. Returns their ids."""
+    ids = []
+    with psycopg2.connect(PG) as c, c.cursor() as cur:
+        for i, (key, payload, tenant) in enumerate([
+                ("sp-1", None, "t1"), (None, '{"k": "caf\u00e9 \u2603"}', "t2"),
+                ("sp-2", '{"n": [1, 2.5, null]}', None), ("sp-1", '{"last": true}', "t1")]):
+            rid = str(uuid.uuid4())
+            cur.execute('INSERT INTO "%s" (id, aggregatetype, aggregateid, type, payload, '
+                        '"timestamp", tenant) VALUES (%%s, %%s, %%s, \'Special\', %%s::jsonb, '
+                        "clock_timestamp()::timestamp, %%s)" % TABLE,
+                        (rid, TK_TYPES[i % 2], key, payload, tenant))
+            ids.append(rid)
+    return ids
+
+
+def read_messages(topics, marks, ids, timeout=60):
+    """Every message of @topics (read_committed) from @marks on, until every
+    id of @ids came and 2 s passed without more."""
+    c = Consumer({"bootstrap.servers": KAFKA, "group.id": "pt-" + uuid.uuid4().hex,
+                  "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                  "isolation.level": "read_committed"})
+    c.assign([TopicPartition(t, p, marks.get((t, p), 0)) for t in topics for p in range(PARTITIONS)])
+    got, seen = [], set()
+    deadline, quiet_until = time.time() + timeout, None
+    while time.time() < deadline:
+        m = c.poll(0.2)
+        if m is None:
+            if ids <= seen and quiet_until is None:
+                quiet_until = time.time() + 2
+            if quiet_until and time.time() > quiet_until:
+                break
+            continue
+        if m.error():
+            continue
+        got.append(m)
+        seen.add((dict(m.headers() or []).get("id") or b"").decode())
+    c.close()
+    return got
+
+
+def poll_switch(connect_dir, dbz, args, writers, relay_log):
+    """docs/migrating-from-debezium.md, "Taking over by polling", steps 2 to
+    4: returns (migrate's position, special row ids, switch and stop times),
+    or a failure string."""
+    p = subprocess.run([RELAY, "migrate"] + args, capture_output=True, text=True)
+    found = re.search(r"position=([0-9A-F]+/[0-9A-F]+)", p.stderr + p.stdout)
+    if p.returncode != 0 or not found:
+        return "migrate: exit %d, %s" % (p.returncode, (p.stderr + p.stdout)[-300:])
+    boundary = lsn_int(found.group(1))
+    wait_until("the connector's slot confirmed past migrate's position",
+               lambda: lsn_int(slot_status(dbz)["confirmed_flush_lsn"]) >= boundary, 60)
+    specials = special_rows()
+    relay = subprocess.Popen([RELAY, "run"] + args, stdout=relay_log, stderr=relay_log)
+    t_switch = time.time()
+    time.sleep(1.5)
+    connect_rest(connect_dir, "PUT", "/stop")
+    wait_until("the slot inactive", lambda: not slot_status(dbz)["active"], 60)
+    t_stop = time.time()
+    time.sleep(2)
+    writers.stop()
+    wait_until("every row marked sent", lambda: sql(
+        'SELECT count(*) FROM "%s" WHERE relay_sent_at IS NULL' % TABLE)[0][0] == 0, 60)
+    relay.terminate()
+    if relay.wait(30) != 0:
+        return "the relay exited %d on SIGTERM (log %s)" % (relay.returncode, relay_log.name)
+    return boundary, specials, t_switch, t_stop
+
+
+def same_message(a, b):
+    """Two copies of one event, one per producer: every byte the same, and the
+    partition unless there is no key (each producer picks one of its own)."""
+    return a.key() == b.key() and a.value() == b.value() and \
+        (a.headers() or []) == (b.headers() or []) and a.timestamp() == b.timestamp() and \
+        (a.key() is None or (a.topic(), a.partition()) == (b.topic(), b.partition()))
+
+
+def poll_check(got, events, specials, t_stop):
+    """What a consumer checks after the switch: returns a failure or None."""
+    by_id = {e[0]: e for e in events}
+    copies, unknown, last_seq, order_breaks, key_part = {}, [], {}, [], {}
+    for m in sorted(got, key=lambda m: (m.topic(), m.partition(), m.offset())):
+        rid = (dict(m.headers() or []).get("id") or b"").decode()
+        if rid not in by_id and rid not in specials:
+            unknown.append(describe(m))
+            continue
+        first = rid not in copies
+        copies.setdefault(rid, []).append(m)
+        if rid in by_id:
+            key = m.key().decode()
+            key_part.setdefault(key, set()).add((m.topic(), m.partition()))
+            seq = by_id[rid][2]
+            if first and seq <= last_seq.get(key, 0):
+                order_breaks.append("%s seq %d after seq %d" % (key, seq, last_seq[key]))
+            last_seq[key] = max(seq, last_seq.get(key, 0))
+    relayed = {r[0] for r in sql('SELECT id::text FROM "%s" WHERE relay_seq IS NOT NULL' % TABLE)}
+    lost = [rid for rid in list(by_id) + specials if rid not in copies]
+    dups = {rid: c for rid, c in copies.items() if len(c) > 1}
+    bad = [rid for rid, c in dups.items() if len(c) != 2 or rid not in relayed or
+           (rid in by_id and by_id[rid][3] > t_stop)]
+    differ = [(c[0], c[1]) for c in dups.values() if len(c) == 2 and not same_message(c[0], c[1])]
+    problems = []
+    if lost:
+        problems.append("%d events never reached Kafka, the first: %s" % (len(lost), lost[0]))
+    if unknown:
+        problems.append("%d messages of no written event, the first: %s" % (len(unknown), unknown[0]))
+    if order_breaks:
+        problems.append("%d first deliveries out of order, the first: %s" % (
+            len(order_breaks), order_breaks[0]))
+    split = [k for k, v in key_part.items() if len(v) > 1]
+    if split:
+        problems.append("aggregate %s on several partitions: %s" % (split[0], key_part[split[0]]))
+    if bad:
+        problems.append("%d duplicates not of a row the relay owns and the connector published "
+                        "before it stopped, the first: %s" % (len(bad), bad[0]))
+    if differ:
+        problems.append("%d events published differently by the two, the first:\n  %s\n  %s" % (
+            len(differ), describe(differ[0][0]), describe(differ[0][1])))
+    if not any(rid in dups for rid in specials):
+        problems.append("no special row published by both: the identity went unchecked")
+    return "; ".join(problems) or None, len(dups), sum(1 for rid in copies if rid in relayed)
+
+
+def poll_takeover(connect_dir, dbz):
+    """docs/migrating-from-debezium.md, "Taking over by polling", with writers
+    that keep their rows writing throughout: returns a failure, or None."""
+    t0 = time.time()
+    topics = ["%s.%s" % (dbz, t) for t in TK_TYPES]
+    start_marks = settled_watermarks(topics)
+    writers = Writers(keep_rows=True)
+    args = relay_args(dbz) + ["-X", "relay.capture=poll"]
+    relay_log = open(os.path.join(WORK, "relay-poll.log"), "w")
+    try:
+        writers.start()
+        time.sleep(2)  # Debezium publishes
+        switched = poll_switch(connect_dir, dbz, args, writers, relay_log)
+    finally:
+        if writers.stop_ev and not writers.stop_ev.is_set():
+            writers.stop_ev.set()
+            for t in writers.threads:
+                t.join()
+        relay_log.close()
+    if isinstance(switched, str):
+        return switched
+    boundary, specials, t_switch, t_stop = switched
+    events = writers.events()
+    got = read_messages(topics, start_marks, {e[0] for e in events} | set(specials))
+    bad, n_dups, n_relayed = poll_check(got, events, specials, t_stop)
+    # The marks: the rows made before migrate count as sent, each later one
+    # is marked by the relay.
+    before, unmarked = sql('SELECT count(*) FILTER (WHERE relay_seq IS NULL AND '
+                           "relay_sent_at = '-infinity'), count(*) FILTER (WHERE relay_seq IS NOT "
+                           "NULL AND (relay_sent_at IS NULL OR relay_sent_at = '-infinity')) "
+                           'FROM "%s"' % TABLE)[0]
+    if not bad and (before == 0 or unmarked):
+        bad = "marks: %d rows of before migrate count as sent, %d later rows unmarked" % (
+            before, unmarked)
+    log("poll takeover: %d events by %d writers (%d before the connector stopped), %d rows the "
+        "relay owned, %d messages, %d duplicates (each identical on both sides); migrate at "
+        "%X/%X; %.1f s" % (len(events) + len(specials), TK_WRITERS,
+                           sum(1 for e in events if e[3] < t_stop), n_relayed, len(got), n_dups,
+                           boundary >> 32, boundary & 0xffffffff, time.time() - t0))
+    return bad
+
+
 def bad_input():
     """A table without a column the profile reads, or with a wrong type, is
     refused at start (exit 78, the column named); an aggregatetype that makes
     an invalid topic halts relaying (the poison rule of capture = wal), no crash."""
+    sql('DROP VIEW IF EXISTS "%s_relay"' % TABLE)  # poll_takeover's, which reads aggregateid
     sql('ALTER TABLE "%s" DROP COLUMN aggregateid' % TABLE)
     p = subprocess.run([RELAY, "run"] + relay_args("rly_" + RUN), capture_output=True, text=True)
     if p.returncode != 78 or '"aggregateid"' not in p.stderr:
@@ -757,6 +929,12 @@ def main():
             log("takeover: " + bad + " (logs in %s)" % WORK)
             return 1
         log("takeover: nothing lost, order per aggregate kept, in %.1f s" % (time.time() - t1))
+        t1 = time.time()
+        bad = poll_takeover(connect_dir, dbz)
+        if bad:
+            log("poll takeover: " + bad + " (logs in %s)" % WORK)
+            return 1
+        log("poll takeover: nothing lost, order per aggregate kept, in %.1f s" % (time.time() - t1))
         stop_connect(connect_dir)
         bad = bad_input()
         if bad:
