@@ -441,6 +441,16 @@ static int run_command(const struct invocation *inv, struct relay_config *cfg,
     }
     if (strcmp(cmd, "dead") == 0)
         return dead_main(cfg, inv->n_cmd_args, inv->cmd_args);
+    /* They build each row's message as the relay does: under json_with_schema
+     * that needs the columns' schemas (a failure shows in what they report). */
+    if ((strcmp(cmd, "verify") == 0 || strcmp(cmd, "replay") == 0) &&
+        cfg->profile == RELAY_PROFILE_DEBEZIUM) {
+        char why[512];
+        if (profile_check(cfg, &cfg->connect_columns, why, sizeof why) == -EINVAL) {
+            fprintf(stderr, "outbox-relay %s: configuration rejected: %s\n", cmd, why);
+            return EXIT_CONFIG;
+        }
+    }
     if (strcmp(cmd, "verify") == 0)
         return verify_main(cfg, inv->n_cmd_args, inv->cmd_args);
     if (strcmp(cmd, "replay") == 0)

@@ -89,4 +89,21 @@ int connect_key(const struct event_row *row, const struct event_style *style,
 int connect_value(const struct event_row *row, const struct event_style *style,
                   struct strbuf *out, char *errbuf, size_t errlen);
 
+/** A message's key and value bytes: key NULL is no key, value NULL a
+ *  tombstone. They point into the row or into the buffers given to
+ *  connect_message(). */
+struct connect_bytes {
+    const char *key;
+    size_t key_len;
+    const char *value;
+    size_t value_len;
+};
+
+/** The key and value of @p row's message under @p style, whatever the
+ *  converters, as the producer sends them and verify expects them; @p key and
+ *  @p value hold what the json converters write. @return as connect_value(). */
+int connect_message(const struct event_row *row, const struct event_style *style,
+                    struct strbuf *key, struct strbuf *value, struct connect_bytes *out,
+                    char *errbuf, size_t errlen);
+
 #endif

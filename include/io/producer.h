@@ -32,6 +32,22 @@ typedef void (*producer_txn_cb)(void *arg, unsigned gen, enum producer_txn_resul
 
 struct txn_job;
 
+/** How a row becomes a message under a configuration: its headers,
+ *  converters and placement (relay.profile and its keys), with the storage
+ *  the style points to. */
+struct message_style {
+    struct event_style style;
+    struct event_placement placement; /* relay.additional_placement, parsed */
+    char envelope_name[512];          /* style.envelope_name */
+    struct connect_names names;       /* style.names */
+};
+
+/** Fills @p ms from @p cfg, as the producer makes its messages (verify too). */
+void producer_style_init(struct message_style *ms, const struct relay_config *cfg);
+
+/** Frees what @p ms holds. */
+void producer_style_free(struct message_style *ms);
+
 struct producer {
     uv_poll_t *poll;           /* the pipe's watcher; allocated, freed in its close callback,
                                   so a replaced producer never reuses a closing handle */
@@ -56,11 +72,8 @@ struct producer {
     struct txn_job *job;       /* the call running on a worker thread, if any */
     char txn_id[256];
     char known_topic[256];     /* the last topic asked about (see producer_send) */
-    struct event_placement placement; /* relay.additional_placement, parsed at start */
-    struct event_style style;  /* the headers and converters of relay.profile and its keys */
+    struct message_style ms;   /* what a row's message is made of */
     struct strbuf key, value;  /* a message's key and value when a converter is json */
-    char envelope_name[512];   /* style.envelope_name */
-    struct connect_names names; /* style.names */
 };
 
 /** Creates the producer from the [kafka] section on top of the relay's

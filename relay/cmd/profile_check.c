@@ -19,6 +19,8 @@
 /* Type names (pg_type.typname) whose pgoutput text is what Debezium's
  * converters write for them. */
 static const char *const text_types[] = {"text", "varchar", "bpchar", NULL};
+/* Polled, a column is read as text, which drops a char(n)'s trailing blanks. */
+static const char *const poll_text_types[] = {"text", "varchar", NULL};
 static const char *const id_types[] = {"uuid", "text", "varchar", NULL};
 static const char *const payload_types[] = {"jsonb", "json", "text", "varchar", NULL};
 /* The Event Router reads only Timestamp, MicroTimestamp or NanoTimestamp as
@@ -123,10 +125,11 @@ static int check_columns(const PGresult *res, const struct relay_config *cfg,
     if (PQntuples(res) == 0)
         return errbuf_fail(why, len, "the outbox table \"%s\".\"%s\" does not exist", cfg->schema,
                            cfg->table);
+    const char *const *texts = cfg->capture == RELAY_CAPTURE_POLL ? poll_text_types : text_types;
     struct need needs[5 + EVENT_PLACEMENT_MAX] = {
         {"relay.column_event_id", cfg->column_event_id, id_types},
-        {"relay.column_aggregate_type", cfg->column_aggregate_type, text_types},
-        {"relay.column_aggregate_id", cfg->column_aggregate_id, text_types},
+        {"relay.column_aggregate_type", cfg->column_aggregate_type, texts},
+        {"relay.column_aggregate_id", cfg->column_aggregate_id, texts},
         {"relay.column_payload", cfg->column_payload, payload_types},
     };
     size_t n = 4;

@@ -28,7 +28,10 @@
 #include "base/errors.h"
 #include "core/event.h"
 #include "base/log.h"
+#include "base/strbuf.h"
+#include "core/connect_json.h"
 #include "io/pg.h"
+#include "io/producer.h"
 #include "core/pg_binary.h"
 #include "io/producer.h"
 #include "core/sql.h"
@@ -243,6 +246,8 @@ struct run {
     uint64_t produced, refused;
     int64_t refused_ids[REFUSED_SHOWN];
     int64_t first_id, done_through; /* the first row published; all acknowledged up to */
+    struct message_style ms;         /* the producer's: what a row's message is */
+    struct strbuf key, value;        /* a row's key and value, json converters */
     int64_t after;                   /* the next page starts after this id */
     bool stopped;                    /* SIGINT or SIGTERM */
 };
@@ -277,6 +282,9 @@ static void close_run(struct run *r)
     }
     PQfinish(r->conn);
     sql_window_free(&r->q);
+    producer_style_free(&r->ms);
+    strbuf_free(&r->key);
+    strbuf_free(&r->value);
 }
 
 /* The replay header's value: now, RFC 3339 UTC with milliseconds. */
@@ -340,11 +348,14 @@ static void pace(const struct run *r)
 static int produce_row(struct run *r, const struct event_row *e, const char *topic)
 {
     rd_kafka_headers_t *hdrs = NULL;
+    struct connect_bytes m;
     char why[512];
-    if (event_headers_build(e, &hdrs, why, sizeof why) < 0 ||
+    /* The message the relay writes (the same code), and the replay header. */
+    if (connect_message(e, &r->ms.style, &r->key, &r->value, &m, why, sizeof why) < 0 ||
+        event_headers_build_styled(e, &r->ms.style, &hdrs, why, sizeof why) < 0 ||
         rd_kafka_header_add(hdrs, EVENT_REPLAY_HEADER, -1, r->replayed_at, -1)) {
-        /* A sent row whose headers no longer build was edited after it was sent. */
-        log_error("cannot build the headers of a sent row", "outbox_id=%" PRId64 " error=%s",
+        /* A sent row whose message no longer builds was edited after it was sent. */
+        log_error("cannot build the message of a sent row", "outbox_id=%" PRId64 " error=%s",
                   e->id, log_quote(why));
         if (hdrs)
             rd_kafka_headers_destroy(hdrs);
@@ -354,8 +365,8 @@ static int produce_row(struct run *r, const struct event_row *e, const char *top
     for (;;) {
         pe = rd_kafka_producev(
             r->rk, RD_KAFKA_V_TOPIC(topic),
-            RD_KAFKA_V_KEY(e->aggregate_id, strlen(e->aggregate_id)),
-            RD_KAFKA_V_VALUE((void *)e->payload, e->payload ? e->payload_len : 0),
+            RD_KAFKA_V_PARTITION(event_row_partition(e, &r->ms.style)),
+            RD_KAFKA_V_KEY(m.key, m.key_len), RD_KAFKA_V_VALUE((void *)m.value, m.value_len),
             RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_TIMESTAMP(e->created_ms),
             RD_KAFKA_V_HEADERS(hdrs), RD_KAFKA_V_OPAQUE((void *)(intptr_t)e->id), RD_KAFKA_V_END);
         if (pe != RD_KAFKA_RESP_ERR__QUEUE_FULL)
@@ -399,7 +410,8 @@ static int replay_row(struct run *r, const struct event_row *e, bool replayable)
     if (r->a->dry_run) {
         printf("would replay id %" PRId64 " event_id %s to %s key %s event_type %s "
                "created_at %s (%zu bytes%s)\n",
-               e->id, e->event_id, topic, log_quote(e->aggregate_id), log_quote(e->event_type),
+               e->id, e->event_id, topic, e->aggregate_id ? log_quote(e->aggregate_id) : "(none)",
+               log_quote(e->event_type),
                e->created_at, e->payload ? e->payload_len : 0, e->payload ? "" : ", tombstone");
         r->produced++;
         return EXIT_OK;
@@ -517,13 +529,21 @@ int replay_main(const struct relay_config *cfg, int argc, char **argv)
     if (status)
         return status;
 
+    if (cfg->profile == RELAY_PROFILE_DEBEZIUM && cfg->capture == RELAY_CAPTURE_WAL) {
+        fprintf(stderr, "outbox-relay replay: relay.profile = debezium with relay.capture = wal: "
+                        "Debezium's table keeps no row to replay\n");
+        free((char *)a.aggregate_type);
+        return EXIT_CONFIG;
+    }
     struct run r = {.cfg = cfg, .a = &a, .after = INT64_MIN};
+    producer_style_init(&r.ms, cfg);
     char view[CONFIG_RELATION_MAX];
     if (sql_window_init(&r.q, cfg->schema, config_claim_relation(cfg, view),
                         config_placed_count(cfg)) < 0) {
         log_error("cannot build the replay statement", "schema=%s table=%s", cfg->schema,
                   cfg->table);
         free((char *)a.aggregate_type);
+        producer_style_free(&r.ms);
         return EXIT_SOFTWARE;
     }
     status = open_run(&r);

@@ -28,7 +28,10 @@
 #include "base/errors.h"
 #include "core/event.h"
 #include "base/log.h"
+#include "base/strbuf.h"
+#include "core/connect_json.h"
 #include "io/pg.h"
+#include "io/producer.h"
 #include "core/pg_binary.h"
 #include "core/sql.h"
 #include "base/stats.h"
@@ -139,6 +142,10 @@ struct run {
     uint64_t rows_done;          /* rows of finished slices */
     bool warned_times;
     bool wal_sent;               /* capture = wal, the slot passed the fence: rows not dead are sent */
+    struct message_style ms;     /* the producer's: what each row's message is */
+    struct strbuf key, value;    /* a row's key and value, json converters */
+    const char *id_header;       /* the header carrying the event id */
+    bool skip_value;             /* json_with_schema envelopes: named by what the relay saw first */
     char *err;
     size_t errlen;
 };
@@ -216,12 +223,16 @@ static int row_add(struct run *r, PGresult *res, int i)
     }
     r->topic_used[row.topic] = 1;
 
-    row.key = vcheck_digest_bytes(e.aggregate_id, strlen(e.aggregate_id));
-    row.value = vcheck_digest_bytes(e.payload, e.payload ? e.payload_len : 0);
-    /* The headers the relay would write, built by the same code: a row whose
-     * headers are poison was never published, and matches nothing. */
+    /* The message the relay would write, built by the same code: a row it
+     * never published (poison headers, a payload it cannot expand) matches
+     * nothing. */
+    struct connect_bytes m;
+    if (connect_message(&e, &r->ms.style, &r->key, &r->value, &m, NULL, 0) < 0)
+        return vcheck_row_add(r->v, &row);
+    row.key = vcheck_digest_bytes(m.key, m.key_len);
+    row.value = r->skip_value ? 0 : vcheck_digest_bytes(m.value, m.value_len);
     rd_kafka_headers_t *hdrs = NULL;
-    if (event_headers_build(&e, &hdrs, NULL, 0) == 0) {
+    if (event_headers_build_styled(&e, &r->ms.style, &hdrs, NULL, 0) == 0) {
         uint64_t h = VCHECK_SEED;
         const char *name;
         const void *val;
@@ -236,7 +247,8 @@ static int row_add(struct run *r, PGresult *res, int i)
     return vcheck_row_add(r->v, &row);
 }
 
-static void msg_reduce(const rd_kafka_message_t *m, uint32_t topic, struct vcheck_msg *out)
+static void msg_reduce(const struct run *r, const rd_kafka_message_t *m, uint32_t topic,
+                       struct vcheck_msg *out)
 {
     memset(out, 0, sizeof *out);
     out->topic = topic;
@@ -244,7 +256,7 @@ static void msg_reduce(const rd_kafka_message_t *m, uint32_t topic, struct vchec
     out->offset = m->offset;
     out->timestamp = rd_kafka_message_timestamp(m, NULL);
     out->key = vcheck_digest_bytes(m->key, m->key_len);
-    out->value = vcheck_digest_bytes(m->payload, m->len);
+    out->value = r->skip_value ? 0 : vcheck_digest_bytes(m->payload, m->len);
     uint64_t h = VCHECK_SEED;
     rd_kafka_headers_t *hdrs = NULL;
     if (rd_kafka_message_headers(m, &hdrs) == RD_KAFKA_RESP_ERR_NO_ERROR) {
@@ -258,7 +270,7 @@ static void msg_reduce(const rd_kafka_message_t *m, uint32_t topic, struct vchec
                 out->replay = true;
                 continue; /* the one header a replay adds */
             }
-            if (strcmp(name, "event_id") == 0 && val && !out->has_event_id)
+            if (strcmp(name, r->id_header) == 0 && val && !out->has_event_id)
                 out->has_event_id = vcheck_uuid_parse(val, size, out->event_id);
             if (strcmp(name, "outbox_id") == 0 && val && !out->has_outbox_id && size < 24) {
                 char buf[24];
@@ -321,7 +333,7 @@ static int read_partition(struct run *r, const char *topic, uint32_t tidx, int32
             continue;
         }
         struct vcheck_msg vm;
-        msg_reduce(m, tidx, &vm);
+        msg_reduce(r, m, tidx, &vm);
         int64_t off = m->offset;
         rd_kafka_message_destroy(m);
         vcheck_observe(r->v, &vm);
@@ -723,6 +735,9 @@ static void close_run(struct run *r)
     PQfinish(r->conn);
     sql_window_free(&r->q);
     free(r->topic_used);
+    producer_style_free(&r->ms);
+    strbuf_free(&r->key);
+    strbuf_free(&r->value);
 }
 
 int verify_run(const struct relay_config *cfg, const struct verify_opts *o, struct vcheck *v,
@@ -732,6 +747,19 @@ int verify_run(const struct relay_config *cfg, const struct verify_opts *o, stru
     struct run r = {.cfg = cfg, .o = o, .v = v, .meta = meta, .err = err, .errlen = errlen};
     r.started = stats_now();
     err[0] = '\0';
+    producer_style_init(&r.ms, cfg);
+    r.id_header = cfg->relay_headers || !*cfg->id_header ? "event_id" : cfg->id_header;
+    bool envelope = false;
+    for (size_t k = 0; k < r.ms.placement.n; k++)
+        envelope |= r.ms.placement.where[k] == EVENT_PLACE_ENVELOPE;
+    r.skip_value = envelope && cfg->value_converter == EVENT_CONVERTER_JSON_SCHEMA;
+    if (cfg->profile == RELAY_PROFILE_DEBEZIUM && cfg->capture == RELAY_CAPTURE_WAL) {
+        snprintf(err, errlen, "relay.profile = debezium with relay.capture = wal: Debezium's "
+                              "table holds no row the relay marks (follow the slot with "
+                              "`outbox-relay slot status`)");
+        producer_style_free(&r.ms);
+        return -EINVAL;
+    }
     char view[CONFIG_RELATION_MAX];
     if (sql_window_init(&r.q, cfg->schema, config_claim_relation(cfg, view),
                         config_placed_count(cfg)) < 0) {

@@ -391,3 +391,29 @@ int connect_value(const struct event_row *row, const struct event_style *style,
         snprintf(errbuf, errlen, "out of memory building the message value");
     return rc;
 }
+
+int connect_message(const struct event_row *row, const struct event_style *style,
+                    struct strbuf *key, struct strbuf *value, struct connect_bytes *out,
+                    char *errbuf, size_t errlen)
+{
+    /* No aggregate id (Debezium's table allows it): no key, as Debezium sends it. */
+    *out = (struct connect_bytes){
+        .key = row->aggregate_id, .key_len = row->aggregate_id ? strlen(row->aggregate_id) : 0,
+        .value = row->payload, .value_len = row->payload ? row->payload_len : 0};
+    if (style->key_converter != EVENT_CONVERTER_STRING) {
+        if (connect_key(row, style, key) < 0) {
+            snprintf(errbuf, errlen, "out of memory building the message key");
+            return -ENOMEM;
+        }
+        out->key = key->buf, out->key_len = key->len;
+    }
+    if (event_row_tombstone(row, style)) {
+        out->value = NULL, out->value_len = 0;
+    } else if (style->value_converter != EVENT_CONVERTER_STRING) {
+        int rc = connect_value(row, style, value, errbuf, errlen);
+        if (rc < 0)
+            return rc;
+        out->value = value->buf, out->value_len = value->len;
+    }
+    return 0;
+}

@@ -264,23 +264,29 @@ static void on_pipe(uv_poll_t *h, int status, int events)
 }
 
 /* The headers and bytes of relay.profile and its keys. */
-static void set_style(struct producer *p, const struct relay_config *cfg)
+void producer_style_init(struct message_style *ms, const struct relay_config *cfg)
 {
+    memset(ms, 0, sizeof *ms);
     /* Checked by the configuration's load: it cannot fail here. */
-    (void)event_placement_parse(cfg->additional_placement, &p->placement, NULL, 0);
-    p->style = (struct event_style){ .relay_headers = cfg->relay_headers,
-                                     .id_header = cfg->id_header,
-                                     .placement = &p->placement,
-                                     .key_converter = cfg->key_converter,
-                                     .value_converter = cfg->value_converter,
-                                     .expand_payload = cfg->expand_json_payload,
-                                     .tombstone_on_empty = cfg->tombstone_on_empty_payload,
-                                     .payload_column = cfg->column_payload,
-                                     .columns = &cfg->connect_columns,
-                                     .envelope_name = p->envelope_name,
-                                     .names = &p->names };
-    snprintf(p->envelope_name, sizeof p->envelope_name, "%s.%s.%s", cfg->connect_topic_prefix,
+    (void)event_placement_parse(cfg->additional_placement, &ms->placement, NULL, 0);
+    ms->style = (struct event_style){ .relay_headers = cfg->relay_headers,
+                                      .id_header = cfg->id_header,
+                                      .placement = &ms->placement,
+                                      .key_converter = cfg->key_converter,
+                                      .value_converter = cfg->value_converter,
+                                      .expand_payload = cfg->expand_json_payload,
+                                      .tombstone_on_empty = cfg->tombstone_on_empty_payload,
+                                      .payload_column = cfg->column_payload,
+                                      .columns = &cfg->connect_columns,
+                                      .envelope_name = ms->envelope_name,
+                                      .names = &ms->names };
+    snprintf(ms->envelope_name, sizeof ms->envelope_name, "%s.%s.%s", cfg->connect_topic_prefix,
              cfg->schema, cfg->table);
+}
+
+void producer_style_free(struct message_style *ms)
+{
+    connect_names_free(&ms->names);
 }
 
 int producer_start(struct producer *p, uv_loop_t *loop, const struct relay_config *cfg,
@@ -299,7 +305,7 @@ int producer_start(struct producer *p, uv_loop_t *loop, const struct relay_confi
         stats_settle_published(stats, false); /* and its open transaction */
     }
     p->cfg = cfg;
-    set_style(p, cfg);
+    producer_style_init(&p->ms, cfg);
     p->loop = loop;
     p->report = report;
     p->arg = arg;
@@ -372,32 +378,20 @@ int producer_send(struct producer *p, const struct event_row *row, const char *t
         snprintf(p->known_topic, sizeof(p->known_topic), "%s", topic);
     }
 
-    /* No aggregate id (Debezium's table allows it): no key, as Debezium sends it. */
-    const char *key = row->aggregate_id, *value = row->payload;
-    size_t keylen = key ? strlen(key) : 0, valuelen = value ? row->payload_len : 0;
-    int rc = 0;
-    if (p->style.key_converter != EVENT_CONVERTER_STRING) {
-        if ((rc = connect_key(row, &p->style, &p->key)) < 0)
-            snprintf(errbuf, errlen, "out of memory building the message key");
-        key = p->key.buf, keylen = p->key.len;
-    }
-    if (event_row_tombstone(row, &p->style))
-        value = NULL, valuelen = 0;
-    else if (!rc && p->style.value_converter != EVENT_CONVERTER_STRING &&
-             !(rc = connect_value(row, &p->style, &p->value, errbuf, errlen)))
-        value = p->value.buf, valuelen = p->value.len;
+    struct connect_bytes m;
+    int rc = connect_message(row, &p->ms.style, &p->key, &p->value, &m, errbuf, errlen);
     rd_kafka_headers_t *hdrs = NULL;
     if (!rc)
-        rc = event_headers_build_styled(row, &p->style, &hdrs, errbuf, errlen);
+        rc = event_headers_build_styled(row, &p->ms.style, &hdrs, errbuf, errlen);
     if (rc < 0)
         return rc;
 
     rd_kafka_resp_err_t err = rd_kafka_producev(
         p->rk,
         RD_KAFKA_V_TOPIC(topic),
-        RD_KAFKA_V_PARTITION(event_row_partition(row, &p->style)),
-        RD_KAFKA_V_KEY(key, keylen),
-        RD_KAFKA_V_VALUE((void *)value, valuelen),
+        RD_KAFKA_V_PARTITION(event_row_partition(row, &p->ms.style)),
+        RD_KAFKA_V_KEY(m.key, m.key_len),
+        RD_KAFKA_V_VALUE((void *)m.value, m.value_len),
         RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
         RD_KAFKA_V_TIMESTAMP(row->created_ms),
         RD_KAFKA_V_HEADERS(hdrs),
@@ -731,5 +725,5 @@ static void producer_destroy(struct producer *p)
     close(p->pipefd[1]);
     strbuf_free(&p->key);
     strbuf_free(&p->value);
-    connect_names_free(&p->names);
+    producer_style_free(&p->ms);
 }

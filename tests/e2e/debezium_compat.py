@@ -709,6 +709,13 @@ def poll_takeover(connect_dir, dbz):
     if not bad and (before == 0 or unmarked):
         bad = "marks: %d rows of before migrate count as sent, %d later rows unmarked" % (
             before, unmarked)
+    # Step 5: verify over the relay's rows: each on Kafka as the relay writes it.
+    p = subprocess.run([RELAY, "verify", "--json"] + args, capture_output=True, text=True)
+    report = json.loads(p.stdout) if p.stdout.startswith("{") else {}
+    total = report.get("total", {})
+    if not bad and (p.returncode != 0 or not total.get("sent")):
+        bad = "verify: exit %d, %s %s" % (p.returncode, p.stdout[-600:], p.stderr[-300:])
+    log("poll takeover: verify: %s" % json.dumps(total))
     log("poll takeover: %d events by %d writers (%d before the connector stopped), %d rows the "
         "relay owned, %d messages, %d duplicates (each identical on both sides); migrate at "
         "%X/%X; %.1f s" % (len(events) + len(specials), TK_WRITERS,

@@ -633,3 +633,32 @@ Test(config, envelope_with_schemas_needs_the_topic_prefix)
                            "relay.connect_topic_prefix=dbserver1"};
     cr_assert_eq(load_debezium(named, 3), 0, "%s", err);
 }
+
+/* --- the debezium profile, polled ---------------------------------------- */
+
+Test(config, debezium_polled_claims_through_the_view)
+{
+    char *const ov[] = {"relay.profile=debezium", "relay.capture=poll", "relay.table=outbox",
+                        "relay.additional_placement=tenant:header,part:partition"};
+    cr_assert_eq(config_load(&cfg, NULL, false, ov, 4, err, sizeof err), 0, "%s", err);
+    char buf[CONFIG_RELATION_MAX];
+    cr_assert_str_eq(config_claim_relation(&cfg, buf), "outbox_relay");
+    cr_assert_eq(config_placed_count(&cfg), 2);
+    /* Log-based capture reads the table itself. */
+    config_free(&cfg);
+    config_init(&cfg);
+    char *const wal[] = {"relay.profile=debezium", "relay.table=outbox"};
+    cr_assert_eq(config_load(&cfg, NULL, false, wal, 2, err, sizeof err), 0, "%s", err);
+    cr_assert_str_eq(config_claim_relation(&cfg, buf), "outbox");
+}
+
+Test(config, other_columns_when_polled_need_the_debezium_profile)
+{
+    char *const ov[] = {"relay.column_payload=body"};
+    cr_assert_eq(config_load(&cfg, NULL, false, ov, 1, err, sizeof err), -EINVAL);
+    assert_err_has("relay.profile = debezium");
+    char *const retention[] = {"relay.profile=debezium", "relay.capture=poll",
+                               "relay.retention=7d"};
+    cr_assert_eq(config_load(&cfg, NULL, false, retention, 3, err, sizeof err), -EINVAL);
+    assert_err_has("relay.retention must be 0");
+}

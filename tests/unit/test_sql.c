@@ -8,6 +8,7 @@
 #include "cmd/migrate.h"
 #include "core/sql.h"
 #include "core/sql_capture.h"
+#include "core/sql_debezium.h"
 
 Test(sql, ident_valid_accepts_plain_identifiers)
 {
@@ -406,4 +407,77 @@ Test(sql_capture, statements_quote_names_and_take_values_as_parameters)
     cr_assert_null(sql_capture_script(&s, "bad'slot"));
     sql_capture_free(&s);
     cr_assert_null(s.create_slot);
+}
+
+/* --- polling Debezium's table through a view ----------------------------- */
+
+static const struct sql_debezium_map dbz_map = {
+    .schema = "app", .table = "outbox", .event_id = "id", .aggregate_type = "aggregatetype",
+    .aggregate_id = "aggregateid", .event_type = "type", .payload = "payload",
+    .created_at = "timestamp", .n_placed = 2, .placed = {"tenant", "part"}};
+
+Test(sql, debezium_view_maps_the_columns_under_the_relay_names)
+{
+    char *v = sql_debezium_view(&dbz_map);
+    cr_assert_not_null(v);
+    cr_assert_not_null(strstr(v, "DROP VIEW IF EXISTS \"app\".\"outbox_relay\";\n"
+                                 "CREATE VIEW \"app\".\"outbox_relay\" AS SELECT "
+                                 "t.\"relay_seq\" AS \"id\", t.\"id\" AS \"event_id\", "
+                                 "t.\"aggregatetype\"::text AS \"aggregate_type\", "
+                                 "t.\"aggregateid\"::text AS \"aggregate_id\", "
+                                 "t.\"type\"::text AS \"event_type\", NULL::text AS \"topic\", "
+                                 "t.\"payload\" AS \"payload\", NULL::jsonb AS \"headers\", "
+                                 "COALESCE(t.\"timestamp\" AT TIME ZONE 'UTC'"), "%s", v);
+    cr_assert_not_null(strstr(v, "t.\"relay_sent_at\" AS \"sent_at\""));
+    cr_assert_not_null(strstr(v, "t.\"tenant\" AS \"placed_1\", t.\"part\" AS \"placed_2\" "
+                                 "FROM \"app\".\"outbox\" AS t;"));
+    char *sig = sql_debezium_signature(&dbz_map);
+    cr_assert_not_null(strstr(v, "COMMENT ON VIEW \"app\".\"outbox_relay\" IS '"));
+    cr_assert_not_null(strstr(v, sig));
+    cr_assert_not_null(strstr(sig, "placed=tenant,part"));
+    free(sig);
+    free(v);
+
+    struct sql_debezium_map bad = dbz_map;
+    bad.placed[1] = "x\"; DROP TABLE y; --";
+    cr_assert_null(sql_debezium_view(&bad));
+    cr_assert_null(sql_debezium_signature(&bad));
+    char name[64];
+    cr_assert_eq(sql_debezium_view_name("abcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuv", name,
+                                        sizeof name), 0);
+    cr_assert_str_eq(name, "abcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuv_relay");
+}
+
+Test(sql, claim_and_window_read_the_placed_columns_last)
+{
+    struct sql_statements s;
+    cr_assert_eq(sql_statements_init(&s, "app", "outbox_relay", "c", SQL_PLACED(2)), 0);
+    cr_assert_not_null(strstr(s.claim, "o.\"created_at\"::timestamptz, o.\"placed_1\", "
+                                       "o.\"placed_2\" FROM \"app\".\"outbox_relay\" AS o"));
+    sql_statements_free(&s);
+    cr_assert_eq(sql_statements_init(&s, "app", "outbox_relay", "c", SQL_PLACED(9)), -EINVAL);
+    struct sql_window w;
+    cr_assert_eq(sql_window_init(&w, "app", "outbox_relay", 1), 0);
+    cr_assert_not_null(strstr(w.rows, "o.\"dead_at\" IS NOT NULL, o.\"placed_1\" FROM"));
+    /* The connector's rows (made before the migration) have no id. */
+    cr_assert_not_null(strstr(w.bounds, "o.\"id\" IS NOT NULL AND"));
+    sql_window_free(&w);
+}
+
+Test(sql, debezium_poll_template_adds_columns_without_rewriting_rows)
+{
+    char *t = sql_render_template_on(migration_debezium_poll, "app", "outbox_relay", "outbox",
+                                     "chan");
+    cr_assert_not_null(t);
+    cr_assert_not_null(strstr(t, "ALTER TABLE \"app\".\"outbox\"\n"
+                                 "    ADD COLUMN IF NOT EXISTS \"relay_seq\"        bigint,"));
+    /* The rows already there count as sent; new rows start unsent. */
+    cr_assert_not_null(strstr(t, "\"relay_sent_at\"    timestamptz DEFAULT '-infinity'"));
+    cr_assert_not_null(strstr(t, "ALTER COLUMN \"relay_sent_at\" DROP DEFAULT"));
+    cr_assert_not_null(strstr(t, "CREATE INDEX IF NOT EXISTS \"outbox_relay_pending_idx\"\n"
+                                 "    ON \"app\".\"outbox\" (\"relay_seq\")"));
+    cr_assert_not_null(strstr(t, "AFTER INSERT ON \"app\".\"outbox\""));
+    /* The quiet lock is the relay's, keyed on what it claims from. */
+    cr_assert_not_null(strstr(t, "'outbox-relay:quiet:' || 'app.outbox_relay'"));
+    free(t);
 }
