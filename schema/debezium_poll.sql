@@ -44,24 +44,9 @@ CREATE INDEX IF NOT EXISTS {{table:dead_idx}}
     ON {{schema}}.{{source}} ("relay_seq")
     WHERE "relay_dead_at" IS NOT NULL AND "relay_sent_at" IS NULL;
 
--- One NOTIFY per statement, and none while the leading relay claims anyway
--- (the quiet and skip locks of the relay's own table, schema/004).
-CREATE OR REPLACE FUNCTION {{schema}}.{{table:notify}}() RETURNS trigger
-LANGUAGE plpgsql AS $fn$
-BEGIN
-    IF pg_try_advisory_lock_shared({{lock:quiet}}) THEN
-        PERFORM pg_advisory_unlock_shared({{lock:quiet}});
-        PERFORM pg_notify({{channel}}, '');
-    ELSIF NOT pg_try_advisory_xact_lock_shared({{lock:skip}}) THEN
-        PERFORM pg_notify({{channel}}, '');
-    ELSIF pg_try_advisory_lock_shared({{lock:quiet}}) THEN
-        PERFORM pg_advisory_unlock_shared({{lock:quiet}});
-        PERFORM pg_notify({{channel}}, '');
-    END IF;
-    RETURN NULL;
-END
-$fn$;
-
+-- One NOTIFY per statement, and none while the leading relay claims anyway:
+-- the function {{table:notify}} is schema/004's (rendered for the view
+-- before this script), keyed on the view the relay claims through.
 DROP TRIGGER IF EXISTS {{table:notify_trg}} ON {{schema}}.{{source}};
 CREATE TRIGGER {{table:notify_trg}}
     AFTER INSERT ON {{schema}}.{{source}}

@@ -13,7 +13,17 @@
 #include "core/sql.h"
 #include "core/sql_debezium.h"
 
-/* The template rendered for the view, then the view's statements. */
+/* schema/004: the trigger's function, the same as the relay's own table's. */
+static const char *notify_function(void)
+{
+    for (unsigned i = 0; i < n_migrations; i++)
+        if (migrations[i].version == 4)
+            return migrations[i].sql;
+    return NULL;
+}
+
+/* The trigger's function and the template rendered for the view, then the
+ * view's statements. */
 static char *render(const struct relay_config *cfg)
 {
     struct event_placement pl;
@@ -22,12 +32,15 @@ static char *render(const struct relay_config *cfg)
     if (profile_view_map(cfg, &pl, &m) < 0 || sql_debezium_view_name(cfg->table, view,
                                                                      sizeof view) < 0)
         return NULL;
+    const char *fn = notify_function();
+    char *notify = fn ? sql_render_template(fn, cfg->schema, view, cfg->notify_channel) : NULL;
     char *tmpl = sql_render_template_on(migration_debezium_poll, cfg->schema, view, cfg->table,
                                         cfg->notify_channel);
     char *v = sql_debezium_view(&m);
     char *out = NULL;
-    if (tmpl && v && asprintf(&out, "%s\n%s", tmpl, v) < 0)
+    if (notify && tmpl && v && asprintf(&out, "%s\n%s\n%s", notify, tmpl, v) < 0)
         out = NULL;
+    free(notify);
     free(tmpl);
     free(v);
     return out;

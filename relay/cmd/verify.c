@@ -758,7 +758,7 @@ int verify_run(const struct relay_config *cfg, const struct verify_opts *o, stru
                               "table holds no row the relay marks (follow the slot with "
                               "`outbox-relay slot status`)");
         producer_style_free(&r.ms);
-        return -EINVAL;
+        return -ENOTSUP;
     }
     char view[CONFIG_RELATION_MAX];
     if (sql_window_init(&r.q, cfg->schema, config_claim_relation(cfg, view),

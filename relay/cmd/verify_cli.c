@@ -63,7 +63,8 @@ void verify_usage(FILE *out)
             "Exit status: 0 nothing missing, mismatched or out of order; 1 something is;\n"
             "64 usage, 69 PostgreSQL or Kafka unreachable, 70 error, 75 (capture = wal)\n"
             "the slot was not confirmed past the fence in time and nothing else failed,\n"
-            "78 no such table (or slot), 130 interrupted.\n",
+            "78 no such table (or slot; or relay.profile = debezium with capture = wal),\n"
+            "130 interrupted.\n",
             EXAMPLES_DEFAULT, VERIFY_SLICE_ROWS_DEFAULT);
 }
 
@@ -379,7 +380,7 @@ int verify_main(const struct relay_config *cfg, int argc, char **argv)
     } else {
         log_error("verify failed", "error=%s", log_quote(err));
         status = rc == -EHOSTUNREACH || rc == -ENETUNREACH ? EXIT_UNAVAILABLE
-                 : rc == -ENOENT                           ? EXIT_CONFIG
+                 : rc == -ENOENT || rc == -ENOTSUP         ? EXIT_CONFIG
                  : rc == -EINVAL                           ? EXIT_USAGE
                                                            : EXIT_SOFTWARE;
     }

@@ -20,7 +20,9 @@
 #
 # Test settings: replication factor min(N, 3) for every topic including the
 # offsets and transaction state logs, min.insync.replicas 2 from three nodes
-# on, auto-created topics with 4 partitions, 1 MiB segments, brokers fenced
+# on, auto-created topics with 4 partitions, 1 MiB segments, no time-based
+# retention (tests stamp messages with fixed dates months back, which the
+# default week of retention would delete at its next check), brokers fenced
 # 4 s after their last heartbeat (a killed leader is replaced quickly).
 set -euo pipefail
 
@@ -76,6 +78,7 @@ transaction.state.log.min.isr=$isr
 transaction.state.log.num.partitions=4
 group.initial.rebalance.delay.ms=0
 log.segment.bytes=1048576
+log.retention.ms=-1
 num.network.threads=2
 num.io.threads=2
 background.threads=2
