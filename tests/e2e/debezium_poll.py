@@ -25,7 +25,7 @@ import time
 import uuid
 
 import psycopg2
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 RELAY = os.environ["OUTBOX_RELAY_BIN"]
 PG = os.environ["OUTBOX_RELAY_TEST_PG"]
@@ -80,22 +80,28 @@ def insert(rows, old=False):
 
 
 def read(topic, n, timeout=30):
+    """The messages of @topic by their id header, once @n came (or @timeout
+    passed) and half a second brought no more. Partitions assigned, not
+    subscribed: a group's join can take longer than a short read."""
     c = Consumer({"bootstrap.servers": KAFKA, "group.id": "dp-" + uuid.uuid4().hex,
-                  "enable.auto.commit": False, "auto.offset.reset": "earliest",
-                  "isolation.level": "read_committed"})
-    c.subscribe([topic])
+                  "enable.auto.commit": False, "isolation.level": "read_committed"})
     got, deadline = {}, time.time() + timeout
-    while time.time() < deadline and len(got) < n:
+    parts = []
+    while not parts and time.time() < deadline:
+        t = c.list_topics(topic, timeout=5).topics.get(topic)
+        parts = list(t.partitions) if t is not None and not t.error else []
+        if not parts:
+            time.sleep(0.2)
+    c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
+    quiet = None
+    while time.time() < deadline or quiet:
         m = c.poll(0.2)
-        if m is None or m.error():
-            continue
-        rid = dict(m.headers() or []).get("id", b"").decode()
-        got.setdefault(rid, []).append(m)
-    time.sleep(0.5)
-    while True:  # anything more (a message too many) shows now
-        m = c.poll(0.5)
         if m is None:
-            break
+            if len(got) >= n and quiet is None:
+                quiet = time.time() + 0.5  # anything more (a message too many) shows now
+            if quiet and time.time() > quiet:
+                break
+            continue
         if not m.error():
             got.setdefault(dict(m.headers() or []).get("id", b"").decode(), []).append(m)
     c.close()
