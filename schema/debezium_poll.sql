@@ -35,6 +35,23 @@ ALTER TABLE {{schema}}.{{source}}
     ALTER COLUMN "relay_sent_at" DROP DEFAULT;
 ALTER SEQUENCE {{schema}}.{{table:seq}} OWNED BY {{schema}}.{{source}}."relay_seq";
 
+-- Where the connector's rows end: every row that counts as sent committed
+-- before this position (the table is locked since the ALTER above, so no
+-- other insert commits before this transaction does). Kept from the first
+-- run only: later runs add no such row. The relay starts only once the
+-- connector's slot (relay.slot) has confirmed past it, so that no row of
+-- the connector's is left unpublished and no aggregate's events change
+-- order across the switch.
+DO $do$
+BEGIN
+    IF obj_description('{{schema}}.{{table:seq}}'::regclass, 'pg_class') IS NULL THEN
+        EXECUTE format('COMMENT ON SEQUENCE {{schema}}.{{table:seq}} IS %L',
+                       'outbox-relay: the rows committed before WAL position '
+                       || pg_current_wal_insert_lsn() || ' are the connector''s');
+    END IF;
+END
+$do$;
+
 -- The claim's "oldest rows not sent and not dead", and the dead rows that
 -- hold their aggregate: partial indexes, small however many rows are sent.
 CREATE INDEX IF NOT EXISTS {{table:pending_idx}}

@@ -39,4 +39,14 @@ char *sql_debezium_view(const struct sql_debezium_map *m);
  *  such view (or it has none). */
 extern const char sql_debezium_comment[];
 
+/** The sequence of relay_seq: "<view>_seq", whose comment migrate sets to
+ *  the WAL position before which the rows are the connector's. */
+#define SQL_DEBEZIUM_SEQ_SUFFIX "_seq"
+
+/** $1 = "schema"."<view>_seq" quoted, $2 = the connector's slot: that
+ *  position (NULL: none recorded), the slot's confirmed_flush_lsn (NULL: no
+ *  such slot) and whether the relay must wait (the slot exists and has not
+ *  confirmed past the position). */
+extern const char sql_debezium_boundary[];
+
 #endif

@@ -5,6 +5,8 @@
 #include "cmd/migrate_int.h"
 
 #include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -75,13 +77,23 @@ int migrate_debezium_apply(PGconn *conn, const struct relay_config *cfg, const c
     free(sql);
     if (rc < 0)
         return rc;
-    /* Past the commit: every row committed before it is the connector's. */
-    PGresult *res = PQexec(conn, "SELECT pg_current_wal_lsn()::text");
-    const char *lsn = PQresultStatus(res) == PGRES_TUPLES_OK ? PQgetvalue(res, 0, 0) : "?";
-    log_info("Debezium's table is ready for polling: the rows committed before the position "
-             "are the connector's (stop it once its slot's confirmed_flush_lsn passes it), the "
-             "later ones the relay's",
-             "table=%s.%s position=%s", cfg->schema, cfg->table, lsn);
+    /* The position the first migration recorded (the rows before it are
+     * the connector's) and where the connector's slot is. */
+    char view[64], seq[80], qschema[104], qseq[104], qualified[210];
+    sql_debezium_view_name(cfg->table, view, sizeof view);
+    snprintf(seq, sizeof seq, "%s" SQL_DEBEZIUM_SEQ_SUFFIX, view);
+    sql_quote_ident(cfg->schema, qschema, sizeof qschema);
+    sql_quote_ident(seq, qseq, sizeof qseq);
+    snprintf(qualified, sizeof qualified, "%s.%s", qschema, qseq);
+    const char *params[] = {qualified, cfg->slot};
+    PGresult *res = PQexecParams(conn, sql_debezium_boundary, 2, NULL, params, NULL, NULL, 0);
+    bool ok = PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1;
+    log_info("Debezium's table is ready for polling: the rows committed before the position are "
+             "the connector's, the later ones the relay's, which starts once the connector's "
+             "slot (relay.slot) has confirmed past the position",
+             "table=%s.%s position=%s slot=%s confirmed=%s", cfg->schema, cfg->table,
+             ok ? PQgetvalue(res, 0, 0) : "?", cfg->slot,
+             !ok || PQgetisnull(res, 0, 1) ? "(no such slot)" : PQgetvalue(res, 0, 1));
     PQclear(res);
     return 0;
 }

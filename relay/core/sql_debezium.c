@@ -19,6 +19,15 @@
 const char sql_debezium_comment[] =
     "SELECT obj_description(to_regclass($1), 'pg_class')";
 
+/* The position out of the comment schema/debezium_poll.sql writes. */
+const char sql_debezium_boundary[] =
+    "SELECT b.lsn::text, s.confirmed_flush_lsn::text, "
+    "s.slot_name IS NOT NULL AND b.lsn IS NOT NULL "
+    "AND (s.confirmed_flush_lsn IS NULL OR s.confirmed_flush_lsn < b.lsn) "
+    "FROM (SELECT substring(obj_description(to_regclass($1), 'pg_class') "
+    "FROM 'WAL position ([0-9A-F]+/[0-9A-F]+)')::pg_lsn AS lsn) AS b "
+    "LEFT JOIN pg_catalog.pg_replication_slots AS s ON s.slot_name = $2";
+
 int sql_debezium_view_name(const char *table, char *out, size_t len)
 {
     if (!sql_ident_valid(table))

@@ -3,6 +3,8 @@
  * released, refusals, and a standby naming what it waits for. */
 #include "daemon/relay_int.h"
 
+#include "core/sql_debezium.h"
+
 /* ---- leadership -------------------------------------------------------- */
 
 /* The leader lock is a session-level advisory lock: it elects one leader
@@ -255,6 +257,50 @@ static void on_schema_version(struct pg_conn *pg, PGresult *res, void *arg)
     relay_step(r);
 }
 
+static void on_debezium_boundary(struct pg_conn *pg, PGresult *res, void *arg)
+{
+    (void)pg;
+    struct relay *r = arg;
+    if (!res)
+        return;
+    if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1) {
+        log_error("reading where the connector's rows end failed", "error=%s",
+                  log_quote(PQresultErrorMessage(res)));
+        r->backoff = true;
+        return;
+    }
+    if (!strcmp(PQgetvalue(res, 0, 2), "t")) {
+        /* A row that counts as sent may not be on Kafka yet. */
+        schema_wait(r, "the connector's slot \"%s\" has confirmed %s, not yet the position %s "
+                       "before which the rows of \"%s\".\"%s\" are the connector's: the relay "
+                       "starts once it has (keep the connector running until then; drop the "
+                       "slot only if every row before that position is on Kafka)",
+                    r->cfg->slot, PQgetisnull(res, 0, 1) ? "nothing" : PQgetvalue(res, 0, 1),
+                    PQgetvalue(res, 0, 0), r->cfg->schema, r->cfg->table);
+        return;
+    }
+    if (r->st.schema_problem[0])
+        log_info("the connector's slot is past the rows that are the connector's; relaying",
+                 "slot=%s position=%s", r->cfg->slot, PQgetvalue(res, 0, 0));
+    r->st.schema_problem[0] = '\0';
+    r->schema_checked = true;
+    relay_step(r);
+}
+
+/* Debezium's table, polled: the rows that count as sent are the connector's,
+ * so the relay claims nothing before its slot (relay.slot) has confirmed
+ * past them, unless that slot is gone. */
+static void debezium_boundary_check(struct relay *r)
+{
+    char seq[CONFIG_RELATION_MAX + 8], qschema[104], qseq[104], qualified[210];
+    snprintf(seq, sizeof seq, "%s" SQL_DEBEZIUM_SEQ_SUFFIX, r->claim_table);
+    sql_quote_ident(r->cfg->schema, qschema, sizeof qschema);
+    sql_quote_ident(seq, qseq, sizeof qseq);
+    snprintf(qualified, sizeof qualified, "%s.%s", qschema, qseq);
+    const char *params[] = { qualified, r->cfg->slot };
+    pg_query(&r->pg, sql_debezium_boundary, 2, params, on_debezium_boundary, r);
+}
+
 void relay_schema_check(struct relay *r)
 {
     if (!r->table_exists && r->claim_table[0]) {
@@ -267,6 +313,10 @@ void relay_schema_check(struct relay *r)
         schema_wait(r, "the outbox table \"%s\".\"%s\" does not exist: run `outbox-relay "
                        "migrate` with this configuration",
                     r->cfg->schema, r->cfg->table);
+        return;
+    }
+    if (r->cfg->profile == RELAY_PROFILE_DEBEZIUM && r->claim_table[0]) {
+        debezium_boundary_check(r);
         return;
     }
     if (r->cfg->profile == RELAY_PROFILE_DEBEZIUM) {

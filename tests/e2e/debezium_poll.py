@@ -11,8 +11,10 @@ uuid, jsonb, json, text), migrated for both modes; the relay publishes its
 rows once from the slot and once by polling, to two topic prefixes; every
 message must be the same (key, value, headers, timestamp, and the partition
 of a keyed one), the rows made before the migration must not be published by
-polling, `verify` must pass over the polled rows, and `replay` of one row must
-publish it again as it was (plus its replay header).
+polling, polling must wait until the slot has confirmed past the migration
+(the rows before it are the slot's reader's), `verify` must pass over the
+polled rows, and `replay` of one row must publish it again as it was (plus
+its replay header).
 
 Environment: OUTBOX_RELAY_BIN, OUTBOX_RELAY_TEST_PG (wal_level = logical),
 OUTBOX_RELAY_TEST_KAFKA (the mock broker or a real one).
@@ -179,17 +181,38 @@ def main():
             subprocess.run([RELAY, "migrate"] + args("w" + RUN, capture), check=True,
                            capture_output=True)
         ids = insert(ROWS)
-        run_until(args("w" + RUN, "wal"), lambda: len(read("w%s.order" % RUN, len(ids), 2))
-                  >= len(ids), "capture = wal", os.path.join(work, "dbzp-wal.log"))
-        run_until(args("p" + RUN, "poll"), lambda: sql(
-            'SELECT count(*) FROM "%s" WHERE relay_sent_at IS NULL' % TABLE)[0][0] == 0,
-            "capture = poll", os.path.join(work, "dbzp-poll.log"))
+        # Polling first: the slot (relay.slot, here the slot the relay reads
+        # in wal mode) has not confirmed past migrate's position, so the
+        # polling relay waits, claiming nothing, until the other has run.
+        poll_log = os.path.join(work, "dbzp-poll.log")
+        with open(poll_log, "w") as out:
+            polling = subprocess.Popen([RELAY, "run"] + args("p" + RUN, "poll"), stdout=out,
+                                       stderr=out)
+        try:
+            time.sleep(2)
+            unsent = sql('SELECT count(*) FROM "%s" WHERE relay_sent_at IS NULL' % TABLE)[0][0]
+            if unsent != len(ids) or "not yet the position" not in open(poll_log).read():
+                log("polling did not wait for the slot: %d of %d rows unsent (log %s)" % (
+                    unsent, len(ids), poll_log))
+                return 1
+            run_until(args("w" + RUN, "wal"), lambda: len(read("w%s.order" % RUN, len(ids), 2))
+                      >= len(ids), "capture = wal", os.path.join(work, "dbzp-wal.log"))
+            wait = time.time() + 30
+            while sql('SELECT count(*) FROM "%s" WHERE relay_sent_at IS NULL' % TABLE)[0][0]:
+                if polling.poll() is not None or time.time() > wait:
+                    log("capture = poll: not done once the slot moved (log %s)" % poll_log)
+                    return 1
+                time.sleep(0.2)
+        finally:
+            polling.terminate()
+            polling.wait(30)
         bad = check(ids, old) or verify_and_replay(ids)
         if bad:
             log(bad)
             return 1
-        log("%d rows: the same messages from the slot and polled (int2, int4 partition, int8, "
-            "uuid, jsonb, json and text placed; NULLs), verify and replay on the view" % len(ids))
+        log("%d rows: polling waited for the slot, then the same messages from the slot and "
+            "polled (int2, int4 partition, int8, uuid, jsonb, json and text placed; NULLs), "
+            "verify and replay on the view" % len(ids))
         return 0
     finally:
         sql("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "

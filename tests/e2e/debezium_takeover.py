@@ -344,8 +344,6 @@ def poll_switch(connect_dir, dbz, args, writers, relay_log):
     if p.returncode != 0 or not found:
         return "migrate: exit %d, %s" % (p.returncode, (p.stderr + p.stdout)[-300:])
     boundary = lsn_int(found.group(1))
-    wait_until("the connector's slot confirmed past migrate's position",
-               lambda: lsn_int(slot_status(dbz)["confirmed_flush_lsn"]) >= boundary, 60)
     specials = special_rows()
     # An aggregatetype that makes no valid topic: its row is dead-lettered
     # (relay.on_poison = dead_letter), nothing else held.
@@ -361,7 +359,11 @@ def poll_switch(connect_dir, dbz, args, writers, relay_log):
 
 
 def poll_switched(connect_dir, dbz, args, writers, relay, relay_log, boundary, specials):
-    """poll_switch() once the relay runs."""
+    """poll_switch() once the relay runs: it claims nothing until the
+    connector's slot has confirmed past migrate's position; then the
+    connector stops."""
+    wait_until("the connector's slot confirmed past migrate's position",
+               lambda: lsn_int(slot_status(dbz)["confirmed_flush_lsn"]) >= boundary, 60)
     t_switch = time.time()
     time.sleep(1.5)
     connect_rest(connect_dir, "PUT", "/stop")

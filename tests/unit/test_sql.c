@@ -477,6 +477,10 @@ Test(sql, debezium_poll_template_adds_columns_without_rewriting_rows)
     cr_assert_not_null(strstr(t, "CREATE INDEX IF NOT EXISTS \"outbox_relay_pending_idx\"\n"
                                  "    ON \"app\".\"outbox\" (\"relay_seq\")"));
     cr_assert_not_null(strstr(t, "AFTER INSERT ON \"app\".\"outbox\""));
+    /* The position before which rows are the connector's, from the first run only. */
+    cr_assert_not_null(strstr(t, "IF obj_description('\"app\".\"outbox_relay_seq\"'::regclass, "
+                                 "'pg_class') IS NULL THEN"));
+    cr_assert_not_null(strstr(t, "'outbox-relay: the rows committed before WAL position '"));
     /* The trigger calls schema/004's function rendered for the view: its
      * quiet lock is keyed on what the relay claims from. */
     cr_assert_not_null(strstr(t, "EXECUTE FUNCTION \"app\".\"outbox_relay_notify\"()"));
