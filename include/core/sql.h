@@ -13,6 +13,11 @@ int sql_ident_valid(const char *name);
  *  @return the length written, or -ENOSPC if @p outlen is too small. */
 int sql_quote_ident(const char *name, char *out, size_t outlen);
 
+/** "schema"."name", each quoted (@p name may be longer than a configured
+ *  identifier: a derived one, up to PostgreSQL's 63 bytes).
+ *  @return the length written, -EINVAL or -ENOSPC. */
+int sql_quote_qualified(const char *schema, const char *name, char *out, size_t len);
+
 /** Writes @p s as a single-quoted SQL literal ('it''s') into @p out.
  *  @return the length written, or -ENOSPC. */
 int sql_quote_literal(const char *s, char *out, size_t outlen);

@@ -49,4 +49,8 @@ extern const char sql_debezium_comment[];
  *  confirmed past the position). */
 extern const char sql_debezium_boundary[];
 
+/** "schema"."<table>_relay_seq" quoted, $1 of sql_debezium_boundary.
+ *  @return as sql_quote_qualified(). */
+int sql_debezium_seq(const char *schema, const char *table, char *out, size_t len);
+
 #endif

@@ -79,12 +79,8 @@ int migrate_debezium_apply(PGconn *conn, const struct relay_config *cfg, const c
         return rc;
     /* The position the first migration recorded (the rows before it are
      * the connector's) and where the connector's slot is. */
-    char view[64], seq[80], qschema[104], qseq[104], qualified[210];
-    sql_debezium_view_name(cfg->table, view, sizeof view);
-    snprintf(seq, sizeof seq, "%s" SQL_DEBEZIUM_SEQ_SUFFIX, view);
-    sql_quote_ident(cfg->schema, qschema, sizeof qschema);
-    sql_quote_ident(seq, qseq, sizeof qseq);
-    snprintf(qualified, sizeof qualified, "%s.%s", qschema, qseq);
+    char qualified[260];
+    sql_debezium_seq(cfg->schema, cfg->table, qualified, sizeof qualified);
     const char *params[] = {qualified, cfg->slot};
     PGresult *res = PQexecParams(conn, sql_debezium_boundary, 2, NULL, params, NULL, NULL, 0);
     bool ok = PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1;

@@ -170,15 +170,13 @@ static int check_view(PGconn *conn, const struct relay_config *cfg, char *why, s
 {
     struct event_placement pl;
     struct sql_debezium_map m;
-    char view[64], qschema[104], qview[104], qualified[210];
+    char view[64], qualified[260];
     if (profile_view_map(cfg, &pl, &m) < 0 || sql_debezium_view_name(cfg->table, view,
                                                                      sizeof view) < 0)
         return errbuf_fail(why, len, "relay.table \"%s\" is too long for the view \"%s%s\"",
                            cfg->table, cfg->table, SQL_DEBEZIUM_VIEW_SUFFIX);
     char *want = sql_debezium_signature(&m);
-    sql_quote_ident(cfg->schema, qschema, sizeof qschema);
-    sql_quote_ident(view, qview, sizeof qview);
-    snprintf(qualified, sizeof qualified, "%s.%s", qschema, qview);
+    sql_quote_qualified(cfg->schema, view, qualified, sizeof qualified);
     const char *params[] = {qualified};
     PGresult *res = PQexecParams(conn, sql_debezium_comment, 1, NULL, params, NULL, NULL, 0);
     int rc = PQresultStatus(res) == PGRES_TUPLES_OK ? 0 : -EHOSTUNREACH;
@@ -205,10 +203,8 @@ int profile_check(const struct relay_config *cfg, struct connect_columns *cols, 
         PQfinish(conn);
         return -EHOSTUNREACH;
     }
-    char qschema[104], qtable[104], qualified[210];
-    sql_quote_ident(cfg->schema, qschema, sizeof qschema);
-    sql_quote_ident(cfg->table, qtable, sizeof qtable);
-    snprintf(qualified, sizeof qualified, "%s.%s", qschema, qtable);
+    char qualified[260];
+    sql_quote_qualified(cfg->schema, cfg->table, qualified, sizeof qualified);
     const char *params[] = {qualified};
     PGresult *res = PQexecParams(conn, sql_table_columns, 1, NULL, params, NULL, NULL, 0);
     int rc = PQresultStatus(res) == PGRES_TUPLES_OK ? check_columns(res, cfg, cols, why, len)

@@ -222,14 +222,15 @@ static int build_newest(char **dst, const char *qschema)
                  qschema);
 }
 
-/* "schema"."table" of two valid identifiers (no quotes in them: no overflow). */
 #define QUALIFIED_MAX (4 * CONFIG_IDENT_MAX + 10)
-static void qualified_name(const char *schema, const char *table, char *out, size_t len)
+int sql_quote_qualified(const char *schema, const char *name, char *out, size_t len)
 {
-    char qschema[2 * CONFIG_IDENT_MAX + 4], qtable[2 * CONFIG_IDENT_MAX + 4];
-    sql_quote_ident(schema, qschema, sizeof qschema);
-    sql_quote_ident(table, qtable, sizeof qtable);
-    snprintf(out, len, "%s.%s", qschema, qtable);
+    char qschema[2 * PG_IDENT_MAX + 4], qname[2 * PG_IDENT_MAX + 4];
+    if (!sql_ident_valid(schema) || sql_quote_ident(schema, qschema, sizeof qschema) < 0 ||
+        sql_quote_ident(name, qname, sizeof qname) < 0)
+        return -EINVAL;
+    int n = snprintf(out, len, "%s.%s", qschema, qname);
+    return n > 0 && (size_t)n < len ? n : -ENOSPC;
 }
 
 /* What a claim reads of a row, in the order of enum sql_claim_col, read in
@@ -311,7 +312,7 @@ int sql_statements_init(struct sql_statements *s, const char *schema, const char
     char qchannel[2 * CONFIG_IDENT_MAX + 4], q[QUALIFIED_MAX];
 
     /* Valid identifiers contain no quotes, so these cannot overflow. */
-    qualified_name(schema, table, q, sizeof q);
+    sql_quote_qualified(schema, table, q, sizeof q);
     sql_quote_ident(channel, qchannel, sizeof qchannel);
 
     int rc = build_claim_and_mark(s, q, flags);
@@ -402,7 +403,7 @@ static int build_session_check(char **out, const char *schema, const char *table
     sql_quote_ident(schema, qschema, sizeof qschema);
     snprintf(ledger, sizeof ledger, "%s.\"outbox_relay_migrations\"", qschema);
     sql_quote_literal(ledger, ledger_regclass, sizeof ledger_regclass);
-    qualified_name(schema, table, qualified, sizeof qualified);
+    sql_quote_qualified(schema, table, qualified, sizeof qualified);
     sql_quote_literal(qualified, regclass, sizeof regclass);
 
     /* row_security_active() answers for this role as the planner will:
@@ -495,8 +496,8 @@ int sql_session_init(struct sql_session *q, const char *schema, const char *tabl
     rc |= build_newest(&q->version, qschema);
     rc |= build_lock_statements(q, &lock);
     char qualified[QUALIFIED_MAX], qsource[QUALIFIED_MAX], regclass[2 * sizeof qsource + 4];
-    qualified_name(schema, table, qualified, sizeof qualified);
-    qualified_name(schema, source, qsource, sizeof qsource);
+    sql_quote_qualified(schema, table, qualified, sizeof qualified);
+    sql_quote_qualified(schema, source, qsource, sizeof qsource);
     sql_quote_literal(qsource, regclass, sizeof regclass);
     rc |= build_holder(&q->holder, &lock, qualified, regclass);
     rc |= sql_build(&q->quiet_on, "SELECT pg_try_advisory_lock(%s)", quiet);
@@ -606,7 +607,7 @@ int sql_dead_init(struct sql_dead *q, const char *schema, const char *table)
         return -EINVAL;
 
     char t[QUALIFIED_MAX];
-    qualified_name(schema, table, t, sizeof t);
+    sql_quote_qualified(schema, table, t, sizeof t);
 
     int rc = 0;
     /* "waiting" counts the later rows of the aggregate that are neither sent
@@ -673,7 +674,7 @@ int sql_window_init(struct sql_window *q, const char *schema, const char *table,
     if (!sql_ident_valid(schema) || !sql_ident_valid(table) || n_placed > 8)
         return -EINVAL;
     char t[QUALIFIED_MAX], placed[PLACED_COLUMNS_MAX];
-    qualified_name(schema, table, t, sizeof t);
+    sql_quote_qualified(schema, table, t, sizeof t);
     placed_columns(n_placed, placed, sizeof placed);
 
     int rc = 0;

@@ -36,6 +36,15 @@ int sql_debezium_view_name(const char *table, char *out, size_t len)
     return n > 0 && (size_t)n < len && n <= 63 ? 0 : -EINVAL;
 }
 
+int sql_debezium_seq(const char *schema, const char *table, char *out, size_t len)
+{
+    char view[64], seq[80];
+    if (sql_debezium_view_name(table, view, sizeof view) < 0)
+        return -EINVAL;
+    snprintf(seq, sizeof seq, "%s" SQL_DEBEZIUM_SEQ_SUFFIX, view);
+    return sql_quote_qualified(schema, seq, out, len);
+}
+
 static int map_valid(const struct sql_debezium_map *m)
 {
     const char *must[] = {m->schema, m->table, m->event_id, m->aggregate_type, m->aggregate_id,

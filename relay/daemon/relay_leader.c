@@ -292,11 +292,8 @@ static void on_debezium_boundary(struct pg_conn *pg, PGresult *res, void *arg)
  * past them, unless that slot is gone. */
 static void debezium_boundary_check(struct relay *r)
 {
-    char seq[CONFIG_RELATION_MAX + 8], qschema[104], qseq[104], qualified[210];
-    snprintf(seq, sizeof seq, "%s" SQL_DEBEZIUM_SEQ_SUFFIX, r->claim_table);
-    sql_quote_ident(r->cfg->schema, qschema, sizeof qschema);
-    sql_quote_ident(seq, qseq, sizeof qseq);
-    snprintf(qualified, sizeof qualified, "%s.%s", qschema, qseq);
+    char qualified[260];
+    sql_debezium_seq(r->cfg->schema, r->cfg->table, qualified, sizeof qualified);
     const char *params[] = { qualified, r->cfg->slot };
     pg_query(&r->pg, sql_debezium_boundary, 2, params, on_debezium_boundary, r);
 }

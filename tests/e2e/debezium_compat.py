@@ -305,18 +305,13 @@ def main():
         relay.terminate()
         relay.wait(30)
         relay = None
-        t1 = time.time()
-        bad = takeover(connect_dir, dbz)
-        if bad:
-            log("takeover: " + bad + " (logs in %s)" % WORK)
-            return 1
-        log("takeover: nothing lost, order per aggregate kept, in %.1f s" % (time.time() - t1))
-        t1 = time.time()
-        bad = poll_takeover(connect_dir, dbz)
-        if bad:
-            log("poll takeover: " + bad + " (logs in %s)" % WORK)
-            return 1
-        log("poll takeover: nothing lost, order per aggregate kept, in %.1f s" % (time.time() - t1))
+        for name, scenario in (("takeover", takeover), ("poll takeover", poll_takeover)):
+            t1 = time.time()
+            bad = scenario(connect_dir, dbz)
+            if bad:
+                log("%s: %s (logs in %s)" % (name, bad, WORK))
+                return 1
+            log("%s: nothing lost, order per aggregate kept, in %.1f s" % (name, time.time() - t1))
         stop_connect(connect_dir)
         bad = bad_input()
         if bad:
