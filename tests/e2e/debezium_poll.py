@@ -189,7 +189,10 @@ def main():
             polling = subprocess.Popen([RELAY, "run"] + args("p" + RUN, "poll"), stdout=out,
                                        stderr=out)
         try:
-            time.sleep(2)
+            wait = time.time() + 30
+            while "not yet the position" not in open(poll_log).read() and time.time() < wait:
+                time.sleep(0.2)
+            time.sleep(1)  # a relay that did not wait would have marked rows by now
             unsent = sql('SELECT count(*) FROM "%s" WHERE relay_sent_at IS NULL' % TABLE)[0][0]
             if unsent != len(ids) or "not yet the position" not in open(poll_log).read():
                 log("polling did not wait for the slot: %d of %d rows unsent (log %s)" % (
