@@ -52,6 +52,11 @@ BEGIN
 END
 $do$;
 
+-- relay_seq is the relay's id: its marks, failures, verify and replay find
+-- rows by it (NULL, the connector's rows, any number of times).
+CREATE UNIQUE INDEX IF NOT EXISTS {{table:seq_idx}}
+    ON {{schema}}.{{source}} ("relay_seq");
+
 -- The claim's "oldest rows not sent and not dead", and the dead rows that
 -- hold their aggregate: partial indexes, small however many rows are sent.
 CREATE INDEX IF NOT EXISTS {{table:pending_idx}}

@@ -477,6 +477,10 @@ Test(sql, debezium_poll_template_adds_columns_without_rewriting_rows)
     cr_assert_not_null(strstr(t, "CREATE INDEX IF NOT EXISTS \"outbox_relay_pending_idx\"\n"
                                  "    ON \"app\".\"outbox\" (\"relay_seq\")"));
     cr_assert_not_null(strstr(t, "AFTER INSERT ON \"app\".\"outbox\""));
+    /* Marks, failures, verify and replay find rows by relay_seq: without an
+     * index of its own each would scan the table. */
+    cr_assert_not_null(strstr(t, "CREATE UNIQUE INDEX IF NOT EXISTS \"outbox_relay_seq_idx\"\n"
+                                 "    ON \"app\".\"outbox\" (\"relay_seq\")"));
     /* The position before which rows are the connector's, from the first run only. */
     cr_assert_not_null(strstr(t, "IF obj_description('\"app\".\"outbox_relay_seq\"'::regclass, "
                                  "'pg_class') IS NULL THEN"));
