@@ -90,6 +90,11 @@ int migrate_debezium_apply(PGconn *conn, const struct relay_config *cfg, const c
              "table=%s.%s position=%s slot=%s confirmed=%s", cfg->schema, cfg->table,
              ok ? PQgetvalue(res, 0, 0) : "?", cfg->slot,
              !ok || PQgetisnull(res, 0, 1) ? "(no such slot)" : PQgetvalue(res, 0, 1));
+    if (ok && PQgetisnull(res, 0, 1))
+        log_warn("relay.slot names no replication slot: the relay will not wait for the "
+                 "connector to publish the rows before the position; set relay.slot to the "
+                 "connector's slot (slot.name) unless it is gone",
+                 "slot=%s", cfg->slot);
     PQclear(res);
     return 0;
 }
