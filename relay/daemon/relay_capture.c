@@ -605,8 +605,18 @@ static bool drained(const struct capture *c)
 
 bool relay_capture_settled(const struct relay *r)
 {
+    const struct capture *c = &r->cap;
+    if (!c->on)
+        return true;
+    /* Halted, the stream stays on the event at fault and its source
+     * transaction cannot be finished: the server keeps what was confirmed
+     * before, and the Kafka transaction holding that transaction's first
+     * events is never committed. Only the deliveries still awaited are
+     * waited for, not the shutdown's deadline. */
+    if (r->st.halted)
+        return !c->committing && c->unacked == 0;
     /* The stream too is closed: its last status update reached the server. */
-    return !r->cap.on || (drained(&r->cap) && r->cap.state == CAPTURE_OFF);
+    return drained(c) && c->state == CAPTURE_OFF;
 }
 
 void relay_capture_step(struct relay *r)

@@ -115,7 +115,9 @@ def compare(dbz, rly):
 
 
 def stop_connect(d):
-    subprocess.run([DEBEZIUM_SH, "stop", d], check=False)
+    """Once a round has read what it needs: nothing waits for Connect's
+    graceful stop (its offsets), so it gets one second."""
+    subprocess.run([DEBEZIUM_SH, "stop", d, "1"], check=False)
 
 
 def clean_up(relay, connect_dir, slots, table):

@@ -16,7 +16,8 @@
 #                              aggregate_id, payload, event_type); else Debezium's documented one
 #       --set KEY=VALUE        one more connector property (repeatable), e.g. poll.interval.ms=10;
 #                              worker.KEY=VALUE sets a worker property instead
-#   debezium.sh stop DIR                    stops Connect (SIGTERM, then SIGKILL); safe to run twice
+#   debezium.sh stop DIR [SECONDS]          stops Connect (SIGTERM, then SIGKILL after SECONDS,
+#                                           default 5); safe to run twice
 #   debezium.sh pid DIR                     prints the JVM's pid
 #
 # Versions are pinned in tests/support/debezium/pom.xml; the jars come from
@@ -35,7 +36,7 @@ START_TIMEOUT=${OUTBOX_RELAY_DEBEZIUM_START_TIMEOUT:-120}
 
 die() { echo "debezium.sh: error: $*" >&2; exit 1; }
 note() { echo "debezium.sh: $*" >&2; }
-usage() { sed -n '2,27p' "$SELF" | sed 's/^# \{0,1\}//' >&2; exit 64; }
+usage() { sed -n '2,28p' "$SELF" | sed 's/^# \{0,1\}//' >&2; exit 64; }
 
 versions() { sed -n 's:.*<\(connect\|debezium\)\.version>\(.*\)</.*:\2:p' "$HERE/debezium/pom.xml" | paste -sd- -; }
 
@@ -140,16 +141,16 @@ L4J
 }
 
 cmd_stop() {
-    local dir=${1:?stop needs DIR}
+    local dir=${1:?stop needs DIR} grace=${2:-5}
     [ -f "$dir/pid" ] || return 0
-    stop_pid "$(cat "$dir/pid")"
+    stop_pid "$(cat "$dir/pid")" "$((grace * 10))"
     rm -f "$dir/pid"
 }
 
 case ${1:-} in
     fetch) cmd_fetch ;;
     start) shift; cmd_start "$@" ;;
-    stop) cmd_stop "${2:-}" ;;
+    stop) cmd_stop "${2:-}" "${3:-5}" ;;
     pid) cat "${2:?pid needs DIR}/pid" ;;
     *) usage ;;
 esac
