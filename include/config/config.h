@@ -253,8 +253,10 @@ int config_require_brokers(const struct relay_config *cfg, char *errbuf, size_t 
 const char *config_claim_relation(const struct relay_config *cfg,
                                   char buf[CONFIG_RELATION_MAX]);
 
-/** How many columns relay.additional_placement places (0 when it cannot be
- *  parsed: the configuration's check refused it). */
+/** How many placed columns (placed_1..) the view of config_claim_relation()
+ *  shows: relay.additional_placement's, or 0 when the statements read
+ *  relay.table itself (or the placement cannot be parsed: the
+ *  configuration's check refused it). */
 size_t config_placed_count(const struct relay_config *cfg);
 
 /** One row of the parameter table, for generated documentation. */

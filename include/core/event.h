@@ -44,6 +44,9 @@ struct connect_names;
 int event_placement_parse(const char *spec, struct event_placement *out, char *errbuf,
                           size_t errlen);
 
+/** @return true when @p pl places a column in @p where. */
+bool event_placement_has(const struct event_placement *pl, enum event_place where);
+
 /** event_placement_parse() for the configuration's check. */
 int event_placement_check(const char *spec, char *errbuf, size_t errlen);
 

@@ -747,19 +747,16 @@ int verify_run(const struct relay_config *cfg, const struct verify_opts *o, stru
     struct run r = {.cfg = cfg, .o = o, .v = v, .meta = meta, .err = err, .errlen = errlen};
     r.started = stats_now();
     err[0] = '\0';
-    producer_style_init(&r.ms, cfg);
-    r.id_header = cfg->relay_headers || !*cfg->id_header ? "event_id" : cfg->id_header;
-    bool envelope = false;
-    for (size_t k = 0; k < r.ms.placement.n; k++)
-        envelope |= r.ms.placement.where[k] == EVENT_PLACE_ENVELOPE;
-    r.skip_value = envelope && cfg->value_converter == EVENT_CONVERTER_JSON_SCHEMA;
     if (cfg->profile == RELAY_PROFILE_DEBEZIUM && cfg->capture == RELAY_CAPTURE_WAL) {
         snprintf(err, errlen, "relay.profile = debezium with relay.capture = wal: Debezium's "
                               "table holds no row the relay marks (follow the slot with "
                               "`outbox-relay slot status`)");
-        producer_style_free(&r.ms);
         return -ENOTSUP;
     }
+    producer_style_init(&r.ms, cfg);
+    r.id_header = cfg->relay_headers || !*cfg->id_header ? "event_id" : cfg->id_header;
+    r.skip_value = event_placement_has(&r.ms.placement, EVENT_PLACE_ENVELOPE) &&
+                   cfg->value_converter == EVENT_CONVERTER_JSON_SCHEMA;
     char view[CONFIG_RELATION_MAX];
     if (sql_window_init(&r.q, cfg->schema, config_claim_relation(cfg, view),
                         config_placed_count(cfg)) < 0) {

@@ -528,10 +528,8 @@ static int profile_validate(const struct relay_config *cfg, char *errbuf, size_t
                            "relay.profile = debezium: the relay's own messages carry the row's "
                            "bytes, which verify compares");
     struct event_placement pl;
-    bool envelope = false;
-    if (event_placement_parse(cfg->additional_placement, &pl, NULL, 0) == 0)
-        for (size_t i = 0; i < pl.n; i++)
-            envelope |= pl.where[i] == EVENT_PLACE_ENVELOPE;
+    bool envelope = event_placement_parse(cfg->additional_placement, &pl, NULL, 0) == 0 &&
+                    event_placement_has(&pl, EVENT_PLACE_ENVELOPE);
     if ((envelope || cfg->expand_json_payload) && cfg->value_converter == EVENT_CONVERTER_STRING)
         return errbuf_fail(errbuf, errlen,
                            "%s needs relay.value_converter = json or json_with_schema: with "
@@ -604,8 +602,12 @@ const char *config_claim_relation(const struct relay_config *cfg,
 
 size_t config_placed_count(const struct relay_config *cfg)
 {
+    char view[CONFIG_RELATION_MAX];
     struct event_placement pl;
-    return event_placement_parse(cfg->additional_placement, &pl, NULL, 0) < 0 ? 0 : pl.n;
+    if (config_claim_relation(cfg, view) == cfg->table ||
+        event_placement_parse(cfg->additional_placement, &pl, NULL, 0) < 0)
+        return 0;
+    return pl.n;
 }
 
 int config_reload_check(const struct relay_config *cur, const struct relay_config *next,

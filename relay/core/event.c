@@ -440,6 +440,14 @@ int event_placement_parse(const char *spec, struct event_placement *out, char *e
     return 0;
 }
 
+bool event_placement_has(const struct event_placement *pl, enum event_place where)
+{
+    for (size_t i = 0; i < pl->n; i++)
+        if (pl->where[i] == where)
+            return true;
+    return false;
+}
+
 int event_placement_check(const char *spec, char *errbuf, size_t errlen)
 {
     struct event_placement pl;

@@ -132,7 +132,7 @@ static void select_list(FILE *f, const struct sql_debezium_map *m)
 
 char *sql_debezium_view(const struct sql_debezium_map *m)
 {
-    char view[64], qschema[IDENT_QUOTED], qview[IDENT_QUOTED], qtable[IDENT_QUOTED];
+    char view[64], qview[2 * IDENT_QUOTED + 2], qtable[2 * IDENT_QUOTED + 2];
     char *sig = sql_debezium_signature(m);
     if (!sig || sql_debezium_view_name(m->table, view, sizeof view) < 0) {
         free(sig);
@@ -144,20 +144,17 @@ char *sql_debezium_view(const struct sql_debezium_map *m)
         free(lit);
         return NULL;
     }
-    sql_quote_ident(m->schema, qschema, sizeof qschema);
-    sql_quote_ident(view, qview, sizeof qview);
-    sql_quote_ident(m->table, qtable, sizeof qtable);
+    sql_quote_qualified(m->schema, view, qview, sizeof qview);
+    sql_quote_qualified(m->schema, m->table, qtable, sizeof qtable);
 
     char *out = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&out, &len);
     if (f) {
         /* Dropped first: CREATE OR REPLACE cannot take a column away. */
-        fprintf(f, "DROP VIEW IF EXISTS %s.%s;\nCREATE VIEW %s.%s AS SELECT ", qschema, qview,
-                qschema, qview);
+        fprintf(f, "DROP VIEW IF EXISTS %s;\nCREATE VIEW %s AS SELECT ", qview, qview);
         select_list(f, m);
-        fprintf(f, " FROM %s.%s AS t;\nCOMMENT ON VIEW %s.%s IS %s;\n", qschema, qtable, qschema,
-                qview, lit);
+        fprintf(f, " FROM %s AS t;\nCOMMENT ON VIEW %s IS %s;\n", qtable, qview, lit);
     }
     free(sig);
     free(lit);

@@ -262,10 +262,8 @@ static int relay_prepare(struct relay *r, const struct relay_config *cfg)
     unsigned flags = (r->poison->hold_claim ? SQL_HOLD_AGGREGATE : 0) |
                      (cfg->on_sent == RELAY_ON_SENT_DELETE ? SQL_DELETE_SENT : 0);
     /* Debezium's table, polled, through the view migrate made over it. */
-    bool view = cfg->profile == RELAY_PROFILE_DEBEZIUM && cfg->capture == RELAY_CAPTURE_POLL;
     const char *claim = config_claim_relation(cfg, r->claim_table);
-    if (view)
-        flags |= SQL_PLACED(config_placed_count(cfg));
+    flags |= SQL_PLACED(config_placed_count(cfg));
     if (sql_statements_init(&r->sql, cfg->schema, claim, cfg->notify_channel, flags) < 0) {
         log_error("cannot build SQL statements", "schema=%s table=%s", cfg->schema, cfg->table);
         return EXIT_CONFIG;

@@ -647,9 +647,12 @@ Test(config, debezium_polled_claims_through_the_view)
     /* Log-based capture reads the table itself. */
     config_free(&cfg);
     config_init(&cfg);
-    char *const wal[] = {"relay.profile=debezium", "relay.table=outbox"};
-    cr_assert_eq(config_load(&cfg, NULL, false, wal, 2, err, sizeof err), 0, "%s", err);
+    char *const wal[] = {"relay.profile=debezium", "relay.table=outbox",
+                         "relay.additional_placement=tenant:header"};
+    cr_assert_eq(config_load(&cfg, NULL, false, wal, 3, err, sizeof err), 0, "%s", err);
     cr_assert_str_eq(config_claim_relation(&cfg, buf), "outbox");
+    /* ... and its statements read no placed_N column: the table has none. */
+    cr_assert_eq(config_placed_count(&cfg), 0);
 }
 
 Test(config, other_columns_when_polled_need_the_debezium_profile)
