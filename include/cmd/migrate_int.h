@@ -8,6 +8,11 @@
 
 #include "config/config.h"
 
+/** Runs @p sql (@p what names it in the log) in a transaction of its own
+ *  under migrate's lock (@p lock_sql); a failed statement is logged and the
+ *  transaction rolled back. @return 0 or -EIO. */
+int migrate_locked(PGconn *conn, const char *lock_sql, const char *what, const char *sql);
+
 /** Before any migration: wal_level is logical, and the role may create and
  *  stream a slot (REPLICATION or superuser). Says what to change when not.
  *  @return 0, or -EIO (logged). */

@@ -47,6 +47,18 @@ static void rollback(PGconn *conn)
     PQclear(PQexec(conn, "ROLLBACK"));
 }
 
+int migrate_locked(PGconn *conn, const char *lock_sql, const char *what, const char *sql)
+{
+    if (run(conn, "begin", "BEGIN") < 0)
+        return -EIO;
+    if (run(conn, "lock", lock_sql) < 0 || run(conn, what, sql) < 0 ||
+        run(conn, "commit", "COMMIT") < 0) {
+        rollback(conn);
+        return -EIO;
+    }
+    return 0;
+}
+
 /* Applies one migration unless the bookkeeping says it already was.
  * @return 1 applied, 0 already there, -EIO on failure (rolled back). */
 static int apply_one(PGconn *conn, const struct migration *m, const struct sql_migrate *q,

@@ -107,9 +107,7 @@ static int apply_publication(PGconn *conn, const struct relay_config *cfg,
                  cfg->schema, cfg->table);
         return 0;
     }
-    if (!run(conn, "begin", "BEGIN") || !run(conn, "lock", lock_sql) ||
-        !run(conn, "publication", q->create_publication) || !run(conn, "commit", "COMMIT")) {
-        PQclear(PQexec(conn, "ROLLBACK"));
+    if (migrate_locked(conn, lock_sql, "publication", q->create_publication) < 0) {
         log_error("cannot create the publication (it needs the CREATE privilege on the "
                   "database and ownership of the outbox table)",
                   "publication=%s table=%s.%s", cfg->publication, cfg->schema, cfg->table);
@@ -134,10 +132,7 @@ static char *drop_claim_index_sql(const struct relay_config *cfg)
 static int drop_claim_index(PGconn *conn, const struct relay_config *cfg, const char *lock_sql)
 {
     char *drop = drop_claim_index_sql(cfg);
-    if (!drop || !run(conn, "begin", "BEGIN") || !run(conn, "lock", lock_sql) ||
-        !run(conn, "claim index", drop) || !run(conn, "commit", "COMMIT")) {
-        if (drop)
-            PQclear(PQexec(conn, "ROLLBACK"));
+    if (!drop || migrate_locked(conn, lock_sql, "claim index", drop) < 0) {
         free(drop);
         log_error("cannot drop the claim index, which log-based capture does not use",
                   "table=%s.%s", cfg->schema, cfg->table);

@@ -48,18 +48,6 @@ static char *render(const struct relay_config *cfg)
     return out;
 }
 
-static int exec(PGconn *conn, const char *what, const char *sql)
-{
-    PGresult *res = PQexec(conn, sql);
-    ExecStatusType st = PQresultStatus(res);
-    int ok = st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK;
-    if (!ok)
-        log_error("migration statement failed", "step=%s error=%s", what,
-                  log_quote(PQresultErrorMessage(res)));
-    PQclear(res);
-    return ok ? 0 : -EIO;
-}
-
 int migrate_debezium_apply(PGconn *conn, const struct relay_config *cfg, const char *lock_sql)
 {
     char *sql = render(cfg);
@@ -68,12 +56,7 @@ int migrate_debezium_apply(PGconn *conn, const struct relay_config *cfg, const c
                   cfg->table);
         return -EIO;
     }
-    int rc = exec(conn, "begin", "BEGIN");
-    if (rc == 0 && (exec(conn, "lock", lock_sql) < 0 || exec(conn, "debezium_poll", sql) < 0 ||
-                    exec(conn, "commit", "COMMIT") < 0)) {
-        PQclear(PQexec(conn, "ROLLBACK"));
-        rc = -EIO;
-    }
+    int rc = migrate_locked(conn, lock_sql, "debezium_poll", sql);
     free(sql);
     if (rc < 0)
         return rc;
