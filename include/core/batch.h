@@ -48,6 +48,7 @@ struct batch {
     void *held;                 /* fencing: the claim's result (the daemon's), kept while its rows
                                    wait for the open transaction to end; NULL otherwise */
     struct id_span span;        /* the id range the other batch's claim must skip */
+    int64_t skipped_lo;         /* the lowest id its claim skipped (INT64_MAX: none) */
     uint64_t start_ms;
     uint64_t claim_seq;         /* the relay's claims before this one: claims in the order sent
                                    (two can start in one millisecond of the loop's clock) */

@@ -42,6 +42,11 @@ struct sql_statements {
 /** Options of sql_statements_init(). */
 #define SQL_HOLD_AGGREGATE 0x1u  /* claim skips rows behind a dead row of their aggregate */
 #define SQL_DELETE_SENT    0x2u  /* acknowledged rows are deleted, not marked */
+/* The relay's own table, polled (schema/005): unsent rows are found from the
+ * relay's floor (sql_floor.h), not an index of them. The claim then takes
+ * $5..$7 and returns the snapshot after its columns (CLAIM_SNAPSHOT); the
+ * backlog takes $1..$4. */
+#define SQL_FLOOR          0x4u
 /* The claim reads @p n columns placed_1..placed_n after its own (at most 8):
  * relay.additional_placement through the view over Debezium's table. */
 #define SQL_PLACED(n)      ((unsigned)(n) << 8)
@@ -51,7 +56,8 @@ struct sql_statements {
  *  (pg_binary.h): bigint, uuid, text ×6, timestamptz. */
 enum sql_claim_col {
     CLAIM_ID = 0, CLAIM_EVENT_ID, CLAIM_AGGREGATE_TYPE, CLAIM_AGGREGATE_ID, CLAIM_EVENT_TYPE,
-    CLAIM_TOPIC, CLAIM_PAYLOAD, CLAIM_HEADERS, CLAIM_CREATED_AT, CLAIM_NCOLS
+    CLAIM_TOPIC, CLAIM_PAYLOAD, CLAIM_HEADERS, CLAIM_CREATED_AT, CLAIM_NCOLS,
+    CLAIM_SNAPSHOT = CLAIM_NCOLS /* SQL_FLOOR: pg_current_snapshot() as text */
 };
 
 /** Builds the statements. @return 0 or -ENOMEM / -EINVAL (identifier not valid). */
@@ -124,10 +130,10 @@ enum sql_holder_col {
 
 /** @p table is what the relay claims from, @p source the table whose
  *  statistics show the leader's progress (the same, or the table under the
- *  view over Debezium's table).
+ *  view over Debezium's table); @p flags: SQL_FLOOR or 0.
  *  @return 0, -EINVAL (an identifier not valid) or -ENOMEM. */
 int sql_session_init(struct sql_session *q, const char *schema, const char *table,
-                     const char *source);
+                     const char *source, unsigned flags);
 void sql_session_free(struct sql_session *q);
 
 /** Bookkeeping statements of `migrate` for one schema. */
@@ -167,7 +173,8 @@ enum sql_dead_col {
 };
 
 /** @return 0, -EINVAL (schema or table not a valid identifier) or -ENOMEM. */
-int sql_dead_init(struct sql_dead *q, const char *schema, const char *table);
+/** @p flags: SQL_FLOOR (the relay's own table) or 0. */
+int sql_dead_init(struct sql_dead *q, const char *schema, const char *table, unsigned flags);
 void sql_dead_free(struct sql_dead *q);
 
 /** Read-only statements of `verify` and `replay` for one outbox table. Every

@@ -47,6 +47,7 @@
 #include "daemon/progress.h"
 #include "core/pgoutput.h"
 #include "core/sql.h"
+#include "core/sql_floor.h"
 #include "core/sql_capture.h"
 #include "core/wal_event.h"
 #include "io/repl.h"
@@ -166,6 +167,12 @@ struct relay {
     bool queue_full;
     unsigned truncations;
     uint64_t claims_sent;       /* claims sent since start: batch.claim_seq */
+    /* SQL_FLOOR: where the next claim starts (sql_floor.h). has_floor is
+     * false until a claim returned rows: claims start from the saved floor. */
+    bool floor_mode;
+    bool has_floor;
+    int64_t floor_id;
+    struct sql_floor_snap floor_snap;
     unsigned reconnect_attempt; /* consecutive failed connects: drives the back-off */
     const struct poison_rules *poison; /* relay.on_poison */
     long retention_s;

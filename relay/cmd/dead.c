@@ -385,7 +385,9 @@ int dead_main(const struct relay_config *cfg, int argc, char **argv)
 
     struct sql_dead q;
     char view[CONFIG_RELATION_MAX];
-    if (sql_dead_init(&q, cfg->schema, config_claim_relation(cfg, view)) < 0) {
+    const char *relation = config_claim_relation(cfg, view);
+    if (sql_dead_init(&q, cfg->schema, relation,
+                      strcmp(relation, cfg->table) == 0 ? SQL_FLOOR : 0) < 0) {
         log_error("cannot build the dead statements", "schema=%s table=%s", cfg->schema,
                   cfg->table);
         strbuf_free(&a.ids);

@@ -271,7 +271,7 @@ int migrate_run(const struct relay_config *cfg)
     }
     if (rc == 0 && own_table) {
         /* Log-based capture drops the claim index (migrate_capture_apply). */
-        char *absent_ok = wal ? sql_render_template("index {{table:pending_idx}}", cfg->schema,
+        char *absent_ok = wal ? sql_render_template("index {{table:xid_idx}}", cfg->schema,
                                                     cfg->table, cfg->notify_channel)
                               : NULL;
         rc = wal && !absent_ok ? -ENOMEM

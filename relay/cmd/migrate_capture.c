@@ -118,14 +118,17 @@ static int apply_publication(PGconn *conn, const struct relay_config *cfg,
     return 0;
 }
 
-/* The pending-row index serves polling's claim only: with the stream it
- * would cost every insert one more index write (and the walsender one more
- * WAL record to read). Migrate in polling mode creates it again. Named as
- * schema/001 names it; only the relay's own table has it. @return the
- * statement (caller frees), or NULL (no memory). */
+/* The index of the rows' transaction ids serves polling's claim only
+ * (schema/005): with the stream it would cost every insert one more index
+ * write (and the walsender one more WAL record to read), and no row is ever
+ * marked, so its pages need no room for a second version. Migrate in polling
+ * mode creates the index again and leaves room again. Named as schema/005
+ * names it; only the relay's own table has it. @return the statements
+ * (caller frees), or NULL (no memory). */
 static char *drop_claim_index_sql(const struct relay_config *cfg)
 {
-    return sql_render_template("DROP INDEX IF EXISTS {{schema}}.{{table:pending_idx}}",
+    return sql_render_template("DROP INDEX IF EXISTS {{schema}}.{{table:xid_idx}}; "
+                               "ALTER TABLE {{schema}}.{{table}} SET (fillfactor = 100)",
                                cfg->schema, cfg->table, cfg->notify_channel);
 }
 

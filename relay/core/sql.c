@@ -2,6 +2,7 @@
  * template renderer and the statements the relay runs. No SQL is built
  * anywhere else, and nothing here accepts an identifier it has not checked. */
 #include "core/sql.h"
+#include "core/sql_floor.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -256,7 +257,8 @@ static void placed_columns(size_t n, char *out, size_t len)
 #define PLACED_COLUMNS_MAX (8 * 20)
 
 /* The hot path: the claim and the mark (or delete) of what Kafka acknowledged. */
-static int build_claim_and_mark(struct sql_statements *s, const char *q, unsigned flags)
+static int build_claim_and_mark(struct sql_statements *s, const char *schema, const char *table,
+                                const char *q, unsigned flags)
 {
     char placed[PLACED_COLUMNS_MAX];
     placed_columns(SQL_PLACED_OF(flags), placed, sizeof placed);
@@ -282,14 +284,22 @@ static int build_claim_and_mark(struct sql_statements *s, const char *q, unsigne
      * range, in id order, so that no later row of its aggregate overtakes it.
      * With the gaps unknown ($4 NULL, too many to pass) nothing inside or
      * above the range is claimed until the batches are marked. */
-    int rc = sql_build(&s->claim,
-                "SELECT " CLAIM_COLUMNS "%s "
-                "FROM %s AS o WHERE o.\"sent_at\" IS NULL AND o.\"dead_at\" IS NULL "
-                "AND (o.\"id\" NOT BETWEEN $2::bigint AND $3::bigint "
-                "OR o.\"id\" = ANY($4::bigint[]))%s "
-                "AND (o.\"id\" < $2::bigint OR $4::bigint[] IS NOT NULL) "
-                "ORDER BY o.\"id\" LIMIT $1",
-                placed, q, holdbuf);
+#define IN_FLIGHT_SKIPPED                                                                          \
+    "(o.\"id\" NOT BETWEEN $2::bigint AND $3::bigint OR o.\"id\" = ANY($4::bigint[])) "           \
+    "AND (o.\"id\" < $2::bigint OR $4::bigint[] IS NOT NULL)"
+    int rc;
+    if (flags & SQL_FLOOR) {
+        char fq[QUALIFIED_MAX + 8];
+        if (sql_floor_table(schema, table, fq, sizeof fq) < 0)
+            return -EINVAL;
+        rc = sql_floor_claim(&s->claim, q, fq, CLAIM_COLUMNS, IN_FLIGHT_SKIPPED, holdbuf);
+    } else {
+        rc = sql_build(&s->claim,
+                    "SELECT " CLAIM_COLUMNS "%s "
+                    "FROM %s AS o WHERE o.\"sent_at\" IS NULL AND o.\"dead_at\" IS NULL "
+                    "AND " IN_FLIGHT_SKIPPED "%s ORDER BY o.\"id\" LIMIT $1",
+                    placed, q, holdbuf);
+    }
     if (flags & SQL_DELETE_SENT)
         rc |= sql_build(&s->mark_sent,
                     "DELETE FROM %s WHERE \"id\" = ANY($1::bigint[]) AND \"sent_at\" IS NULL", q);
@@ -315,7 +325,7 @@ int sql_statements_init(struct sql_statements *s, const char *schema, const char
     sql_quote_qualified(schema, table, q, sizeof q);
     sql_quote_ident(channel, qchannel, sizeof qchannel);
 
-    int rc = build_claim_and_mark(s, q, flags);
+    int rc = build_claim_and_mark(s, schema, table, q, flags);
     rc |= sql_build(&s->record_failures,
                 "UPDATE %s AS t SET \"attempts\" = t.\"attempts\" + 1, \"last_error\" = f.err, "
                 "\"dead_at\" = CASE WHEN $4::bool AND t.\"attempts\" + 1 >= f.max "
@@ -326,6 +336,13 @@ int sql_statements_init(struct sql_statements *s, const char *schema, const char
                 "t.\"attempts\" >= f.max",
                 q);
     rc |= sql_build(&s->listen, "LISTEN %s", qchannel);
+    if (flags & SQL_FLOOR) {
+        char fq[QUALIFIED_MAX + 8];
+        rc |= sql_floor_table(schema, table, fq, sizeof fq) < 0;
+        rc |= sql_floor_retention(&s->retention, q);
+        rc |= sql_floor_backlog(&s->backlog, q, fq);
+        return rc ? (sql_statements_free(s), -ENOMEM) : 0;
+    }
     /* Small batches through the sent-row index: each DELETE holds its row
      * locks briefly and never scans the table. */
     rc |= sql_build(&s->retention,
@@ -455,15 +472,13 @@ static int build_lock_statements(struct sql_session *q, const struct leader_lock
  * delete of a sent row raises (the standby's view of the leader's progress).
  * One row even when nobody holds the lock. The server's clock for the idle
  * time and the age: the relay's may differ. */
-static int build_holder(char **out, const struct leader_lock_sql *l, const char *q,
-                        const char *regclass)
+static int build_holder(char **out, const struct leader_lock_sql *l, const char *regclass,
+                        const char *oldest)
 {
     return sql_build(out,
                  "SELECT h.pid, h.application_name, h.client_addr, h.backend_start, h.state, "
                  "h.idle, "
-                 "(SELECT extract(epoch FROM clock_timestamp() - o.\"created_at\")::float8 "
-                 "FROM %s AS o WHERE o.\"sent_at\" IS NULL AND o.\"dead_at\" IS NULL "
-                 "ORDER BY o.\"id\" LIMIT 1), "
+                 "%s, "
                  "(SELECT s.n_tup_upd + s.n_tup_del FROM pg_catalog.pg_stat_user_tables AS s "
                  "WHERE s.relid = to_regclass(%s)) "
                  "FROM (SELECT 1) AS one LEFT JOIN LATERAL ("
@@ -473,11 +488,11 @@ static int build_holder(char **out, const struct leader_lock_sql *l, const char 
                  "FROM pg_catalog.pg_locks AS l "
                  "LEFT JOIN pg_catalog.pg_stat_activity AS a ON a.pid = l.pid "
                  "WHERE %s LIMIT 1) AS h ON true",
-                 q, regclass, l->match);
+                 oldest, regclass, l->match);
 }
 
 int sql_session_init(struct sql_session *q, const char *schema, const char *table,
-                     const char *source)
+                     const char *source, unsigned flags)
 {
     memset(q, 0, sizeof *q);
     if (!sql_ident_valid(schema) || !sql_ident_valid(table) || !sql_ident_valid(source))
@@ -499,7 +514,18 @@ int sql_session_init(struct sql_session *q, const char *schema, const char *tabl
     sql_quote_qualified(schema, table, qualified, sizeof qualified);
     sql_quote_qualified(schema, source, qsource, sizeof qsource);
     sql_quote_literal(qsource, regclass, sizeof regclass);
-    rc |= build_holder(&q->holder, &lock, qualified, regclass);
+    char *oldest = NULL, fq[QUALIFIED_MAX + 8];
+    if (flags & SQL_FLOOR)
+        rc |= sql_floor_table(schema, table, fq, sizeof fq) < 0 ||
+              sql_floor_oldest(&oldest, qualified, fq) < 0;
+    else
+        rc |= sql_build(&oldest,
+                    "(SELECT extract(epoch FROM clock_timestamp() - o.\"created_at\")::float8 "
+                    "FROM %s AS o WHERE o.\"sent_at\" IS NULL AND o.\"dead_at\" IS NULL "
+                    "ORDER BY o.\"id\" LIMIT 1)",
+                    qualified);
+    rc |= !oldest || build_holder(&q->holder, &lock, regclass, oldest) < 0;
+    free(oldest);
     rc |= sql_build(&q->quiet_on, "SELECT pg_try_advisory_lock(%s)", quiet);
     rc |= sql_build(&q->quiet_off, "SELECT pg_advisory_unlock(%s)", quiet);
     /* Taken and given back at once: only whether it could be taken matters. */
@@ -594,13 +620,23 @@ void sql_migrate_free(struct sql_migrate *q)
 
 /* The rows an operator acts on, for table alias @p a: dead (dead_at set) or
  * failing (not dead but attempts > 0), never sent ones. Each arm repeats the
- * predicate of a partial index (dead_key_idx, pending_idx), so the planner can
- * answer it from the indexes instead of scanning every sent row. */
+ * predicate of a partial index (dead_hash_idx and failed_idx of schema/005,
+ * or the view's dead_key_idx and pending_idx), so the planner can answer it
+ * from the indexes instead of scanning every sent row. */
 #define NEEDS_OPERATOR(a)                                                                   \
     "((" a ".\"dead_at\" IS NOT NULL AND " a ".\"sent_at\" IS NULL) OR (" a                \
     ".\"sent_at\" IS NULL AND " a ".\"dead_at\" IS NULL AND " a ".\"attempts\" > 0))"
 
-int sql_dead_init(struct sql_dead *q, const char *schema, const char *table)
+/* With SQL_FLOOR, a requeued row and the rows its aggregate held behind a
+ * dead row (requeued or dropped) get this transaction's id in the same
+ * statement: the relay's floor may have passed them, and they must be
+ * claimed before any later row of their aggregate (sql_floor.h). */
+#define RELEASE_HELD(t)                                                                            \
+    ", held AS (UPDATE " t " AS l SET \"xid\" = pg_current_xact_id() FROM r "                     \
+    "WHERE l.\"aggregate_type\" = r.\"aggregate_type\" AND l.\"aggregate_id\" = r.\"aggregate_id\" " \
+    "AND l.\"id\" > r.\"id\" AND l.\"sent_at\" IS NULL AND l.\"dead_at\" IS NULL) "
+
+int sql_dead_init(struct sql_dead *q, const char *schema, const char *table, unsigned flags)
 {
     memset(q, 0, sizeof *q);
     if (!sql_ident_valid(schema) || !sql_ident_valid(table))
@@ -631,15 +667,30 @@ int sql_dead_init(struct sql_dead *q, const char *schema, const char *table)
                 t, t);
     /* attempts back to 0 gives the row its full max_attempts again;
      * last_error stays, so the history of why it failed is not lost. */
-    rc |= sql_build(&q->requeue,
-                "UPDATE %s AS o SET \"dead_at\" = NULL, \"attempts\" = 0 "
-                "WHERE ($1::bigint[] IS NULL OR o.\"id\" = ANY($1::bigint[])) "
-                "AND " NEEDS_OPERATOR("o") " RETURNING o.\"id\"",
-                t);
-    rc |= sql_build(&q->drop,
-                "DELETE FROM %s AS o WHERE o.\"id\" = ANY($1::bigint[]) "
-                "AND " NEEDS_OPERATOR("o") " RETURNING o.\"id\"",
-                t);
+    if (flags & SQL_FLOOR) {
+        rc |= sql_build(&q->requeue,
+                    "WITH r AS (UPDATE %s AS o SET \"dead_at\" = NULL, \"attempts\" = 0, "
+                    "\"xid\" = pg_current_xact_id() "
+                    "WHERE ($1::bigint[] IS NULL OR o.\"id\" = ANY($1::bigint[])) "
+                    "AND " NEEDS_OPERATOR("o") " RETURNING o.\"id\", o.\"aggregate_type\", "
+                    "o.\"aggregate_id\")" RELEASE_HELD("%s") "SELECT r.\"id\" FROM r",
+                    t, t);
+        rc |= sql_build(&q->drop,
+                    "WITH r AS (DELETE FROM %s AS o WHERE o.\"id\" = ANY($1::bigint[]) "
+                    "AND " NEEDS_OPERATOR("o") " RETURNING o.\"id\", o.\"aggregate_type\", "
+                    "o.\"aggregate_id\")" RELEASE_HELD("%s") "SELECT r.\"id\" FROM r",
+                    t, t);
+    } else {
+        rc |= sql_build(&q->requeue,
+                    "UPDATE %s AS o SET \"dead_at\" = NULL, \"attempts\" = 0 "
+                    "WHERE ($1::bigint[] IS NULL OR o.\"id\" = ANY($1::bigint[])) "
+                    "AND " NEEDS_OPERATOR("o") " RETURNING o.\"id\"",
+                    t);
+        rc |= sql_build(&q->drop,
+                    "DELETE FROM %s AS o WHERE o.\"id\" = ANY($1::bigint[]) "
+                    "AND " NEEDS_OPERATOR("o") " RETURNING o.\"id\"",
+                    t);
+    }
     if (rc != 0) {
         sql_dead_free(q);
         return -ENOMEM;

@@ -264,11 +264,14 @@ static int relay_prepare(struct relay *r, const struct relay_config *cfg)
     /* Debezium's table, polled, through the view migrate made over it. */
     const char *claim = config_claim_relation(cfg, r->claim_table);
     flags |= SQL_PLACED(config_placed_count(cfg));
+    if (cfg->capture == RELAY_CAPTURE_POLL && strcmp(claim, cfg->table) == 0)
+        flags |= SQL_FLOOR;
+    r->floor_mode = flags & SQL_FLOOR;
     if (sql_statements_init(&r->sql, cfg->schema, claim, cfg->notify_channel, flags) < 0) {
         log_error("cannot build SQL statements", "schema=%s table=%s", cfg->schema, cfg->table);
         return EXIT_CONFIG;
     }
-    if (sql_session_init(&r->ssql, cfg->schema, claim, cfg->table) < 0) {
+    if (sql_session_init(&r->ssql, cfg->schema, claim, cfg->table, flags & SQL_FLOOR) < 0) {
         log_error("cannot build SQL statements", "schema=%s table=%s", cfg->schema, cfg->table);
         relay_free(r);
         return EXIT_CONFIG;

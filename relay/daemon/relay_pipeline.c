@@ -244,6 +244,29 @@ void relay_produce_rows(struct relay *r, struct batch *b, PGresult *res)
     producer_poll(&r->prod);
 }
 
+/* The claim's rows are the lowest unsent ones it could see but those it
+ * skipped (the batches in flight, by their ids and the range it was given)
+ * and those held behind a dead row (schema/005's triggers give them a new
+ * transaction id when the hold ends): its snapshot and the lowest of those
+ * ids are the next claim's floor (sql_floor.h). */
+static void floor_advance(struct relay *r, const struct batch *b, PGresult *res)
+{
+    int64_t lowest = pg_claim_id(res, 0);
+    if (b->skipped_lo < lowest)
+        lowest = b->skipped_lo;
+    for (int k = 0; k < N_BATCHES; k++) {
+        const struct batch *o = &r->b[k];
+        if (o != b && o->phase != PHASE_EMPTY && o->n_rows > 0 && o->ids[0] < lowest)
+            lowest = o->ids[0];
+    }
+    struct sql_floor_snap snap;
+    if (sql_floor_parse(PQgetvalue(res, 0, CLAIM_SNAPSHOT), &snap) < 0)
+        return; /* the older floor stays true */
+    r->floor_snap = snap;
+    r->floor_id = lowest;
+    r->has_floor = true;
+}
+
 static void on_claimed(struct pg_conn *pg, PGresult *res, void *arg)
 {
     struct batch *b = arg;
@@ -279,6 +302,8 @@ static void on_claimed(struct pg_conn *pg, PGresult *res, void *arg)
         return;
     }
     r->claim_full = n >= r->cfg->batch_size;
+    if (r->floor_mode && n > 0)
+        floor_advance(r, b, res);
     if (v.more)
         r->wake = true;
     /* Send PostgreSQL its next statement (the next claim, or a mark) before
@@ -334,14 +359,21 @@ void relay_claim(struct relay *r, const struct plan_step *p)
         r->backoff = true;
         return;
     }
-    const char *params[] = { limit, los, his, n_gaps < 0 ? NULL : strbuf_str(in_gaps) };
+    b->skipped_lo = p->skip.lo <= p->skip.hi ? p->skip.lo : INT64_MAX;
+    char floor_id[24];
+    snprintf(floor_id, sizeof floor_id, "%" PRId64, r->floor_id);
+    const char *params[] = { limit, los, his, n_gaps < 0 ? NULL : strbuf_str(in_gaps),
+                             r->has_floor ? floor_id : NULL,
+                             r->has_floor ? r->floor_snap.xmax : NULL,
+                             r->has_floor ? r->floor_snap.xip : NULL };
     r->wake = false;
     r->notifies = 0;
     r->claim_first = false;
     b->phase = PHASE_CLAIMING;
     b->start_ms = relay_now_ms(r);
     b->claim_seq = r->claims_sent++;
-    if (pg_query_prepared_binary(&r->pg, "claim", 4, params, on_claimed, b) < 0)
+    if (pg_query_prepared_binary(&r->pg, "claim", r->floor_mode ? 7 : 4, params, on_claimed,
+                                 b) < 0)
         relay_batch_reset(b);
 }
 

@@ -45,6 +45,22 @@ static void on_backlog(struct pg_conn *pg, PGresult *res, void *arg)
     relay_step(r);
 }
 
+/* With SQL_FLOOR the count starts from the relay's floor and saves it. */
+static void relay_backlog_query(struct relay *r)
+{
+    if (!r->floor_mode) {
+        pg_query(&r->pg, r->sql.backlog, 0, NULL, on_backlog, r);
+        return;
+    }
+    char floor_id[24];
+    snprintf(floor_id, sizeof floor_id, "%" PRId64, r->floor_id);
+    const char *params[] = { r->has_floor ? floor_id : NULL,
+                             r->has_floor ? r->floor_snap.xmin : NULL,
+                             r->has_floor ? r->floor_snap.xmax : NULL,
+                             r->has_floor ? r->floor_snap.xip : NULL };
+    pg_query(&r->pg, r->sql.backlog, 4, params, on_backlog, r);
+}
+
 
 /* ---- the decision ------------------------------------------------------ */
 
@@ -80,7 +96,10 @@ static void on_prepared(struct pg_conn *pg, PGresult *res, void *arg)
 static void prepare(struct relay *r, int i)
 {
     const char *sql = *(char *const *)((const char *)&r->sql + hot_statements[i].offset);
-    pg_prepare(&r->pg, hot_statements[i].name, sql, hot_statements[i].nparams, on_prepared, r);
+    int nparams = hot_statements[i].nparams;
+    if (r->floor_mode && hot_statements[i].offset == offsetof(struct sql_statements, claim))
+        nparams = 7; /* and the floor (SQL_FLOOR) */
+    pg_prepare(&r->pg, hot_statements[i].name, sql, nparams, on_prepared, r);
 }
 
 /* The relay as plan_next sees it. */
@@ -176,7 +195,7 @@ static bool carry_out(struct relay *r, const struct plan_step *p)
     case PLAN_COUNT_BACKLOG:
         r->backlog_due_ms = p->at_ms;
         r->backlog_sent_ms = relay_now_ms(r);
-        pg_query(&r->pg, r->sql.backlog, 0, NULL, on_backlog, r);
+        relay_backlog_query(r);
         break;
     case PLAN_LISTEN: pg_query(&r->pg, r->sql.listen, 0, NULL, relay_on_listen, r); break;
     case PLAN_TAKE_QUIET: pg_query(&r->pg, r->ssql.quiet_on, 0, NULL, relay_on_quiet_on, r); break;

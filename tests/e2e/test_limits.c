@@ -173,11 +173,12 @@ Test(e2e, long_key_from_before_the_limits_is_dead_lettered, .fini = fini, .timeo
 {
     e2e_setup(&T, "longkey");
     e2e_migrate(&T);
-    /* Back to the state after migration 002: 003's objects gone, 002's
-     * dead-row index on the text, the ledger at version 2. */
+    /* Back to the state after migration 002: 003's objects gone (and 005's
+     * dead-row index, which replaced 003's), 002's dead-row index on the
+     * text, the ledger at version 2. */
     e2e_exec(T.conn, "ALTER TABLE %s DROP CONSTRAINT aggregate_id_bytes, DROP CONSTRAINT aggregate_type_bytes, "
              "DROP CONSTRAINT event_type_bytes, DROP CONSTRAINT topic_bytes", T.qtable);
-    e2e_exec(T.conn, "DROP INDEX \"public\".\"%s_dead_key_idx\"", T.table);
+    e2e_exec(T.conn, "DROP INDEX \"public\".\"%s_dead_hash_idx\"", T.table);
     e2e_exec(T.conn, "CREATE INDEX \"%s_dead_idx\" ON %s (aggregate_type, aggregate_id, id) "
              "WHERE dead_at IS NOT NULL AND sent_at IS NULL", T.table, T.qtable);
     e2e_exec(T.conn, "DELETE FROM \"public\".\"outbox_relay_migrations\" WHERE table_name = 'public.%s' "

@@ -44,6 +44,8 @@ static void setup_table_and_role(const char *name)
     e2e_exec(T.conn, "CREATE ROLE \"%s\" LOGIN NOSUPERUSER NOBYPASSRLS", role);
     e2e_exec(T.conn, "GRANT USAGE ON SCHEMA public TO \"%s\"", role);
     e2e_exec(T.conn, "GRANT SELECT, UPDATE, DELETE ON %s TO \"%s\"", T.qtable, role);
+    /* The floor the relay claims from (schema/005), as docs/operations.md says. */
+    e2e_exec(T.conn, "GRANT SELECT, UPDATE ON \"public\".\"%s_floor\" TO \"%s\"", T.table, role);
     e2e_exec(T.conn,
              "SELECT count(%s('customer', CASE WHEN i %% 10 = 0 THEN 'hidden' ELSE 'c' || (i %% 7) END,"
              " 'updated', jsonb_build_object('i', i))) FROM generate_series(1, %d) AS i",

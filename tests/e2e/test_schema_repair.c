@@ -41,8 +41,16 @@ static void check_whole(struct e2e_report *rep, const char *after)
     e2e_check(rep, e2e_query_int(T.conn, "SELECT count(*) FROM pg_class WHERE oid = to_regclass('%s')",
                                  T.qtable) == 1, "%s: no table", after);
     e2e_check(rep, e2e_query_int(T.conn, "SELECT count(*) FROM pg_indexes WHERE schemaname = 'public' "
+                                 "AND indexname IN ('%s_xid_idx', '%s_created_idx', '%s_dead_hash_idx', "
+                                 "'%s_failed_idx')",
+                                 T.table, T.table, T.table, T.table) == 4, "%s: an index is missing", after);
+    /* Without the indexes that name sent_at, a mark is a HOT update. */
+    e2e_check(rep, e2e_query_int(T.conn, "SELECT count(*) FROM pg_indexes WHERE schemaname = 'public' "
                                  "AND indexname IN ('%s_pending_idx', '%s_sent_idx', '%s_dead_key_idx')",
-                                 T.table, T.table, T.table) == 3, "%s: an index is missing", after);
+                                 T.table, T.table, T.table) == 0, "%s: an index naming sent_at is back", after);
+    e2e_check(rep, e2e_query_int(T.conn, "SELECT count(*) FROM pg_class WHERE oid = "
+                                 "to_regclass('public.%s_floor')", T.table) == 1,
+              "%s: no floor table", after);
     e2e_check(rep, e2e_query_int(T.conn, "SELECT count(*) FROM pg_trigger WHERE tgrelid = to_regclass('%s') "
                                  "AND tgname = '%s_notify_trg'", T.qtable, T.table) == 1,
               "%s: no notify trigger", after);
@@ -68,8 +76,9 @@ Test(e2e, migrate_recreates_dropped_objects, .fini = fini, .timeout = 180)
         const char *sql; /* @ stands for the table name */
     } drops[] = {
         {"the table", "DROP TABLE \"public\".\"@\""},
-        {"the pending index", "DROP INDEX \"public\".\"@_pending_idx\""},
-        {"the dead-row index", "DROP INDEX \"public\".\"@_dead_key_idx\""},
+        {"the xid index", "DROP INDEX \"public\".\"@_xid_idx\""},
+        {"the dead-row index", "DROP INDEX \"public\".\"@_dead_hash_idx\""},
+        {"the floor table", "DROP TABLE \"public\".\"@_floor\""},
         {"the trigger", "DROP TRIGGER \"@_notify_trg\" ON \"public\".\"@\""},
         {"the trigger function", "DROP FUNCTION \"public\".\"@_notify\"() CASCADE"},
         {"the enqueue function", "DROP FUNCTION \"public\".\"@_enqueue\""},
@@ -186,14 +195,14 @@ Test(e2e, migrate_leaves_a_newer_schema_alone, .fini = fini, .timeout = 60)
     e2e_migrate(&T);
     e2e_exec(T.conn, "INSERT INTO \"public\".\"outbox_relay_migrations\" (table_name, version, name) "
              "VALUES ('public.%s', 999, '999_from_the_future')", T.table);
-    e2e_exec(T.conn, "DROP INDEX \"public\".\"%s_sent_idx\"", T.table);
+    e2e_exec(T.conn, "DROP INDEX \"public\".\"%s_created_idx\"", T.table);
     char *log = NULL;
     int rc = migrate(&log);
     struct e2e_report rep = {0};
     e2e_check(&rep, rc == 0, "migrate exited %d: %.600s", rc, log ? log : "");
     e2e_check(&rep, log && strstr(log, "schema is newer than this outbox-relay"), "no warning: %.600s",
               log ? log : "");
-    e2e_check(&rep, e2e_query_int(T.conn, "SELECT count(*) FROM pg_indexes WHERE indexname = '%s_sent_idx'",
+    e2e_check(&rep, e2e_query_int(T.conn, "SELECT count(*) FROM pg_indexes WHERE indexname = '%s_created_idx'",
                                   T.table) == 0, "migrate recreated an index of a newer schema");
     free(log);
     e2e_exec(T.conn, "DELETE FROM \"public\".\"outbox_relay_migrations\" WHERE table_name = 'public.%s'",

@@ -89,7 +89,7 @@ static void expect(int want, const char *const *words, char **out, char **err)
 static long long claim_index(void)
 {
     return e2e_query_int(T.conn, "SELECT count(*) FROM pg_indexes WHERE schemaname = 'public' "
-                         "AND indexname = '%s_pending_idx'", T.table);
+                         "AND indexname = '%s_xid_idx'", T.table);
 }
 
 static long long slots(void)
@@ -123,7 +123,7 @@ Test(e2e, slot_migrate_creates_publication_and_slot_once, .fini = fini, .timeout
                      slot), 1, "no pgoutput slot %s in this database", slot);
 
     /* The claim index serves polling only: inserts do not write it. */
-    cr_assert_eq(claim_index(), 0, "the pending-row index is still there with capture = wal");
+    cr_assert_eq(claim_index(), 0, "the xid index is still there with capture = wal");
 
     migrate_wal(&err);
     cr_expect(strstr(err, "publication up to date") && strstr(err, "replication slot exists"),
@@ -156,7 +156,7 @@ Test(e2e, slot_migrate_creates_publication_and_slot_once, .fini = fini, .timeout
     cr_expect(strstr(out, want), "--print-sql lacks %s", want);
     snprintf(want, sizeof want, "pg_create_logical_replication_slot('%s', 'pgoutput')", slot);
     cr_expect(strstr(out, want), "--print-sql lacks %s", want);
-    snprintf(want, sizeof want, "DROP INDEX IF EXISTS \"public\".\"%s_pending_idx\"", T.table);
+    snprintf(want, sizeof want, "DROP INDEX IF EXISTS \"public\".\"%s_xid_idx\"", T.table);
     cr_expect(strstr(out, want), "--print-sql lacks %s", want);
     free(out);
 }
