@@ -25,7 +25,9 @@ LOCK TABLE {{schema}}.{{table}} IN ACCESS EXCLUSIVE MODE;
 -- keep a NULL "xid" and are found by their id (the floor starts below them).
 ALTER TABLE {{schema}}.{{table}} ADD COLUMN IF NOT EXISTS "xid" xid8 NULL;
 ALTER TABLE {{schema}}.{{table}} ALTER COLUMN "xid" SET DEFAULT pg_current_xact_id();
-CREATE INDEX IF NOT EXISTS {{table:xid_idx}} ON {{schema}}.{{table}} ("xid");
+-- With the id: the claim's rows below the floor are found in the index
+-- alone, without reading the rows of the same transactions above it.
+CREATE INDEX IF NOT EXISTS {{table:xid_idx}} ON {{schema}}.{{table}} ("xid", "id");
 
 -- The floor, one row. Its start: the lowest unsent row (nothing can insert
 -- while this migration holds the table's lock), and the oldest transaction

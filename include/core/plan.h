@@ -87,7 +87,7 @@ struct plan_state {
     uint64_t backlog_due_ms;    /* when the backlog is counted next */
     uint64_t backlog_took_ms;   /* how long the last count took */
     bool row_security;          /* the backlog would count only what the role sees */
-    bool claim_first;           /* a new leader's first claim goes before the count... */
+    bool claim_first;           /* a new leader's first batch goes before the count... */
     uint64_t claim_first_until; /* ...until then */
 
     /* the quiet lock: while held, the table's trigger sends no NOTIFY (schema/004) */

@@ -182,8 +182,9 @@ struct relay {
     uint64_t backlog_took_ms;   /* how long the last one took */
     uint64_t txn_start_ms;      /* the running transaction call began */
     bool lead_unverified;       /* fencing: a replaced producer waits for the lock check */
-    bool claim_first;           /* new leader: its first claim goes before the backlog
-                                   count, which takes a while on a large backlog */
+    bool claim_first;           /* new leader: its first batch is claimed and marked before
+                                   the backlog count, which takes a while on a large backlog
+                                   and would hold up the claim its transaction waits for */
     uint64_t claim_first_until; /* ... but no longer than this: Kafka may be away */
 
     struct batch b[N_BATCHES];

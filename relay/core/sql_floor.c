@@ -6,7 +6,8 @@
  * then (its transaction was open, or began later) has an "xid" the snapshot
  * does not see as done: one of its open transactions, or one at or after its
  * xmax. A row made claimable again later (a requeue, or the end of the hold
- * of a dead row ahead of it) gets such an "xid" from schema/005's triggers.
+ * of a dead row ahead of it) gets such an "xid" from `outbox-relay dead`
+ * (sql_dead_init), in the statement that makes it claimable.
  * Such a pair stays true for ever, however old: an older pair only makes the
  * statements read more rows. So unsent rows are those at or above the floor
  * id (the primary key, in order) and those below it with such an "xid" (the
@@ -42,20 +43,23 @@ int sql_floor_claim(char **out, const char *q, const char *fq, const char *colum
     snprintf(xmax, sizeof xmax,
              "COALESCE($6::xid8, (SELECT f.\"floor_xmin\" FROM %s AS f), '0'::xid8)", fq);
     /* Two scans, each of at most $1 rows, merged: one OR would lose the
-     * primary key's order and sort the whole backlog. The rows of the
-     * transactions since the floor are read through the xid index alone
-     * (OFFSET 0 keeps the id conditions out of that scan: the statement's
+     * primary key's order and sort the whole backlog. The rows below the
+     * floor of the transactions since its snapshot are read through the xid
+     * index alone, which holds the id too: the rows of those transactions
+     * above the floor (all of a backlog written since) are never read there.
+     * OFFSET 0 keeps the other conditions out of that scan (the statement's
      * generic plan would otherwise read every row below the floor by the
-     * primary key), bounded above by the claim's own snapshot, as a later
-     * transaction is not visible to it anyway and a bounded range is planned
-     * as the few rows it is. The snapshot is the next claim's floor. */
+     * primary key), and the range is bounded above by the claim's own
+     * snapshot, as a later transaction is not visible to it anyway and a
+     * bounded range is planned as the few rows it is. The snapshot is the
+     * next claim's floor. */
     return sql_build(out,
                      "SELECT %s, s.snapshot FROM ("
                      "(SELECT o.* FROM %s AS o WHERE o.\"id\" >= %s AND " UNSENT("o") " AND %s%s "
                      "ORDER BY o.\"id\" LIMIT $1) UNION ALL "
-                     "(SELECT o.* FROM (SELECT x.* FROM %s AS x WHERE x.\"xid\" = ANY($7::xid8[]) "
-                     "OR (x.\"xid\" >= %s AND x.\"xid\" < pg_snapshot_xmax(pg_current_snapshot())) "
-                     "OFFSET 0) AS o WHERE o.\"id\" < %s AND " UNSENT("o") " AND %s%s "
+                     "(SELECT o.* FROM (SELECT x.* FROM %s AS x WHERE (x.\"xid\" = ANY($7::xid8[]) "
+                     "OR (x.\"xid\" >= %s AND x.\"xid\" < pg_snapshot_xmax(pg_current_snapshot()))) "
+                     "AND x.\"id\" < %s OFFSET 0) AS o WHERE " UNSENT("o") " AND %s%s "
                      "ORDER BY o.\"id\" LIMIT $1)"
                      ") AS o, (SELECT pg_current_snapshot()::text AS snapshot) AS s "
                      "ORDER BY o.\"id\" LIMIT $1",

@@ -284,6 +284,8 @@ static void on_claimed(struct pg_conn *pg, PGresult *res, void *arg)
         return;
     }
     int n = PQntuples(res);
+    if (n == 0)
+        r->claim_first = false; /* nothing waits: the backlog count may run */
     log_debug("claimed", "batch=%d rows=%d ms=%" PRIu64, b->slot, n, relay_now_ms(r) - b->start_ms);
     struct plan_state s;
     relay_snapshot(r, &s);
@@ -368,7 +370,6 @@ void relay_claim(struct relay *r, const struct plan_step *p)
                              r->has_floor ? r->floor_snap.xip : NULL };
     r->wake = false;
     r->notifies = 0;
-    r->claim_first = false;
     b->phase = PHASE_CLAIMING;
     b->start_ms = relay_now_ms(r);
     b->claim_seq = r->claims_sent++;
@@ -575,6 +576,7 @@ static void on_marked(struct pg_conn *pg, PGresult *res, void *arg)
         r->backoff = true;
         return;
     }
+    r->claim_first = false; /* a new leader's first batch is through: count the backlog */
     int rows = 0;
     for (int k = 0; k < N_BATCHES; k++) {
         if (!(slots & (1u << k)))

@@ -273,9 +273,9 @@ struct drain_result minimal_floor(PGconn *c, const char *table, long rows, int a
     return floor_run(c, table, rows, aggregates, body, batch);
 }
 
-/* The wide floor: the same claim and conditional UPDATE as the relay, the
- * relay's columns read and formatted as text (to_char() of created_at too, as
- * the claim did before it read binary), done entirely inside PostgreSQL. */
+/* The wide floor: the minimal floor's loop reading the relay's columns,
+ * formatted as text (to_char() of created_at too, as the claim did before it
+ * read binary), done entirely inside PostgreSQL. */
 struct drain_result wide_floor(PGconn *c, const char *table, long rows, int aggregates,
                                       int batch)
 {

@@ -40,33 +40,6 @@ static void insert_others(int from, int n)
     }
 }
 
-static void verify_sent_rows_once(const char *what)
-{
-    struct e2e_rows all, sent = {0};
-    e2e_rows_load(&T, &all);
-    sent.v = calloc(all.n + 1, sizeof(*sent.v));
-    cr_assert(sent.v);
-    for (size_t i = 0; i < all.n; i++)
-        if (all.v[i].sent)
-            sent.v[sent.n++] = all.v[i]; /* shallow: all owns the strings */
-    size_t n_topics;
-    char **topics = e2e_topics_of(&T, &sent, &n_topics);
-    struct e2e_msgs msgs;
-    e2e_consume((const char *const *)topics, n_topics, 60000, &msgs);
-    struct e2e_report rep = {0};
-    e2e_check(&rep, msgs.n_missing_topics == 0, "%zu topic(s) missing", msgs.n_missing_topics);
-    e2e_verify(&T, &sent, &msgs, &rep); /* per key: first deliveries in id order */
-    for (size_t i = 0; i < sent.n; i++)
-        e2e_check(&rep, sent.v[i].deliveries == 1, "row %lld (%s) delivered %d times, expected once",
-                  (long long)sent.v[i].id, sent.v[i].aggregate_id, sent.v[i].deliveries);
-    e2e_check(&rep, msgs.n == sent.n, "%zu messages in Kafka for %zu sent rows", msgs.n, sent.n);
-    e2e_report_assert(&rep, what);
-    e2e_msgs_free(&msgs);
-    e2e_topics_free(topics);
-    free(sent.v);
-    e2e_rows_free(&all);
-}
-
 static void dead(const char *const *words, const char *want_out)
 {
     char *out = NULL, *err = NULL;
@@ -130,7 +103,7 @@ Test(e2e, floor_passes_held_rows_and_dead_commands_release_them, .fini = fini, .
     cr_assert_eq(e2e_count_where(&T, "sent_at IS NULL"), 0);
     cr_assert(a3 > a2 && b3 > b2);
     /* Kafka: a1, a2, a3 and b2, b3, each once, in id order. */
-    verify_sent_rows_once("rows released below the floor");
+    e2e_verify_sent_once(&T, "rows released below the floor");
     cr_assert_eq(e2e_relay_stop(relay, 30000), 0, "relay did not exit 0 on SIGTERM");
 }
 
@@ -167,7 +140,7 @@ Test(e2e, floor_survives_a_restart_and_marks_are_hot, .fini = fini, .timeout = 1
                            T.qtable, low),
               "row %lld, committed below the saved floor after a restart, was never sent", low);
     e2e_wait_all_sent(&T, 30000);
-    verify_sent_rows_once("a restart from the saved floor");
+    e2e_verify_sent_once(&T, "a restart from the saved floor");
     /* The statistics reach the view within a second or so. */
     cr_assert(e2e_wait_sql(&T, 15000,
                            "SELECT n_tup_upd >= 321 FROM pg_stat_user_tables WHERE relid = "

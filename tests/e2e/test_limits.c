@@ -49,44 +49,6 @@ static long long insert_ok(const char *aggregate_id, int n)
     return insert_row("order", key, NULL, NULL, n);
 }
 
-/* Reads Kafka back: each sent row exactly once, in per-key order, with the
- * relay's headers once each; nothing of a row that is not sent. */
-static void verify_sent_rows_once(const char *what)
-{
-    struct e2e_rows all, sent = {0};
-    e2e_rows_load(&T, &all);
-    sent.v = calloc(all.n + 1, sizeof(*sent.v));
-    cr_assert(sent.v);
-    for (size_t i = 0; i < all.n; i++)
-        if (all.v[i].sent)
-            sent.v[sent.n++] = all.v[i]; /* shallow: all owns the strings */
-    size_t n_topics;
-    char **topics = e2e_topics_of(&T, &sent, &n_topics);
-    struct e2e_msgs msgs;
-    e2e_consume((const char *const *)topics, n_topics, 60000, &msgs);
-    struct e2e_report rep = {0};
-    e2e_check(&rep, msgs.n_missing_topics == 0, "%zu topic(s) missing", msgs.n_missing_topics);
-    e2e_verify(&T, &sent, &msgs, &rep); /* a message of an unsent row "matches no row" */
-    for (size_t i = 0; i < sent.n; i++)
-        e2e_check(&rep, sent.v[i].deliveries == 1, "row %lld delivered %d times, expected once",
-                  (long long)sent.v[i].id, sent.v[i].deliveries);
-    static const char *const own[] = {"event_id", "event_type", "aggregate_type", "aggregate_id",
-                                      "outbox_id", "created_at"};
-    for (size_t i = 0; i < msgs.n; i++)
-        for (size_t h = 0; h < sizeof(own) / sizeof(own[0]); h++)
-            e2e_check(&rep, e2e_msg_header_count(&msgs.v[i], own[h]) == 1,
-                      "message at %s/%d@%lld has %zu %s headers, expected 1", msgs.v[i].topic,
-                      msgs.v[i].partition, (long long)msgs.v[i].offset,
-                      e2e_msg_header_count(&msgs.v[i], own[h]), own[h]);
-    e2e_check(&rep, msgs.n == sent.n, "%zu messages in Kafka for %zu sent rows", msgs.n, sent.n);
-    fprintf(stderr, "e2e: %s: %zu of %zu rows sent, %zu messages\n", what, sent.n, all.n, msgs.n);
-    e2e_report_assert(&rep, what);
-    e2e_msgs_free(&msgs);
-    e2e_topics_free(topics);
-    free(sent.v);
-    e2e_rows_free(&all);
-}
-
 /* A poison row: dead after exactly one attempt, never sent, last_error
  * saying @p why. */
 static void check_dead(struct e2e_report *rep, long long id, const char *what, const char *why)
@@ -263,7 +225,7 @@ Test(e2e, long_key_from_before_the_limits_is_dead_lettered, .fini = fini, .timeo
     cr_assert(e2e_wait_sql(&T, 30000, "SELECT sent_at IS NOT NULL FROM %s WHERE id = %lld", T.qtable, long_later),
               "the row behind the dropped one was not relayed");
     cr_assert_eq(e2e_relay_stop(relay, 30000), 0, "relay did not exit 0 on SIGTERM");
-    verify_sent_rows_once("4 KB key");
+    e2e_verify_sent_once(&T, "4 KB key");
 }
 
 /* One row whose failure the table will not take (a trigger refuses it, as
@@ -327,7 +289,7 @@ Test(e2e, one_unrecordable_failure_keeps_the_others, .fini = fini, .timeout = 18
     check_dead(&rep2, cursed, "the formerly unrecordable row", "invalid topic name");
     e2e_report_assert(&rep2, "after the trigger is gone");
     cr_assert_eq(e2e_relay_stop(relay, 30000), 0, "relay did not exit 0 on SIGTERM");
-    verify_sent_rows_once("failure-record fallback");
+    e2e_verify_sent_once(&T, "failure-record fallback");
 }
 
 /* Headers named like the relay's own, topics of Kafka's internals (from the
@@ -385,5 +347,5 @@ Test(e2e, reserved_headers_and_internal_topics_are_poison, .fini = fini, .timeou
     e2e_check(&rep, e2e_relay_log_count(relay, "recording") == 0, "a failure record failed");
     e2e_report_assert(&rep, "reserved names");
     cr_assert_eq(e2e_relay_stop(relay, 30000), 0, "relay did not exit 0 on SIGTERM");
-    verify_sent_rows_once("reserved names"); /* Event_ID arrives as the row's own header */
+    e2e_verify_sent_once(&T, "reserved names"); /* Event_ID arrives as the row's own header */
 }

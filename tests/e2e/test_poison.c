@@ -162,37 +162,6 @@ static void check_poison_rows(const struct layout *l, bool dead, struct e2e_repo
     }
 }
 
-/* Reads Kafka back and checks it against the table: each sent row exactly
- * once, in per-key order, and no message of a row that is not sent (or no
- * longer exists). */
-static void verify_sent_rows_once(const char *what)
-{
-    struct e2e_rows all, sent = {0};
-    e2e_rows_load(&T, &all);
-    sent.v = calloc(all.n + 1, sizeof(*sent.v));
-    cr_assert(sent.v);
-    for (size_t i = 0; i < all.n; i++)
-        if (all.v[i].sent)
-            sent.v[sent.n++] = all.v[i]; /* shallow: all owns the strings */
-    size_t n_topics;
-    char **topics = e2e_topics_of(&T, &sent, &n_topics);
-    struct e2e_msgs msgs;
-    e2e_consume((const char *const *)topics, n_topics, 60000, &msgs);
-    struct e2e_report rep = {0};
-    e2e_check(&rep, msgs.n_missing_topics == 0, "%zu topic(s) missing", msgs.n_missing_topics);
-    e2e_verify(&T, &sent, &msgs, &rep); /* a message of an unsent row "matches no row" */
-    for (size_t i = 0; i < sent.n; i++)
-        e2e_check(&rep, sent.v[i].deliveries == 1, "row %lld (%s) delivered %d times, expected once",
-                  (long long)sent.v[i].id, sent.v[i].aggregate_id, sent.v[i].deliveries);
-    e2e_check(&rep, msgs.n == sent.n, "%zu messages in Kafka for %zu sent rows", msgs.n, sent.n);
-    fprintf(stderr, "e2e: %s: %zu of %zu rows sent, %zu messages\n", what, sent.n, all.n, msgs.n);
-    e2e_report_assert(&rep, what);
-    e2e_msgs_free(&msgs);
-    e2e_topics_free(topics);
-    free(sent.v);
-    e2e_rows_free(&all);
-}
-
 /* Runs a query over the JSON that `dead list --json` printed (as $1::jsonb)
  * and returns its first value as text (caller frees). */
 static char *json_query(const char *json, const char *sql)
@@ -264,7 +233,7 @@ Test(e2e, poison_dead_letter, .fini = fini, .timeout = 120)
     e2e_report_assert(&rep, "poison rows under dead_letter");
     cr_assert(e2e_relay_log_contains(relay, "row dead-lettered; later rows of its aggregate continue"),
               "no dead-letter log line (log %s)", relay->log_path);
-    verify_sent_rows_once("dead_letter");
+    e2e_verify_sent_once(&T, "dead_letter");
 
     char *summary = dead_list_summary();
     char want[512] = "";
@@ -366,7 +335,7 @@ Test(e2e, poison_timestamp_the_topic_refuses, .fini = fini, .timeout = 120)
     e2e_report_assert(&rep, "a timestamp the topic refuses");
     cr_assert(e2e_relay_log_contains(relay, "row dead-lettered; later rows of its aggregate are held"),
               "no dead-letter log line (log %s)", relay->log_path);
-    verify_sent_rows_once("a timestamp the topic refuses");
+    e2e_verify_sent_once(&T, "a timestamp the topic refuses");
     cr_assert_eq(e2e_relay_stop(relay, 30000), 0, "relay did not exit 0 on SIGTERM");
 }
 
@@ -451,7 +420,7 @@ Test(e2e, poison_hold_aggregate_then_requeue_and_drop, .fini = fini, .timeout = 
                  "requeued rows: attempts must be reset, dead_at cleared, last_error kept as history");
     /* Every remaining row once, in per-aggregate order (big: first, fixed, later,
      * last), and nothing of the dropped rows in Kafka. */
-    verify_sent_rows_once("hold_aggregate after requeue and drop");
+    e2e_verify_sent_once(&T, "hold_aggregate after requeue and drop");
     summary = dead_list_summary();
     cr_assert_str_eq(summary, "", "dead list is not empty after requeue and drop");
     free(summary);
@@ -532,7 +501,7 @@ Test(e2e, poison_halt_stops_until_requeue_and_restart, .fini = fini, .timeout = 
     e2e_wait_all_sent(&T, 30000);
     cr_assert_eq(e2e_count_where(&T, "attempts > 0 OR dead_at IS NOT NULL"), 0, "rows failed after the fix");
     cr_assert(!e2e_relay_log_contains(again, "msg=\"relaying halted"), "the restarted relay halted again");
-    verify_sent_rows_once("halt, fix, requeue, restart");
+    e2e_verify_sent_once(&T, "halt, fix, requeue, restart");
     cr_assert_eq(e2e_relay_stop(again, 30000), 0, "relay did not exit 0 on SIGTERM");
 }
 

@@ -365,3 +365,39 @@ void e2e_read_back(struct e2e_ctx *t, int timeout_ms, struct e2e_rows *rows, str
     e2e_check(rep, msgs->n_missing_topics == 0, "%zu topic(s) missing", msgs->n_missing_topics);
     e2e_verify(t, rows, msgs, rep);
 }
+
+void e2e_verify_sent_once(struct e2e_ctx *t, const char *what)
+{
+    struct e2e_rows all, sent = {0};
+    e2e_rows_load(t, &all);
+    sent.v = calloc(all.n + 1, sizeof(*sent.v));
+    cr_assert(sent.v);
+    for (size_t i = 0; i < all.n; i++)
+        if (all.v[i].sent)
+            sent.v[sent.n++] = all.v[i]; /* shallow: all owns the strings */
+    size_t n_topics;
+    char **topics = e2e_topics_of(t, &sent, &n_topics);
+    struct e2e_msgs msgs;
+    e2e_consume((const char *const *)topics, n_topics, 60000, &msgs);
+    struct e2e_report rep = {0};
+    e2e_check(&rep, msgs.n_missing_topics == 0, "%zu topic(s) missing", msgs.n_missing_topics);
+    e2e_verify(t, &sent, &msgs, &rep); /* a message of an unsent row "matches no row" */
+    for (size_t i = 0; i < sent.n; i++)
+        e2e_check(&rep, sent.v[i].deliveries == 1, "row %lld (%s) delivered %d times, expected once",
+                  (long long)sent.v[i].id, sent.v[i].aggregate_id, sent.v[i].deliveries);
+    static const char *const own[] = {"event_id", "event_type", "aggregate_type", "aggregate_id",
+                                      "outbox_id", "created_at"};
+    for (size_t i = 0; i < msgs.n; i++)
+        for (size_t h = 0; h < sizeof(own) / sizeof(own[0]); h++)
+            e2e_check(&rep, e2e_msg_header_count(&msgs.v[i], own[h]) == 1,
+                      "message at %s/%d@%lld has %zu %s headers, expected 1", msgs.v[i].topic,
+                      msgs.v[i].partition, (long long)msgs.v[i].offset,
+                      e2e_msg_header_count(&msgs.v[i], own[h]), own[h]);
+    e2e_check(&rep, msgs.n == sent.n, "%zu messages in Kafka for %zu sent rows", msgs.n, sent.n);
+    fprintf(stderr, "e2e: %s: %zu of %zu rows sent, %zu messages\n", what, sent.n, all.n, msgs.n);
+    e2e_report_assert(&rep, what);
+    e2e_msgs_free(&msgs);
+    e2e_topics_free(topics);
+    free(sent.v);
+    e2e_rows_free(&all);
+}

@@ -363,6 +363,12 @@ extern bool e2e_check_order;
 void e2e_verify(const struct e2e_ctx *t, struct e2e_rows *rows, const struct e2e_msgs *msgs,
                 struct e2e_report *rep);
 
+/** Reads Kafka back for the table's sent rows: each exactly once, checked as
+ *  e2e_verify checks (per-key order included), with the relay's six headers
+ *  once each, and nothing of a row that is not sent. Fails the test, naming
+ *  @p what. */
+void e2e_verify_sent_once(struct e2e_ctx *t, const char *what);
+
 /** The topics the test's rows go to (template rendered per aggregate type, plus
  *  every explicit topic), as a NULL-terminated array (caller frees with e2e_topics_free). */
 char **e2e_topics_of(const struct e2e_ctx *t, const struct e2e_rows *rows, size_t *n);
