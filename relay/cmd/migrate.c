@@ -138,7 +138,8 @@ static int missing_objects(PGconn *conn, const char *check, const char *absent_o
  * by hand keeps its ledger rows. When objects are missing, every migration is
  * applied again (each one checks before it creates), in one transaction, and
  * the check runs again; what is still missing then needs a person.
- * @return 0 whole, 1 repaired, -EIO (logged). */
+ * @return 0 whole, 1 repaired, 2 newer than this binary (not checked), -EIO
+ * (logged). */
 static int check_objects(PGconn *conn, const struct sql_migrate *q, const char *qualified,
                          const char *schema, const char *table, const char *channel,
                          const char *absent_ok)
@@ -170,7 +171,7 @@ static int check_objects(PGconn *conn, const struct sql_migrate *q, const char *
         log_warn("schema is newer than this outbox-relay; its objects are not checked",
                  "table=%s schema_version=%d known_version=%d", qualified, newest, known);
         rollback(conn);
-        rc = 0;
+        rc = 2;
         goto out;
     }
 
@@ -239,6 +240,24 @@ static int migrate_open(const struct relay_config *cfg, PGconn **connp, struct s
     return 0;
 }
 
+/* How full migrate keeps the pages of the relay's own table, polled: room
+ * for a second version of every row when rows are marked (a mark is then a
+ * HOT update, schema/005), none when they are deleted. Log-based capture
+ * sets 100 % itself. Applies to pages written from now on. */
+static int fill_pages(PGconn *conn, const struct relay_config *cfg, const char *lock_sql)
+{
+    char *sql = sql_render_template(cfg->on_sent == RELAY_ON_SENT_DELETE
+                                        ? "ALTER TABLE {{schema}}.{{table}} SET (fillfactor = 100)"
+                                        : "ALTER TABLE {{schema}}.{{table}} SET (fillfactor = 45)",
+                                    cfg->schema, cfg->table, cfg->notify_channel);
+    int rc = sql ? migrate_locked(conn, lock_sql, "fillfactor", sql) : -ENOMEM;
+    free(sql);
+    if (rc < 0)
+        log_error("cannot set the outbox table's fillfactor (migrate needs to own the table)",
+                  "table=%s.%s", cfg->schema, cfg->table);
+    return rc < 0 ? -EIO : 0;
+}
+
 int migrate_run(const struct relay_config *cfg)
 {
     PGconn *conn;
@@ -253,7 +272,7 @@ int migrate_run(const struct relay_config *cfg)
     bool wal = cfg->capture == RELAY_CAPTURE_WAL;
     int rc = wal ? migrate_capture_check(conn, cfg) : 0, applied = 0;
     /* Debezium's table is the application's: only the publication and the slot are ours. */
-    bool own_table = cfg->profile == RELAY_PROFILE_OUTBOX;
+    bool own_table = cfg->profile == RELAY_PROFILE_OUTBOX, newer = false;
     for (unsigned i = 0; own_table && rc == 0 && i < n_migrations; i++) {
         rc = apply_one(conn, &migrations[i], &q, qualified, cfg->schema, cfg->table,
                        cfg->notify_channel);
@@ -277,9 +296,12 @@ int migrate_run(const struct relay_config *cfg)
         rc = wal && !absent_ok ? -ENOMEM
                                : check_objects(conn, &q, qualified, cfg->schema, cfg->table,
                                                cfg->notify_channel, absent_ok);
+        newer = rc == 2;
         rc = rc < 0 ? rc : 0;
         free(absent_ok);
     }
+    if (rc == 0 && own_table && !wal && !newer)
+        rc = fill_pages(conn, cfg, q.lock);
     if (rc == 0 && own_table)
         log_info("schema up to date", "table=%s applied=%d total=%u", qualified, applied,
                  n_migrations);

@@ -170,7 +170,7 @@ struct drain_result drain(PGconn *c, const char *table, long rows, int aggregate
         extra[n++] = wo.v[i];
     extra[n] = NULL;
     drop(c, table);
-    migrate(table, o->wal ? wo.v : NULL);
+    migrate(table, extra); /* as the relay runs: on_sent and capture set the pages' fill */
     if (o->runner != RUN_RELAY) {
         /* The peers claim the oldest rows WHERE sent_at IS NULL, as their
          * authors would, with the index that claim needs and pages filled as

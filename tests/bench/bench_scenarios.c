@@ -97,6 +97,9 @@ struct startup_result startup(PGconn *c, const char *table, long backlog, int ag
     for (int k = 0; k < runs; k++) {
         pg_exec(c, "UPDATE \"public\".\"%s\" SET \"sent_at\" = NULL WHERE \"sent_at\" IS NOT NULL",
                 table);
+        /* Rows made unsent by hand below the saved floor are not claimed
+         * again (docs/operations.md): the floor goes back to the start. */
+        pg_exec(c, "UPDATE \"public\".\"%s_floor\" SET \"floor_id\" = 0", table);
         pg_exec(c, "VACUUM ANALYZE \"public\".\"%s\"", table);
         struct first_message F = { .consumer = consumer_at_end(topic) };
         pthread_t th;
