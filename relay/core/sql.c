@@ -411,7 +411,7 @@ static void leader_lock_sql(const char *schema, const char *table, struct leader
 
 /* The check at connect: marks the session, reads what decides whether it
  * may relay (row security, the table, the migrations ledger). */
-static int build_session_check(char **out, const char *schema, const char *table)
+static int build_session_check(char **out, const char *schema, const char *table, unsigned flags)
 {
     char qualified[QUALIFIED_MAX], regclass[2 * sizeof qualified + 4];
     char qschema[2 * CONFIG_IDENT_MAX + 4], ledger[sizeof qschema + 30];
@@ -427,8 +427,20 @@ static int build_session_check(char **out, const char *schema, const char *table
      * superuser, BYPASSRLS, ownership and FORCE ROW LEVEL SECURITY included.
      * With row_security off, a policy added later makes the claim fail
      * loudly instead of hiding rows. */
+    /* Claims from the floor (SQL_FLOOR) read rows in id order by the primary
+     * key. With the statistics of a new table, or of one whose backlog grew
+     * since its last ANALYZE, the planner expects a few unsent rows, and
+     * would rather collect every row above the floor into a bitmap and sort
+     * them, at every claim. No claim of this session needs a bitmap scan
+     * (sql_floor.c) or a sort it could avoid. A disabled path counts as a
+     * huge cost, which would have every claim compiled by JIT (0.4 s): no
+     * JIT either; the session's statements are short. */
+    const char *planner = (flags & SQL_FLOOR)
+        ? " || left(set_config('enable_bitmapscan', 'off', false) || "
+          "set_config('enable_sort', 'off', false) || set_config('jit', 'off', false), 0)"
+        : "";
     return sql_build(out,
-                 "SELECT pg_backend_pid(), set_config('" SESSION_MARKER "', $1, false), "
+                 "SELECT pg_backend_pid(), set_config('" SESSION_MARKER "', $1, false)%s, "
                  "CASE WHEN $2::bool THEN set_config('row_security', 'off', false) "
                  "ELSE current_setting('row_security') END, "
                  "c.oid IS NOT NULL, COALESCE(row_security_active(c.oid), false), "
@@ -439,7 +451,7 @@ static int build_session_check(char **out, const char *schema, const char *table
                  "FROM pg_catalog.pg_roles AS r "
                  "LEFT JOIN pg_catalog.pg_class AS c ON c.oid = to_regclass(%s) "
                  "WHERE r.rolname = current_user",
-                 ledger_regclass, ledger_regclass, regclass);
+                 planner, ledger_regclass, ledger_regclass, regclass);
 }
 
 /* Taking, checking and releasing the leader lock, and who holds it. */
@@ -507,7 +519,7 @@ int sql_session_init(struct sql_session *q, const char *schema, const char *tabl
     lock_key("quiet", schema, table, quiet, sizeof quiet);
     lock_key("skip", schema, table, skip, sizeof skip);
 
-    int rc = build_session_check(&q->check, schema, table);
+    int rc = build_session_check(&q->check, schema, table, flags);
     rc |= build_newest(&q->version, qschema);
     rc |= build_lock_statements(q, &lock);
     char qualified[QUALIFIED_MAX], qsource[QUALIFIED_MAX], regclass[2 * sizeof qsource + 4];

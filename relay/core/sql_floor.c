@@ -47,23 +47,24 @@ int sql_floor_claim(char **out, const char *q, const char *fq, const char *colum
      * floor of the transactions since its snapshot are read through the xid
      * index alone, which holds the id too: the rows of those transactions
      * above the floor (all of a backlog written since) are never read there.
-     * OFFSET 0 keeps the other conditions out of that scan (the statement's
-     * generic plan would otherwise read every row below the floor by the
-     * primary key), and the range is bounded above by the claim's own
-     * snapshot, as a later transaction is not visible to it anyway and a
-     * bounded range is planned as the few rows it is. The snapshot is the
-     * next claim's floor. */
+     * Open transactions and later ones are two index scans, not one OR (the
+     * session has no bitmap scans: build_session_check). OFFSET 0 keeps the
+     * other conditions out of those scans (the statement's generic plan
+     * would otherwise read every row below the floor by the primary key),
+     * and the range is bounded above by the claim's own snapshot, as a later
+     * transaction is not visible to it anyway and a bounded range is planned
+     * as the few rows it is. The snapshot is the next claim's floor. */
     return sql_build(out,
                      "SELECT %s, s.snapshot FROM ("
                      "(SELECT o.* FROM %s AS o WHERE o.\"id\" >= %s AND " UNSENT("o") " AND %s%s "
                      "ORDER BY o.\"id\" LIMIT $1) UNION ALL "
-                     "(SELECT o.* FROM (SELECT x.* FROM %s AS x WHERE (x.\"xid\" = ANY($7::xid8[]) "
-                     "OR (x.\"xid\" >= %s AND x.\"xid\" < pg_snapshot_xmax(pg_current_snapshot()))) "
-                     "AND x.\"id\" < %s OFFSET 0) AS o WHERE " UNSENT("o") " AND %s%s "
-                     "ORDER BY o.\"id\" LIMIT $1)"
+                     "(SELECT o.* FROM (SELECT x.* FROM %s AS x WHERE x.\"xid\" = ANY($7::xid8[]) "
+                     "AND x.\"id\" < %s UNION ALL SELECT x.* FROM %s AS x WHERE x.\"xid\" >= %s "
+                     "AND x.\"xid\" < pg_snapshot_xmax(pg_current_snapshot()) AND x.\"id\" < %s "
+                     "OFFSET 0) AS o WHERE " UNSENT("o") " AND %s%s ORDER BY o.\"id\" LIMIT $1)"
                      ") AS o, (SELECT pg_current_snapshot()::text AS snapshot) AS s "
                      "ORDER BY o.\"id\" LIMIT $1",
-                     columns, q, id, range, hold, q, xmax, id, range, hold);
+                     columns, q, id, range, hold, q, id, q, xmax, id, range, hold);
 }
 
 /* The unsent rows by the floor of @p id and @p xmax (SQL expressions), and

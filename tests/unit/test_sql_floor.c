@@ -49,8 +49,10 @@ Test(sql_floor, claim_reads_from_the_floor_and_the_transactions_since)
                        "%s", s.claim);
     /* Below it, only the rows of transactions the floor's snapshot did not
      * see as done, through the xid index alone. */
-    cr_assert_not_null(strstr(s.claim, "x.\"xid\" = ANY($7::xid8[]) OR (x.\"xid\" >= "
-                                       "COALESCE($6::xid8,"),
+    cr_assert_not_null(strstr(s.claim, "WHERE x.\"xid\" = ANY($7::xid8[]) AND x.\"id\" < "),
+                       "%s", s.claim);
+    cr_assert_not_null(strstr(s.claim, "UNION ALL SELECT x.* FROM \"app\".\"events\" AS x WHERE "
+                                       "x.\"xid\" >= COALESCE($6::xid8,"),
                        "%s", s.claim);
     cr_assert_not_null(strstr(s.claim, "AND x.\"id\" < COALESCE($5::bigint,"), "%s", s.claim);
     /* Both halves keep the hold and the batches in flight out. */
@@ -63,6 +65,19 @@ Test(sql_floor, claim_reads_from_the_floor_and_the_transactions_since)
     /* Never an index of unsent rows. */
     cr_assert_null(strstr(s.claim, "pending"));
     sql_statements_free(&s);
+}
+
+Test(sql_floor, session_reads_the_claim_by_the_primary_key)
+{
+    struct sql_session q;
+    cr_assert_eq(sql_session_init(&q, "app", "events", "events", SQL_FLOOR), 0);
+    cr_assert_not_null(strstr(q.check, "set_config('enable_bitmapscan', 'off', false)"), "%s",
+                       q.check);
+    cr_assert_not_null(strstr(q.check, "set_config('enable_sort', 'off', false)"), "%s", q.check);
+    sql_session_free(&q);
+    cr_assert_eq(sql_session_init(&q, "app", "events_relay", "events", 0), 0);
+    cr_assert_null(strstr(q.check, "enable_sort"), "%s", q.check);
+    sql_session_free(&q);
 }
 
 Test(sql_floor, backlog_saves_the_floor_and_retention_uses_creation_order)
