@@ -25,8 +25,9 @@ int sql_floor_claim(char **out, const char *q, const char *fq, const char *colum
                     const char *range, const char *hold);
 
 /** The backlog: unsent rows, the oldest one's age in seconds, dead rows.
- *  $1 floor id, $2 its snapshot's xmin, $3 xmax, $4 open transactions; all
- *  NULL: the saved floor. With $1 and $2, saves them as the floor. */
+ *  $1 floor id, $2 its snapshot's xmax, $3 open transactions, $4 its xmin
+ *  (the claim's order, then what is saved); all NULL: the saved floor. With
+ *  $1 and $4, saves them as the floor. */
 int sql_floor_backlog(char **out, const char *q, const char *fq);
 
 /** A scalar subquery: the age in seconds of the oldest unsent row, by the

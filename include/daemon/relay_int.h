@@ -231,6 +231,10 @@ void relay_produce_rows(struct relay *r, struct batch *b, PGresult *res);
 int relay_row_topic(const struct relay *r, const struct event_row *row, char *topic, size_t len,
                     char *err, size_t errlen);
 void relay_claim(struct relay *r, const struct plan_step *p);
+/* SQL_FLOOR: the floor as the claim ($5..$7) and the backlog count ($1..$4)
+ * take it: id (formatted into @p id), xmax, open transactions, xmin; all
+ * NULL until a claim gave the relay a floor (they then use the saved one). */
+void relay_floor_params(const struct relay *r, char id[24], const char *out[4]);
 void relay_mark(struct relay *r, struct batch *b, unsigned with);
 void relay_retention(struct relay *r);
 

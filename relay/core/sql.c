@@ -648,6 +648,8 @@ void sql_migrate_free(struct sql_migrate *q)
     "WHERE l.\"aggregate_type\" = r.\"aggregate_type\" AND l.\"aggregate_id\" = r.\"aggregate_id\" " \
     "AND l.\"id\" > r.\"id\" AND l.\"sent_at\" IS NULL AND l.\"dead_at\" IS NULL) "
 
+#define RELEASED ", o.\"aggregate_type\", o.\"aggregate_id\""
+
 int sql_dead_init(struct sql_dead *q, const char *schema, const char *table, unsigned flags)
 {
     memset(q, 0, sizeof *q);
@@ -679,29 +681,27 @@ int sql_dead_init(struct sql_dead *q, const char *schema, const char *table, uns
                 t, t);
     /* attempts back to 0 gives the row its full max_attempts again;
      * last_error stays, so the history of why it failed is not lost. */
-    if (flags & SQL_FLOOR) {
-        rc |= sql_build(&q->requeue,
-                    "WITH r AS (UPDATE %s AS o SET \"dead_at\" = NULL, \"attempts\" = 0, "
-                    "\"xid\" = pg_current_xact_id() "
-                    "WHERE ($1::bigint[] IS NULL OR o.\"id\" = ANY($1::bigint[])) "
-                    "AND " NEEDS_OPERATOR("o") " RETURNING o.\"id\", o.\"aggregate_type\", "
-                    "o.\"aggregate_id\")" RELEASE_HELD("%s") "SELECT r.\"id\" FROM r",
-                    t, t);
-        rc |= sql_build(&q->drop,
-                    "WITH r AS (DELETE FROM %s AS o WHERE o.\"id\" = ANY($1::bigint[]) "
-                    "AND " NEEDS_OPERATOR("o") " RETURNING o.\"id\", o.\"aggregate_type\", "
-                    "o.\"aggregate_id\")" RELEASE_HELD("%s") "SELECT r.\"id\" FROM r",
-                    t, t);
+    bool floor = flags & SQL_FLOOR;
+    char *requeue = NULL, *drop = NULL;
+    rc |= sql_build(&requeue,
+                "UPDATE %s AS o SET \"dead_at\" = NULL, \"attempts\" = 0%s "
+                "WHERE ($1::bigint[] IS NULL OR o.\"id\" = ANY($1::bigint[])) "
+                "AND " NEEDS_OPERATOR("o") " RETURNING o.\"id\"%s",
+                t, floor ? ", \"xid\" = pg_current_xact_id()" : "", floor ? RELEASED : "");
+    rc |= sql_build(&drop,
+                "DELETE FROM %s AS o WHERE o.\"id\" = ANY($1::bigint[]) "
+                "AND " NEEDS_OPERATOR("o") " RETURNING o.\"id\"%s",
+                t, floor ? RELEASED : "");
+    if (floor) {
+        rc |= sql_build(&q->requeue, "WITH r AS (%s)" RELEASE_HELD("%s") "SELECT r.\"id\" FROM r",
+                        requeue ? requeue : "", t);
+        rc |= sql_build(&q->drop, "WITH r AS (%s)" RELEASE_HELD("%s") "SELECT r.\"id\" FROM r",
+                        drop ? drop : "", t);
+        free(requeue);
+        free(drop);
     } else {
-        rc |= sql_build(&q->requeue,
-                    "UPDATE %s AS o SET \"dead_at\" = NULL, \"attempts\" = 0 "
-                    "WHERE ($1::bigint[] IS NULL OR o.\"id\" = ANY($1::bigint[])) "
-                    "AND " NEEDS_OPERATOR("o") " RETURNING o.\"id\"",
-                    t);
-        rc |= sql_build(&q->drop,
-                    "DELETE FROM %s AS o WHERE o.\"id\" = ANY($1::bigint[]) "
-                    "AND " NEEDS_OPERATOR("o") " RETURNING o.\"id\"",
-                    t);
+        q->requeue = requeue;
+        q->drop = drop;
     }
     if (rc != 0) {
         sql_dead_free(q);

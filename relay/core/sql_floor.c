@@ -35,91 +35,106 @@ int sql_floor_table(const char *schema, const char *table, char *out, size_t len
     return sql_quote_qualified(schema, name, out, len);
 }
 
+/* The floor a statement starts from, as SQL expressions into @p id and
+ * @p xmax: the relay's own (parameters @p id_param and @p xmax_param) when it
+ * passes one, else the saved one; with no saved one (deleted by hand), every
+ * row: correct, only slower. NULL params: the saved floor only. */
+static void floor_bounds(const char *fq, const char *id_param, const char *xmax_param, char *id,
+                         char *xmax, size_t len)
+{
+    snprintf(id, len, "COALESCE(%s%s(SELECT f.\"floor_id\" FROM %s AS f), 0)",
+             id_param ? id_param : "", id_param ? ", " : "", fq);
+    snprintf(xmax, len, "COALESCE(%s%s(SELECT f.\"floor_xmin\" FROM %s AS f), '0'::xid8)",
+             xmax_param ? xmax_param : "", xmax_param ? ", " : "", fq);
+}
+#define BOUND_MAX 512
+
+/* The rows below the floor @p id of the transactions its snapshot did not
+ * see as done: open then (@p xip, an xid8[] expression) or begun since (from
+ * @p xmax), read through the xid index alone, which holds the id too, so
+ * the rows of those transactions above the floor (all of a backlog written
+ * since) are never read there. Two index scans, not one OR (the session has
+ * no bitmap scans: build_session_check in sql.c); OFFSET 0 keeps the
+ * caller's other conditions out of them (a generic plan would otherwise read
+ * every row below the floor by the primary key); the range is bounded above
+ * by the statement's own snapshot, as a later transaction is not visible to
+ * it anyway and a bounded range is planned as the few rows it is. A derived
+ * table of @p cols of "x", to be aliased by the caller. */
+static int below_floor(char **out, const char *q, const char *cols, const char *id,
+                       const char *xmax, const char *xip)
+{
+    return sql_build(out,
+                     "(SELECT %s FROM %s AS x WHERE x.\"xid\" = ANY(%s) AND x.\"id\" < %s "
+                     "UNION ALL SELECT %s FROM %s AS x WHERE x.\"xid\" >= %s "
+                     "AND x.\"xid\" < pg_snapshot_xmax(pg_current_snapshot()) AND x.\"id\" < %s "
+                     "OFFSET 0)",
+                     cols, q, xip, id, cols, q, xmax, id);
+}
+
 int sql_floor_claim(char **out, const char *q, const char *fq, const char *columns,
                     const char *range, const char *hold)
 {
-    char id[512], xmax[512];
-    snprintf(id, sizeof id, "COALESCE($5::bigint, (SELECT f.\"floor_id\" FROM %s AS f), 0)", fq);
-    snprintf(xmax, sizeof xmax,
-             "COALESCE($6::xid8, (SELECT f.\"floor_xmin\" FROM %s AS f), '0'::xid8)", fq);
+    char id[BOUND_MAX], xmax[BOUND_MAX], *below = NULL;
+    floor_bounds(fq, "$5::bigint", "$6::xid8", id, xmax, sizeof id);
+    if (below_floor(&below, q, "x.*", id, xmax, "$7::xid8[]") < 0)
+        return -ENOMEM;
     /* Two scans, each of at most $1 rows, merged: one OR would lose the
-     * primary key's order and sort the whole backlog. The rows below the
-     * floor of the transactions since its snapshot are read through the xid
-     * index alone, which holds the id too: the rows of those transactions
-     * above the floor (all of a backlog written since) are never read there.
-     * Open transactions and later ones are two index scans, not one OR (the
-     * session has no bitmap scans: build_session_check). OFFSET 0 keeps the
-     * other conditions out of those scans (the statement's generic plan
-     * would otherwise read every row below the floor by the primary key),
-     * and the range is bounded above by the claim's own snapshot, as a later
-     * transaction is not visible to it anyway and a bounded range is planned
-     * as the few rows it is. The snapshot is the next claim's floor. */
-    return sql_build(out,
-                     "SELECT %s, s.snapshot FROM ("
-                     "(SELECT o.* FROM %s AS o WHERE o.\"id\" >= %s AND " UNSENT("o") " AND %s%s "
-                     "ORDER BY o.\"id\" LIMIT $1) UNION ALL "
-                     "(SELECT o.* FROM (SELECT x.* FROM %s AS x WHERE x.\"xid\" = ANY($7::xid8[]) "
-                     "AND x.\"id\" < %s UNION ALL SELECT x.* FROM %s AS x WHERE x.\"xid\" >= %s "
-                     "AND x.\"xid\" < pg_snapshot_xmax(pg_current_snapshot()) AND x.\"id\" < %s "
-                     "OFFSET 0) AS o WHERE " UNSENT("o") " AND %s%s ORDER BY o.\"id\" LIMIT $1)"
-                     ") AS o, (SELECT pg_current_snapshot()::text AS snapshot) AS s "
-                     "ORDER BY o.\"id\" LIMIT $1",
-                     columns, q, id, range, hold, q, id, q, xmax, id, range, hold);
-}
-
-/* The unsent rows by the floor of @p id and @p xmax (SQL expressions), and
- * open transactions @p xip (an xid8[] expression), as a derived table of id
- * and created_at. */
-static int unsent_rows(char **out, const char *q, const char *id, const char *xmax,
-                       const char *xip)
-{
-    return sql_build(out,
-                     "(SELECT o.\"id\", o.\"created_at\" FROM %s AS o WHERE o.\"id\" >= %s AND "
-                     UNSENT("o") " UNION ALL SELECT o.\"id\", o.\"created_at\" FROM %s AS o "
-                     "WHERE (o.\"xid\" = ANY(%s) OR o.\"xid\" >= %s) AND o.\"id\" < %s AND "
-                     UNSENT("o") ")",
-                     q, id, q, xip, xmax, id);
+     * primary key's order and sort the whole backlog. The snapshot is the
+     * next claim's floor. */
+    int rc = sql_build(out,
+                       "SELECT %s, s.snapshot FROM ("
+                       "(SELECT o.* FROM %s AS o WHERE o.\"id\" >= %s AND " UNSENT("o") " AND %s%s "
+                       "ORDER BY o.\"id\" LIMIT $1) UNION ALL "
+                       "(SELECT o.* FROM %s AS o WHERE " UNSENT("o") " AND %s%s "
+                       "ORDER BY o.\"id\" LIMIT $1)"
+                       ") AS o, (SELECT pg_current_snapshot()::text AS snapshot) AS s "
+                       "ORDER BY o.\"id\" LIMIT $1",
+                       columns, q, id, range, hold, below, range, hold);
+    free(below);
+    return rc;
 }
 
 int sql_floor_backlog(char **out, const char *q, const char *fq)
 {
-    char id[512], xmax[512];
-    snprintf(id, sizeof id, "COALESCE($1::bigint, (SELECT f.\"floor_id\" FROM %s AS f), 0)", fq);
-    snprintf(xmax, sizeof xmax,
-             "COALESCE($3::xid8, (SELECT f.\"floor_xmin\" FROM %s AS f), '0'::xid8)", fq);
-    char *rows = NULL;
-    if (unsent_rows(&rows, q, id, xmax, "COALESCE($4::xid8[], '{}')") < 0)
+    char id[BOUND_MAX], xmax[BOUND_MAX], *below = NULL;
+    floor_bounds(fq, "$1::bigint", "$2::xid8", id, xmax, sizeof id);
+    if (below_floor(&below, q, "x.\"id\", x.\"sent_at\", x.\"dead_at\"", id, xmax,
+                    "COALESCE($3::xid8[], '{}')") < 0)
         return -ENOMEM;
-    /* The relay's floor is saved on the way ($2, its snapshot's xmin), so a
+    /* The relay's floor is saved on the way ($4, its snapshot's xmin), so a
      * relay that starts again, a standby and `status` start from it. */
     int rc = sql_build(out,
                        "WITH saved AS (UPDATE %s SET \"floor_id\" = $1::bigint, "
-                       "\"floor_xmin\" = $2::xid8, \"saved_at\" = clock_timestamp() "
-                       "WHERE $1::bigint IS NOT NULL AND $2::xid8 IS NOT NULL RETURNING 1), "
-                       "u AS (SELECT count(*) AS n, min(p.\"id\") AS first FROM %s AS p) "
+                       "\"floor_xmin\" = $4::xid8, \"saved_at\" = clock_timestamp() "
+                       "WHERE $1::bigint IS NOT NULL AND $4::xid8 IS NOT NULL RETURNING 1), "
+                       "u AS (SELECT count(*) AS n, min(p.\"id\") AS first FROM "
+                       "(SELECT o.\"id\" FROM %s AS o WHERE o.\"id\" >= %s AND " UNSENT("o")
+                       " UNION ALL SELECT o.\"id\" FROM %s AS o WHERE " UNSENT("o") ") AS p) "
                        "SELECT u.n, COALESCE((SELECT extract(epoch FROM clock_timestamp() - "
                        "o.\"created_at\")::float8 FROM %s AS o WHERE o.\"id\" = u.first), 0), "
                        "(SELECT count(*) FROM %s AS d WHERE d.\"dead_at\" IS NOT NULL "
                        "AND d.\"sent_at\" IS NULL) FROM u",
-                       fq, rows, q, q);
-    free(rows);
+                       fq, q, id, below, q, q);
+    free(below);
     return rc;
 }
 
 int sql_floor_oldest(char **out, const char *q, const char *fq)
 {
-    char id[512], xmax[512];
-    snprintf(id, sizeof id, "COALESCE((SELECT f.\"floor_id\" FROM %s AS f), 0)", fq);
-    snprintf(xmax, sizeof xmax, "COALESCE((SELECT f.\"floor_xmin\" FROM %s AS f), '0'::xid8)",
-             fq);
-    return sql_build(out,
-                     "(SELECT extract(epoch FROM clock_timestamp() - p.\"created_at\")::float8 "
-                     "FROM ((SELECT o.\"id\", o.\"created_at\" FROM %s AS o WHERE o.\"id\" >= %s "
-                     "AND " UNSENT("o") " ORDER BY o.\"id\" LIMIT 1) UNION ALL "
-                     "(SELECT o.\"id\", o.\"created_at\" FROM %s AS o WHERE o.\"xid\" >= %s "
-                     "AND o.\"id\" < %s AND " UNSENT("o") " ORDER BY o.\"id\" LIMIT 1)) AS p "
-                     "ORDER BY p.\"id\" LIMIT 1)",
-                     q, id, q, xmax, id);
+    char id[BOUND_MAX], xmax[BOUND_MAX], *below = NULL;
+    floor_bounds(fq, NULL, NULL, id, xmax, sizeof id);
+    if (below_floor(&below, q, "x.\"id\", x.\"created_at\", x.\"sent_at\", x.\"dead_at\"", id,
+                    xmax, "'{}'::xid8[]") < 0)
+        return -ENOMEM;
+    int rc = sql_build(out,
+                       "(SELECT extract(epoch FROM clock_timestamp() - p.\"created_at\")::float8 "
+                       "FROM ((SELECT o.\"id\", o.\"created_at\" FROM %s AS o WHERE o.\"id\" >= %s "
+                       "AND " UNSENT("o") " ORDER BY o.\"id\" LIMIT 1) UNION ALL "
+                       "(SELECT o.\"id\", o.\"created_at\" FROM %s AS o WHERE " UNSENT("o")
+                       " ORDER BY o.\"id\" LIMIT 1)) AS p ORDER BY p.\"id\" LIMIT 1)",
+                       q, id, below);
+    free(below);
+    return rc;
 }
 
 int sql_floor_retention(char **out, const char *q)

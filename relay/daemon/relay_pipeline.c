@@ -246,9 +246,9 @@ void relay_produce_rows(struct relay *r, struct batch *b, PGresult *res)
 
 /* The claim's rows are the lowest unsent ones it could see but those it
  * skipped (the batches in flight, by their ids and the range it was given)
- * and those held behind a dead row (schema/005's triggers give them a new
- * transaction id when the hold ends): its snapshot and the lowest of those
- * ids are the next claim's floor (sql_floor.h). */
+ * and those held behind a dead row (`outbox-relay dead` gives them a new
+ * transaction id when it ends the hold): its snapshot and the lowest of
+ * those ids are the next claim's floor (sql_floor.h). */
 static void floor_advance(struct relay *r, const struct batch *b, PGresult *res)
 {
     int64_t lowest = pg_claim_id(res, 0);
@@ -265,6 +265,15 @@ static void floor_advance(struct relay *r, const struct batch *b, PGresult *res)
     r->floor_snap = snap;
     r->floor_id = lowest;
     r->has_floor = true;
+}
+
+void relay_floor_params(const struct relay *r, char id[24], const char *out[4])
+{
+    snprintf(id, 24, "%" PRId64, r->floor_id);
+    out[0] = r->has_floor ? id : NULL;
+    out[1] = r->has_floor ? r->floor_snap.xmax : NULL;
+    out[2] = r->has_floor ? r->floor_snap.xip : NULL;
+    out[3] = r->has_floor ? r->floor_snap.xmin : NULL;
 }
 
 static void on_claimed(struct pg_conn *pg, PGresult *res, void *arg)
@@ -363,11 +372,10 @@ void relay_claim(struct relay *r, const struct plan_step *p)
     }
     b->skipped_lo = p->skip.lo <= p->skip.hi ? p->skip.lo : INT64_MAX;
     char floor_id[24];
-    snprintf(floor_id, sizeof floor_id, "%" PRId64, r->floor_id);
+    const char *floor[4];
+    relay_floor_params(r, floor_id, floor);
     const char *params[] = { limit, los, his, n_gaps < 0 ? NULL : strbuf_str(in_gaps),
-                             r->has_floor ? floor_id : NULL,
-                             r->has_floor ? r->floor_snap.xmax : NULL,
-                             r->has_floor ? r->floor_snap.xip : NULL };
+                             floor[0], floor[1], floor[2] };
     r->wake = false;
     r->notifies = 0;
     b->phase = PHASE_CLAIMING;

@@ -53,11 +53,8 @@ static void relay_backlog_query(struct relay *r)
         return;
     }
     char floor_id[24];
-    snprintf(floor_id, sizeof floor_id, "%" PRId64, r->floor_id);
-    const char *params[] = { r->has_floor ? floor_id : NULL,
-                             r->has_floor ? r->floor_snap.xmin : NULL,
-                             r->has_floor ? r->floor_snap.xmax : NULL,
-                             r->has_floor ? r->floor_snap.xip : NULL };
+    const char *params[4];
+    relay_floor_params(r, floor_id, params);
     pg_query(&r->pg, r->sql.backlog, 4, params, on_backlog, r);
 }
 

@@ -85,7 +85,7 @@ Test(sql_floor, backlog_saves_the_floor_and_retention_uses_creation_order)
     struct sql_statements s;
     cr_assert_eq(sql_statements_init(&s, "app", "events", "c", SQL_FLOOR), 0);
     cr_assert_not_null(strstr(s.backlog, "UPDATE \"app\".\"events_floor\" SET \"floor_id\" = "
-                                         "$1::bigint, \"floor_xmin\" = $2::xid8"),
+                                         "$1::bigint, \"floor_xmin\" = $4::xid8"),
                        "%s", s.backlog);
     cr_assert_not_null(strstr(s.retention, "ORDER BY \"created_at\" LIMIT $2::int"), "%s",
                        s.retention);
