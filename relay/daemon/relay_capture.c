@@ -371,8 +371,17 @@ static bool take_frame(struct relay *r, const uint8_t *buf, size_t len)
         /* Frames come in order: what a keepalive says was sent has been read. */
         if (f.end_lsn > c->received)
             c->received = f.end_lsn;
-        if (f.reply_requested)
+        /* With nothing read left unconfirmed, the server's position is
+         * confirmed itself: the slot moves past WAL that held no event, and
+         * a server shutting down, whose walsender waits until its last
+         * position is confirmed, does not wait for the next event. */
+        bool idle = !c->in_txn && pgo_acks_waiting(&c->acks) == 0;
+        if (idle && f.end_lsn > c->confirmed) {
+            c->confirmed = f.end_lsn;
             send_status(r);
+        } else if (f.reply_requested) {
+            send_status(r);
+        }
         return true;
     }
     /* A full transaction waits here, before its message is decoded. */
@@ -631,29 +640,36 @@ void relay_capture_step(struct relay *r)
         return;
     }
     if (!leading && c->state != CAPTURE_OFF) {
-        /* What Kafka took is committed and confirmed before the stream
-         * closes, so that the next reader does not send it again. */
-        if (r->stopping && c->in_txn && c->state == CAPTURE_STREAMING && may_produce(r) &&
-            ahead_drain(r)) {
+        if (transactional(r) && c->txn_msgs > 0)
+            txn_commit(r);
+        if (!r->stopping || r->st.role != STATS_ROLE_LEADER || r->st.refused) {
+            /* Without the lock the rest of a source transaction may not be
+             * produced, and waiting for Kafka with the slot held would keep
+             * the next leader out and a server shutting down waiting (its
+             * walsender exits only once its position is confirmed). The
+             * slot is let go now; what Kafka takes meanwhile still moves
+             * the position this process starts its next stream from. */
+            capture_stop(r, "no longer the leader", false);
+            return;
+        }
+        /* Stopping: what Kafka took is committed and confirmed before the
+         * stream closes, so that the next reader does not send it again. */
+        if (c->in_txn && c->state == CAPTURE_STREAMING && may_produce(r) && ahead_drain(r)) {
             repl_resume(&c->repl);
             return;
         }
-        if (transactional(r) && c->txn_msgs > 0)
-            txn_commit(r);
         if (!drained(c) && c->state == CAPTURE_STREAMING)
             return;
         /* The last status update must reach the server before the socket closes. */
         if (c->state == CAPTURE_STREAMING && repl_end(&c->repl) == 0) {
-            log_info("replication stream stopped", "reason=%s",
-                     r->stopping ? "stopping" : "no longer the leader");
+            log_info("replication stream stopped", "reason=stopping");
             c->state = CAPTURE_ENDING;
             return;
         }
         if (c->state == CAPTURE_ENDING)
             return;
-        capture_stop(r, r->stopping ? "stopping" : "no longer the leader", false);
-        if (r->stopping)
-            relay_step(r); /* the plan may finish now */
+        capture_stop(r, "stopping", false);
+        relay_step(r); /* the plan may finish now */
         return;
     }
     if (c->state == CAPTURE_OFF) {
