@@ -34,7 +34,7 @@ static const struct drain_opts round_opts[R_N] = {
 };
 static const char *const round_tables[R_N] = {
     "bench_floor_min", "bench_peer", "bench_peer_same", "bench_drain", "bench_drain_del",
-    "bench_drain_wal",
+    "bench_drain_wal", "bench_wal_floor",
 };
 
 /* @p name is one of the comma-separated names of @p list. */
@@ -52,6 +52,8 @@ static struct drain_result round_drain(PGconn *c, int k, long rows, int aggregat
 {
     if (k == R_FLOOR)
         return minimal_floor(c, round_tables[k], rows, aggregates, 1000);
+    if (k == R_WAL_FLOOR)
+        return wal_floor(c, round_tables[k], rows, aggregates);
     return drain(c, round_tables[k], rows, aggregates, &round_opts[k]);
 }
 
@@ -208,6 +210,8 @@ int main(int argc, char **argv)
     struct drain_result d_del = round_drain(c, R_DELETE, rows, aggregates);
     fprintf(stderr, "bench: drain of %ld rows (relay, capture=wal)\n", rows);
     struct drain_result d_wal = round_drain(c, R_WAL, rows, aggregates);
+    fprintf(stderr, "bench: the walsender alone (pg_recvlogical) on %ld rows\n", rows);
+    struct drain_result wal_fl = round_drain(c, R_WAL_FLOOR, rows, aggregates);
     fprintf(stderr, "bench: cost with a %ld-row backlog\n", cost_small);
     struct drain_result d_small = drain(c, "bench_cost", cost_small, aggregates, &mark_o);
 
@@ -227,12 +231,13 @@ int main(int argc, char **argv)
 
     struct rounds rounds = { .n = 1 };
     const struct drain_result *first[R_N] = { &fl_min, &peer, &peer_same, &d_mark, &d_del,
-                                              &d_wal };
+                                              &d_wal, &wal_fl };
     for (int k = 0; k < R_N; k++)
         rounds_put(&rounds, k, 0, first[k]);
     for (int i = 1; i < n_rounds; i++) {
         fprintf(stderr, "bench: round %d of %d: minimal floor, both peers, the relay's three "
-                        "drains, from the %s\n", i + 1, n_rounds, round_names[i % R_N]);
+                        "drains, the walsender alone, from the %s\n", i + 1, n_rounds,
+                round_names[i % R_N]);
         for (int j = 0; j < R_N; j++) {
             int k = (i + j) % R_N; /* rotated: each round starts with the next scenario */
             struct drain_result d = round_drain(c, k, rows, aggregates);
@@ -244,7 +249,7 @@ int main(int argc, char **argv)
     struct latency_result lat[8], latw[8];
     int n_lat = latencies(c, rates_arg, lat_seconds, lat, latw);
     const char *tables[] = { "bench_floor_min", "bench_floor", "bench_peer", "bench_peer_same", "bench_drain",
-                             "bench_drain_del", "bench_drain_wal", "bench_cost", "bench_start",
+                             "bench_drain_del", "bench_drain_wal", "bench_wal_floor", "bench_cost", "bench_start",
                              "bench_fresh", "bench_lt_free", "bench_lt_held" };
     for (size_t i = 0; i < sizeof(tables) / sizeof(tables[0]); i++)
         drop(c, tables[i]);
@@ -262,6 +267,7 @@ int main(int argc, char **argv)
     drain_json(o, "drain", &d_mark, &fl_min, &fl_wide, &peer, &peer_same);
     drain_json(o, "drain_on_sent_delete", &d_del, &fl_min, &fl_wide, &peer, &peer_same);
     drain_json(o, "drain_capture_wal", &d_wal, &fl_min, &fl_wide, &peer, &peer_same);
+    drain_json(o, "wal_floor", &wal_fl, NULL, NULL, NULL, NULL);
     tool_json(o, "verify", &v_small);
     tool_json(o, "verify_default_slice", &v_default);
     tool_json(o, "replay", &rp);

@@ -195,7 +195,7 @@ struct fresh_result {
  * round's ratios are taken within the round, and the targets are checked
  * against their median. */
 #define ROUNDS_MAX 8
-enum { R_FLOOR, R_PEER_MIN, R_PEER_SAME, R_MARK, R_DELETE, R_WAL, R_N };
+enum { R_FLOOR, R_PEER_MIN, R_PEER_SAME, R_MARK, R_DELETE, R_WAL, R_WAL_FLOOR, R_N };
 struct rounds {
     int n;
     double v[R_N][ROUNDS_MAX];     /* rows/s, process start -> last message */
@@ -242,6 +242,7 @@ long long wal_lsn(PGconn *c);
 struct relay_proc peer_start(const char *script, const char *table);
 struct relay_proc relay_start(const char *table, const char *const *extra);
 double proc_cpu_s(pid_t pid);
+pid_t run_cmd(const char *const argv[], const char *log);
 struct machine_cpu machine_cpu_now(void);
 double machine_busy(struct machine_cpu a, struct machine_cpu b);
 void relay_cost(pid_t pid, double *rss_mb, double *cpu_s);
@@ -256,6 +257,7 @@ struct drain_result drain(PGconn *c, const char *table, long rows, int aggregate
                                  const struct drain_opts *o);
 struct drain_result minimal_floor(PGconn *c, const char *table, long rows, int aggregates,
                                          int batch);
+struct drain_result wal_floor(PGconn *c, const char *table, long rows, int aggregates);
 struct drain_result wide_floor(PGconn *c, const char *table, long rows, int aggregates,
                                       int batch);
 

@@ -291,3 +291,55 @@ struct drain_result wide_floor(PGconn *c, const char *table, long rows, int aggr
              table);
     return floor_run(c, table, rows, aggregates, body, batch);
 }
+
+/* The walsender alone: PostgreSQL's own pg_recvlogical reads the slot of a
+ * fresh, seeded table (capture = wal's migrate) to the end of the WAL, with
+ * the relay's START_REPLICATION options, and throws the output away. No
+ * Kafka, no relay: the most any reader of that slot could drain here, and
+ * the walsender's CPU for it (pg_cpu_s). */
+struct drain_result wal_floor(PGconn *c, const char *table, long rows, int aggregates)
+{
+    struct wal_opts wo;
+    wal_opts_init(&wo, table);
+    drop(c, table);
+    migrate(table, wo.v);
+    seed(c, table, rows, aggregates);
+    PGresult *res = PQexec(c, "SELECT pg_current_wal_lsn()::text");
+    if (PQresultStatus(res) != PGRES_TUPLES_OK)
+        die("pg_current_wal_lsn: %s", PQerrorMessage(c));
+    char end[64], bin[512], pub[192];
+    snprintf(end, sizeof(end), "%s", PQgetvalue(res, 0, 0));
+    PQclear(res);
+    const char *bindir = getenv("PG_BINDIR");
+    snprintf(bin, sizeof(bin), "%s/pg_recvlogical", bindir ? bindir : "/usr/lib/postgresql/15/bin");
+    snprintf(pub, sizeof(pub), "publication_names=%s", table);
+    const char *argv[] = { bin, "-d", pg_conninfo, "-S", table, "--start", "-E", end,
+                           "-f", "/dev/null", "-o", "proto_version=1", "-o", pub,
+                           "-o", "messages=true", NULL };
+    char log[512];
+    snprintf(log, sizeof(log), "%s/recvlogical-%s.log", workdir, table);
+    struct drain_result r = { .rows = rows, .peak_rss_mb = -1, .cpu_s = -1, .pg_cpu_s = -1 };
+    struct machine_cpu m0 = machine_cpu_now();
+    double t0 = now_s();
+    pid_t pid = run_cmd(argv, log);
+    int walsender = 0, st;
+    /* The walsender ends with the stream: its CPU is read while it runs. */
+    while (waitpid(pid, &st, WNOHANG) == 0) {
+        if (!walsender)
+            walsender = (int)pg_int(c, "SELECT coalesce(max(active_pid), 0) FROM "
+                                       "pg_replication_slots WHERE slot_name = '%s'", table);
+        double cpu = walsender ? proc_cpu_s(walsender) : -1;
+        if (cpu >= 0)
+            r.pg_cpu_s = cpu;
+        sleep_s(0.01);
+    }
+    r.seconds = now_s() - t0;
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+        die("pg_recvlogical failed on %s (see %s)", table, log);
+    r.machine_busy = machine_busy(m0, machine_cpu_now());
+    r.first_to_last_s = r.done_s = r.seconds;
+    r.rows_per_s = r.ftl_rows_per_s = (double)rows / r.seconds;
+    r.wal_bytes = 0;
+    drop(c, table);
+    return r;
+}

@@ -102,7 +102,7 @@ long long pg_int(PGconn *c, const char *fmt, ...)
 /* ---- the relay process --------------------------------------------------- */
 
 
-static pid_t run_cmd(const char *const argv[], const char *log)
+pid_t run_cmd(const char *const argv[], const char *log)
 {
     pid_t pid = fork();
     if (pid < 0)
