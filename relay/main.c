@@ -394,6 +394,40 @@ static int configure(struct relay_config *cfg, const char *cmd, struct config_so
     return GO_ON;
 }
 
+/* The pooler probe takes two connections and a few round trips: it runs on
+ * a thread of its own while the producer and the status endpoint start, and
+ * the relay connects only once it has answered. */
+struct probe_job {
+    const char *conninfo;
+    enum pool_probe_result result;
+    char why[512];
+    uv_thread_t thread;
+    bool threaded;
+};
+
+static void probe_run(void *arg)
+{
+    struct probe_job *job = arg;
+    job->result = pool_probe(job->conninfo, job->why, sizeof job->why);
+}
+
+/* A relay behind a transaction pooler would stand by or refuse later,
+ * silently to anyone not reading /readyz: say it now and stop. A database
+ * not reachable yet is probed again by the relay's own checks. */
+static int probe_wait(void *arg)
+{
+    struct probe_job *job = arg;
+    if (job->threaded)
+        uv_thread_join(&job->thread);
+    else
+        probe_run(job);
+    if (job->result == POOL_PROBE_SHARED) {
+        log_error("refusing to relay", "reason=%s", log_quote(job->why));
+        return EXIT_CONFIG;
+    }
+    return EXIT_OK;
+}
+
 static int run_relay(struct relay_config *cfg, struct config_source *src)
 {
     log_info("outbox-relay starting", "version=%s pid=%ld", OUTBOX_RELAY_VERSION, (long)getpid());
@@ -401,20 +435,16 @@ static int run_relay(struct relay_config *cfg, struct config_source *src)
     char *effective = config_to_logfmt(cfg);
     log_info("effective configuration", "%s", effective ? effective : "");
     free(effective);
-    /* A relay behind a transaction pooler would stand by or refuse later,
-     * silently to anyone not reading /readyz: say it now and stop. A database
-     * not reachable yet is probed again by the relay's own checks. */
+    struct probe_job probe = { .conninfo = cfg->pg_conninfo };
+    probe.threaded = uv_thread_create(&probe.thread, probe_run, &probe) == 0;
     char why[512];
-    if (pool_probe(cfg->pg_conninfo, why, sizeof why) == POOL_PROBE_SHARED) {
-        log_error("refusing to relay", "reason=%s", log_quote(why));
-        return EXIT_CONFIG;
-    }
     /* The debezium profile reads the application's table: one missing or
      * mistyped column would make every event poison, so say it now. */
     int prc = profile_check(cfg, &cfg->connect_columns, why, sizeof why);
     if (prc == -EINVAL) {
         log_error("refusing to relay", "reason=%s", log_quote(why));
         fprintf(stderr, "outbox-relay: configuration rejected: %s\n", why);
+        probe_wait(&probe);
         return EXIT_CONFIG;
     }
     /* JsonConverter's schemas say whether a column is nullable: without the
@@ -424,9 +454,10 @@ static int run_relay(struct relay_config *cfg, struct config_source *src)
         log_error("refusing to relay", "reason=%s",
                   log_quote("json_with_schema needs the table's columns at start and "
                             "PostgreSQL is not reachable"));
+        probe_wait(&probe);
         return EXIT_UNAVAILABLE;
     }
-    return relay_run(cfg, load_config, src);
+    return relay_run(cfg, load_config, src, probe_wait, &probe);
 }
 
 static int run_command(const struct invocation *inv, struct relay_config *cfg,

@@ -295,7 +295,8 @@ static int relay_prepare(struct relay *r, const struct relay_config *cfg)
     return EXIT_OK;
 }
 
-int relay_run(struct relay_config *cfg, relay_reload_fn reload, void *reload_arg)
+int relay_run(struct relay_config *cfg, relay_reload_fn reload, void *reload_arg,
+              relay_gate_fn gate, void *gate_arg)
 {
     struct relay r;
     memset(&r, 0, sizeof(r));
@@ -337,6 +338,17 @@ int relay_run(struct relay_config *cfg, relay_reload_fn reload, void *reload_arg
         log_error("out of memory starting the periodic verify; running without it", "");
     if (progress_start(&r.progress, r.loop, cfg, &r.st) < 0)
         log_error("out of memory starting the progress reports; running without them", "");
+
+    int gate_rc = gate ? gate(gate_arg) : EXIT_OK;
+    if (gate_rc != EXIT_OK) {
+        verify_task_stop(r.verify);
+        progress_stop(r.progress);
+        http_stop(r.http);
+        producer_stop(&r.prod);
+        uv_run(r.loop, UV_RUN_DEFAULT); /* lets the closed handles finish */
+        relay_free(&r);
+        return gate_rc;
+    }
 
     struct pg_callbacks cb = {
         .on_connected = on_pg_connected,

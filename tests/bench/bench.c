@@ -11,6 +11,7 @@
  *                      [--long-txn-rows N] [--fresh-rate R]
  *                      [--relay-opt section.key=value]...   (extra -X for the relay)
  *                      [--drain-only mark,wal,...]   (those drains only, --rounds times)
+ *                      [--startup-only]              (the start-up scenario only)
  *
  * Every relay drain is compared, in the same run and on identical fresh
  * tables, with two floors (PL/pgSQL loops inside PostgreSQL: the minimal one
@@ -64,7 +65,7 @@ int main(int argc, char **argv)
     int aggregates = 5000, start_runs = 3, fresh_rate = 100, n_rounds = 1;
     double lat_seconds = 10;
     char rates_arg[64] = "1000,5000";
-    bool latency_only = false;
+    bool latency_only = false, startup_only = false;
     char drain_only[128] = "";
     static const struct option opts[] = {
         { "relay", required_argument, NULL, 'r' },
@@ -78,6 +79,7 @@ int main(int argc, char **argv)
         { "smoke", no_argument, NULL, 'S' },
         { "relay-opt", required_argument, NULL, 'X' },
         { "latency-only", no_argument, NULL, 'l' },
+        { "startup-only", no_argument, NULL, 'T' },
         { "rounds", required_argument, NULL, 'N' },
         { "drain-only", required_argument, NULL, 'D' },
         { NULL, 0, NULL, 0 },
@@ -98,6 +100,7 @@ int main(int argc, char **argv)
             break;
         case 'R': snprintf(rates_arg, sizeof(rates_arg), "%s", optarg); break;
         case 'l': latency_only = true; break;
+        case 'T': startup_only = true; break;
         case 'D': snprintf(drain_only, sizeof(drain_only), "%s", optarg); break;
         case 'N':
             n_rounds = atoi(optarg);
@@ -115,7 +118,7 @@ int main(int argc, char **argv)
         default: die("usage: outbox-relay-bench --relay PATH [--peers DIR] [--rows N] "
                      "[--aggregates N] [--latency-seconds S] [--rates R1,R2] [--long-txn-rows N] "
                      "[--fresh-rate R] [--rounds N] [--smoke] [--latency-only] "
-                     "[--drain-only SCENARIO,...] "
+                     "[--drain-only SCENARIO,...] [--startup-only] "
                      "[--relay-opt section.key=value]...");
         }
     }
@@ -157,6 +160,17 @@ int main(int argc, char **argv)
             latency_line(&latw[i]);
         }
         fprintf(stderr, "logs: %s\n", workdir);
+        return 0;
+    }
+    if (startup_only) {
+        struct startup_result su = startup(c, "bench_start", rows, aggregates, start_runs);
+        drop(c, "bench_start");
+        PQfinish(c);
+        fprintf(stdout, "{\n");
+        machine_json(stdout, durable);
+        startup_json(stdout, &su);
+        fprintf(stdout, "\n}\n");
+        startup_line(&su);
         return 0;
     }
     if (*drain_only) {
@@ -277,14 +291,8 @@ int main(int argc, char **argv)
     fprintf(o, ",\n");
     latency_json(o, "latency_wal", latw, n_lat);
     fprintf(o, ",\n");
-    fprintf(o, "  \"startup\": {\"backlog_rows\": %ld, \"runs\": %d, "
-               "\"start_to_leader_ms\": {\"median\": %.1f, \"max\": %.1f}, "
-               "\"leader_to_first_received_ms\": {\"median\": %.1f, \"max\": %.1f}, "
-               "\"leader_to_first_marked_ms\": {\"median\": %.1f, \"max\": %.1f}},\n",
-            su.backlog, su.runs, median(su.start_to_leader_ms, su.runs),
-            maximum(su.start_to_leader_ms, su.runs), median(su.leader_to_received_ms, su.runs),
-            maximum(su.leader_to_received_ms, su.runs), median(su.leader_to_marked_ms, su.runs),
-            maximum(su.leader_to_marked_ms, su.runs));
+    startup_json(o, &su);
+    fprintf(o, ",\n");
     fprintf(o, "  \"fresh_behind_backlog\": {\"backlog_rows\": %ld, \"rate\": %d, "
                "\"drain_seconds\": %.2f, \"events\": %ld, \"received\": %ld, \"p50_ms\": %.0f, "
                "\"p99_ms\": %.0f, \"max_ms\": %.0f},\n",
@@ -373,10 +381,7 @@ int main(int argc, char **argv)
         latency_line(&lat[i]);
         latency_line(&latw[i]);
     }
-    fprintf(stderr, "start-up (%ld-row backlog, median of %d): start → leader %.0f ms; leader → "
-                    "first received %.0f ms (max %.0f), first marked %.0f ms\n",
-            su.backlog, su.runs, median(su.start_to_leader_ms, su.runs), first_ms,
-            maximum(su.leader_to_received_ms, su.runs), median(su.leader_to_marked_ms, su.runs));
+    startup_line(&su);
     fprintf(stderr, "fresh events at %d/s behind a %ld-row backlog (drained in %.1f s): p50 %.0f ms "
                     " p99 %.0f ms  max %.0f ms (%ld/%ld received)\n",
             fr.rate, fr.backlog, fr.drain_seconds, fr.lat.p50_ms, fr.lat.p99_ms, fr.lat.max_ms,

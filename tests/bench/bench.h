@@ -225,6 +225,8 @@ struct verify_totals {
 
 /* The scenarios of a round, in the order of struct rounds. */
 extern const char *const round_names[R_N];
+void startup_json(FILE *o, const struct startup_result *su);
+void startup_line(const struct startup_result *su);
 
 /* bench_util.c */
 bool broker_is_mock(void);

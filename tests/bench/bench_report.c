@@ -247,3 +247,26 @@ void wal_targets_json(FILE *o, const struct rounds *R, const struct latency_resu
             jbool(wal_latency_target(&r5k, w5k ? &w5k->floor_txn : NULL, 5000)),
             jbool(rss >= 0 ? rss <= 20 : -1), rss, drain_rss_mb, jbool(least));
 }
+
+/* ---- start-up ------------------------------------------------------------ */
+
+void startup_json(FILE *o, const struct startup_result *su)
+{
+    fprintf(o, "  \"startup\": {\"backlog_rows\": %ld, \"runs\": %d, "
+               "\"start_to_leader_ms\": {\"median\": %.1f, \"max\": %.1f}, "
+               "\"leader_to_first_received_ms\": {\"median\": %.1f, \"max\": %.1f}, "
+               "\"leader_to_first_marked_ms\": {\"median\": %.1f, \"max\": %.1f}}",
+            su->backlog, su->runs, median(su->start_to_leader_ms, su->runs),
+            maximum(su->start_to_leader_ms, su->runs), median(su->leader_to_received_ms, su->runs),
+            maximum(su->leader_to_received_ms, su->runs), median(su->leader_to_marked_ms, su->runs),
+            maximum(su->leader_to_marked_ms, su->runs));
+}
+
+void startup_line(const struct startup_result *su)
+{
+    fprintf(stderr, "start-up (%ld-row backlog, median of %d): start → leader %.0f ms; leader → "
+                    "first received %.0f ms (max %.0f), first marked %.0f ms\n",
+            su->backlog, su->runs, median(su->start_to_leader_ms, su->runs),
+            median(su->leader_to_received_ms, su->runs), maximum(su->leader_to_received_ms, su->runs),
+            median(su->leader_to_marked_ms, su->runs));
+}
