@@ -6,7 +6,9 @@
  * (only what was in flight at a kill may come twice). A paused leader whose
  * session ends is replaced by the standby, which takes the slot over from
  * the paused one's walsender and fences its Kafka producer: nothing the old
- * leader still had queued becomes visible. */
+ * leader still had queued becomes visible. While Kafka is away, nothing
+ * Kafka has not acknowledged is confirmed, by a commit or by a keepalive,
+ * and PostgreSQL restarts without waiting for the relay. */
 #include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
@@ -30,6 +32,42 @@ struct writer {
 
 /* Set while a test keeps Kafka away: the tests after it need it back. */
 static int outage; /* 0, or 1 for the mock's brokers, 2 for the stack's node */
+
+/* Kafka goes away: the mock's brokers down, or the stack's real node hung
+ * (SIGSTOP: its connections stay open, nothing answers, as a broker in
+ * trouble does). */
+static void kafka_away(void)
+{
+    bool mock = !T.env->real_kafka;
+    if (mock)
+        cr_assert(e2e_mock_command(&T, "down -1"));
+    else
+        cr_assert(e2e_kafka_node(&T, "pause", 1), "needs the stack's own Kafka node");
+    outage = mock ? 1 : 2;
+}
+
+static void kafka_back(void)
+{
+    if (outage == 1)
+        cr_assert(e2e_mock_command(&T, "up -1"));
+    else if (outage == 2)
+        e2e_kafka_node(&T, "resume", 1);
+    outage = 0;
+}
+
+/* Whether the slot was confirmed at or past @p lsn. */
+static bool confirmed_past(const char *lsn)
+{
+    return e2e_query_int(T.conn, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = '%s' "
+                                 "AND confirmed_flush_lsn >= '%s'::pg_lsn", T.table, lsn) > 0;
+}
+
+static void wal_lsn_now(char out[64])
+{
+    PGresult *res = e2e_query(T.conn, "SELECT pg_current_wal_lsn()::text");
+    snprintf(out, 64, "%s", PQgetvalue(res, 0, 0));
+    PQclear(res);
+}
 
 static void fini(void)
 {
@@ -201,24 +239,13 @@ Test(e2e, wal_kafka_outage_mid_transaction_loses_nothing, .fini = fini, .timeout
     struct e2e_relay *r = e2e_relay_start(&T, NULL);
     cr_assert(e2e_relay_wait_log(r, "streaming from the replication slot", 30000), "log %s", r->log_path);
     e2e_sleep_ms(1000);
-    /* On a real broker the node hangs (SIGSTOP): its connections stay open,
-     * nothing answers, as a broker in trouble does. */
-    bool mock = !T.env->real_kafka;
-    if (mock)
-        cr_assert(e2e_mock_command(&T, "down -1"));
-    else
-        cr_assert(e2e_kafka_node(&T, "pause", 1), "needs the stack's own Kafka node");
-    outage = mock ? 1 : 2;
+    kafka_away();
     e2e_sleep_ms(4000);
     /* Nothing written during the outage may be confirmed. */
-    PGresult *res = e2e_query(T.conn, "SELECT pg_current_wal_lsn()::text");
     char during[64];
-    snprintf(during, sizeof during, "%s", PQgetvalue(res, 0, 0));
-    PQclear(res);
+    wal_lsn_now(during);
     e2e_sleep_ms(2000);
-    cr_assert_eq(e2e_query_int(T.conn, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = '%s' "
-                                       "AND confirmed_flush_lsn >= '%s'::pg_lsn", T.table, during), 0,
-                 "the slot was confirmed past a write made while Kafka was away");
+    cr_assert(!confirmed_past(during), "the slot was confirmed past a write made while Kafka was away");
     /* The relay holds a Kafka transaction it cannot finish: a restart of
      * the server (whose walsenders wait for their position to be confirmed
      * when it shuts down) must not wait for Kafka. */
@@ -228,15 +255,42 @@ Test(e2e, wal_kafka_outage_mid_transaction_loses_nothing, .fini = fini, .timeout
     fprintf(stderr, "e2e: PostgreSQL restarted in %" PRId64 " ms during the outage\n", restart_ms);
     cr_assert_lt(restart_ms, 20000, "the server's shutdown waited %" PRId64 " ms for the relay (log %s)",
                  restart_ms, r->log_path);
-    if (mock)
-        cr_assert(e2e_mock_command(&T, "up -1"));
-    else
-        e2e_kafka_node(&T, "resume", 1);
-    outage = 0;
+    kafka_back();
     e2e_sleep_ms(2000);
     long written = writers_stop(w, 2);
     cr_assert(e2e_wal_wait_confirmed(&T, 180000), "the slot was not confirmed after the outage (log %s)",
               r->log_path);
     check_all(written);
     cr_assert(e2e_relay_alive(r), "the relay exited during the outage (log %s)", r->log_path);
+}
+
+/* Without Kafka transactions the stream goes on being read while Kafka is
+ * away (nothing waits for a commit), so the walsender's keepalives are read
+ * too once the writers stop: none of them may confirm a position past events
+ * Kafka has not acknowledged. A relay killed then must send them all again. */
+Test(e2e, wal_keepalives_never_confirm_unacknowledged_events, .fini = fini, .timeout = 200)
+{
+    e2e_setup(&T, "walkeep");
+    if (T.env->real_kafka ? !T.env->kafka_dir : !T.env->mock_control)
+        cr_skip_test("needs the mock broker or the stack's own Kafka node to cause an outage");
+    e2e_wal_enable(&T);
+    e2e_migrate(&T);
+    const char *opts[] = {"relay.fencing=none", NULL};
+    struct e2e_relay *r = e2e_relay_start(&T, opts);
+    cr_assert(e2e_relay_wait_log(r, "streaming from the replication slot", 30000), "log %s", r->log_path);
+    kafka_away();
+    struct writer w[1];
+    writers_start(w, 1);
+    e2e_sleep_ms(1000);
+    long written = writers_stop(w, 1);
+    char after[64];
+    wal_lsn_now(after);
+    e2e_sleep_ms(3000); /* the walsender, caught up, sends keepalives */
+    cr_assert(!confirmed_past(after), "the slot was confirmed past events Kafka never acknowledged");
+    e2e_relay_kill(r);
+    kafka_back();
+    r = e2e_relay_start(&T, opts);
+    cr_assert(e2e_wal_wait_confirmed(&T, 120000), "the slot was not confirmed after the outage (log %s)",
+              r->log_path);
+    check_all(written);
 }
