@@ -640,8 +640,6 @@ void relay_capture_step(struct relay *r)
         return;
     }
     if (!leading && c->state != CAPTURE_OFF) {
-        if (transactional(r) && c->txn_msgs > 0)
-            txn_commit(r);
         if (!r->stopping || r->st.role != STATS_ROLE_LEADER || r->st.refused) {
             /* Without the lock the rest of a source transaction may not be
              * produced, and waiting for Kafka with the slot held would keep
@@ -649,15 +647,20 @@ void relay_capture_step(struct relay *r)
              * walsender exits only once its position is confirmed). The
              * slot is let go now; what Kafka takes meanwhile still moves
              * the position this process starts its next stream from. */
+            if (transactional(r) && c->txn_msgs > 0)
+                txn_commit(r);
             capture_stop(r, "no longer the leader", false);
             return;
         }
-        /* Stopping: what Kafka took is committed and confirmed before the
-         * stream closes, so that the next reader does not send it again. */
+        /* Stopping: the source transaction being read is finished first, then
+         * what Kafka took is committed and confirmed before the stream
+         * closes, so that the next reader does not send it again. */
         if (c->in_txn && c->state == CAPTURE_STREAMING && may_produce(r) && ahead_drain(r)) {
             repl_resume(&c->repl);
             return;
         }
+        if (transactional(r) && c->txn_msgs > 0)
+            txn_commit(r);
         if (!drained(c) && c->state == CAPTURE_STREAMING)
             return;
         /* The last status update must reach the server before the socket closes. */
