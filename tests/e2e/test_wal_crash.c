@@ -46,13 +46,32 @@ static void kafka_away(void)
     outage = mock ? 1 : 2;
 }
 
-static void kafka_back(void)
+/* Kafka back, if a test took it away. @return false when the mock's
+ * brokers did not come back up. */
+static bool kafka_restore(void)
 {
+    bool ok = true;
     if (outage == 1)
-        cr_assert(e2e_mock_command(&T, "up -1"));
+        ok = e2e_mock_command(&T, "up -1");
     else if (outage == 2)
         e2e_kafka_node(&T, "resume", 1);
     outage = 0;
+    return ok;
+}
+
+static void kafka_back(void)
+{
+    cr_assert(kafka_restore(), "the mock's brokers did not come back up");
+}
+
+/* A wal-mode table for a test that takes Kafka away. */
+static void outage_setup(const char *name)
+{
+    e2e_setup(&T, name);
+    if (T.env->real_kafka ? !T.env->kafka_dir : !T.env->mock_control)
+        cr_skip_test("needs the mock broker or the stack's own Kafka node to cause an outage");
+    e2e_wal_enable(&T);
+    e2e_migrate(&T);
 }
 
 /* Whether the slot was confirmed at or past @p lsn. */
@@ -71,11 +90,7 @@ static void wal_lsn_now(char out[64])
 
 static void fini(void)
 {
-    if (outage == 1)
-        e2e_mock_command(&T, "up -1");
-    else if (outage == 2)
-        e2e_kafka_node(&T, "resume", 1);
-    outage = 0;
+    kafka_restore();
     for (int i = 0; i < T.n_relays; i++)
         if (T.relays[i].pid > 0)
             kill(T.relays[i].pid, SIGCONT);
@@ -229,11 +244,7 @@ Test(e2e, wal_paused_leader_is_replaced_and_fenced, .fini = fini, .timeout = 400
  * arrives, in order. */
 Test(e2e, wal_kafka_outage_mid_transaction_loses_nothing, .fini = fini, .timeout = 400)
 {
-    e2e_setup(&T, "waloutage");
-    if (T.env->real_kafka ? !T.env->kafka_dir : !T.env->mock_control)
-        cr_skip_test("needs the mock broker or the stack's own Kafka node to cause an outage");
-    e2e_wal_enable(&T);
-    e2e_migrate(&T);
+    outage_setup("waloutage");
     struct writer w[2];
     writers_start(w, 2);
     struct e2e_relay *r = e2e_relay_start(&T, NULL);
@@ -270,11 +281,7 @@ Test(e2e, wal_kafka_outage_mid_transaction_loses_nothing, .fini = fini, .timeout
  * Kafka has not acknowledged. A relay killed then must send them all again. */
 Test(e2e, wal_keepalives_never_confirm_unacknowledged_events, .fini = fini, .timeout = 200)
 {
-    e2e_setup(&T, "walkeep");
-    if (T.env->real_kafka ? !T.env->kafka_dir : !T.env->mock_control)
-        cr_skip_test("needs the mock broker or the stack's own Kafka node to cause an outage");
-    e2e_wal_enable(&T);
-    e2e_migrate(&T);
+    outage_setup("walkeep");
     const char *opts[] = {"relay.fencing=none", NULL};
     struct e2e_relay *r = e2e_relay_start(&T, opts);
     cr_assert(e2e_relay_wait_log(r, "streaming from the replication slot", 30000), "log %s", r->log_path);
