@@ -118,6 +118,19 @@ static void conf_set(rd_kafka_conf_t *conf, const char *k, const char *v)
               "consumer config %s=%s: %s", k, v, errstr);
 }
 
+/* A client whose ListOffsets asks for the high watermark (read_uncommitted). */
+static rd_kafka_t *watermark_client(const char *bootstrap)
+{
+    char errstr[512];
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    conf_set(conf, "bootstrap.servers", bootstrap);
+    conf_set(conf, "client.id", "e2e-reader-watermarks");
+    conf_set(conf, "isolation.level", "read_uncommitted");
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof(errstr));
+    cr_assert(rk, "rd_kafka_new(watermarks): %s", errstr);
+    return rk;
+}
+
 void e2e_consume(const char *const *topics, size_t n_topics, int timeout_ms, struct e2e_msgs *out)
 {
     e2e_consume_from(e2e_env()->kafka, false, topics, n_topics, timeout_ms, out);
@@ -182,12 +195,20 @@ void e2e_consume_from(const char *bootstrap, bool read_committed, const char *co
         }
     }
 
+    /* The end to read to is the high watermark, which only a read_uncommitted
+     * ListOffsets returns: a read_committed one returns the last stable offset,
+     * and that trails the end while a committed transaction's markers are still
+     * being written (Kafka answers the commit before it writes them). Stopping
+     * there skipped whole partitions whose rows were already marked sent. A
+     * read_committed consumer reaches the end once the markers are written, and
+     * librdkafka reports end-of-partition again at each new end. */
+    rd_kafka_t *wm = read_committed ? watermark_client(bootstrap) : rk;
     rd_kafka_topic_partition_list_t *assign = rd_kafka_topic_partition_list_new((int)(n_parts ? n_parts : 1));
     for (size_t i = 0; i < n_parts; i++) {
         int64_t lo = -1, hi = -1;
         rd_kafka_resp_err_t err = RD_KAFKA_RESP_ERR_NO_ERROR;
         for (int attempt = 0; attempt < 20; attempt++) {
-            err = rd_kafka_query_watermark_offsets(rk, parts[i].topic, parts[i].partition, &lo, &hi, 5000);
+            err = rd_kafka_query_watermark_offsets(wm, parts[i].topic, parts[i].partition, &lo, &hi, 5000);
             if (!err || e2e_now_ms() >= deadline)
                 break;
             e2e_sleep_ms(200);
@@ -203,6 +224,8 @@ void e2e_consume_from(const char *bootstrap, bool read_committed, const char *co
         rd_kafka_topic_partition_list_add(assign, parts[i].topic, parts[i].partition)->offset =
             RD_KAFKA_OFFSET_BEGINNING;
     }
+    if (wm != rk)
+        rd_kafka_destroy(wm);
     if (n_parts) {
         rd_kafka_resp_err_t err = rd_kafka_assign(rk, assign);
         cr_assert(!err, "rd_kafka_assign: %s", rd_kafka_err2str(err));

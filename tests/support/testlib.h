@@ -288,7 +288,8 @@ struct e2e_msgs {
 void e2e_consume(const char *const *topics, size_t n_topics, int timeout_ms, struct e2e_msgs *out);
 
 /** e2e_consume from @p bootstrap, as a read_committed consumer if @p read_committed
- *  (it then stops at the last stable offset: open transactions hold it back). */
+ *  (it then reads to the high watermark, so it waits for open transactions to end:
+ *  committed or aborted, their markers written). */
 void e2e_consume_from(const char *bootstrap, bool read_committed, const char *const *topics, size_t n_topics,
                       int timeout_ms, struct e2e_msgs *out);
 
