@@ -33,26 +33,28 @@ for dir in "$src"/relay/*/ "$src"/include/*/; do
     fi
 done
 
-# Every include of a project header, with the including file's layer.
-for f in "$src"/relay/*/*.[ch] "$src"/include/*/*.h "$src"/relay/main.c; do
-    rel=${f#"$src"/}
-    case $rel in
-        relay/main.c) own=99 ;;
-        *) own=$(rank "$(echo "$rel" | cut -d/ -f2)") ;;
-    esac
-    for inc in $(sed -n 's/^#include "\([^"]*\)".*/\1/p' "$f"); do
-        case $inc in
-            build_config.h) continue ;;
-            */*) ;;
-            *) echo "check_layers: $rel includes \"$inc\" without its folder" >&2; status=1; continue ;;
-        esac
-        their=$(rank "${inc%%/*}")
-        if [ "$their" -lt 0 ] || [ "$their" -gt "$own" ]; then
-            echo "check_layers: $rel includes $inc: a layer may use only the layers below it ($LAYERS)" >&2
-            status=1
-        fi
-    done
-done
+# Every include of a project header, with the including file's layer: one awk
+# over all files (a shell loop forking per include took over 30 s on a busy
+# 2-core machine).
+bad=$(awk -v layers="$LAYERS" -v src="$src/" '
+    BEGIN { n = split(layers, l, " "); for (i = 1; i <= n; i++) rank[l[i]] = i }
+    FNR == 1 {
+        rel = substr(FILENAME, length(src) + 1)
+        split(rel, parts, "/")
+        own = rel == "relay/main.c" ? 99 : (parts[2] in rank ? rank[parts[2]] : -1)
+    }
+    /^#include "/ {
+        inc = $0; sub(/^#include "/, "", inc); sub(/".*/, "", inc)
+        if (inc == "build_config.h") next
+        if (inc !~ /\//) { printf "%s includes \"%s\" without its folder\n", rel, inc; next }
+        top = inc; sub(/\/.*/, "", top)
+        if (!(top in rank) || rank[top] > own)
+            printf "%s includes %s: a layer may use only the layers below it (%s)\n", rel, inc, layers
+    }' "$src"/relay/*/*.[ch] "$src"/include/*/*.h "$src"/relay/main.c)
+if [ -n "$bad" ]; then
+    echo "$bad" | sed 's/^/check_layers: /' >&2
+    status=1
+fi
 
 for f in "$src"/relay/base/*.c "$src"/relay/core/*.c "$src"/include/base/*.h "$src"/include/core/*.h; do
     rel=${f#"$src"/}

@@ -13,7 +13,8 @@
  * restarted. So a new connection at the cap takes the place of the oldest one
  * that already has its answer or, older than HTTP_EVICT_MIN_AGE_MS, has still
  * not sent its request. A probe sends its request with the handshake and is
- * answered on the next turn of the loop, long before it could be evicted. When
+ * answered on the next turn of the loop, long before it could be evicted; one
+ * whose whole request head waits unread is never taken for slow. When
  * nothing can be evicted (a burst of brand-new connections), the newcomer is
  * not accepted yet: it waits in the kernel's accept queue, in arrival order,
  * rather than being reset, and the loop gets on with its other work. */
@@ -26,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "base/errors.h"
 #include "daemon/http_metrics.h"
@@ -250,6 +252,23 @@ static void reject(struct http_server *srv)
     }
 }
 
+/* @return whether the end of a request head waits unread in the socket. When
+ * the loop stalls (a busy machine), a probe accepted on one turn is read only
+ * on the next, and that turn may handle the listener first: its age then says
+ * nothing about the client, which sent its whole request at once. */
+static bool head_waiting(struct http_conn *c)
+{
+    uv_os_fd_t fd;
+    char buf[HTTP_MAX_HEAD_BYTES];
+    if (uv_fileno((const uv_handle_t *)&c->tcp, &fd) < 0)
+        return false;
+    ssize_t n = recv(fd, buf, sizeof(buf) - 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n <= 0)
+        return false;
+    buf[n] = '\0';
+    return strstr(buf, "\r\n\r\n") != NULL;
+}
+
 /* Closes the connection that costs least to lose, to make room for a new one:
  * the oldest that has its whole answer (only its closing handshake is left),
  * else the oldest that has not sent its request in HTTP_EVICT_MIN_AGE_MS (a
@@ -265,7 +284,7 @@ static bool evict_one(struct http_server *srv)
             conn_close(c, false);
             return true;
         }
-        if (!slow && !c->responded && now - c->accepted_ms >= HTTP_EVICT_MIN_AGE_MS)
+        if (!slow && !c->responded && now - c->accepted_ms >= HTTP_EVICT_MIN_AGE_MS && !head_waiting(c))
             slow = c;
     }
     if (!slow)

@@ -45,8 +45,13 @@ cache_base() {
 # DIR/libs by Maven, once (DIR/complete marks it); prints DIR/libs. Needs the
 # caller's die and note.
 maven_fetch() {
-    local pom=$1 dir=$2 what=$3 tmp
+    local pom=$1 dir=$2 what=$3 tmp lock
     if [ -f "$dir/complete" ]; then echo "$dir/libs"; return 0; fi
+    # Stacks start at the same time: one fetches, the others wait for it.
+    mkdir -p "$(dirname "$dir")"
+    exec {lock}>"$dir.lock"
+    flock "$lock"
+    if [ -f "$dir/complete" ]; then exec {lock}>&-; echo "$dir/libs"; return 0; fi
     command -v mvn >/dev/null || die "mvn not found (apt-get install maven)"
     command -v java >/dev/null || die "java not found (apt-get install openjdk-17-jre-headless)"
     note "fetching $what with Maven into $dir"
@@ -63,5 +68,6 @@ maven_fetch() {
     rm -rf "$tmp"
     chmod -R a+rX "$dir"
     touch "$dir/complete"
+    exec {lock}>&-
     echo "$dir/libs"
 }
