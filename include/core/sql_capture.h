@@ -5,6 +5,8 @@
 #ifndef OUTBOX_SQL_CAPTURE_H
 #define OUTBOX_SQL_CAPTURE_H
 
+#include <stdint.h>
+
 /** Columns of sql_capture.slot_status, one row, whether the slot exists or not. */
 enum slot_col {
     SLOT_EXISTS = 0,      /* bool */
@@ -63,6 +65,14 @@ int sql_capture_init(struct sql_capture *s, const char *schema, const char *tabl
 /** @return true if @p name is a replication slot name PostgreSQL accepts:
  *  [a-z0-9_], 1 to 63 bytes. */
 int sql_capture_slot_valid(const char *name);
+
+/** The START_REPLICATION command that streams slot @p slot from @p lsn with
+ *  pgoutput, publication @p publication and logical messages; the slot is a
+ *  quoted identifier, the publication a quoted identifier inside the option's
+ *  literal. A start LSN past the slot's skips what the relay knows Kafka
+ *  holds but could not confirm before a stream broke. @return a newly
+ *  allocated command, or NULL (a name that is not valid, no memory). */
+char *sql_capture_start_replication(const char *slot, const char *publication, uint64_t lsn);
 
 /** The capture part of `migrate --print-sql`: the publication's DO block, then
  *  the slot's creation with @p slot written as a literal (its own statement).

@@ -46,6 +46,7 @@
 #include "io/producer.h"
 #include "daemon/progress.h"
 #include "core/pgoutput.h"
+#include "core/capture_plan.h"
 #include "core/sql.h"
 #include "core/sql_floor.h"
 #include "core/sql_capture.h"
@@ -66,54 +67,25 @@ _Static_assert(RELAY_BATCHES_IN_FLIGHT == PLAN_TXN_BATCHES_MAX, "the producer's 
 #define OPAQUE_ROW_BITS 20
 _Static_assert(100000 < (1 << OPAQUE_ROW_BITS), "batch_size must fit the opaque's row bits");
 
-/* Messages of one source transaction in one Kafka transaction. */
-struct capture_count {
-    uint64_t seq;
-    long n;
-};
-
 struct capture_dead;
 struct capture_frame;
 
-enum capture_state { CAPTURE_OFF = 0, CAPTURE_STARTING, CAPTURE_STREAMING, CAPTURE_ENDING };
-
-/* relay.capture = wal (relay_capture.c). */
+/* relay.capture = wal (relay_capture.c): the stream's rules are the plan's
+ * (core/capture_plan.h); what is here carries them out. */
 struct capture {
     bool on;                    /* relay.capture = wal */
-    enum capture_state state;
+    struct capture_plan plan;   /* what was read, sent, acknowledged, confirmed */
     struct repl_conn repl;
     struct pgo_relations rels;
-    struct pgo_acks acks;       /* what may be confirmed: one entry per source transaction */
     struct wal_event ev;
     struct wal_columns cols;    /* relay.column_*: what an Insert is read from */
     struct event_placement placement;
-    unsigned gen;               /* streams started: reports of an older one are ignored */
-    uint64_t seq;               /* the source transaction being read */
-    bool in_txn;                /* between its Begin and its Commit */
-    int64_t commit_time_us;     /* its commit time (PostgreSQL epoch) */
-    int64_t oldest_commit_us;   /* of the oldest transaction not confirmed: the lag */
-    uint64_t confirmed;         /* reported flushed; where a new stream starts */
-    uint64_t received;          /* how far the stream was read: reported written */
-    uint64_t status_sent_ms;
-    uint64_t last_progress_ms;  /* confirmed moved or a heartbeat was sent */
     uint64_t slot_query_ms;     /* next slot query */
-    uint64_t restart_at_ms;     /* a stopped stream starts again after this */
-    unsigned failures;          /* consecutive stream failures: the back-off */
-    bool slot_busy;             /* START_REPLICATION refused: another session reads the slot */
-    long unacked;               /* fencing = none: produced by this stream, no report yet */
-    bool queue_full;            /* the producer refused a message: resume on a report */
     /* events that can never be produced, to be kept as dead rows (relay_capture_dead.c) */
     struct capture_dead *dead;
     size_t n_dead, dead_cap;
     bool dead_sending;
     uint64_t dead_retry_ms;
-    /* fencing = transactional: the open Kafka transaction and the committing one */
-    long txn_msgs;
-    bool txn_whole;             /* the open Kafka transaction ends a source transaction */
-    struct capture_count *open, *done;
-    size_t n_open, open_cap, n_done, done_cap;
-    long done_msgs;
-    bool committing;
     /* read ahead while a commit runs (relay_capture.c) */
     struct capture_frame **ahead;
     size_t ahead_head, n_ahead, ahead_cap, ahead_bytes;
@@ -271,7 +243,8 @@ int relay_capture_init(struct relay *r);
 void relay_capture_step(struct relay *r);
 bool relay_capture_settled(const struct relay *r);
 void relay_capture_on_report(struct relay *r, void *opaque, rd_kafka_resp_err_t err);
-void relay_capture_confirm(struct relay *r, uint64_t lsn);
+struct capture_env relay_capture_env(const struct relay *r);
+void relay_capture_carry(struct relay *r, struct capture_acts a);
 void relay_capture_explain(struct relay *r, const char *why, const char *sqlstate);
 void relay_capture_close(struct relay *r);
 void relay_capture_free(struct relay *r);

@@ -185,6 +185,23 @@ int sql_capture_init(struct sql_capture *s, const char *schema, const char *tabl
     return 0;
 }
 
+char *sql_capture_start_replication(const char *slot, const char *publication, uint64_t lsn)
+{
+    if (!sql_capture_slot_valid(slot) || !sql_ident_valid(publication))
+        return NULL;
+    char qslot[QIDENT_MAX], qpub[QIDENT_MAX], lpub[QIDENT_MAX + 4];
+    sql_quote_ident(slot, qslot, sizeof qslot);
+    sql_quote_ident(publication, qpub, sizeof qpub);
+    sql_quote_literal(qpub, lpub, sizeof lpub);
+    char *out = NULL;
+    if (sql_build(&out,
+              "START_REPLICATION SLOT %s LOGICAL %X/%X (proto_version '1', "
+              "publication_names %s, messages 'true')",
+              qslot, (unsigned)(lsn >> 32), (unsigned)(lsn & 0xffffffffu), lpub) < 0)
+        return NULL;
+    return out;
+}
+
 char *sql_capture_script(const struct sql_capture *s, const char *slot)
 {
     if (!s->create_publication || !sql_capture_slot_valid(slot))

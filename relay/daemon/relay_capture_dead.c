@@ -58,8 +58,6 @@ bool relay_capture_dead_queue(struct relay *r, const struct event_row *row, cons
     }
     struct capture_dead *d = &c->dead[c->n_dead];
     memset(d, 0, sizeof *d);
-    d->gen = c->gen;
-    d->seq = c->seq;
     d->outbox_id = row ? row->id : 0;
     const char *empty = "";
     d->params[0] = strdup(event_id);
@@ -76,7 +74,7 @@ bool relay_capture_dead_queue(struct relay *r, const struct event_row *row, cons
         return false;
     }
     c->n_dead++;
-    pgo_acks_sent(&c->acks, c->seq); /* its transaction waits for the record */
+    capture_plan_dead_queued(&c->plan, &d->gen, &d->seq); /* its transaction waits for the record */
     return true;
 }
 
@@ -123,10 +121,10 @@ static void on_recorded(struct pg_conn *pg, PGresult *res, void *arg)
     if (log_limit_allow(&r->failures, stats_mono(), LOG_LVL_ERROR, msg, d->params[8], d->outbox_id))
         log_error(msg, "outbox_id=%" PRId64 " event_id=%s error=%s", d->outbox_id, d->params[0],
                   log_quote(d->params[8]));
-    if (d->gen == c->gen)
-        relay_capture_confirm(r, pgo_acks_done(&c->acks, d->seq));
+    struct capture_env e = relay_capture_env(r);
+    struct capture_acts a = capture_plan_dead_recorded(&c->plan, &e, d->gen, d->seq);
     dead_pop(c);
-    relay_step(r);
+    relay_capture_carry(r, a);
 }
 
 void relay_capture_dead_record(struct relay *r)

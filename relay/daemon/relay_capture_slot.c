@@ -5,15 +5,14 @@
  * the relay only reads. */
 #include "daemon/relay_int.h"
 
+/* The slot's row is read this often, whatever the role. */
 #define CAPTURE_SLOT_QUERY_EVERY_MS 5000
 
 /* ---- what the main connection does for the capture ------------------------ */
 
 bool relay_capture_heartbeat_due(const struct relay *r)
 {
-    const struct capture *c = &r->cap;
-    return c->on && r->cfg->heartbeat_ms > 0 && c->state == CAPTURE_STREAMING &&
-           relay_now_ms((struct relay *)r) - c->last_progress_ms >= (uint64_t)r->cfg->heartbeat_ms;
+    return r->cap.on && capture_plan_heartbeat_due(&r->cap.plan, uv_now(r->loop), r->cfg->heartbeat_ms);
 }
 
 static void on_heartbeat(struct pg_conn *pg, PGresult *res, void *arg)
@@ -34,7 +33,7 @@ static void on_heartbeat(struct pg_conn *pg, PGresult *res, void *arg)
 void relay_capture_heartbeat(struct relay *r)
 {
     const char *params[] = { SQL_CAPTURE_HEARTBEAT_PREFIX };
-    r->cap.last_progress_ms = relay_now_ms(r); /* one at a time, whatever its fate */
+    capture_plan_heartbeat_sent(&r->cap.plan, relay_now_ms(r));
     pg_query(&r->pg, r->csql.heartbeat, 1, params, on_heartbeat, r);
 }
 
@@ -90,7 +89,7 @@ static void on_slot(struct pg_conn *pg, PGresult *res, void *arg)
         snprintf(s->problem, sizeof s->problem,
                  "publication \"%s\" does not publish %s.%s; run `outbox-relay migrate`",
                  r->cfg->publication, r->cfg->schema, r->cfg->table);
-    else if (r->cap.state == CAPTURE_STREAMING || r->st.role != STATS_ROLE_LEADER)
+    else if (r->cap.plan.state == CAPTURE_STREAMING || r->st.role != STATS_ROLE_LEADER)
         s->problem[0] = '\0'; /* a leader not streaming keeps what its stream was told */
     relay_step(r);
 }
@@ -115,14 +114,14 @@ static void on_taken_over(struct pg_conn *pg, PGresult *res, void *arg)
         log_warn("ended the session that read the replication slot: this relay leads",
                  "slot=%s pid=%s application_name=%s", r->cfg->slot, PQgetvalue(res, i, 0),
                  log_quote(PQgetvalue(res, i, 1)));
-    r->cap.restart_at_ms = relay_now_ms(r) + 100; /* its walsender needs a moment to exit */
+    capture_plan_retry_at(&r->cap.plan, relay_now_ms(r) + 100); /* its walsender needs a moment to exit */
     relay_step(r);
 }
 
 void relay_capture_take_over(struct relay *r)
 {
     const char *params[] = { r->cfg->slot };
-    r->cap.slot_busy = false;
+    capture_plan_taking_over(&r->cap.plan);
     pg_query(&r->pg, r->csql.take_over, 1, params, on_taken_over, r);
 }
 
