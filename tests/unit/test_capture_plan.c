@@ -1,0 +1,472 @@
+/* test_capture_plan.c — relay.capture = wal decided event by event, without
+ * PostgreSQL or a broker: what may be confirmed and when, when the Kafka
+ * transaction is committed, when the stream restarts, reads on, ends. The
+ * daemon is a capture_env here; each test feeds the plan the events the
+ * daemon (relay/daemon/relay_capture.c) hands it and reads its answers. */
+#include <errno.h>
+#include <string.h>
+
+#include <criterion/criterion.h>
+
+#include "core/capture_plan.h"
+#include "core/plan.h"
+
+static struct capture_env leader_env(enum producer_txn_state txn)
+{
+    return (struct capture_env){ .now_ms = 1000000, .leader = true, .txn = txn };
+}
+
+/* A plan streaming from a fresh start, as the daemon brings it there. */
+static struct capture_plan streaming(const struct capture_env *e)
+{
+    struct capture_plan p;
+    capture_plan_init(&p);
+    struct capture_acts a = capture_plan_step(&p, e);
+    cr_assert(a.what & CAP_DO_START);
+    capture_plan_started(&p, e, true);
+    a = capture_plan_streaming(&p);
+    cr_assert_eq(p.state, CAPTURE_STREAMING);
+    return p;
+}
+
+/* One message of the transaction being read, handed to the producer. */
+static uint64_t send_one(struct capture_plan *p, const struct capture_env *e)
+{
+    struct capture_acts a = { 0 };
+    bool too_large;
+    uint64_t opaque = capture_plan_opaque(p);
+    cr_assert_eq(capture_plan_sent(p, e, 0, &too_large, &a), CAPTURE_SENT);
+    return opaque;
+}
+
+/* ---- confirming ------------------------------------------------------------ */
+
+Test(capture_plan, a_transaction_without_events_is_confirmed_at_its_commit)
+{
+    struct capture_env e = leader_env(PRODUCER_TXN_OFF);
+    struct capture_plan p = streaming(&e);
+    cr_assert(capture_plan_begin(&p, 1));
+    struct capture_acts a = capture_plan_commit_seen(&p, &e, 0x100);
+    cr_assert_eq(p.confirmed, 0x100);
+    cr_assert(a.what & CAP_DO_STATUS && a.what & CAP_DO_CONFIRMED);
+    capture_plan_free(&p);
+}
+
+Test(capture_plan, a_transaction_is_confirmed_only_once_kafka_acknowledged_all_of_it)
+{
+    struct capture_env e = leader_env(PRODUCER_TXN_OFF);
+    struct capture_plan p = streaming(&e);
+    capture_plan_begin(&p, 1);
+    uint64_t m1 = send_one(&p, &e), m2 = send_one(&p, &e);
+    capture_plan_commit_seen(&p, &e, 0x200);
+    cr_assert_eq(p.confirmed, 0);
+    capture_plan_report(&p, &e, m1, true);
+    cr_assert_eq(p.confirmed, 0, "one message of two is not the transaction");
+    struct capture_acts a = capture_plan_report(&p, &e, m2, true);
+    cr_assert_eq(p.confirmed, 0x200);
+    cr_assert_eq(a.published, 1);
+    capture_plan_free(&p);
+}
+
+Test(capture_plan, a_later_transaction_acknowledged_first_waits_for_the_earlier_one)
+{
+    struct capture_env e = leader_env(PRODUCER_TXN_OFF);
+    struct capture_plan p = streaming(&e);
+    capture_plan_begin(&p, 1);
+    uint64_t m1 = send_one(&p, &e);
+    capture_plan_commit_seen(&p, &e, 0x100);
+    capture_plan_begin(&p, 2);
+    uint64_t m2 = send_one(&p, &e);
+    capture_plan_commit_seen(&p, &e, 0x200);
+    capture_plan_report(&p, &e, m2, true);
+    cr_assert_eq(p.confirmed, 0);
+    capture_plan_report(&p, &e, m1, true);
+    cr_assert_eq(p.confirmed, 0x200);
+    capture_plan_free(&p);
+}
+
+Test(capture_plan, a_keepalive_confirms_the_servers_position_when_nothing_waits)
+{
+    struct capture_env e = leader_env(PRODUCER_TXN_OFF);
+    struct capture_plan p = streaming(&e);
+    struct capture_acts a = capture_plan_keepalive(&p, 0x500, false);
+    cr_assert_eq(p.confirmed, 0x500);
+    cr_assert_eq(p.received, 0x500);
+    cr_assert(a.what & CAP_DO_STATUS);
+    capture_plan_free(&p);
+}
+
+Test(capture_plan, a_keepalive_confirms_nothing_past_an_unacknowledged_event)
+{
+    struct capture_env e = leader_env(PRODUCER_TXN_OFF);
+    struct capture_plan p = streaming(&e);
+    capture_plan_begin(&p, 1);
+    send_one(&p, &e);
+    capture_plan_commit_seen(&p, &e, 0x100);
+    struct capture_acts a = capture_plan_keepalive(&p, 0x500, false);
+    cr_assert_eq(p.confirmed, 0);
+    cr_assert_eq(a.what & CAP_DO_STATUS, 0u, "nothing to say unless asked");
+    a = capture_plan_keepalive(&p, 0x600, true);
+    cr_assert_eq(p.confirmed, 0);
+    cr_assert(a.what & CAP_DO_STATUS, "the server asked for a reply");
+    capture_plan_free(&p);
+}
+
+Test(capture_plan, a_keepalive_inside_a_transaction_confirms_nothing)
+{
+    struct capture_env e = leader_env(PRODUCER_TXN_OFF);
+    struct capture_plan p = streaming(&e);
+    capture_plan_begin(&p, 1);
+    capture_plan_keepalive(&p, 0x80, false);
+    cr_assert_eq(p.confirmed, 0);
+    capture_plan_free(&p);
+}
+
+Test(capture_plan, a_report_of_an_older_stream_confirms_nothing_of_the_new_one)
+{
+    struct capture_env e = leader_env(PRODUCER_TXN_OFF);
+    struct capture_plan p = streaming(&e);
+    capture_plan_begin(&p, 1);
+    uint64_t old = send_one(&p, &e);
+    capture_plan_lost(&p, &e, false);
+    struct capture_acts a = capture_plan_report(&p, &e, old, false);
+    cr_assert(a.what & CAP_DO_STEP, "a restart waited for it");
+    e.now_ms = p.restart_at_ms;
+    cr_assert(capture_plan_step(&p, &e).what & CAP_DO_START);
+    capture_plan_started(&p, &e, true);
+    capture_plan_streaming(&p);
+    /* the new stream numbers its transactions from the start again */
+    capture_plan_begin(&p, 1);
+    send_one(&p, &e);
+    capture_plan_commit_seen(&p, &e, 0x100);
+    capture_plan_report(&p, &e, old, true); /* a duplicate report of the old message */
+    cr_assert_eq(p.confirmed, 0);
+    cr_assert_eq(p.unacked, 1);
+    capture_plan_free(&p);
+}
+
+Test(capture_plan, an_event_kept_as_a_dead_row_is_confirmed_once_recorded)
+{
+    struct capture_env e = leader_env(PRODUCER_TXN_OFF);
+    struct capture_plan p = streaming(&e);
+    capture_plan_begin(&p, 1);
+    unsigned gen;
+    uint64_t seq;
+    capture_plan_dead_queued(&p, &gen, &seq);
+    capture_plan_commit_seen(&p, &e, 0x100);
+    cr_assert_eq(p.confirmed, 0);
+    capture_plan_dead_recorded(&p, &e, gen + 1, seq);
+    cr_assert_eq(p.confirmed, 0, "a record of another stream confirms nothing of this one");
+    capture_plan_dead_recorded(&p, &e, gen, seq);
+    cr_assert_eq(p.confirmed, 0x100);
+    capture_plan_free(&p);
+}
+
+/* ---- the Kafka transaction -------------------------------------------------- */
+
+Test(capture_plan, with_transactions_acknowledgements_confirm_nothing_until_the_commit)
+{
+    struct capture_env e = leader_env(PRODUCER_TXN_OPEN);
+    struct capture_plan p = streaming(&e);
+    capture_plan_begin(&p, 1);
+    uint64_t m = send_one(&p, &e);
+    capture_plan_commit_seen(&p, &e, 0x100);
+    capture_plan_report(&p, &e, m, true);
+    cr_assert_eq(p.confirmed, 0);
+    struct capture_acts a = capture_plan_idle(&p, &e);
+    cr_assert(a.what & CAP_DO_COMMIT);
+    cr_assert(p.committing && p.txn_msgs == 0);
+    a = capture_plan_committed(&p, &e, true);
+    cr_assert_eq(p.confirmed, 0x100);
+    cr_assert_eq(a.published, 1);
+    cr_assert(a.what & CAP_DO_DRAIN_KICK, "what was read ahead meanwhile goes now");
+    capture_plan_free(&p);
+}
+
+Test(capture_plan, half_a_source_transaction_is_not_committed_when_idle)
+{
+    struct capture_env e = leader_env(PRODUCER_TXN_OPEN);
+    struct capture_plan p = streaming(&e);
+    capture_plan_begin(&p, 1);
+    send_one(&p, &e);
+    cr_assert_eq(capture_plan_idle(&p, &e).what & CAP_DO_COMMIT, 0u);
+    capture_plan_commit_seen(&p, &e, 0x100);
+    cr_assert(capture_plan_idle(&p, &e).what & CAP_DO_COMMIT);
+    capture_plan_free(&p);
+}
+
+Test(capture_plan, an_aborted_transaction_confirms_nothing_and_restarts_after_a_back_off)
+{
+    struct capture_env e = leader_env(PRODUCER_TXN_OPEN);
+    struct capture_plan p = streaming(&e);
+    capture_plan_begin(&p, 1);
+    send_one(&p, &e);
+    capture_plan_commit_seen(&p, &e, 0x100);
+    capture_plan_idle(&p, &e);
+    struct capture_acts a = capture_plan_committed(&p, &e, false);
+    cr_assert_eq(p.confirmed, 0);
+    cr_assert(a.what & CAP_DO_CLOSE && a.what & CAP_DO_STEP);
+    cr_assert_eq(p.state, CAPTURE_OFF);
+    cr_assert_gt(p.restart_at_ms, e.now_ms);
+    capture_plan_free(&p);
+}
+
+Test(capture_plan, a_full_kafka_transaction_is_committed_before_the_next_message)
+{
+    struct capture_env e = leader_env(PRODUCER_TXN_OPEN);
+    struct capture_plan p = streaming(&e);
+    capture_plan_begin(&p, 1);
+    struct capture_acts a = { 0 };
+    cr_assert(capture_plan_admit(&p, &e, &a));
+    p.txn_msgs = CAPTURE_TXN_MAX_MSGS;
+    p.n_open = 0;
+    cr_assert_not(capture_plan_admit(&p, &e, &a), "the message waits for the commit");
+    cr_assert(a.what & CAP_DO_COMMIT);
+    cr_assert_not(capture_plan_admit(&p, &e, &a), "nothing goes into a committing transaction");
+    capture_plan_free(&p);
+}
+
+Test(capture_plan, a_failed_delivery_dooms_the_transaction_which_is_committed_to_abort)
+{
+    struct capture_env e = leader_env(PRODUCER_TXN_OPEN);
+    struct capture_plan p = streaming(&e);
+    capture_plan_begin(&p, 1);
+    uint64_t m = send_one(&p, &e);
+    struct capture_acts a = capture_plan_report(&p, &e, m, false);
+    cr_assert(a.what & CAP_DO_COMMIT);
+    cr_assert_eq(a.what & CAP_DO_CLOSE, 0u, "the abort ends the stream, not the report");
+    capture_plan_free(&p);
+}
+
+/* ---- handing messages to the producer --------------------------------------- */
+
+Test(capture_plan, a_failed_delivery_without_transactions_restarts_the_stream)
+{
+    struct capture_env e = leader_env(PRODUCER_TXN_OFF);
+    struct capture_plan p = streaming(&e);
+    capture_plan_begin(&p, 1);
+    uint64_t m = send_one(&p, &e);
+    struct capture_acts a = capture_plan_report(&p, &e, m, false);
+    cr_assert(a.what & CAP_DO_CLOSE && a.what & CAP_DO_STEP);
+    cr_assert_str_eq(a.why, "a delivery failed");
+    cr_assert_eq(p.confirmed, 0);
+    capture_plan_free(&p);
+}
+
+Test(capture_plan, a_full_queue_waits_for_a_report_and_then_reads_on)
+{
+    struct capture_env e = leader_env(PRODUCER_TXN_OFF);
+    struct capture_plan p = streaming(&e);
+    capture_plan_begin(&p, 1);
+    uint64_t m = send_one(&p, &e);
+    struct capture_acts a = { 0 };
+    bool too_large;
+    cr_assert_eq(capture_plan_sent(&p, &e, -ENOBUFS, &too_large, &a), CAPTURE_SEND_LATER);
+    cr_assert_not(too_large);
+    cr_assert(p.queue_full);
+    a = capture_plan_report(&p, &e, m, true);
+    cr_assert(a.what & CAP_DO_RESUME);
+    cr_assert_not(p.queue_full);
+    capture_plan_free(&p);
+}
+
+/* The rule polling has: a message a queue with nothing in it cannot take
+ * never will be taken; waiting for a report that never comes would stall. */
+Test(capture_plan, a_message_too_large_for_an_empty_queue_is_poison)
+{
+    struct capture_env e = leader_env(PRODUCER_TXN_OFF);
+    struct capture_plan p = streaming(&e);
+    capture_plan_begin(&p, 1);
+    struct capture_acts a = { 0 };
+    bool too_large;
+    cr_assert_eq(capture_plan_sent(&p, &e, -ENOBUFS, &too_large, &a), CAPTURE_SEND_POISON);
+    cr_assert(too_large);
+    cr_assert_eq(capture_plan_sent(&p, &e, -EINVAL, &too_large, &a), CAPTURE_SEND_POISON);
+    cr_assert_not(too_large);
+    cr_assert_eq(capture_plan_sent(&p, &e, -EIO, &too_large, &a), CAPTURE_SEND_LATER,
+                 "an unusable producer is nobody's fault");
+    capture_plan_free(&p);
+}
+
+Test(capture_plan, poison_halts_under_halt_or_without_dead_row_columns)
+{
+    cr_assert(capture_plan_poison_halts(true, true));
+    cr_assert(capture_plan_poison_halts(false, false));
+    cr_assert_not(capture_plan_poison_halts(false, true));
+}
+
+Test(capture_plan, a_halt_commits_what_came_before_the_event_at_fault)
+{
+    struct capture_env e = leader_env(PRODUCER_TXN_OPEN);
+    struct capture_plan p = streaming(&e);
+    capture_plan_begin(&p, 1);
+    send_one(&p, &e);
+    struct capture_acts a = capture_plan_halt(&p, &e);
+    cr_assert(a.what & CAP_DO_COMMIT);
+    e.halted = true;
+    cr_assert_eq(capture_plan_step(&p, &e).what, 0u, "halted, the stream stays where it is");
+    cr_assert_not(capture_plan_settled(&p, &e), "the commit is awaited");
+    capture_plan_committed(&p, &e, true);
+    cr_assert(capture_plan_settled(&p, &e), "halted, the half-read transaction is not awaited");
+    capture_plan_free(&p);
+}
+
+/* ---- producing ----------------------------------------------------------------- */
+
+Test(capture_plan, only_a_leader_with_a_usable_transaction_produces)
+{
+    struct capture_env e = leader_env(PRODUCER_TXN_OPEN);
+    struct capture_plan p = streaming(&e);
+    cr_assert(capture_plan_may_produce(&p, &e));
+    e.leader = false;
+    cr_assert_not(capture_plan_may_produce(&p, &e));
+    e = leader_env(PRODUCER_TXN_OPEN);
+    e.txn_doomed = true;
+    cr_assert_not(capture_plan_may_produce(&p, &e));
+    e = leader_env(PRODUCER_TXN_BUSY);
+    cr_assert_not(capture_plan_may_produce(&p, &e));
+    e = leader_env(PRODUCER_TXN_OPEN);
+    p.committing = true;
+    cr_assert_not(capture_plan_may_produce(&p, &e));
+    capture_plan_free(&p);
+}
+
+Test(capture_plan, stopping_finishes_the_source_transaction_being_read)
+{
+    struct capture_env e = leader_env(PRODUCER_TXN_OFF);
+    struct capture_plan p = streaming(&e);
+    e.stopping = true;
+    cr_assert_not(capture_plan_may_produce(&p, &e), "between transactions: nothing new");
+    capture_plan_begin(&p, 1);
+    cr_assert(capture_plan_may_produce(&p, &e), "inside one: its rest");
+    struct capture_acts a = capture_plan_step(&p, &e);
+    cr_assert(a.what & CAP_DO_RESUME);
+    cr_assert_eq(a.what & (CAP_DO_END | CAP_DO_CLOSE), 0u);
+    capture_plan_free(&p);
+}
+
+/* ---- the stream's life ------------------------------------------------------------ */
+
+Test(capture_plan, stopping_ends_the_stream_once_kafka_holds_everything)
+{
+    struct capture_env e = leader_env(PRODUCER_TXN_OFF);
+    struct capture_plan p = streaming(&e);
+    capture_plan_begin(&p, 1);
+    uint64_t m = send_one(&p, &e);
+    capture_plan_commit_seen(&p, &e, 0x100);
+    e.stopping = true;
+    cr_assert_eq(capture_plan_step(&p, &e).what & CAP_DO_END, 0u, "a report is awaited");
+    capture_plan_report(&p, &e, m, true);
+    cr_assert(capture_plan_step(&p, &e).what & CAP_DO_END);
+    capture_plan_ended(&p, &e, true);
+    cr_assert_eq(p.state, CAPTURE_ENDING);
+    cr_assert_not(capture_plan_settled(&p, &e), "the server has not closed it yet");
+    struct capture_acts a = capture_plan_lost(&p, &e, false);
+    cr_assert_eq(p.state, CAPTURE_OFF);
+    cr_assert_eq(p.failures, 0u, "ended as asked: no failure");
+    cr_assert(a.what & CAP_DO_STEP);
+    cr_assert(capture_plan_settled(&p, &e));
+    cr_assert_eq(p.confirmed, 0x100);
+    capture_plan_free(&p);
+}
+
+Test(capture_plan, a_lost_leadership_lets_the_slot_go_at_once)
+{
+    struct capture_env e = leader_env(PRODUCER_TXN_OPEN);
+    struct capture_plan p = streaming(&e);
+    capture_plan_begin(&p, 1);
+    send_one(&p, &e);
+    e.leader = false;
+    struct capture_acts a = capture_plan_step(&p, &e);
+    cr_assert(a.what & CAP_DO_CLOSE && a.what & CAP_DO_COMMIT);
+    cr_assert_str_eq(a.why, "no longer the leader");
+    cr_assert_eq(p.restart_at_ms, e.now_ms, "no back-off: only the lock is waited for");
+    capture_plan_free(&p);
+}
+
+Test(capture_plan, a_restart_waits_for_what_the_last_stream_sent)
+{
+    struct capture_env e = leader_env(PRODUCER_TXN_OFF);
+    struct capture_plan p = streaming(&e);
+    capture_plan_begin(&p, 1);
+    uint64_t m = send_one(&p, &e);
+    capture_plan_fail(&p, &e, "unreadable replication message");
+    e.now_ms = p.restart_at_ms;
+    cr_assert_eq(capture_plan_step(&p, &e).what & CAP_DO_START, 0u);
+    capture_plan_report(&p, &e, m, true);
+    unsigned gen = p.gen;
+    cr_assert(capture_plan_step(&p, &e).what & CAP_DO_START);
+    cr_assert_eq(p.gen, gen + 1, "reports of the old stream are told apart");
+    cr_assert_not(p.in_txn);
+    capture_plan_free(&p);
+}
+
+/* The wal stream and polling's connection back off alike: plan_reconnect_delay. */
+Test(capture_plan, failures_in_a_row_back_off_as_polling_reconnects)
+{
+    struct capture_env e = leader_env(PRODUCER_TXN_OFF);
+    struct capture_plan p = streaming(&e);
+    for (unsigned k = 0; k < 8; k++) {
+        e.random = 12345 + k;
+        capture_plan_fail(&p, &e, "x");
+        cr_assert_eq(p.restart_at_ms - e.now_ms,
+                     plan_reconnect_delay(k, CAPTURE_RETRY_MS, CAPTURE_RETRY_MAX_MS, e.random));
+        capture_plan_started(&p, &e, true);
+    }
+    cr_assert_leq(p.restart_at_ms - e.now_ms, CAPTURE_RETRY_MAX_MS);
+    capture_plan_streaming(&p);
+    cr_assert_eq(p.failures, 0u, "a stream that starts ends the series");
+    capture_plan_free(&p);
+}
+
+Test(capture_plan, a_fatal_producer_restarts_the_stream)
+{
+    struct capture_env e = leader_env(PRODUCER_TXN_OPEN);
+    struct capture_plan p = streaming(&e);
+    e.txn = PRODUCER_TXN_DEAD;
+    e.producer_fatal = true;
+    struct capture_acts a = capture_plan_step(&p, &e);
+    cr_assert(a.what & CAP_DO_CLOSE);
+    cr_assert_str_eq(a.why, "the kafka producer failed");
+    cr_assert_eq(p.failures, 1u);
+    capture_plan_free(&p);
+}
+
+Test(capture_plan, a_busy_slot_is_noted_only_for_the_leader)
+{
+    struct capture_env e = leader_env(PRODUCER_TXN_OFF);
+    struct capture_plan p = streaming(&e);
+    capture_plan_lost(&p, &e, true);
+    cr_assert(p.slot_busy);
+    capture_plan_taking_over(&p);
+    cr_assert_not(p.slot_busy);
+    e.leader = false;
+    capture_plan_lost(&p, &e, true);
+    cr_assert_not(p.slot_busy);
+    capture_plan_free(&p);
+}
+
+Test(capture_plan, status_updates_and_heartbeats_come_on_time)
+{
+    struct capture_env e = leader_env(PRODUCER_TXN_OFF);
+    struct capture_plan p = streaming(&e);
+    capture_plan_status_sent(&p, e.now_ms);
+    capture_plan_heartbeat_sent(&p, e.now_ms);
+    cr_assert_not(capture_plan_status_due(&p, e.now_ms + CAPTURE_STATUS_EVERY_MS - 1));
+    cr_assert(capture_plan_status_due(&p, e.now_ms + CAPTURE_STATUS_EVERY_MS));
+    cr_assert_not(capture_plan_heartbeat_due(&p, e.now_ms + 999, 1000));
+    cr_assert(capture_plan_heartbeat_due(&p, e.now_ms + 1000, 1000));
+    cr_assert_not(capture_plan_heartbeat_due(&p, e.now_ms + 1000, 0), "0: no heartbeat");
+    capture_plan_free(&p);
+}
+
+Test(capture_plan, a_refusal_of_the_server_says_what_to_do)
+{
+    char out[512];
+    capture_explain("slot does not exist", "42704", out, sizeof out);
+    cr_assert(strstr(out, "outbox-relay migrate"));
+    capture_explain("busy", "55006", out, sizeof out);
+    cr_assert(strstr(out, "another client reads the slot"));
+    capture_explain("other", "", out, sizeof out);
+    cr_assert_str_eq(out, "other");
+}
