@@ -229,8 +229,4 @@ bool capture_plan_heartbeat_due(const struct capture_plan *p, uint64_t now_ms, l
 /** A status update is due while streaming. */
 bool capture_plan_status_due(const struct capture_plan *p, uint64_t now_ms);
 
-/** What a refusal of the server (@p sqlstate) means for the operator: a hint
- *  appended to @p why in @p out. */
-void capture_explain(const char *why, const char *sqlstate, char *out, size_t len);
-
 #endif

@@ -54,6 +54,21 @@ enum capture_req_col {
     REQ_NCOLS
 };
 
+/** The parameters of sql_capture.record_dead. */
+#define SQL_CAPTURE_DEAD_NPARAMS 9
+
+struct event_row;
+
+/** Fills @p params, in the order of sql_capture.record_dead, with copies of
+ *  what is known of an event that can never be produced: @p row (NULL for a
+ *  logical message that is not one), its @p event_id and @p why.
+ *  @return 0, or -ENOMEM with nothing left allocated. */
+int sql_capture_dead_params(char *params[SQL_CAPTURE_DEAD_NPARAMS], const struct event_row *row,
+                            const char *event_id, const char *why);
+
+/** Frees what sql_capture_dead_params allocated; every entry becomes NULL. */
+void sql_capture_dead_params_free(char *params[SQL_CAPTURE_DEAD_NPARAMS]);
+
 /** The prefix of the relay's heartbeat messages (never relayed). */
 #define SQL_CAPTURE_HEARTBEAT_PREFIX "outbox-relay-heartbeat"
 

@@ -46,7 +46,9 @@
 #include "io/producer.h"
 #include "daemon/progress.h"
 #include "core/pgoutput.h"
+#include "core/capture_ahead.h"
 #include "core/capture_plan.h"
+#include "core/capture_slot.h"
 #include "core/sql.h"
 #include "core/sql_floor.h"
 #include "core/sql_capture.h"
@@ -68,7 +70,6 @@ _Static_assert(RELAY_BATCHES_IN_FLIGHT == PLAN_TXN_BATCHES_MAX, "the producer's 
 _Static_assert(100000 < (1 << OPAQUE_ROW_BITS), "batch_size must fit the opaque's row bits");
 
 struct capture_dead;
-struct capture_frame;
 
 /* relay.capture = wal (relay_capture.c): the stream's rules are the plan's
  * (core/capture_plan.h); what is here carries them out. */
@@ -86,9 +87,7 @@ struct capture {
     size_t n_dead, dead_cap;
     bool dead_sending;
     uint64_t dead_retry_ms;
-    /* read ahead while a commit runs (relay_capture.c) */
-    struct capture_frame **ahead;
-    size_t ahead_head, n_ahead, ahead_cap, ahead_bytes;
+    struct capture_ahead ahead; /* read while a commit runs */
 };
 
 struct relay {
@@ -245,7 +244,6 @@ bool relay_capture_settled(const struct relay *r);
 void relay_capture_on_report(struct relay *r, void *opaque, rd_kafka_resp_err_t err);
 struct capture_env relay_capture_env(const struct relay *r);
 void relay_capture_carry(struct relay *r, struct capture_acts a);
-void relay_capture_explain(struct relay *r, const char *why, const char *sqlstate);
 void relay_capture_close(struct relay *r);
 void relay_capture_free(struct relay *r);
 

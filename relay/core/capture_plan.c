@@ -501,20 +501,3 @@ bool capture_plan_status_due(const struct capture_plan *p, uint64_t now_ms)
 {
     return p->state == CAPTURE_STREAMING && now_ms - p->status_sent_ms >= CAPTURE_STATUS_EVERY_MS;
 }
-
-void capture_explain(const char *why, const char *sqlstate, char *out, size_t len)
-{
-    const char *hint = "";
-    if (strcmp(sqlstate, "42704") == 0)
-        hint = "; create it with `outbox-relay migrate` (relay.capture = wal)";
-    else if (strcmp(sqlstate, "55000") == 0)
-        hint = "; the slot was invalidated (max_slot_wal_keep_size): events after its last "
-               "confirmed position may be gone. Drop and create it (`outbox-relay slot drop "
-               "--yes`, `outbox-relay migrate`), then `outbox-relay verify` the window and "
-               "`outbox-relay replay` what it finds missing";
-    else if (strcmp(sqlstate, "55006") == 0)
-        hint = "; another client reads the slot";
-    else if (strcmp(sqlstate, "42501") == 0 || strcmp(sqlstate, "28000") == 0)
-        hint = "; the role needs the REPLICATION attribute";
-    snprintf(out, len, "%s%s", why, hint);
-}

@@ -33,7 +33,7 @@ struct capture_env relay_capture_env(const struct relay *r)
         .txn = producer_txn_state(p),
         .txn_doomed = producer_txn_doomed(p),
         .n_dead = c->n_dead,
-        .ahead_left = c->n_ahead > c->ahead_head,
+        .ahead_left = capture_ahead_left(&c->ahead),
         .random = (uint64_t)rand(),
     };
 }
@@ -70,64 +70,16 @@ static void lag_update(struct relay *r)
 
 /* ---- reading ahead while a commit runs ----------------------------------- */
 
-/* While a Kafka transaction commits nothing can be produced; the stream is
- * read on into memory meanwhile (up to CAPTURE_AHEAD_BYTES), so PostgreSQL's
- * walsender is not held back by the commit's round trips. */
-#define CAPTURE_AHEAD_BYTES (2 << 20)
-
-struct capture_frame {
-    size_t len;
-    uint8_t data[];
-};
-
-static bool ahead_push(struct capture *c, const uint8_t *buf, size_t len)
-{
-    if (c->ahead_bytes + len > CAPTURE_AHEAD_BYTES)
-        return false;
-    if (c->n_ahead == c->ahead_cap) {
-        size_t cap = c->ahead_cap ? 2 * c->ahead_cap : 256;
-        struct capture_frame **v = realloc(c->ahead, cap * sizeof *v);
-        if (!v)
-            return false;
-        c->ahead = v;
-        c->ahead_cap = cap;
-    }
-    struct capture_frame *f = malloc(sizeof *f + len);
-    if (!f)
-        return false;
-    f->len = len;
-    memcpy(f->data, buf, len);
-    c->ahead[c->n_ahead++] = f;
-    c->ahead_bytes += len;
-    return true;
-}
-
 /* Offers the frames read ahead, oldest first. @return true when none is left. */
 static bool ahead_drain(struct relay *r)
 {
     struct capture *c = &r->cap;
-    size_t i = c->ahead_head;
-    while (i < c->n_ahead && c->plan.state == CAPTURE_STREAMING) {
-        struct capture_frame *f = c->ahead[i];
-        if (!take_frame(r, f->data, f->len))
-            break;
-        c->ahead_bytes -= f->len;
-        free(f);
-        i++;
-    }
-    c->ahead_head = i;
-    if (i < c->n_ahead)
-        return false;
-    c->ahead_head = c->n_ahead = 0;
-    return true;
-}
-
-static void ahead_clear(struct capture *c)
-{
-    for (size_t i = c->ahead_head; i < c->n_ahead; i++)
-        free(c->ahead[i]);
-    c->ahead_head = c->n_ahead = 0;
-    c->ahead_bytes = 0;
+    const uint8_t *buf;
+    size_t len;
+    while (c->plan.state == CAPTURE_STREAMING && capture_ahead_peek(&c->ahead, &buf, &len) &&
+           take_frame(r, buf, len))
+        capture_ahead_pop(&c->ahead);
+    return !capture_ahead_left(&c->ahead);
 }
 
 /* ---- carrying out the plan's answers -------------------------------------- */
@@ -154,7 +106,7 @@ static void start(struct relay *r)
     struct capture *c = &r->cap;
     pgo_relations_free(&c->rels);
     relay_capture_dead_clear(r); /* unconfirmed: the new stream reads those events again */
-    ahead_clear(c);
+    capture_ahead_clear(&c->ahead);
     char *cmd = sql_capture_start_replication(r->cfg->slot, r->cfg->publication, c->plan.confirmed);
     struct capture_env e = relay_capture_env(r);
     capture_plan_started(&c->plan, &e, cmd && repl_start(&c->repl, cmd) == 0);
@@ -275,20 +227,6 @@ static bool poison(struct relay *r, const struct event_row *row, uint64_t lsn, c
     return false;
 }
 
-/* Rows the relay itself writes already settled (a dead-letter copy) or that
- * an application inserts as sent are not events. */
-static bool settled_row(const struct pgo_msg *m)
-{
-    const struct pgo_value *sent = pgo_column(m, "sent_at");
-    const struct pgo_value *dead = pgo_column(m, "dead_at");
-    return (sent && sent->text) || (dead && dead->text);
-}
-
-static bool ours(const struct relay *r, const struct pgo_relation *rel)
-{
-    return rel && strcmp(rel->nspname, r->cfg->schema) == 0 && strcmp(rel->relname, r->cfg->table) == 0;
-}
-
 /* One pgoutput message. @return false when it must be offered again later. */
 static bool on_change(struct relay *r, const struct pgo_msg *m, uint64_t lsn)
 {
@@ -296,26 +234,21 @@ static bool on_change(struct relay *r, const struct pgo_msg *m, uint64_t lsn)
     struct capture_env e = relay_capture_env(r);
     char err[512];
     int rc = 0;
-    switch (m->kind) {
-    case PGO_BEGIN:
+    if (m->kind == PGO_BEGIN)
         return capture_plan_begin(&c->plan, m->commit_time_us);
-    case PGO_COMMIT:
+    if (m->kind == PGO_COMMIT) {
         r->st.slot.transactions_total++;
         relay_capture_carry(r, capture_plan_commit_seen(&c->plan, &e, m->end_lsn));
         return true;
-    case PGO_INSERT:
-        if (!ours(r, m->rel) || settled_row(m))
-            return true;
-        rc = wal_event_from_insert_cols(m, c->plan.commit_time_us, &c->cols, &c->ev, err, sizeof err);
-        break;
-    case PGO_MESSAGE:
-        if (strcmp(m->prefix, r->cfg->message_prefix) != 0)
-            return true;
-        rc = wal_event_from_message(m, lsn, c->plan.commit_time_us, &c->ev, err, sizeof err);
-        break;
-    default:
-        return true;
     }
+    /* Rows the relay itself writes already settled (a dead-letter copy) or
+     * that an application inserts as sent are not events. */
+    if (!wal_event_wanted(m, r->cfg->schema, r->cfg->table, r->cfg->message_prefix))
+        return true;
+    if (m->kind == PGO_INSERT)
+        rc = wal_event_from_insert_cols(m, c->plan.commit_time_us, &c->cols, &c->ev, err, sizeof err);
+    else
+        rc = wal_event_from_message(m, lsn, c->plan.commit_time_us, &c->ev, err, sizeof err);
     enum capture_send v = rc == 0 ? produce(r, &c->ev.row, err, sizeof err) : CAPTURE_SEND_POISON;
     if (v == CAPTURE_SEND_LATER) {
         wal_event_clear(&c->ev);
@@ -373,16 +306,15 @@ static bool on_data(struct repl_conn *rc, const uint8_t *buf, size_t len, void *
     (void)rc;
     struct relay *r = arg;
     struct capture *c = &r->cap;
-    bool committing = c->plan.committing;
     /* Behind what was read ahead, in order. */
-    if (c->n_ahead > c->ahead_head) {
-        if (!committing)
+    if (capture_ahead_left(&c->ahead)) {
+        if (!c->plan.committing)
             ahead_drain(r);
-        if (c->n_ahead > c->ahead_head) /* a commit began while they were taken */
-            return c->plan.committing && ahead_push(c, buf, len);
+        if (capture_ahead_left(&c->ahead)) /* a commit began while they were taken */
+            return c->plan.committing && capture_ahead_push(&c->ahead, buf, len);
     }
     if (c->plan.committing)
-        return ahead_push(c, buf, len);
+        return capture_ahead_push(&c->ahead, buf, len);
     return take_frame(r, buf, len);
 }
 
@@ -411,11 +343,6 @@ static void on_streaming(struct repl_conn *rc, void *arg)
     relay_capture_carry(r, capture_plan_streaming(&r->cap.plan));
 }
 
-void relay_capture_explain(struct relay *r, const char *why, const char *sqlstate)
-{
-    capture_explain(why, sqlstate, r->st.slot.problem, sizeof r->st.slot.problem);
-}
-
 static void on_lost(struct repl_conn *rc, const char *why, const char *sqlstate, void *arg)
 {
     (void)rc;
@@ -423,7 +350,7 @@ static void on_lost(struct repl_conn *rc, const char *why, const char *sqlstate,
     enum capture_state state = r->cap.plan.state;
     if (state != CAPTURE_ENDING) { /* ended as asked: nothing to say */
         if (*sqlstate || state != CAPTURE_STREAMING)
-            relay_capture_explain(r, why, sqlstate);
+            capture_explain(why, sqlstate, r->st.slot.problem, sizeof r->st.slot.problem);
         log_warn(state == CAPTURE_STREAMING ? "replication stream lost"
                                             : "cannot stream from the replication slot",
                  "slot=%s error=%s sqlstate=%s", r->cfg->slot, log_quote(why), sqlstate);
@@ -507,8 +434,6 @@ void relay_capture_free(struct relay *r)
     pgo_relations_free(&c->rels);
     wal_event_clear(&c->ev);
     relay_capture_dead_free(r);
-    ahead_clear(c);
-    free(c->ahead);
-    c->ahead = NULL;
+    capture_ahead_free(&c->ahead);
     c->on = false;
 }

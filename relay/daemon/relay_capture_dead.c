@@ -13,25 +13,16 @@
  * dead-letters in this mode; halt stops the stream on the event. */
 #include "daemon/relay_int.h"
 
-/* The statement's parameters, owned. */
-#define DEAD_NPARAMS 9
-
 struct capture_dead {
     unsigned gen;              /* the stream it came from */
     uint64_t seq;              /* its source transaction */
     int64_t outbox_id;         /* 0 for a logical message */
-    char *params[DEAD_NPARAMS];
+    char *params[SQL_CAPTURE_DEAD_NPARAMS]; /* owned */
 };
-
-static char *dup_or_null(const char *s, size_t len)
-{
-    return s ? strndup(s, len) : NULL;
-}
 
 static void dead_free(struct capture_dead *d)
 {
-    for (int i = 0; i < DEAD_NPARAMS; i++)
-        free(d->params[i]);
+    sql_capture_dead_params_free(d->params);
     memset(d, 0, sizeof *d);
 }
 
@@ -59,20 +50,8 @@ bool relay_capture_dead_queue(struct relay *r, const struct event_row *row, cons
     struct capture_dead *d = &c->dead[c->n_dead];
     memset(d, 0, sizeof *d);
     d->outbox_id = row ? row->id : 0;
-    const char *empty = "";
-    d->params[0] = strdup(event_id);
-    d->params[1] = strdup(row && row->aggregate_type ? row->aggregate_type : empty);
-    d->params[2] = strdup(row && row->aggregate_id ? row->aggregate_id : empty);
-    d->params[3] = strdup(row && row->event_type ? row->event_type : empty);
-    d->params[4] = row && row->topic ? strdup(row->topic) : NULL;
-    d->params[5] = row ? dup_or_null(row->payload, row->payload_len) : NULL;
-    d->params[6] = row && row->headers_json ? strdup(row->headers_json) : NULL;
-    d->params[7] = row && row->created_at && *row->created_at ? strdup(row->created_at) : NULL;
-    d->params[8] = strdup(why);
-    if (!d->params[0] || !d->params[1] || !d->params[2] || !d->params[3] || !d->params[8]) {
-        dead_free(d);
+    if (sql_capture_dead_params(d->params, row, event_id, why) < 0)
         return false;
-    }
     c->n_dead++;
     capture_plan_dead_queued(&c->plan, &d->gen, &d->seq); /* its transaction waits for the record */
     return true;
@@ -132,7 +111,7 @@ void relay_capture_dead_record(struct relay *r)
     struct capture *c = &r->cap;
     struct capture_dead *d = &c->dead[0];
     c->dead_sending = true;
-    if (pg_query(&r->pg, r->csql.record_dead, DEAD_NPARAMS, (const char *const *)d->params,
+    if (pg_query(&r->pg, r->csql.record_dead, SQL_CAPTURE_DEAD_NPARAMS, (const char *const *)d->params,
                  on_recorded, r) < 0)
         c->dead_sending = false;
 }

@@ -62,35 +62,9 @@ static void on_slot(struct pg_conn *pg, PGresult *res, void *arg)
         relay_step(r);
         return;
     }
-    s->query_time = stats_now();
-    s->known = v[SLOT_EXISTS] && v[SLOT_EXISTS][0] == 't';
-    s->active = v[SLOT_ACTIVE] && v[SLOT_ACTIVE][0] == 't';
-    s->active_pid = v[SLOT_ACTIVE_PID] ? atoi(v[SLOT_ACTIVE_PID]) : 0;
-    snprintf(s->wal_status, sizeof s->wal_status, "%s", v[SLOT_WAL_STATUS] ? v[SLOT_WAL_STATUS] : "");
-    s->confirmed_lsn = pgo_lsn_parse(v[SLOT_CONFIRMED_LSN]);
-    s->restart_lsn = pgo_lsn_parse(v[SLOT_RESTART_LSN]);
-    s->retained_bytes = v[SLOT_RETAINED_BYTES] ? strtoll(v[SLOT_RETAINED_BYTES], NULL, 10) : 0;
-    s->lag_bytes = v[SLOT_LAG_BYTES] ? strtoll(v[SLOT_LAG_BYTES], NULL, 10) : 0;
-    const char *plugin = v[SLOT_PLUGIN] ? v[SLOT_PLUGIN] : "pgoutput";
-    if (!s->known)
-        snprintf(s->problem, sizeof s->problem,
-                 "replication slot \"%s\" does not exist; create it with `outbox-relay migrate` "
-                 "(relay.capture = wal)", r->cfg->slot);
-    else if (strcmp(plugin, "pgoutput") != 0)
-        snprintf(s->problem, sizeof s->problem,
-                 "replication slot \"%s\" uses the plugin %s; the relay reads pgoutput slots",
-                 r->cfg->slot, plugin);
-    else if (!(v[SLOT_DATABASE_OK] && v[SLOT_DATABASE_OK][0] == 't'))
-        snprintf(s->problem, sizeof s->problem,
-                 "replication slot \"%s\" belongs to another database", r->cfg->slot);
-    else if (strcmp(s->wal_status, "lost") == 0)
-        relay_capture_explain(r, "replication slot is invalidated (wal_status lost)", "55000");
-    else if (!(v[SLOT_PUBLICATION_OK] && v[SLOT_PUBLICATION_OK][0] == 't'))
-        snprintf(s->problem, sizeof s->problem,
-                 "publication \"%s\" does not publish %s.%s; run `outbox-relay migrate`",
-                 r->cfg->publication, r->cfg->schema, r->cfg->table);
-    else if (r->cap.plan.state == CAPTURE_STREAMING || r->st.role != STATS_ROLE_LEADER)
-        s->problem[0] = '\0'; /* a leader not streaming keeps what its stream was told */
+    struct capture_names names = { r->cfg->slot, r->cfg->publication, r->cfg->schema, r->cfg->table };
+    capture_slot_read(s, v, &names, stats_now(),
+                      r->cap.plan.state == CAPTURE_STREAMING || r->st.role != STATS_ROLE_LEADER);
     relay_step(r);
 }
 
@@ -157,11 +131,7 @@ void relay_capture_retention(struct relay *r)
         r->last_retention_ms = relay_now_ms(r);
         return;
     }
-    time_t secs = (time_t)t;
-    struct tm tm;
-    gmtime_r(&secs, &tm);
-    size_t n = strftime(bound, sizeof bound, "%Y-%m-%d %H:%M:%S", &tm);
-    snprintf(bound + n, sizeof bound - n, ".%06d+00", (int)((t - (double)secs) * 1e6));
+    capture_retention_bound(t, bound, sizeof bound);
     const char *params[] = { bound, limit };
     pg_query(&r->pg, r->csql.retention, 2, params, on_retention, r);
 }

@@ -9,6 +9,7 @@
 #include <criterion/criterion.h>
 
 #include "core/capture_plan.h"
+#include "core/capture_slot.h"
 #include "core/plan.h"
 
 static struct capture_env leader_env(enum producer_txn_state txn)
