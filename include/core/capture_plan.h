@@ -226,6 +226,11 @@ bool capture_plan_settled(const struct capture_plan *p, const struct capture_env
 /** A heartbeat is due: streaming, and the slot has not moved for @p every_ms (0: never). */
 bool capture_plan_heartbeat_due(const struct capture_plan *p, uint64_t now_ms, long every_ms);
 
+/** The replication lag at @p now (unix seconds): the age of the oldest
+ *  transaction read and not confirmed (PostgreSQL's epoch in commit times,
+ *  @p epoch_unix_s its unix seconds); 0 when none waits. */
+double capture_plan_lag(const struct capture_plan *p, double now, double epoch_unix_s);
+
 /** A status update is due while streaming. */
 bool capture_plan_status_due(const struct capture_plan *p, uint64_t now_ms);
 

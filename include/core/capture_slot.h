@@ -1,6 +1,8 @@
-/* capture_slot.h — relay.capture = wal: what the server says of the slot,
- * read into what the relay reports (struct stats_slot), and what an operator
- * is told to do about it. No I/O: the daemon runs the statements. */
+/* capture_slot.h — relay.capture = wal: what the server answers the
+ * capture's statements and stream — the slot's row, read into what the relay
+ * reports (struct stats_slot), its refusals, a dead row it would not keep —
+ * and what an operator is told to do about it. No I/O: the daemon runs the
+ * statements. */
 #ifndef OUTBOX_CAPTURE_SLOT_H
 #define OUTBOX_CAPTURE_SLOT_H
 
@@ -27,7 +29,18 @@ void capture_slot_read(struct stats_slot *s, const char *const v[SLOT_NCOLS],
  *  appended to @p why in @p out. */
 void capture_explain(const char *why, const char *sqlstate, char *out, size_t len);
 
-/** The created_at bound of retention, unix seconds @p t, as timestamptz text. */
-void capture_retention_bound(double t, char *out, size_t len);
+/** The created_at bound of retention at @p now (unix seconds) as timestamptz
+ *  text: with on_sent = delete (@p delete) the commit time of the newest
+ *  confirmed transaction @p last_commit, else @p retention_ms before now.
+ *  @return false when there is none yet (nothing confirmed). */
+bool capture_retention_bound(bool delete, double last_commit, double now, long retention_ms,
+                             char *out, size_t len);
+
+/** Keeping event @p event_id (that cannot be produced: @p why) as a dead row
+ *  failed with @p sqlstate. @return true when that will not pass (no
+ *  privilege, a column missing: relaying halts; @p reason says why), false
+ *  for a lost connection, a conflict or a shutdown (tried again). */
+bool capture_dead_refused(const char *sqlstate, const char *event_id, const char *why,
+                          char *reason, size_t len);
 
 #endif

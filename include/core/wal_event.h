@@ -88,6 +88,10 @@ int wal_event_from_insert(const struct pgo_msg *m, int64_t commit_time_us, struc
 bool wal_event_wanted(const struct pgo_msg *m, const char *schema, const char *table,
                       const char *prefix);
 
+/** Appends what logical message @p m says (its printable bytes) to the
+ *  error in @p err (@p len bytes): no row holds a message to look at. */
+void wal_event_message_context(const struct pgo_msg *m, char *err, size_t len);
+
 /** The event of logical message @p m (the caller checked its prefix) into
  *  @p ev (overwritten, as above), read at @p lsn (the id's source when the
  *  envelope has none) in a transaction committed at @p commit_time_us (its

@@ -7,9 +7,8 @@
  *   relay_leader.c    the session checks, the schema check, the leader lock and refusals
  *   relay_fence.c     the Kafka transaction that fences a deposed leader; replacing the producer
  *   relay_quiet.c     the quiet lock: writers send no NOTIFY while the leader drains
- *   relay_capture.c   relay.capture = wal: the stream from the replication slot
- *   relay_capture_slot.c  ... the slot query, heartbeat, slot take-over and retention
- *   relay_capture_dead.c  ... and its events that can never be produced, kept as dead rows */
+ *   relay_capture.c   relay.capture = wal: the stream from the replication slot, its state
+ *                     in relay_capture_int.h (with relay_capture_slot.c and _dead.c) */
 #ifndef OUTBOX_RELAY_INT_H
 #define OUTBOX_RELAY_INT_H
 
@@ -46,9 +45,6 @@
 #include "io/producer.h"
 #include "daemon/progress.h"
 #include "core/pgoutput.h"
-#include "core/capture_ahead.h"
-#include "core/capture_plan.h"
-#include "core/capture_slot.h"
 #include "core/sql.h"
 #include "core/sql_floor.h"
 #include "core/sql_capture.h"
@@ -69,27 +65,6 @@ _Static_assert(RELAY_BATCHES_IN_FLIGHT == PLAN_TXN_BATCHES_MAX, "the producer's 
 #define OPAQUE_ROW_BITS 20
 _Static_assert(100000 < (1 << OPAQUE_ROW_BITS), "batch_size must fit the opaque's row bits");
 
-struct capture_dead;
-
-/* relay.capture = wal (relay_capture.c): the stream's rules are the plan's
- * (core/capture_plan.h); what is here carries them out. */
-struct capture {
-    bool on;                    /* relay.capture = wal */
-    struct capture_plan plan;   /* what was read, sent, acknowledged, confirmed */
-    struct repl_conn repl;
-    struct pgo_relations rels;
-    struct wal_event ev;
-    struct wal_columns cols;    /* relay.column_*: what an Insert is read from */
-    struct event_placement placement;
-    uint64_t slot_query_ms;     /* next slot query */
-    /* events that can never be produced, to be kept as dead rows (relay_capture_dead.c) */
-    struct capture_dead *dead;
-    size_t n_dead, dead_cap;
-    bool dead_sending;
-    uint64_t dead_retry_ms;
-    struct capture_ahead ahead; /* read while a commit runs */
-};
-
 struct relay {
     uv_loop_t *loop;
     const struct relay_config *cfg;
@@ -98,8 +73,8 @@ struct relay {
     void *reload_arg;
     struct sql_statements sql;
     char claim_table[CONFIG_RELATION_MAX]; /* debezium, polled: the view the statements read */
-    struct sql_capture csql;    /* relay.capture = wal */
-    struct capture cap;
+    struct capture *cap;        /* relay.capture = wal: its own state (relay_capture_int.h);
+                                   NULL when polling */
     struct pg_conn pg;
     struct producer prod;
 
@@ -237,31 +212,17 @@ void relay_on_listen(struct pg_conn *pg, PGresult *res, void *arg);
 bool relay_replace_producer(struct relay *r);
 void relay_fence_step(struct relay *r, const struct plan_state *s);
 
-/* relay_capture.c */
-int relay_capture_init(struct relay *r);
+/* relay_capture.c: relay.capture = wal behind one interface. Started with
+ * the relay (nothing when polling), stepped after every event, stopped and
+ * freed with it; the rest of the daemon sees only its status (what plan_next
+ * needs to know of it), the plan's statements it runs, and Kafka's reports. */
+int relay_capture_start(struct relay *r);
 void relay_capture_step(struct relay *r);
-bool relay_capture_settled(const struct relay *r);
+void relay_capture_status(const struct relay *r, struct plan_state *s);
+void relay_capture_act(struct relay *r, enum plan_act act);
 void relay_capture_on_report(struct relay *r, void *opaque, rd_kafka_resp_err_t err);
-struct capture_env relay_capture_env(const struct relay *r);
-void relay_capture_carry(struct relay *r, struct capture_acts a);
-void relay_capture_close(struct relay *r);
+void relay_capture_stop(struct relay *r);
 void relay_capture_free(struct relay *r);
-
-/* relay_capture_slot.c */
-bool relay_capture_heartbeat_due(const struct relay *r);
-void relay_capture_heartbeat(struct relay *r);
-bool relay_capture_slot_query_due(const struct relay *r);
-void relay_capture_slot_query(struct relay *r);
-void relay_capture_retention(struct relay *r);
-void relay_capture_take_over(struct relay *r);
-
-/* relay_capture_dead.c */
-bool relay_capture_dead_queue(struct relay *r, const struct event_row *row, const char *event_id,
-                              const char *why);
-bool relay_capture_dead_due(const struct relay *r);
-void relay_capture_dead_record(struct relay *r);
-void relay_capture_dead_clear(struct relay *r);
-void relay_capture_dead_free(struct relay *r);
 
 /* relay.c */
 void relay_finish(struct relay *r);

@@ -501,3 +501,11 @@ bool capture_plan_status_due(const struct capture_plan *p, uint64_t now_ms)
 {
     return p->state == CAPTURE_STREAMING && now_ms - p->status_sent_ms >= CAPTURE_STATUS_EVERY_MS;
 }
+
+double capture_plan_lag(const struct capture_plan *p, double now, double epoch_unix_s)
+{
+    if (pgo_acks_waiting(&p->acks) == 0 || p->oldest_commit_us <= 0)
+        return 0;
+    double lag = now - ((double)p->oldest_commit_us / 1e6 + epoch_unix_s);
+    return lag > 0 ? lag : 0;
+}

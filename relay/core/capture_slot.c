@@ -1,6 +1,6 @@
 /* capture_slot.c — relay.capture = wal: the slot as pg_replication_slots
  * shows it, read into what the relay reports, and what an operator is told
- * to do about the server's refusals. */
+ * to do about the server's refusals and a dead row it would not keep. */
 #include "core/capture_slot.h"
 
 #include <stdio.h>
@@ -67,11 +67,31 @@ void capture_explain(const char *why, const char *sqlstate, char *out, size_t le
     snprintf(out, len, "%s%s", why, hint);
 }
 
-void capture_retention_bound(double t, char *out, size_t len)
+bool capture_dead_refused(const char *sqlstate, const char *event_id, const char *why,
+                          char *reason, size_t len)
 {
+    /* A lost connection, a conflict or a shutdown passes; anything else
+     * (no privilege, a column missing) will not: the stream stops here. */
+    if (strncmp(sqlstate, "08", 2) == 0 || strncmp(sqlstate, "40", 2) == 0 ||
+        strncmp(sqlstate, "53", 2) == 0 || strncmp(sqlstate, "57", 2) == 0)
+        return false;
+    snprintf(reason, len,
+             "event %.36s cannot be produced (%.90s) and cannot be kept as a dead row "
+             "(SQLSTATE %.5s%s)", event_id, why, sqlstate,
+             strcmp(sqlstate, "42501") == 0 ? ": the role needs INSERT and UPDATE on the table" : "");
+    return true;
+}
+
+bool capture_retention_bound(bool delete, double last_commit, double now, long retention_ms,
+                             char *out, size_t len)
+{
+    double t = delete ? last_commit : now - (double)retention_ms / 1000.0;
+    if (t <= 0)
+        return false;
     time_t secs = (time_t)t;
     struct tm tm;
     gmtime_r(&secs, &tm);
     size_t n = strftime(out, len, "%Y-%m-%d %H:%M:%S", &tm);
     snprintf(out + n, len - n, ".%06d+00", (int)((t - (double)secs) * 1e6));
+    return true;
 }

@@ -11,17 +11,14 @@
  *
  * The main connection (relay.c) keeps the leader lock and runs what the
  * capture asks of it through the plan: heartbeats, the slot query, retention. */
-#include "daemon/relay_int.h"
-
-#include "core/pgoutput.h"
-#include "core/wal_event.h"
+#include "daemon/relay_capture_int.h"
 
 static bool take_frame(struct relay *r, const uint8_t *buf, size_t len);
 
 struct capture_env relay_capture_env(const struct relay *r)
 {
     const struct producer *p = &r->prod;
-    const struct capture *c = &r->cap;
+    const struct capture *c = r->cap;
     return (struct capture_env){
         .now_ms = uv_now(r->loop),
         .leader = r->st.role == STATS_ROLE_LEADER,
@@ -43,7 +40,7 @@ struct capture_env relay_capture_env(const struct relay *r)
 /* The standby status update: what the slot may forget. */
 static void send_status(struct relay *r)
 {
-    struct capture *c = &r->cap;
+    struct capture *c = r->cap;
     uint8_t msg[PGO_STATUS_UPDATE_LEN];
     int64_t now_us = (int64_t)((stats_now() - (double)PGB_EPOCH_UNIX_S) * 1e6);
     size_t n = pgo_status_update(msg, c->plan.received, c->plan.confirmed, now_us, false);
@@ -56,24 +53,10 @@ static void send_status(struct relay *r)
     }
 }
 
-/* The commit times of the transactions read and not confirmed: the oldest
- * one's age is the replication lag. */
-static void lag_update(struct relay *r)
-{
-    const struct capture_plan *p = &r->cap.plan;
-    double oldest = (double)p->oldest_commit_us / 1e6 + (double)PGB_EPOCH_UNIX_S;
-    r->st.slot.lag_seconds =
-        pgo_acks_waiting(&p->acks) > 0 && p->oldest_commit_us > 0 ? stats_now() - oldest : 0;
-    if (r->st.slot.lag_seconds < 0)
-        r->st.slot.lag_seconds = 0;
-}
-
-/* ---- reading ahead while a commit runs ----------------------------------- */
-
-/* Offers the frames read ahead, oldest first. @return true when none is left. */
+/* Offers the frames read while a commit ran, oldest first. @return true when none is left. */
 static bool ahead_drain(struct relay *r)
 {
-    struct capture *c = &r->cap;
+    struct capture *c = r->cap;
     const uint8_t *buf;
     size_t len;
     while (c->plan.state == CAPTURE_STREAMING && capture_ahead_peek(&c->ahead, &buf, &len) &&
@@ -90,7 +73,7 @@ static void on_txn_ended(void *arg, unsigned gen, enum producer_txn_result res, 
     struct relay *r = arg;
     bool ok = res == PRODUCER_TXN_DONE;
     if (ok) {
-        log_debug("transaction committed", "messages=%ld ms=%" PRIu64, r->cap.plan.done_msgs,
+        log_debug("transaction committed", "messages=%ld ms=%" PRIu64, r->cap->plan.done_msgs,
                   relay_now_ms(r) - r->txn_start_ms);
     } else {
         r->st.txn_aborted_total++;
@@ -98,12 +81,12 @@ static void on_txn_ended(void *arg, unsigned gen, enum producer_txn_result res, 
                  "error=%s", log_quote(why));
     }
     struct capture_env e = relay_capture_env(r);
-    relay_capture_carry(r, capture_plan_committed(&r->cap.plan, &e, ok));
+    relay_capture_carry(r, capture_plan_committed(&r->cap->plan, &e, ok));
 }
 
 static void start(struct relay *r)
 {
-    struct capture *c = &r->cap;
+    struct capture *c = r->cap;
     pgo_relations_free(&c->rels);
     relay_capture_dead_clear(r); /* unconfirmed: the new stream reads those events again */
     capture_ahead_clear(&c->ahead);
@@ -115,7 +98,7 @@ static void start(struct relay *r)
 
 void relay_capture_carry(struct relay *r, struct capture_acts a)
 {
-    struct capture *c = &r->cap;
+    struct capture *c = r->cap;
     struct capture_env e;
     if (a.what & CAP_DO_CLOSE) {
         if (a.why)
@@ -136,7 +119,7 @@ void relay_capture_carry(struct relay *r, struct capture_acts a)
     if (a.what & CAP_DO_STATUS)
         send_status(r);
     if (a.what & CAP_DO_CONFIRMED)
-        lag_update(r);
+        r->st.slot.lag_seconds = capture_plan_lag(&c->plan, stats_now(), PGB_EPOCH_UNIX_S);
     if (a.what & CAP_DO_RESUME)
         repl_resume(&c->repl);
     if ((a.what & CAP_DO_DRAIN_KICK) && ahead_drain(r))
@@ -169,7 +152,7 @@ void relay_capture_on_report(struct relay *r, void *opaque, rd_kafka_resp_err_t 
                                : STATS_FAIL_RETRIABLE]++;
     }
     struct capture_env e = relay_capture_env(r);
-    relay_capture_carry(r, capture_plan_report(&r->cap.plan, &e, (uint64_t)(uintptr_t)opaque, ok));
+    relay_capture_carry(r, capture_plan_report(&r->cap->plan, &e, (uint64_t)(uintptr_t)opaque, ok));
 }
 
 /* ---- the stream ---------------------------------------------------------- */
@@ -177,7 +160,7 @@ void relay_capture_on_report(struct relay *r, void *opaque, rd_kafka_resp_err_t 
 /* Hands event @p row of the source transaction being read to the producer. */
 static enum capture_send produce(struct relay *r, const struct event_row *row, char *err, size_t errlen)
 {
-    struct capture *c = &r->cap;
+    struct capture *c = r->cap;
     char topic[256];
     int rc = relay_row_topic(r, row, topic, sizeof topic, err, errlen) < 0 ? -EINVAL : 0;
     if (rc == 0) {
@@ -222,7 +205,7 @@ static bool poison(struct relay *r, const struct event_row *row, uint64_t lsn, c
               "lsn=%s outbox_id=%" PRId64 " event_id=%s error=%s", at, row ? row->id : 0, event_id,
               log_quote(why));
     struct capture_env e = relay_capture_env(r);
-    relay_capture_carry(r, capture_plan_halt(&r->cap.plan, &e));
+    relay_capture_carry(r, capture_plan_halt(&r->cap->plan, &e));
     relay_notify_status(r);
     return false;
 }
@@ -230,7 +213,7 @@ static bool poison(struct relay *r, const struct event_row *row, uint64_t lsn, c
 /* One pgoutput message. @return false when it must be offered again later. */
 static bool on_change(struct relay *r, const struct pgo_msg *m, uint64_t lsn)
 {
-    struct capture *c = &r->cap;
+    struct capture *c = r->cap;
     struct capture_env e = relay_capture_env(r);
     char err[512];
     int rc = 0;
@@ -254,14 +237,8 @@ static bool on_change(struct relay *r, const struct pgo_msg *m, uint64_t lsn)
         wal_event_clear(&c->ev);
         return false;
     }
-    if (v == CAPTURE_SEND_POISON && m->kind == PGO_MESSAGE) {
-        /* No row holds a message: what it said goes with the error. */
-        size_t n = strlen(err), k = 0;
-        n += (size_t)snprintf(err + n, sizeof err - n, "; content: ");
-        for (; k < m->content_len && n + 1 < sizeof err; k++)
-            err[n++] = m->content[k] >= 0x20 && m->content[k] < 0x7f ? m->content[k] : '?';
-        err[n] = '\0';
-    }
+    if (v == CAPTURE_SEND_POISON && m->kind == PGO_MESSAGE)
+        wal_event_message_context(m, err, sizeof err);
     bool go_on = v == CAPTURE_SENT ||
                  poison(r, c->ev.row.aggregate_type ? &c->ev.row : NULL, lsn, err);
     wal_event_clear(&c->ev);
@@ -271,7 +248,7 @@ static bool on_change(struct relay *r, const struct pgo_msg *m, uint64_t lsn)
 /* One XLogData or keepalive. @return false when it must be offered again later. */
 static bool take_frame(struct relay *r, const uint8_t *buf, size_t len)
 {
-    struct capture *c = &r->cap;
+    struct capture *c = r->cap;
     struct capture_env e = relay_capture_env(r);
     struct capture_acts a = { 0 };
     struct pgo_frame f;
@@ -305,7 +282,7 @@ static bool on_data(struct repl_conn *rc, const uint8_t *buf, size_t len, void *
 {
     (void)rc;
     struct relay *r = arg;
-    struct capture *c = &r->cap;
+    struct capture *c = r->cap;
     /* Behind what was read ahead, in order. */
     if (capture_ahead_left(&c->ahead)) {
         if (!c->plan.committing)
@@ -327,7 +304,7 @@ static void on_idle(struct repl_conn *rc, void *arg)
     (void)rc;
     struct relay *r = arg;
     struct capture_env e = relay_capture_env(r);
-    relay_capture_carry(r, capture_plan_idle(&r->cap.plan, &e));
+    relay_capture_carry(r, capture_plan_idle(&r->cap->plan, &e));
 }
 
 static void on_streaming(struct repl_conn *rc, void *arg)
@@ -335,19 +312,19 @@ static void on_streaming(struct repl_conn *rc, void *arg)
     (void)rc;
     struct relay *r = arg;
     char at[PGO_LSN_TEXT];
-    pgo_lsn_text(r->cap.plan.confirmed, at);
+    pgo_lsn_text(r->cap->plan.confirmed, at);
     r->st.slot.streaming = true;
     r->st.slot.problem[0] = '\0';
     log_info("streaming from the replication slot", "slot=%s publication=%s from_lsn=%s",
              r->cfg->slot, r->cfg->publication, at);
-    relay_capture_carry(r, capture_plan_streaming(&r->cap.plan));
+    relay_capture_carry(r, capture_plan_streaming(&r->cap->plan));
 }
 
 static void on_lost(struct repl_conn *rc, const char *why, const char *sqlstate, void *arg)
 {
     (void)rc;
     struct relay *r = arg;
-    enum capture_state state = r->cap.plan.state;
+    enum capture_state state = r->cap->plan.state;
     if (state != CAPTURE_ENDING) { /* ended as asked: nothing to say */
         if (*sqlstate || state != CAPTURE_STREAMING)
             capture_explain(why, sqlstate, r->st.slot.problem, sizeof r->st.slot.problem);
@@ -356,19 +333,19 @@ static void on_lost(struct repl_conn *rc, const char *why, const char *sqlstate,
                  "slot=%s error=%s sqlstate=%s", r->cfg->slot, log_quote(why), sqlstate);
     }
     struct capture_env e = relay_capture_env(r);
-    relay_capture_carry(r, capture_plan_lost(&r->cap.plan, &e, strcmp(sqlstate, "55006") == 0));
+    relay_capture_carry(r, capture_plan_lost(&r->cap->plan, &e, strcmp(sqlstate, "55006") == 0));
 }
 
 bool relay_capture_settled(const struct relay *r)
 {
     struct capture_env e = relay_capture_env(r);
-    return !r->cap.on || capture_plan_settled(&r->cap.plan, &e);
+    return !r->cap || capture_plan_settled(&r->cap->plan, &e);
 }
 
 void relay_capture_step(struct relay *r)
 {
-    struct capture *c = &r->cap;
-    if (!c->on)
+    struct capture *c = r->cap;
+    if (!c)
         return;
     struct capture_env e = relay_capture_env(r);
     /* What was read ahead goes first, before the plan says whether to read on. */
@@ -379,19 +356,17 @@ void relay_capture_step(struct relay *r)
     relay_capture_carry(r, capture_plan_step(&c->plan, &e));
     if (e.leader && !e.stopping && !e.refused && !e.halted && !e.finished &&
         c->plan.state != CAPTURE_OFF)
-        lag_update(r);
+        r->st.slot.lag_seconds = capture_plan_lag(&c->plan, stats_now(), PGB_EPOCH_UNIX_S);
 }
 
-/* ---- life ---------------------------------------------------------------- */
+/* ---- the interface: life, status, the plan's statements --------------------- */
 
-int relay_capture_init(struct relay *r)
+static int capture_setup(struct relay *r, struct capture *c)
 {
-    struct capture *c = &r->cap;
-    memset(c, 0, sizeof *c);
-    capture_plan_init(&c->plan);
-    if (r->cfg->capture != RELAY_CAPTURE_WAL)
-        return 0;
     const struct relay_config *cfg = r->cfg;
+    capture_plan_init(&c->plan);
+    if (sql_capture_init(&c->sql, cfg->schema, cfg->table, cfg->publication) < 0)
+        return -EINVAL;
     (void)event_placement_parse(cfg->additional_placement, &c->placement, NULL, 0);
     c->cols = (struct wal_columns){
         .relay_table = cfg->profile == RELAY_PROFILE_OUTBOX,
@@ -400,24 +375,60 @@ int relay_capture_init(struct relay *r)
         .payload = cfg->column_payload, .created_at = cfg->column_created_at,
         .placement = &c->placement,
     };
-    struct repl_callbacks cb = {
-        .on_streaming = on_streaming,
-        .on_data = on_data,
-        .on_idle = on_idle,
-        .on_lost = on_lost,
-        .arg = r,
-    };
-    if (repl_init(&c->repl, r->loop, r->cfg->pg_conninfo, &cb) < 0)
+    struct repl_callbacks cb = { .on_streaming = on_streaming, .on_data = on_data,
+                                 .on_idle = on_idle, .on_lost = on_lost, .arg = r };
+    return repl_init(&c->repl, r->loop, cfg->pg_conninfo, &cb) < 0 ? -ENOMEM : 0;
+}
+
+int relay_capture_start(struct relay *r)
+{
+    if (r->cfg->capture != RELAY_CAPTURE_WAL)
+        return 0;
+    struct capture *c = calloc(1, sizeof *c);
+    if (!c)
         return -ENOMEM;
-    c->on = true;
+    int rc = capture_setup(r, c);
+    if (rc < 0) {
+        sql_capture_free(&c->sql);
+        free(c);
+        return rc;
+    }
+    r->cap = c;
     r->st.slot.enabled = true;
     return 0;
 }
 
-void relay_capture_close(struct relay *r)
+void relay_capture_status(const struct relay *r, struct plan_state *s)
 {
-    struct capture *c = &r->cap;
-    if (!c->on)
+    const struct capture *c = r->cap;
+    if (!c)
+        return;
+    s->n_hot = 0; /* nothing claimed or marked */
+    s->capture_wal = true;
+    s->heartbeat_due = relay_capture_heartbeat_due(r);
+    s->slot_query_due = relay_capture_slot_query_due(r);
+    s->capture_streaming = c->plan.state == CAPTURE_STREAMING;
+    s->slot_busy = c->plan.slot_busy;
+    s->dead_due = relay_capture_dead_due(r);
+    s->capture_unsettled = !relay_capture_settled(r);
+}
+
+void relay_capture_act(struct relay *r, enum plan_act act)
+{
+    switch (act) {
+    case PLAN_RETENTION: relay_capture_retention(r); break;
+    case PLAN_HEARTBEAT: relay_capture_heartbeat(r); break;
+    case PLAN_SLOT_QUERY: relay_capture_slot_query(r); break;
+    case PLAN_SLOT_TAKE_OVER: relay_capture_take_over(r); break;
+    case PLAN_RECORD_DEAD: relay_capture_dead_record(r); break;
+    default: break;
+    }
+}
+
+void relay_capture_stop(struct relay *r)
+{
+    struct capture *c = r->cap;
+    if (!c)
         return;
     repl_close(&c->repl);
     c->plan.state = CAPTURE_OFF;
@@ -426,8 +437,8 @@ void relay_capture_close(struct relay *r)
 
 void relay_capture_free(struct relay *r)
 {
-    struct capture *c = &r->cap;
-    if (!c->on)
+    struct capture *c = r->cap;
+    if (!c)
         return;
     repl_free(&c->repl);
     capture_plan_free(&c->plan);
@@ -435,5 +446,7 @@ void relay_capture_free(struct relay *r)
     wal_event_clear(&c->ev);
     relay_capture_dead_free(r);
     capture_ahead_free(&c->ahead);
-    c->on = false;
+    sql_capture_free(&c->sql);
+    free(c);
+    r->cap = NULL;
 }

@@ -11,7 +11,7 @@
  * dead` lists it and `outbox-relay replay` sends it once fixed. A stream
  * cannot hold one aggregate back and relay the others, so hold_aggregate
  * dead-letters in this mode; halt stops the stream on the event. */
-#include "daemon/relay_int.h"
+#include "daemon/relay_capture_int.h"
 
 struct capture_dead {
     unsigned gen;              /* the stream it came from */
@@ -38,7 +38,7 @@ static void dead_pop(struct capture *c)
 bool relay_capture_dead_queue(struct relay *r, const struct event_row *row, const char *event_id,
                               const char *why)
 {
-    struct capture *c = &r->cap;
+    struct capture *c = r->cap;
     if (c->n_dead == c->dead_cap) {
         size_t cap = c->dead_cap ? 2 * c->dead_cap : 8;
         struct capture_dead *v = realloc(c->dead, cap * sizeof *v);
@@ -59,7 +59,7 @@ bool relay_capture_dead_queue(struct relay *r, const struct event_row *row, cons
 
 bool relay_capture_dead_due(const struct relay *r)
 {
-    const struct capture *c = &r->cap;
+    const struct capture *c = r->cap;
     return c->n_dead > 0 && !c->dead_sending && uv_now(r->loop) >= c->dead_retry_ms;
 }
 
@@ -67,7 +67,7 @@ static void on_recorded(struct pg_conn *pg, PGresult *res, void *arg)
 {
     (void)pg;
     struct relay *r = arg;
-    struct capture *c = &r->cap;
+    struct capture *c = r->cap;
     c->dead_sending = false;
     if (!res || c->n_dead == 0)
         return; /* the connection is gone: the record is sent again on the next */
@@ -76,17 +76,9 @@ static void on_recorded(struct pg_conn *pg, PGresult *res, void *arg)
         const char *state = pg_sqlstate(res);
         log_error("cannot record an event that cannot be produced",
                   "event_id=%s error=%s", d->params[0], log_quote(PQresultErrorMessage(res)));
-        /* A lost connection, a conflict or a shutdown passes; anything else
-         * (no privilege, a column missing) will not: the stream stops here. */
-        bool passing = strncmp(state, "08", 2) == 0 || strncmp(state, "40", 2) == 0 ||
-                       strncmp(state, "53", 2) == 0 || strncmp(state, "57", 2) == 0;
-        if (!passing) {
+        if (capture_dead_refused(state, d->params[0], d->params[8], r->st.halt_reason,
+                                 sizeof r->st.halt_reason)) {
             r->st.halted = true;
-            snprintf(r->st.halt_reason, sizeof r->st.halt_reason,
-                     "event %.36s cannot be produced (%.90s) and cannot be kept as a dead row "
-                     "(SQLSTATE %.5s%s)", d->params[0], d->params[8], state,
-                     strcmp(state, "42501") == 0 ? ": the role needs INSERT and UPDATE on the table"
-                                                 : "");
             log_error("relaying halted: an event can neither be produced nor kept as a dead row",
                       "event_id=%s reason=%s", d->params[0], log_quote(r->st.halt_reason));
             relay_notify_status(r);
@@ -108,17 +100,17 @@ static void on_recorded(struct pg_conn *pg, PGresult *res, void *arg)
 
 void relay_capture_dead_record(struct relay *r)
 {
-    struct capture *c = &r->cap;
+    struct capture *c = r->cap;
     struct capture_dead *d = &c->dead[0];
     c->dead_sending = true;
-    if (pg_query(&r->pg, r->csql.record_dead, SQL_CAPTURE_DEAD_NPARAMS, (const char *const *)d->params,
+    if (pg_query(&r->pg, c->sql.record_dead, SQL_CAPTURE_DEAD_NPARAMS, (const char *const *)d->params,
                  on_recorded, r) < 0)
         c->dead_sending = false;
 }
 
 void relay_capture_dead_clear(struct relay *r)
 {
-    struct capture *c = &r->cap;
+    struct capture *c = r->cap;
     while (c->n_dead > 0 && !c->dead_sending)
         dead_pop(c);
     /* one being written finishes; its stream's acknowledgement is ignored */
@@ -130,7 +122,7 @@ void relay_capture_dead_clear(struct relay *r)
 
 void relay_capture_dead_free(struct relay *r)
 {
-    struct capture *c = &r->cap;
+    struct capture *c = r->cap;
     for (size_t i = 0; i < c->n_dead; i++)
         dead_free(&c->dead[i]);
     free(c->dead);

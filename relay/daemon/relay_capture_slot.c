@@ -3,7 +3,7 @@
  * it (every few seconds, for every role), the heartbeat that keeps an idle
  * slot moving, ending a deposed leader's walsender, and retention of the rows
  * the relay only reads. */
-#include "daemon/relay_int.h"
+#include "daemon/relay_capture_int.h"
 
 /* The slot's row is read this often, whatever the role. */
 #define CAPTURE_SLOT_QUERY_EVERY_MS 5000
@@ -12,7 +12,7 @@
 
 bool relay_capture_heartbeat_due(const struct relay *r)
 {
-    return r->cap.on && capture_plan_heartbeat_due(&r->cap.plan, uv_now(r->loop), r->cfg->heartbeat_ms);
+    return capture_plan_heartbeat_due(&r->cap->plan, uv_now(r->loop), r->cfg->heartbeat_ms);
 }
 
 static void on_heartbeat(struct pg_conn *pg, PGresult *res, void *arg)
@@ -33,13 +33,13 @@ static void on_heartbeat(struct pg_conn *pg, PGresult *res, void *arg)
 void relay_capture_heartbeat(struct relay *r)
 {
     const char *params[] = { SQL_CAPTURE_HEARTBEAT_PREFIX };
-    capture_plan_heartbeat_sent(&r->cap.plan, relay_now_ms(r));
-    pg_query(&r->pg, r->csql.heartbeat, 1, params, on_heartbeat, r);
+    capture_plan_heartbeat_sent(&r->cap->plan, relay_now_ms(r));
+    pg_query(&r->pg, r->cap->sql.heartbeat, 1, params, on_heartbeat, r);
 }
 
 bool relay_capture_slot_query_due(const struct relay *r)
 {
-    return r->cap.on && relay_now_ms((struct relay *)r) >= r->cap.slot_query_ms;
+    return relay_now_ms((struct relay *)r) >= r->cap->slot_query_ms;
 }
 
 static void on_slot(struct pg_conn *pg, PGresult *res, void *arg)
@@ -64,15 +64,15 @@ static void on_slot(struct pg_conn *pg, PGresult *res, void *arg)
     }
     struct capture_names names = { r->cfg->slot, r->cfg->publication, r->cfg->schema, r->cfg->table };
     capture_slot_read(s, v, &names, stats_now(),
-                      r->cap.plan.state == CAPTURE_STREAMING || r->st.role != STATS_ROLE_LEADER);
+                      r->cap->plan.state == CAPTURE_STREAMING || r->st.role != STATS_ROLE_LEADER);
     relay_step(r);
 }
 
 void relay_capture_slot_query(struct relay *r)
 {
     const char *params[] = { r->cfg->slot, r->cfg->publication };
-    r->cap.slot_query_ms = relay_now_ms(r) + CAPTURE_SLOT_QUERY_EVERY_MS;
-    pg_query(&r->pg, r->csql.slot_status, 2, params, on_slot, r);
+    r->cap->slot_query_ms = relay_now_ms(r) + CAPTURE_SLOT_QUERY_EVERY_MS;
+    pg_query(&r->pg, r->cap->sql.slot_status, 2, params, on_slot, r);
 }
 
 static void on_taken_over(struct pg_conn *pg, PGresult *res, void *arg)
@@ -88,15 +88,15 @@ static void on_taken_over(struct pg_conn *pg, PGresult *res, void *arg)
         log_warn("ended the session that read the replication slot: this relay leads",
                  "slot=%s pid=%s application_name=%s", r->cfg->slot, PQgetvalue(res, i, 0),
                  log_quote(PQgetvalue(res, i, 1)));
-    capture_plan_retry_at(&r->cap.plan, relay_now_ms(r) + 100); /* its walsender needs a moment to exit */
+    capture_plan_retry_at(&r->cap->plan, relay_now_ms(r) + 100); /* its walsender needs a moment to exit */
     relay_step(r);
 }
 
 void relay_capture_take_over(struct relay *r)
 {
     const char *params[] = { r->cfg->slot };
-    capture_plan_taking_over(&r->cap.plan);
-    pg_query(&r->pg, r->csql.take_over, 1, params, on_taken_over, r);
+    capture_plan_taking_over(&r->cap->plan);
+    pg_query(&r->pg, r->cap->sql.take_over, 1, params, on_taken_over, r);
 }
 
 /* Retention of rows the relay only read: on_sent = mark keeps them for
@@ -124,15 +124,13 @@ static void on_retention(struct pg_conn *pg, PGresult *res, void *arg)
 void relay_capture_retention(struct relay *r)
 {
     char bound[64], limit[16] = "1000";
-    double t = r->cfg->on_sent == RELAY_ON_SENT_DELETE ? r->st.slot.last_commit_time
-                                                       : stats_now() - (double)r->cfg->retention_ms / 1000.0;
-    if (t <= 0) {
+    if (!capture_retention_bound(r->cfg->on_sent == RELAY_ON_SENT_DELETE, r->st.slot.last_commit_time,
+                                 stats_now(), r->cfg->retention_ms, bound, sizeof bound)) {
         r->retention_due = false;
         r->last_retention_ms = relay_now_ms(r);
         return;
     }
-    capture_retention_bound(t, bound, sizeof bound);
     const char *params[] = { bound, limit };
-    pg_query(&r->pg, r->csql.retention, 2, params, on_retention, r);
+    pg_query(&r->pg, r->cap->sql.retention, 2, params, on_retention, r);
 }
 

@@ -59,7 +59,7 @@ static void batch_done(struct relay *r, struct batch *b)
 void relay_on_report(void *opaque, rd_kafka_resp_err_t err, void *arg)
 {
     struct relay *r = arg;
-    if (r->cap.on) {
+    if (r->cap) {
         relay_capture_on_report(r, opaque, err);
         return;
     }

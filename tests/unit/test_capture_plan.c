@@ -8,6 +8,7 @@
 
 #include <criterion/criterion.h>
 
+#include "core/capture_ahead.h"
 #include "core/capture_plan.h"
 #include "core/capture_slot.h"
 #include "core/plan.h"
@@ -470,4 +471,85 @@ Test(capture_plan, a_refusal_of_the_server_says_what_to_do)
     cr_assert(strstr(out, "another client reads the slot"));
     capture_explain("other", "", out, sizeof out);
     cr_assert_str_eq(out, "other");
+}
+
+Test(capture_plan, the_lag_is_the_age_of_the_oldest_transaction_not_confirmed)
+{
+    struct capture_env e = leader_env(PRODUCER_TXN_OFF);
+    struct capture_plan p = streaming(&e);
+    cr_assert_eq(capture_plan_lag(&p, 1000.0, 0), 0.0, "nothing waits");
+    capture_plan_begin(&p, 400 * 1000000LL);
+    send_one(&p, &e);
+    cr_assert_float_eq(capture_plan_lag(&p, 1000.0, 0), 600.0, 1e-6);
+    cr_assert_eq(capture_plan_lag(&p, 100.0, 0), 0.0, "a clock behind is no lag");
+    capture_plan_free(&p);
+}
+
+/* ---- what the server answers (capture_slot.c) and frames read ahead (capture_ahead.c) ---- */
+
+Test(capture_plan, a_dead_row_refused_for_good_halts_and_a_passing_failure_does_not)
+{
+    char reason[256];
+    cr_assert_not(capture_dead_refused("08006", "id", "bad topic", reason, sizeof reason));
+    cr_assert_not(capture_dead_refused("40001", "id", "bad topic", reason, sizeof reason));
+    cr_assert(capture_dead_refused("42501", "id", "bad topic", reason, sizeof reason));
+    cr_assert(strstr(reason, "the role needs INSERT and UPDATE"), "%s", reason);
+    cr_assert(capture_dead_refused("42703", "id", "bad topic", reason, sizeof reason));
+}
+
+Test(capture_plan, the_slot_row_is_read_with_what_is_wrong)
+{
+    struct stats_slot s = { 0 };
+    const char *v[SLOT_NCOLS] = { 0 };
+    struct capture_names n = { "outbox_relay", "outbox_pub", "public", "outbox" };
+    v[SLOT_EXISTS] = "f";
+    capture_slot_read(&s, v, &n, 5.0, true);
+    cr_assert_not(s.known);
+    cr_assert(strstr(s.problem, "does not exist"));
+    v[SLOT_EXISTS] = v[SLOT_DATABASE_OK] = v[SLOT_PUBLICATION_OK] = "t";
+    v[SLOT_CONFIRMED_LSN] = "0/16B3748";
+    v[SLOT_LAG_BYTES] = "42";
+    capture_slot_read(&s, v, &n, 6.0, false);
+    cr_assert(strstr(s.problem, "does not exist"), "a leader not streaming keeps its problem");
+    capture_slot_read(&s, v, &n, 7.0, true);
+    cr_assert_str_eq(s.problem, "");
+    cr_assert_eq(s.confirmed_lsn, 0x16B3748);
+    cr_assert_eq(s.lag_bytes, 42);
+    v[SLOT_WAL_STATUS] = "lost";
+    capture_slot_read(&s, v, &n, 8.0, true);
+    cr_assert(strstr(s.problem, "invalidated"));
+}
+
+Test(capture_plan, retention_is_bounded_by_the_last_confirmed_commit_or_the_retention)
+{
+    char bound[64];
+    cr_assert_not(capture_retention_bound(true, 0, 1000.0, 0, bound, sizeof bound),
+                  "nothing confirmed yet: nothing deleted");
+    cr_assert(capture_retention_bound(true, 86400.5, 1e9, 0, bound, sizeof bound));
+    cr_assert_str_eq(bound, "1970-01-02 00:00:00.500000+00");
+    cr_assert(capture_retention_bound(false, 0, 86400.0 * 2, 86400000L, bound, sizeof bound));
+    cr_assert_str_eq(bound, "1970-01-02 00:00:00.000000+00");
+}
+
+Test(capture_plan, frames_read_ahead_come_back_in_order_within_their_budget)
+{
+    struct capture_ahead q = { 0 };
+    const uint8_t a[] = "first", b[] = "second";
+    cr_assert(capture_ahead_push(&q, a, sizeof a));
+    cr_assert(capture_ahead_push(&q, b, sizeof b));
+    const uint8_t *buf;
+    size_t len;
+    cr_assert(capture_ahead_peek(&q, &buf, &len));
+    cr_assert(len == sizeof a && memcmp(buf, a, len) == 0);
+    capture_ahead_pop(&q);
+    cr_assert(capture_ahead_peek(&q, &buf, &len));
+    cr_assert(len == sizeof b && memcmp(buf, b, len) == 0);
+    capture_ahead_pop(&q);
+    cr_assert_not(capture_ahead_left(&q));
+    static uint8_t big[CAPTURE_AHEAD_BYTES];
+    cr_assert(capture_ahead_push(&q, big, sizeof big));
+    cr_assert_not(capture_ahead_push(&q, a, 1), "over the budget: reading stops");
+    capture_ahead_clear(&q);
+    cr_assert_not(capture_ahead_left(&q));
+    capture_ahead_free(&q);
 }
