@@ -52,6 +52,7 @@ struct capture_env {
     bool producer_fatal;
     enum producer_txn_state txn;
     bool txn_doomed;            /* the open Kafka transaction must abort */
+    bool txn_empty;             /* the producer put nothing into its open Kafka transaction */
     size_t n_dead;              /* events waiting to be kept as dead rows */
     bool ahead_left;            /* frames read ahead are still waiting to be taken */
     uint64_t random;            /* any uniformly drawn number: the back-off's jitter */

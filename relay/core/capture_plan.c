@@ -76,6 +76,16 @@ static void commit(struct capture_plan *p, const struct capture_env *e, struct c
 {
     if (p->committing || e->txn != PRODUCER_TXN_OPEN || p->txn_msgs == 0)
         return;
+    if (e->txn_empty) {
+        /* They went with a transaction that ended without this plan, or with
+         * the producer that held it: nothing of them is confirmed, and the
+         * next stream sends them again. Committing the empty one would
+         * confirm what Kafka never got. */
+        p->n_open = 0;
+        p->txn_msgs = 0;
+        p->txn_whole = false;
+        return;
+    }
     struct capture_count *tmp = p->done;
     size_t cap = p->done_cap;
     p->done = p->open;
@@ -461,6 +471,9 @@ struct capture_acts capture_plan_step(struct capture_plan *p, const struct captu
         return a;
     }
     if (p->state == CAPTURE_OFF) {
+        /* A stream that ended while the open Kafka transaction held some of
+         * its messages: the next one waits for them, so they are committed. */
+        commit_held(p, e, &a);
         if (leading && capture_plan_may_produce(p, e) && e->now_ms >= p->restart_at_ms)
             start(p, &a);
         return a;

@@ -29,6 +29,7 @@ struct capture_env relay_capture_env(const struct relay *r)
         .producer_fatal = producer_fatal(p),
         .txn = producer_txn_state(p),
         .txn_doomed = producer_txn_doomed(p),
+        .txn_empty = producer_txn_empty(p),
         .n_dead = c->n_dead,
         .ahead_left = capture_ahead_left(&c->ahead),
         .random = (uint64_t)rand(),

@@ -240,6 +240,47 @@ Test(capture_plan, a_failed_delivery_dooms_the_transaction_which_is_committed_to
     capture_plan_free(&p);
 }
 
+/* A stream lost in the middle of a source transaction: the next one waits
+ * for what the open Kafka transaction holds of it, which is committed. */
+Test(capture_plan, a_stream_lost_with_messages_in_the_kafka_transaction_commits_them)
+{
+    struct capture_env e = leader_env(PRODUCER_TXN_OPEN);
+    struct capture_plan p = streaming(&e);
+    capture_plan_begin(&p, 1);
+    send_one(&p, &e);
+    capture_plan_lost(&p, &e, false);
+    e.now_ms = p.restart_at_ms;
+    struct capture_acts a = capture_plan_step(&p, &e);
+    cr_assert(a.what & CAP_DO_COMMIT);
+    cr_assert_eq(a.what & CAP_DO_START, 0u, "the commit first");
+    e.txn = PRODUCER_TXN_BUSY;
+    capture_plan_committed(&p, &e, true);
+    cr_assert_eq(p.confirmed, 0, "half a source transaction confirms nothing");
+    e.txn = PRODUCER_TXN_OPEN;
+    cr_assert(capture_plan_step(&p, &e).what & CAP_DO_START);
+    capture_plan_free(&p);
+}
+
+/* Messages whose Kafka transaction ended without the plan (or died with its
+ * producer) are in none: committing the producer's empty one would confirm
+ * them. */
+Test(capture_plan, messages_no_kafka_transaction_holds_are_forgotten_not_committed)
+{
+    struct capture_env e = leader_env(PRODUCER_TXN_OPEN);
+    struct capture_plan p = streaming(&e);
+    capture_plan_begin(&p, 1);
+    send_one(&p, &e);
+    capture_plan_commit_seen(&p, &e, 0x100);
+    capture_plan_fail(&p, &e, "the kafka producer failed");
+    e.txn_empty = true; /* a new producer */
+    e.now_ms = p.restart_at_ms;
+    struct capture_acts a = capture_plan_step(&p, &e);
+    cr_assert_eq(a.what & CAP_DO_COMMIT, 0u);
+    cr_assert(a.what & CAP_DO_START, "the next stream sends them again");
+    cr_assert_eq(p.confirmed, 0);
+    capture_plan_free(&p);
+}
+
 /* ---- handing messages to the producer --------------------------------------- */
 
 Test(capture_plan, a_failed_delivery_without_transactions_restarts_the_stream)
