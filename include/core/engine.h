@@ -99,6 +99,10 @@ enum send_verdict {
  *  rendered), @p queue_empty: nothing of the relay's is in the producer. */
 enum send_verdict engine_send_verdict(int rc, bool queue_empty);
 
+/** What the error of a SEND_TOO_LARGE hand-over says after the producer's words. */
+#define ENGINE_TOO_LARGE_WHY " (larger than the producer queue: queue.buffering.max.kbytes)"
+
+
 /* ---- the id ranges of batches in flight ---------------------------------- */
 
 /** Ids lo..hi, both included; empty when lo > hi. */

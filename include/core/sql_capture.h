@@ -5,6 +5,8 @@
 #ifndef OUTBOX_SQL_CAPTURE_H
 #define OUTBOX_SQL_CAPTURE_H
 
+#include <stdint.h>
+
 /** Columns of sql_capture.slot_status, one row, whether the slot exists or not. */
 enum slot_col {
     SLOT_EXISTS = 0,      /* bool */
@@ -52,6 +54,21 @@ enum capture_req_col {
     REQ_NCOLS
 };
 
+/** The parameters of sql_capture.record_dead. */
+#define SQL_CAPTURE_DEAD_NPARAMS 9
+
+struct event_row;
+
+/** Fills @p params, in the order of sql_capture.record_dead, with copies of
+ *  what is known of an event that can never be produced: @p row (NULL for a
+ *  logical message that is not one), its @p event_id and @p why.
+ *  @return 0, or -ENOMEM with nothing left allocated. */
+int sql_capture_dead_params(char *params[SQL_CAPTURE_DEAD_NPARAMS], const struct event_row *row,
+                            const char *event_id, const char *why);
+
+/** Frees what sql_capture_dead_params allocated; every entry becomes NULL. */
+void sql_capture_dead_params_free(char *params[SQL_CAPTURE_DEAD_NPARAMS]);
+
 /** The prefix of the relay's heartbeat messages (never relayed). */
 #define SQL_CAPTURE_HEARTBEAT_PREFIX "outbox-relay-heartbeat"
 
@@ -63,6 +80,14 @@ int sql_capture_init(struct sql_capture *s, const char *schema, const char *tabl
 /** @return true if @p name is a replication slot name PostgreSQL accepts:
  *  [a-z0-9_], 1 to 63 bytes. */
 int sql_capture_slot_valid(const char *name);
+
+/** The START_REPLICATION command that streams slot @p slot from @p lsn with
+ *  pgoutput, publication @p publication and logical messages; the slot is a
+ *  quoted identifier, the publication a quoted identifier inside the option's
+ *  literal. A start LSN past the slot's skips what the relay knows Kafka
+ *  holds but could not confirm before a stream broke. @return a newly
+ *  allocated command, or NULL (a name that is not valid, no memory). */
+char *sql_capture_start_replication(const char *slot, const char *publication, uint64_t lsn);
 
 /** The capture part of `migrate --print-sql`: the publication's DO block, then
  *  the slot's creation with @p slot written as a literal (its own statement).

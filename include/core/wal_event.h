@@ -39,6 +39,7 @@
 #ifndef OUTBOX_WAL_EVENT_H
 #define OUTBOX_WAL_EVENT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -79,6 +80,17 @@ int wal_event_from_insert_cols(const struct pgo_msg *m, int64_t commit_time_us,
  *  missing, NULL or unreadable: the row is poison; -ENOMEM. */
 int wal_event_from_insert(const struct pgo_msg *m, int64_t commit_time_us, struct wal_event *ev,
                           char *errbuf, size_t errlen);
+
+/** Whether pgoutput message @p m is an event to relay: an Insert into
+ *  @p schema.@p table of a row not already settled (sent_at or dead_at set:
+ *  the relay's own dead-row copies, or rows inserted as sent), or a logical
+ *  message with @p prefix. */
+bool wal_event_wanted(const struct pgo_msg *m, const char *schema, const char *table,
+                      const char *prefix);
+
+/** Appends what logical message @p m says (its printable bytes) to the
+ *  error in @p err (@p len bytes): no row holds a message to look at. */
+void wal_event_message_context(const struct pgo_msg *m, char *err, size_t len);
 
 /** The event of logical message @p m (the caller checked its prefix) into
  *  @p ev (overwritten, as above), read at @p lsn (the id's source when the

@@ -7,9 +7,8 @@
  *   relay_leader.c    the session checks, the schema check, the leader lock and refusals
  *   relay_fence.c     the Kafka transaction that fences a deposed leader; replacing the producer
  *   relay_quiet.c     the quiet lock: writers send no NOTIFY while the leader drains
- *   relay_capture.c   relay.capture = wal: the stream from the replication slot
- *   relay_capture_slot.c  ... the slot query, heartbeat, slot take-over and retention
- *   relay_capture_dead.c  ... and its events that can never be produced, kept as dead rows */
+ *   relay_capture.c   relay.capture = wal: the stream from the replication slot, its state
+ *                     in relay_capture_int.h (with relay_capture_slot.c and _dead.c) */
 #ifndef OUTBOX_RELAY_INT_H
 #define OUTBOX_RELAY_INT_H
 
@@ -66,59 +65,6 @@ _Static_assert(RELAY_BATCHES_IN_FLIGHT == PLAN_TXN_BATCHES_MAX, "the producer's 
 #define OPAQUE_ROW_BITS 20
 _Static_assert(100000 < (1 << OPAQUE_ROW_BITS), "batch_size must fit the opaque's row bits");
 
-/* Messages of one source transaction in one Kafka transaction. */
-struct capture_count {
-    uint64_t seq;
-    long n;
-};
-
-struct capture_dead;
-struct capture_frame;
-
-enum capture_state { CAPTURE_OFF = 0, CAPTURE_STARTING, CAPTURE_STREAMING, CAPTURE_ENDING };
-
-/* relay.capture = wal (relay_capture.c). */
-struct capture {
-    bool on;                    /* relay.capture = wal */
-    enum capture_state state;
-    struct repl_conn repl;
-    struct pgo_relations rels;
-    struct pgo_acks acks;       /* what may be confirmed: one entry per source transaction */
-    struct wal_event ev;
-    struct wal_columns cols;    /* relay.column_*: what an Insert is read from */
-    struct event_placement placement;
-    unsigned gen;               /* streams started: reports of an older one are ignored */
-    uint64_t seq;               /* the source transaction being read */
-    bool in_txn;                /* between its Begin and its Commit */
-    int64_t commit_time_us;     /* its commit time (PostgreSQL epoch) */
-    int64_t oldest_commit_us;   /* of the oldest transaction not confirmed: the lag */
-    uint64_t confirmed;         /* reported flushed; where a new stream starts */
-    uint64_t received;          /* how far the stream was read: reported written */
-    uint64_t status_sent_ms;
-    uint64_t last_progress_ms;  /* confirmed moved or a heartbeat was sent */
-    uint64_t slot_query_ms;     /* next slot query */
-    uint64_t restart_at_ms;     /* a stopped stream starts again after this */
-    unsigned failures;          /* consecutive stream failures: the back-off */
-    bool slot_busy;             /* START_REPLICATION refused: another session reads the slot */
-    long unacked;               /* fencing = none: produced by this stream, no report yet */
-    bool queue_full;            /* the producer refused a message: resume on a report */
-    /* events that can never be produced, to be kept as dead rows (relay_capture_dead.c) */
-    struct capture_dead *dead;
-    size_t n_dead, dead_cap;
-    bool dead_sending;
-    uint64_t dead_retry_ms;
-    /* fencing = transactional: the open Kafka transaction and the committing one */
-    long txn_msgs;
-    bool txn_whole;             /* the open Kafka transaction ends a source transaction */
-    struct capture_count *open, *done;
-    size_t n_open, open_cap, n_done, done_cap;
-    long done_msgs;
-    bool committing;
-    /* read ahead while a commit runs (relay_capture.c) */
-    struct capture_frame **ahead;
-    size_t ahead_head, n_ahead, ahead_cap, ahead_bytes;
-};
-
 struct relay {
     uv_loop_t *loop;
     const struct relay_config *cfg;
@@ -127,8 +73,8 @@ struct relay {
     void *reload_arg;
     struct sql_statements sql;
     char claim_table[CONFIG_RELATION_MAX]; /* debezium, polled: the view the statements read */
-    struct sql_capture csql;    /* relay.capture = wal */
-    struct capture cap;
+    struct capture *cap;        /* relay.capture = wal: its own state (relay_capture_int.h);
+                                   NULL when polling */
     struct pg_conn pg;
     struct producer prod;
 
@@ -266,31 +212,17 @@ void relay_on_listen(struct pg_conn *pg, PGresult *res, void *arg);
 bool relay_replace_producer(struct relay *r);
 void relay_fence_step(struct relay *r, const struct plan_state *s);
 
-/* relay_capture.c */
-int relay_capture_init(struct relay *r);
+/* relay_capture.c: relay.capture = wal behind one interface. Started with
+ * the relay (nothing when polling), stepped after every event, stopped and
+ * freed with it; the rest of the daemon sees only its status (what plan_next
+ * needs to know of it), the plan's statements it runs, and Kafka's reports. */
+int relay_capture_start(struct relay *r);
 void relay_capture_step(struct relay *r);
-bool relay_capture_settled(const struct relay *r);
+void relay_capture_status(const struct relay *r, struct plan_state *s);
+void relay_capture_act(struct relay *r, enum plan_act act);
 void relay_capture_on_report(struct relay *r, void *opaque, rd_kafka_resp_err_t err);
-void relay_capture_confirm(struct relay *r, uint64_t lsn);
-void relay_capture_explain(struct relay *r, const char *why, const char *sqlstate);
-void relay_capture_close(struct relay *r);
+void relay_capture_stop(struct relay *r);
 void relay_capture_free(struct relay *r);
-
-/* relay_capture_slot.c */
-bool relay_capture_heartbeat_due(const struct relay *r);
-void relay_capture_heartbeat(struct relay *r);
-bool relay_capture_slot_query_due(const struct relay *r);
-void relay_capture_slot_query(struct relay *r);
-void relay_capture_retention(struct relay *r);
-void relay_capture_take_over(struct relay *r);
-
-/* relay_capture_dead.c */
-bool relay_capture_dead_queue(struct relay *r, const struct event_row *row, const char *event_id,
-                              const char *why);
-bool relay_capture_dead_due(const struct relay *r);
-void relay_capture_dead_record(struct relay *r);
-void relay_capture_dead_clear(struct relay *r);
-void relay_capture_dead_free(struct relay *r);
 
 /* relay.c */
 void relay_finish(struct relay *r);

@@ -128,7 +128,8 @@ const struct param config_params[] = {
     STR("relay", "message_prefix", message_prefix, "outbox", NULL, RESTART,
         "capture=wal: pg_logical_emit_message() events with this prefix are relayed too"),
     ENUM("relay", "on_poison", on_poison, "hold_aggregate", poison_policy_names, RESTART,
-         "a row Kafka will not take: hold_aggregate, dead_letter or halt"),
+         "a row Kafka will not take: hold_aggregate, dead_letter or halt (relay.profile = debezium "
+         "with capture = wal: halt only)"),
     ENUM("relay", "on_sent", on_sent, "mark", sent_actions, RESTART,
          "after Kafka acknowledged a row: mark it sent, or delete it (capture=wal: rows are never "
          "marked; delete removes them once the slot moved past them)"),
@@ -224,7 +225,21 @@ int config_apply_profile(struct relay_config *cfg, char *errbuf, size_t errlen)
         if (rc < 0)
             return rc;
     }
-    return 0;
+    /* Streamed, Debezium's table has no column to keep a dead row in nor a
+     * claim to hold an aggregate back: an event that cannot be produced
+     * halts the relay, and the configuration says so rather than a policy
+     * it cannot follow. */
+    const struct param *poison = config_param_find("relay", "on_poison");
+    if (cfg->capture != RELAY_CAPTURE_WAL || !poison)
+        return 0;
+    if (cfg->explicit_set[poison - config_params] && cfg->on_poison != POISON_HALT)
+        return errbuf_fail(errbuf, errlen,
+                           "relay.on_poison = %s is not possible with relay.profile = debezium "
+                           "and relay.capture = wal: Debezium's table has no column to keep a "
+                           "dead row in, so an event that cannot be produced halts relaying; "
+                           "set relay.on_poison = halt or leave it unset",
+                           poison_policy_names[cfg->on_poison]);
+    return config_param_set(cfg, poison, "halt", errbuf, errlen);
 }
 
 long config_parse_duration(const char *text)

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/event.h"
 #include "core/sql.h"
 
 /* Room for a quoted identifier of at most 48 bytes (sql_ident_valid), and
@@ -183,6 +184,55 @@ int sql_capture_init(struct sql_capture *s, const char *schema, const char *tabl
         return -ENOMEM;
     }
     return 0;
+}
+
+char *sql_capture_start_replication(const char *slot, const char *publication, uint64_t lsn)
+{
+    if (!sql_capture_slot_valid(slot) || !sql_ident_valid(publication))
+        return NULL;
+    char qslot[QIDENT_MAX], qpub[QIDENT_MAX], lpub[QIDENT_MAX + 4];
+    sql_quote_ident(slot, qslot, sizeof qslot);
+    sql_quote_ident(publication, qpub, sizeof qpub);
+    sql_quote_literal(qpub, lpub, sizeof lpub);
+    char *out = NULL;
+    if (sql_build(&out,
+              "START_REPLICATION SLOT %s LOGICAL %X/%X (proto_version '1', "
+              "publication_names %s, messages 'true')",
+              qslot, (unsigned)(lsn >> 32), (unsigned)(lsn & 0xffffffffu), lpub) < 0)
+        return NULL;
+    return out;
+}
+
+static char *dup_or_null(const char *s, size_t len)
+{
+    return s ? strndup(s, len) : NULL;
+}
+
+int sql_capture_dead_params(char *params[SQL_CAPTURE_DEAD_NPARAMS], const struct event_row *row,
+                            const char *event_id, const char *why)
+{
+    const char *empty = "";
+    params[0] = strdup(event_id);
+    params[1] = strdup(row && row->aggregate_type ? row->aggregate_type : empty);
+    params[2] = strdup(row && row->aggregate_id ? row->aggregate_id : empty);
+    params[3] = strdup(row && row->event_type ? row->event_type : empty);
+    params[4] = row && row->topic ? strdup(row->topic) : NULL;
+    params[5] = row ? dup_or_null(row->payload, row->payload_len) : NULL;
+    params[6] = row && row->headers_json ? strdup(row->headers_json) : NULL;
+    params[7] = row && row->created_at && *row->created_at ? strdup(row->created_at) : NULL;
+    params[8] = strdup(why);
+    if (params[0] && params[1] && params[2] && params[3] && params[8])
+        return 0;
+    sql_capture_dead_params_free(params);
+    return -ENOMEM;
+}
+
+void sql_capture_dead_params_free(char *params[SQL_CAPTURE_DEAD_NPARAMS])
+{
+    for (int i = 0; i < SQL_CAPTURE_DEAD_NPARAMS; i++) {
+        free(params[i]);
+        params[i] = NULL;
+    }
 }
 
 char *sql_capture_script(const struct sql_capture *s, const char *slot)

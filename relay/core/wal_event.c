@@ -520,3 +520,27 @@ int wal_event_from_message(const struct pgo_msg *m, uint64_t lsn, int64_t commit
     ev->row.created_at = ev->row.created_at_text;
     return 0;
 }
+
+bool wal_event_wanted(const struct pgo_msg *m, const char *schema, const char *table,
+                      const char *prefix)
+{
+    if (m->kind == PGO_MESSAGE)
+        return strcmp(m->prefix, prefix) == 0;
+    if (m->kind != PGO_INSERT || !m->rel || strcmp(m->rel->nspname, schema) != 0 ||
+        strcmp(m->rel->relname, table) != 0)
+        return false;
+    const struct pgo_value *sent = pgo_column(m, "sent_at");
+    const struct pgo_value *dead = pgo_column(m, "dead_at");
+    return !(sent && sent->text) && !(dead && dead->text);
+}
+
+void wal_event_message_context(const struct pgo_msg *m, char *err, size_t len)
+{
+    size_t n = strlen(err);
+    if (n + 1 >= len)
+        return;
+    n += (size_t)snprintf(err + n, len - n, "; content: ");
+    for (size_t k = 0; k < m->content_len && n + 1 < len; k++)
+        err[n++] = m->content[k] >= 0x20 && m->content[k] < 0x7f ? m->content[k] : '?';
+    err[n < len ? n : len - 1] = '\0';
+}

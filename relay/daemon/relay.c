@@ -92,7 +92,7 @@ static void on_tick(uv_timer_t *t)
     r->backoff = false;
     r->lock_due = true;
     r->wake = true;
-    if (r->cap.on ? r->retention_s > 0 && relay_now_ms(r) - r->last_retention_ms >=
+    if (r->cap ? r->retention_s > 0 && relay_now_ms(r) - r->last_retention_ms >=
                                               PLAN_CAPTURE_RETENTION_EVERY_MS
                   : plan_retention_due(r->retention_s, relay_now_ms(r), r->last_retention_ms))
         r->retention_due = true;
@@ -194,7 +194,7 @@ void relay_finish(struct relay *r)
     uv_close((uv_handle_t *)&r->sigterm, NULL);
     uv_close((uv_handle_t *)&r->sigint, NULL);
     uv_close((uv_handle_t *)&r->sighup, NULL);
-    relay_capture_close(r);
+    relay_capture_stop(r);
     pg_close(&r->pg);
     producer_stop(&r->prod);
     /* the status endpoint answers until here */
@@ -218,7 +218,6 @@ static void relay_free(struct relay *r)
     relay_capture_free(r);
     pg_free(&r->pg);
     sql_statements_free(&r->sql);
-    sql_capture_free(&r->csql);
     sql_session_free(&r->ssql);
     for (int k = 0; k < N_BATCHES; k++) {
         relay_batch_reset(&r->b[k]); /* the claim result a batch may hold */
@@ -276,9 +275,7 @@ static int relay_prepare(struct relay *r, const struct relay_config *cfg)
         relay_free(r);
         return EXIT_CONFIG;
     }
-    if (cfg->capture == RELAY_CAPTURE_WAL &&
-        (sql_capture_init(&r->csql, cfg->schema, cfg->table, cfg->publication) < 0 ||
-         relay_capture_init(r) < 0)) {
+    if (relay_capture_start(r) < 0) {
         log_error("cannot set up log-based capture", "schema=%s table=%s", cfg->schema, cfg->table);
         relay_free(r);
         return EXIT_CONFIG;

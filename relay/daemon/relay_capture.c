@@ -5,40 +5,35 @@
  * Only the leader streams (the slot admits one reader anyway). Each Insert
  * into the outbox table, and each logical message with relay.message_prefix,
  * becomes the same Kafka message a claimed row would; nothing is written to
- * the table. The standby status update reports a source transaction's end
- * LSN as flushed only once every message of it, and of every transaction
- * before it, is acknowledged by Kafka — committed, with fencing =
- * transactional (pgo_acks keeps one entry per transaction in flight). Any
- * failure restarts the stream from what was confirmed: the server sends
- * again what followed, so nothing is lost and what was in flight may come twice.
+ * the table. What the stream may do — produce, commit to Kafka, confirm,
+ * restart, stop — is the capture plan's (core/capture_plan.c): this file
+ * hands it the stream's events and carries out its answers.
  *
  * The main connection (relay.c) keeps the leader lock and runs what the
  * capture asks of it through the plan: heartbeats, the slot query, retention. */
-#include "daemon/relay_int.h"
+#include "daemon/relay_capture_int.h"
 
-#include "core/pgoutput.h"
-#include "core/wal_event.h"
+static bool take_frame(struct relay *r, const uint8_t *buf, size_t len);
 
-/* A Kafka transaction is committed once the stream has nothing more to read
- * right now, or once it carries this many messages (under a backlog). */
-#define CAPTURE_TXN_MAX_MSGS 10000
-#define CAPTURE_STATUS_EVERY_MS 10000
-#define CAPTURE_RETRY_MS 1000
-
-/* The stream generation in a delivery report's opaque, above the transaction's sequence. */
-#define OPAQUE_GEN_SHIFT 48
-
-static void capture_stop(struct relay *r, const char *why, bool failed);
-static bool ahead_drain(struct relay *r);
-
-static double pg_epoch_to_unix(int64_t us)
+struct capture_env relay_capture_env(const struct relay *r)
 {
-    return (double)us / 1e6 + (double)PGB_EPOCH_UNIX_S;
-}
-
-static bool transactional(const struct relay *r)
-{
-    return producer_txn_state(&r->prod) != PRODUCER_TXN_OFF;
+    const struct producer *p = &r->prod;
+    const struct capture *c = r->cap;
+    return (struct capture_env){
+        .now_ms = uv_now(r->loop),
+        .leader = r->st.role == STATS_ROLE_LEADER,
+        .stopping = r->stopping,
+        .halted = r->st.halted,
+        .refused = r->st.refused,
+        .finished = r->finished,
+        .producer_fatal = producer_fatal(p),
+        .txn = producer_txn_state(p),
+        .txn_doomed = producer_txn_doomed(p),
+        .txn_empty = producer_txn_empty(p),
+        .n_dead = c->n_dead,
+        .ahead_left = capture_ahead_left(&c->ahead),
+        .random = (uint64_t)rand(),
+    };
 }
 
 /* ---- confirming ---------------------------------------------------------- */
@@ -46,137 +41,109 @@ static bool transactional(const struct relay *r)
 /* The standby status update: what the slot may forget. */
 static void send_status(struct relay *r)
 {
-    struct capture *c = &r->cap;
+    struct capture *c = r->cap;
     uint8_t msg[PGO_STATUS_UPDATE_LEN];
     int64_t now_us = (int64_t)((stats_now() - (double)PGB_EPOCH_UNIX_S) * 1e6);
-    size_t n = pgo_status_update(msg, c->received, c->confirmed, now_us, false);
+    size_t n = pgo_status_update(msg, c->plan.received, c->plan.confirmed, now_us, false);
     if (repl_send(&c->repl, msg, n) == 0) {
         char at[PGO_LSN_TEXT];
-        pgo_lsn_text(c->confirmed, at);
-        c->status_sent_ms = relay_now_ms(r);
-        r->st.slot.flushed_lsn = c->confirmed;
+        pgo_lsn_text(c->plan.confirmed, at);
+        capture_plan_status_sent(&c->plan, relay_now_ms(r));
+        r->st.slot.flushed_lsn = c->plan.confirmed;
         log_debug("confirmed", "lsn=%s", at);
     }
 }
 
-/* The acknowledgements say @p lsn may be confirmed. */
-void relay_capture_confirm(struct relay *r, uint64_t lsn)
+/* Offers the frames read while a commit ran, oldest first. @return true when none is left. */
+static bool ahead_drain(struct relay *r)
 {
-    struct capture *c = &r->cap;
-    if (lsn <= c->confirmed)
-        return;
-    c->confirmed = lsn;
-    c->last_progress_ms = relay_now_ms(r);
-    r->st.slot.last_commit_time = stats_now();
-    send_status(r);
+    struct capture *c = r->cap;
+    const uint8_t *buf;
+    size_t len;
+    while (c->plan.state == CAPTURE_STREAMING && capture_ahead_peek(&c->ahead, &buf, &len) &&
+           take_frame(r, buf, len))
+        capture_ahead_pop(&c->ahead);
+    return !capture_ahead_left(&c->ahead);
 }
 
-/* The commit times of the transactions read and not confirmed: the oldest
- * one's age is the replication lag. */
-static void lag_update(struct relay *r)
-{
-    struct capture *c = &r->cap;
-    r->st.slot.lag_seconds = pgo_acks_waiting(&c->acks) > 0 && c->oldest_commit_us > 0
-                                 ? stats_now() - pg_epoch_to_unix(c->oldest_commit_us)
-                                 : 0;
-    if (r->st.slot.lag_seconds < 0)
-        r->st.slot.lag_seconds = 0;
-}
-
-/* ---- the Kafka transaction ----------------------------------------------- */
+/* ---- carrying out the plan's answers -------------------------------------- */
 
 static void on_txn_ended(void *arg, unsigned gen, enum producer_txn_result res, const char *why)
 {
     (void)gen;
     struct relay *r = arg;
-    struct capture *c = &r->cap;
-    c->committing = false;
-    uint64_t ms = relay_now_ms(r) - r->txn_start_ms;
-    if (res == PRODUCER_TXN_DONE) {
-        uint64_t lsn = c->confirmed;
-        for (size_t i = 0; i < c->n_done; i++)
-            lsn = pgo_acks_done_n(&c->acks, c->done[i].seq, c->done[i].n);
-        r->st.published_total += (uint64_t)c->done_msgs;
-        log_debug("transaction committed", "messages=%ld ms=%" PRIu64, c->done_msgs, ms);
-        c->n_done = 0;
-        c->done_msgs = 0;
-        relay_capture_confirm(r, lsn);
-        lag_update(r);
-        /* What was read ahead during the commit is produced now; the socket
-         * may have nothing more for a while (a trickle), so the read that
-         * ends in on_idle, which commits it, is not left to the next event. */
-        if (ahead_drain(r))
-            repl_kick(&c->repl);
+    bool ok = res == PRODUCER_TXN_DONE;
+    if (ok) {
+        log_debug("transaction committed", "messages=%ld ms=%" PRIu64, r->cap->plan.done_msgs,
+                  relay_now_ms(r) - r->txn_start_ms);
     } else {
         r->st.txn_aborted_total++;
         log_warn("kafka transaction aborted; the stream restarts from the confirmed position",
                  "error=%s", log_quote(why));
-        c->n_done = 0;
-        c->done_msgs = 0;
-        capture_stop(r, "kafka transaction aborted", true);
     }
-    relay_step(r);
+    struct capture_env e = relay_capture_env(r);
+    relay_capture_carry(r, capture_plan_committed(&r->cap->plan, &e, ok));
 }
 
-/* The messages of the open Kafka transaction become the committing ones. */
-static void txn_commit(struct relay *r)
+static void start(struct relay *r)
 {
-    struct capture *c = &r->cap;
-    if (c->committing || producer_txn_state(&r->prod) != PRODUCER_TXN_OPEN)
-        return;
-    if (c->txn_msgs == 0)
-        return;
-    struct capture_count *tmp = c->done;
-    size_t cap = c->done_cap;
-    c->done = c->open;
-    c->n_done = c->n_open;
-    c->done_cap = c->open_cap;
-    c->done_msgs = c->txn_msgs;
-    c->open = tmp;
-    c->open_cap = cap;
-    c->n_open = 0;
-    c->txn_msgs = 0;
-    c->txn_whole = false;
-    c->committing = true;
-    if (producer_txn_commit(&r->prod, on_txn_ended, r) == 0) {
+    struct capture *c = r->cap;
+    pgo_relations_free(&c->rels);
+    relay_capture_dead_clear(r); /* unconfirmed: the new stream reads those events again */
+    capture_ahead_clear(&c->ahead);
+    char *cmd = sql_capture_start_replication(r->cfg->slot, r->cfg->publication, c->plan.confirmed);
+    struct capture_env e = relay_capture_env(r);
+    capture_plan_started(&c->plan, &e, cmd && repl_start(&c->repl, cmd) == 0);
+    free(cmd);
+}
+
+void relay_capture_carry(struct relay *r, struct capture_acts a)
+{
+    struct capture *c = r->cap;
+    struct capture_env e;
+    if (a.what & CAP_DO_CLOSE) {
+        if (a.why)
+            log_info("replication stream stopped", "reason=%s", log_quote(a.why));
+        repl_close(&c->repl);
+        r->st.slot.streaming = false;
+        r->st.slot.lag_seconds = 0;
+    }
+    if (a.what & CAP_DO_COMMIT) {
         r->txn_start_ms = relay_now_ms(r);
-        return;
+        e = relay_capture_env(r);
+        if (producer_txn_commit(&r->prod, on_txn_ended, r) < 0)
+            relay_capture_carry(r, capture_plan_commit_refused(&c->plan, &e));
     }
-    c->committing = false;
-    capture_stop(r, "cannot commit the kafka transaction", true);
-}
-
-
-/* One message of source transaction @p seq went into the open Kafka transaction. */
-static bool count_open(struct capture *c, uint64_t seq)
-{
-    if (c->n_open > 0 && c->open[c->n_open - 1].seq == seq) {
-        c->open[c->n_open - 1].n++;
-        return true;
+    r->st.published_total += (uint64_t)a.published;
+    if (a.what & CAP_DO_CONFIRMED)
+        r->st.slot.last_commit_time = stats_now();
+    if (a.what & CAP_DO_STATUS)
+        send_status(r);
+    if (a.what & CAP_DO_CONFIRMED)
+        r->st.slot.lag_seconds = capture_plan_lag(&c->plan, stats_now(), PGB_EPOCH_UNIX_S);
+    if (a.what & CAP_DO_RESUME)
+        repl_resume(&c->repl);
+    if ((a.what & CAP_DO_DRAIN_KICK) && ahead_drain(r))
+        repl_kick(&c->repl);
+    if (a.what & CAP_DO_END) {
+        bool ended = repl_end(&c->repl) == 0;
+        if (ended)
+            log_info("replication stream stopped", "reason=stopping");
+        e = relay_capture_env(r);
+        relay_capture_carry(r, capture_plan_ended(&c->plan, &e, ended));
     }
-    if (c->n_open == c->open_cap) {
-        size_t cap = c->open_cap ? 2 * c->open_cap : 64;
-        struct capture_count *v = realloc(c->open, cap * sizeof *v);
-        if (!v)
-            return false;
-        c->open = v;
-        c->open_cap = cap;
-    }
-    c->open[c->n_open++] = (struct capture_count){ .seq = seq, .n = 1 };
-    return true;
+    if (a.what & CAP_DO_START)
+        start(r);
+    if (a.what & CAP_DO_STEP)
+        relay_step(r);
 }
 
 /* ---- delivery reports ---------------------------------------------------- */
 
 void relay_capture_on_report(struct relay *r, void *opaque, rd_kafka_resp_err_t err)
 {
-    struct capture *c = &r->cap;
-    uint64_t v = (uint64_t)(uintptr_t)opaque;
-    unsigned gen = (unsigned)(v >> OPAQUE_GEN_SHIFT);
-    uint64_t seq = v & ((1ull << OPAQUE_GEN_SHIFT) - 1);
-    if (c->unacked > 0 && gen == (c->gen & 0xffff))
-        c->unacked--;
-    if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+    bool ok = err == RD_KAFKA_RESP_ERR_NO_ERROR;
+    if (!ok) {
         if (log_limit_allow(&r->failures, stats_mono(), LOG_LVL_WARN, "delivery failed",
                             rd_kafka_err2name(err), 0))
             log_warn("delivery failed; the stream restarts from the confirmed position",
@@ -184,55 +151,32 @@ void relay_capture_on_report(struct relay *r, void *opaque, rd_kafka_resp_err_t 
         r->st.failed_total[kafka_fault_of(err, producer_fatal(&r->prod)) == KAFKA_FAULT_OURS
                                ? STATS_FAIL_PERMANENT
                                : STATS_FAIL_RETRIABLE]++;
-        if (!transactional(r) && gen == (c->gen & 0xffff))
-            capture_stop(r, "a delivery failed", true);
-        /* transactional: the failure dooms the transaction; its commit aborts */
-        if (transactional(r) && c->txn_msgs > 0)
-            txn_commit(r);
-        relay_step(r);
-        return;
     }
-    if (c->queue_full) {
-        c->queue_full = false;
-        repl_resume(&c->repl);
-    }
-    if (transactional(r) || gen != (c->gen & 0xffff))
-        return;
-    r->st.published_total++;
-    relay_capture_confirm(r, pgo_acks_done(&c->acks, seq));
-    lag_update(r);
-    if (c->unacked == 0 && c->state == CAPTURE_OFF)
-        relay_step(r); /* a restart waited for the reports */
+    struct capture_env e = relay_capture_env(r);
+    relay_capture_carry(r, capture_plan_report(&r->cap->plan, &e, (uint64_t)(uintptr_t)opaque, ok));
 }
 
 /* ---- the stream ---------------------------------------------------------- */
 
-/* Produces event @p ev of source transaction c->seq. @return 0; -ENOBUFS when
- * the producer cannot take it now (offered again later); -EINVAL for an event
- * that can never be produced (err says why). */
-static int produce(struct relay *r, const struct event_row *row, char *err, size_t errlen)
+/* Hands event @p row of the source transaction being read to the producer. */
+static enum capture_send produce(struct relay *r, const struct event_row *row, char *err, size_t errlen)
 {
-    struct capture *c = &r->cap;
+    struct capture *c = r->cap;
     char topic[256];
-    if (relay_row_topic(r, row, topic, sizeof topic, err, errlen) < 0)
-        return -EINVAL;
-    void *opaque = (void *)(uintptr_t)(((uint64_t)(c->gen & 0xffff) << OPAQUE_GEN_SHIFT) | c->seq);
-    err[0] = '\0';
-    int rc = producer_send(&r->prod, row, topic, opaque, err, errlen);
-    if (rc == -ENOBUFS)
-        return -ENOBUFS;
-    if (rc == -EIO)
-        return -EIO;
-    if (rc < 0)
-        return -EINVAL;
-    pgo_acks_sent(&c->acks, c->seq);
-    if (transactional(r)) {
-        c->txn_msgs++;
-        count_open(c, c->seq);
-    } else {
-        c->unacked++;
+    int rc = relay_row_topic(r, row, topic, sizeof topic, err, errlen) < 0 ? -EINVAL : 0;
+    if (rc == 0) {
+        err[0] = '\0';
+        void *opaque = (void *)(uintptr_t)capture_plan_opaque(&c->plan);
+        rc = producer_send(&r->prod, row, topic, opaque, err, errlen);
     }
-    return 0;
+    struct capture_env e = relay_capture_env(r);
+    struct capture_acts a = { 0 };
+    bool too_large = false;
+    enum capture_send v = capture_plan_sent(&c->plan, &e, rc, &too_large, &a);
+    if (too_large)
+        snprintf(err + strlen(err), errlen - strlen(err), ENGINE_TOO_LARGE_WHY);
+    relay_capture_carry(r, a);
+    return v;
 }
 
 /* An event that can never be produced (@p why): kept as a dead row and
@@ -241,14 +185,12 @@ static int produce(struct relay *r, const struct event_row *row, char *err, size
  * @return true when the stream goes on. */
 static bool poison(struct relay *r, const struct event_row *row, uint64_t lsn, const char *why)
 {
-    struct capture *c = &r->cap;
     char at[PGO_LSN_TEXT], lsn_id[PGB_UUID_TEXT];
     pgo_lsn_text(lsn, at);
     wal_event_lsn_id(lsn, lsn_id);
     const char *event_id = row && row->event_id && *row->event_id ? row->event_id : lsn_id;
     r->st.failed_total[STATS_FAIL_INVALID]++;
-    /* Debezium's table has no columns to keep a dead row in: it halts. */
-    if (!r->poison->halts && r->cfg->profile == RELAY_PROFILE_OUTBOX) {
+    if (!capture_plan_poison_halts(r->poison->halts, r->cfg->profile == RELAY_PROFILE_OUTBOX)) {
         char reason[600];
         snprintf(reason, sizeof reason, "%s (at LSN %s)", why, at);
         if (relay_capture_dead_queue(r, row, event_id, reason))
@@ -263,133 +205,66 @@ static bool poison(struct relay *r, const struct event_row *row, uint64_t lsn, c
               "by advancing the slot past it) and restart",
               "lsn=%s outbox_id=%" PRId64 " event_id=%s error=%s", at, row ? row->id : 0, event_id,
               log_quote(why));
-    /* What came before it is good: committed and confirmed; the stream stays
-     * stopped on this message until the process ends. */
-    if (transactional(r) && c->txn_msgs > 0)
-        txn_commit(r);
+    struct capture_env e = relay_capture_env(r);
+    relay_capture_carry(r, capture_plan_halt(&r->cap->plan, &e));
     relay_notify_status(r);
     return false;
-}
-
-/* Rows the relay itself writes already settled (a dead-letter copy) or that
- * an application inserts as sent are not events. */
-static bool settled_row(const struct pgo_msg *m)
-{
-    const struct pgo_value *sent = pgo_column(m, "sent_at");
-    const struct pgo_value *dead = pgo_column(m, "dead_at");
-    return (sent && sent->text) || (dead && dead->text);
-}
-
-static bool ours(const struct relay *r, const struct pgo_relation *rel)
-{
-    return rel && strcmp(rel->nspname, r->cfg->schema) == 0 && strcmp(rel->relname, r->cfg->table) == 0;
 }
 
 /* One pgoutput message. @return false when it must be offered again later. */
 static bool on_change(struct relay *r, const struct pgo_msg *m, uint64_t lsn)
 {
-    struct capture *c = &r->cap;
+    struct capture *c = r->cap;
+    struct capture_env e = relay_capture_env(r);
     char err[512];
     int rc = 0;
-    switch (m->kind) {
-    case PGO_BEGIN:
-        c->in_txn = true;
-        c->seq = pgo_acks_begin(&c->acks);
-        c->commit_time_us = m->commit_time_us;
-        if (pgo_acks_waiting(&c->acks) == 1)
-            c->oldest_commit_us = m->commit_time_us;
-        return c->seq != 0;
-    case PGO_COMMIT:
-        c->in_txn = false;
-        c->txn_whole = c->txn_whole || c->txn_msgs > 0;
-        pgo_acks_commit(&c->acks, c->seq, m->end_lsn);
+    if (m->kind == PGO_BEGIN)
+        return capture_plan_begin(&c->plan, m->commit_time_us);
+    if (m->kind == PGO_COMMIT) {
         r->st.slot.transactions_total++;
-        relay_capture_confirm(r, c->acks.confirmed);
-        if (pgo_acks_waiting(&c->acks) == 1)
-            c->oldest_commit_us = c->commit_time_us;
-        return true;
-    case PGO_INSERT:
-        if (!ours(r, m->rel) || settled_row(m))
-            return true;
-        rc = wal_event_from_insert_cols(m, c->commit_time_us, &c->cols, &c->ev, err, sizeof err);
-        break;
-    case PGO_MESSAGE:
-        if (strcmp(m->prefix, r->cfg->message_prefix) != 0)
-            return true;
-        rc = wal_event_from_message(m, lsn, c->commit_time_us, &c->ev, err, sizeof err);
-        break;
-    default:
+        relay_capture_carry(r, capture_plan_commit_seen(&c->plan, &e, m->end_lsn));
         return true;
     }
-    if (rc == 0)
-        rc = produce(r, &c->ev.row, err, sizeof err);
-    if (rc == -ENOBUFS || rc == -EIO) {
+    /* Rows the relay itself writes already settled (a dead-letter copy) or
+     * that an application inserts as sent are not events. */
+    if (!wal_event_wanted(m, r->cfg->schema, r->cfg->table, r->cfg->message_prefix))
+        return true;
+    if (m->kind == PGO_INSERT)
+        rc = wal_event_from_insert_cols(m, c->plan.commit_time_us, &c->cols, &c->ev, err, sizeof err);
+    else
+        rc = wal_event_from_message(m, lsn, c->plan.commit_time_us, &c->ev, err, sizeof err);
+    enum capture_send v = rc == 0 ? produce(r, &c->ev.row, err, sizeof err) : CAPTURE_SEND_POISON;
+    if (v == CAPTURE_SEND_LATER) {
         wal_event_clear(&c->ev);
-        /* A full queue empties as Kafka acknowledges: a commit (which
-         * flushes) or the reports resume the stream. */
-        c->queue_full = rc == -ENOBUFS;
-        if (c->queue_full && transactional(r) && c->txn_msgs > 0)
-            txn_commit(r);
         return false;
     }
-    if (rc < 0 && m->kind == PGO_MESSAGE) {
-        /* No row holds a message: what it said goes with the error. */
-        size_t n = strlen(err), k = 0;
-        n += (size_t)snprintf(err + n, sizeof err - n, "; content: ");
-        for (; k < m->content_len && n + 1 < sizeof err; k++)
-            err[n++] = m->content[k] >= 0x20 && m->content[k] < 0x7f ? m->content[k] : '?';
-        err[n] = '\0';
-    }
-    bool go_on = rc == 0 || poison(r, c->ev.row.aggregate_type ? &c->ev.row : NULL, lsn, err);
+    if (v == CAPTURE_SEND_POISON && m->kind == PGO_MESSAGE)
+        wal_event_message_context(m, err, sizeof err);
+    bool go_on = v == CAPTURE_SENT ||
+                 poison(r, c->ev.row.aggregate_type ? &c->ev.row : NULL, lsn, err);
     wal_event_clear(&c->ev);
     return go_on;
-}
-
-/* Whether new messages may go to Kafka now: the leader, a producer with an
- * open transaction (or none), no commit running. */
-static bool may_produce(const struct relay *r)
-{
-    enum producer_txn_state t = producer_txn_state(&r->prod);
-    /* Stopping, the source transaction being read is finished first: its
-     * events are then confirmed, and the next relay does not send them again. */
-    bool stopping = r->stopping && !r->cap.in_txn;
-    return r->st.role == STATS_ROLE_LEADER && !stopping && !r->st.halted && !r->st.refused &&
-           !producer_fatal(&r->prod) && !r->cap.committing &&
-           (t == PRODUCER_TXN_OFF || (t == PRODUCER_TXN_OPEN && !producer_txn_doomed(&r->prod)));
 }
 
 /* One XLogData or keepalive. @return false when it must be offered again later. */
 static bool take_frame(struct relay *r, const uint8_t *buf, size_t len)
 {
-    struct capture *c = &r->cap;
+    struct capture *c = r->cap;
+    struct capture_env e = relay_capture_env(r);
+    struct capture_acts a = { 0 };
     struct pgo_frame f;
     if (pgo_frame_parse(buf, len, &f) < 0) {
-        capture_stop(r, "unreadable replication message", true);
+        relay_capture_carry(r, capture_plan_fail(&c->plan, &e, "unreadable replication message"));
         return true;
     }
     if (f.kind == PGO_KEEPALIVE) {
-        /* Frames come in order: what a keepalive says was sent has been read. */
-        if (f.end_lsn > c->received)
-            c->received = f.end_lsn;
-        /* With nothing read left unconfirmed, the server's position is
-         * confirmed itself: the slot moves past WAL that held no event, and
-         * a server shutting down, whose walsender waits until its last
-         * position is confirmed, does not wait for the next event. */
-        bool idle = !c->in_txn && pgo_acks_waiting(&c->acks) == 0;
-        if (idle && f.end_lsn > c->confirmed) {
-            c->confirmed = f.end_lsn;
-            send_status(r);
-        } else if (f.reply_requested) {
-            send_status(r);
-        }
+        relay_capture_carry(r, capture_plan_keepalive(&c->plan, f.end_lsn, f.reply_requested));
         return true;
     }
-    /* A full transaction waits here, before its message is decoded. */
-    if (!may_produce(r) || (transactional(r) && c->txn_msgs >= CAPTURE_TXN_MAX_MSGS)) {
-        if (transactional(r) && c->txn_msgs > 0)
-            txn_commit(r);
+    bool admitted = capture_plan_admit(&c->plan, &e, &a);
+    relay_capture_carry(r, a);
+    if (!admitted)
         return false;
-    }
     struct pgo_msg m;
     int d = pgo_decode(&c->rels, f.data, f.len, &m);
     if (d < 0) {
@@ -400,87 +275,24 @@ static bool take_frame(struct relay *r, const uint8_t *buf, size_t len)
     if (!on_change(r, &m, f.start_lsn))
         return false;
     r->st.slot.received_lsn = f.start_lsn;
-    if (f.end_lsn > c->received)
-        c->received = f.end_lsn;
+    capture_plan_read(&c->plan, f.end_lsn);
     return true;
-}
-
-/* ---- reading ahead while a commit runs ----------------------------------- */
-
-/* While a Kafka transaction commits nothing can be produced; the stream is
- * read on into memory meanwhile (up to CAPTURE_AHEAD_BYTES), so PostgreSQL's
- * walsender is not held back by the commit's round trips. */
-#define CAPTURE_AHEAD_BYTES (2 << 20)
-
-struct capture_frame {
-    size_t len;
-    uint8_t data[];
-};
-
-static bool ahead_push(struct capture *c, const uint8_t *buf, size_t len)
-{
-    if (c->ahead_bytes + len > CAPTURE_AHEAD_BYTES)
-        return false;
-    if (c->n_ahead == c->ahead_cap) {
-        size_t cap = c->ahead_cap ? 2 * c->ahead_cap : 256;
-        struct capture_frame **v = realloc(c->ahead, cap * sizeof *v);
-        if (!v)
-            return false;
-        c->ahead = v;
-        c->ahead_cap = cap;
-    }
-    struct capture_frame *f = malloc(sizeof *f + len);
-    if (!f)
-        return false;
-    f->len = len;
-    memcpy(f->data, buf, len);
-    c->ahead[c->n_ahead++] = f;
-    c->ahead_bytes += len;
-    return true;
-}
-
-/* Offers the frames read ahead, oldest first. @return true when none is left. */
-static bool ahead_drain(struct relay *r)
-{
-    struct capture *c = &r->cap;
-    size_t i = c->ahead_head;
-    while (i < c->n_ahead && c->state == CAPTURE_STREAMING) {
-        struct capture_frame *f = c->ahead[i];
-        if (!take_frame(r, f->data, f->len))
-            break;
-        c->ahead_bytes -= f->len;
-        free(f);
-        i++;
-    }
-    c->ahead_head = i;
-    if (i < c->n_ahead)
-        return false;
-    c->ahead_head = c->n_ahead = 0;
-    return true;
-}
-
-static void ahead_clear(struct capture *c)
-{
-    for (size_t i = c->ahead_head; i < c->n_ahead; i++)
-        free(c->ahead[i]);
-    c->ahead_head = c->n_ahead = 0;
-    c->ahead_bytes = 0;
 }
 
 static bool on_data(struct repl_conn *rc, const uint8_t *buf, size_t len, void *arg)
 {
     (void)rc;
     struct relay *r = arg;
-    struct capture *c = &r->cap;
+    struct capture *c = r->cap;
     /* Behind what was read ahead, in order. */
-    if (c->n_ahead > c->ahead_head) {
-        if (!c->committing)
+    if (capture_ahead_left(&c->ahead)) {
+        if (!c->plan.committing)
             ahead_drain(r);
-        if (c->n_ahead > c->ahead_head) /* a commit began while they were taken */
-            return c->committing && ahead_push(c, buf, len);
+        if (capture_ahead_left(&c->ahead)) /* a commit began while they were taken */
+            return c->plan.committing && capture_ahead_push(&c->ahead, buf, len);
     }
-    if (c->committing)
-        return ahead_push(c, buf, len);
+    if (c->plan.committing)
+        return capture_ahead_push(&c->ahead, buf, len);
     return take_frame(r, buf, len);
 }
 
@@ -492,211 +304,70 @@ static void on_idle(struct repl_conn *rc, void *arg)
 {
     (void)rc;
     struct relay *r = arg;
-    struct capture *c = &r->cap;
-    /* Half a source transaction confirms nothing: the rest is on its way. */
-    if (transactional(r) && c->txn_whole && !c->committing)
-        txn_commit(r);
+    struct capture_env e = relay_capture_env(r);
+    relay_capture_carry(r, capture_plan_idle(&r->cap->plan, &e));
 }
 
 static void on_streaming(struct repl_conn *rc, void *arg)
 {
     (void)rc;
     struct relay *r = arg;
-    struct capture *c = &r->cap;
     char at[PGO_LSN_TEXT];
-    pgo_lsn_text(c->confirmed, at);
-    c->state = CAPTURE_STREAMING;
-    c->failures = 0;
+    pgo_lsn_text(r->cap->plan.confirmed, at);
     r->st.slot.streaming = true;
     r->st.slot.problem[0] = '\0';
     log_info("streaming from the replication slot", "slot=%s publication=%s from_lsn=%s",
              r->cfg->slot, r->cfg->publication, at);
-    send_status(r);
-}
-
-/* What the server's refusal means for the operator. */
-void relay_capture_explain(struct relay *r, const char *why, const char *sqlstate)
-{
-    const char *hint = "";
-    if (strcmp(sqlstate, "42704") == 0)
-        hint = "; create it with `outbox-relay migrate` (relay.capture = wal)";
-    else if (strcmp(sqlstate, "55000") == 0)
-        hint = "; the slot was invalidated (max_slot_wal_keep_size): events after its last "
-               "confirmed position may be gone. Drop and create it (`outbox-relay slot drop "
-               "--yes`, `outbox-relay migrate`), then `outbox-relay verify` the window and "
-               "`outbox-relay replay` what it finds missing";
-    else if (strcmp(sqlstate, "55006") == 0)
-        hint = "; another client reads the slot";
-    else if (strcmp(sqlstate, "42501") == 0 || strcmp(sqlstate, "28000") == 0)
-        hint = "; the role needs the REPLICATION attribute";
-    snprintf(r->st.slot.problem, sizeof r->st.slot.problem, "%s%s", why, hint);
+    relay_capture_carry(r, capture_plan_streaming(&r->cap->plan));
 }
 
 static void on_lost(struct repl_conn *rc, const char *why, const char *sqlstate, void *arg)
 {
     (void)rc;
     struct relay *r = arg;
-    struct capture *c = &r->cap;
-    if (c->state == CAPTURE_ENDING) {
-        capture_stop(r, NULL, false); /* ended as asked */
-        relay_step(r);
-        return;
+    enum capture_state state = r->cap->plan.state;
+    if (state != CAPTURE_ENDING) { /* ended as asked: nothing to say */
+        if (*sqlstate || state != CAPTURE_STREAMING)
+            capture_explain(why, sqlstate, r->st.slot.problem, sizeof r->st.slot.problem);
+        log_warn(state == CAPTURE_STREAMING ? "replication stream lost"
+                                            : "cannot stream from the replication slot",
+                 "slot=%s error=%s sqlstate=%s", r->cfg->slot, log_quote(why), sqlstate);
     }
-    bool was_streaming = c->state == CAPTURE_STREAMING;
-    if (*sqlstate || !was_streaming)
-        relay_capture_explain(r, why, sqlstate);
-    c->slot_busy = strcmp(sqlstate, "55006") == 0 && r->st.role == STATS_ROLE_LEADER;
-    log_warn(was_streaming ? "replication stream lost" : "cannot stream from the replication slot",
-             "slot=%s error=%s sqlstate=%s", r->cfg->slot, log_quote(why), sqlstate);
-    capture_stop(r, NULL, true);
-    relay_step(r);
-}
-
-/* Ends the stream; it starts again from the confirmed position once this
- * relay leads and what it sent is settled (relay_capture_step), after a
- * back-off when it ended on a failure (@p failed). */
-static void capture_stop(struct relay *r, const char *why, bool failed)
-{
-    struct capture *c = &r->cap;
-    if (why && c->state != CAPTURE_OFF)
-        log_info("replication stream stopped", "reason=%s", log_quote(why));
-    repl_close(&c->repl);
-    c->state = CAPTURE_OFF;
-    /* A failure waits, longer each time in a row; a lost leadership waits
-     * only for the lock to come back. */
-    c->restart_at_ms = relay_now_ms(r);
-    if (failed) {
-        c->restart_at_ms += (uint64_t)CAPTURE_RETRY_MS << (c->failures < 5 ? c->failures : 5);
-        c->failures++;
-    }
-    r->st.slot.streaming = false;
-    r->st.slot.lag_seconds = 0;
-}
-
-/* Starts streaming when this relay leads and what the last stream sent is
- * settled: its transaction committed (or aborted), its reports in. */
-static void capture_start(struct relay *r)
-{
-    struct capture *c = &r->cap;
-    if (c->committing || c->txn_msgs > 0 || c->unacked > 0)
-        return;
-    pgo_acks_free(&c->acks);
-    pgo_relations_free(&c->rels);
-    relay_capture_dead_clear(r); /* unconfirmed: the new stream reads those events again */
-    ahead_clear(c);
-    c->n_open = c->n_done = 0;
-    c->in_txn = c->txn_whole = false;
-    c->gen++;
-    c->seq = 0;
-    c->oldest_commit_us = 0;
-    char at[PGO_LSN_TEXT], sql[512];
-    pgo_lsn_text(c->confirmed, at);
-    /* A start LSN past the slot's skips what this process knows Kafka holds
-     * but could not confirm before the stream broke. */
-    snprintf(sql, sizeof sql,
-             "START_REPLICATION SLOT \"%s\" LOGICAL %s (proto_version '1', publication_names "
-             "'\"%s\"', messages 'true')",
-             r->cfg->slot, at, r->cfg->publication);
-    if (repl_start(&c->repl, sql) < 0) {
-        c->restart_at_ms = relay_now_ms(r) + CAPTURE_RETRY_MS;
-        return;
-    }
-    c->state = CAPTURE_STARTING;
-}
-
-/* Nothing of the stream waits for Kafka or PostgreSQL, and no source
- * transaction is half read. */
-static bool drained(const struct capture *c)
-{
-    return !c->committing && c->txn_msgs == 0 && c->unacked == 0 && c->n_dead == 0 &&
-           !(c->in_txn && c->state == CAPTURE_STREAMING);
+    struct capture_env e = relay_capture_env(r);
+    relay_capture_carry(r, capture_plan_lost(&r->cap->plan, &e, strcmp(sqlstate, "55006") == 0));
 }
 
 bool relay_capture_settled(const struct relay *r)
 {
-    const struct capture *c = &r->cap;
-    if (!c->on)
-        return true;
-    /* Halted, the stream stays on the event at fault and its source
-     * transaction cannot be finished: the server keeps what was confirmed
-     * before, and the Kafka transaction holding that transaction's first
-     * events is never committed. Only the deliveries still awaited are
-     * waited for, not the shutdown's deadline. */
-    if (r->st.halted)
-        return !c->committing && c->unacked == 0;
-    /* The stream too is closed: its last status update reached the server. */
-    return drained(c) && c->state == CAPTURE_OFF;
+    struct capture_env e = relay_capture_env(r);
+    return !r->cap || capture_plan_settled(&r->cap->plan, &e);
 }
 
 void relay_capture_step(struct relay *r)
 {
-    struct capture *c = &r->cap;
-    if (!c->on || r->finished || r->st.halted)
-        return; /* halted: the stream stays stopped on the event at fault */
-    bool leading = r->st.role == STATS_ROLE_LEADER && !r->stopping && !r->st.halted && !r->st.refused;
-    /* A fatal producer's messages fail: the stream starts again on its successor. */
-    if (producer_fatal(&r->prod) && c->state != CAPTURE_OFF && !c->committing) {
-        capture_stop(r, "the kafka producer failed", true);
+    struct capture *c = r->cap;
+    if (!c)
         return;
+    struct capture_env e = relay_capture_env(r);
+    /* What was read ahead goes first, before the plan says whether to read on. */
+    if (capture_plan_may_drain(&c->plan, &e)) {
+        ahead_drain(r);
+        e = relay_capture_env(r);
     }
-    if (!leading && c->state != CAPTURE_OFF) {
-        if (!r->stopping || r->st.role != STATS_ROLE_LEADER || r->st.refused) {
-            /* Without the lock the rest of a source transaction may not be
-             * produced, and waiting for Kafka with the slot held would keep
-             * the next leader out and a server shutting down waiting (its
-             * walsender exits only once its position is confirmed). The
-             * slot is let go now; what Kafka takes meanwhile still moves
-             * the position this process starts its next stream from. */
-            if (transactional(r) && c->txn_msgs > 0)
-                txn_commit(r);
-            capture_stop(r, "no longer the leader", false);
-            return;
-        }
-        /* Stopping: the source transaction being read is finished first, then
-         * what Kafka took is committed and confirmed before the stream
-         * closes, so that the next reader does not send it again. */
-        if (c->in_txn && c->state == CAPTURE_STREAMING && may_produce(r) && ahead_drain(r)) {
-            repl_resume(&c->repl);
-            return;
-        }
-        if (transactional(r) && c->txn_msgs > 0)
-            txn_commit(r);
-        if (!drained(c) && c->state == CAPTURE_STREAMING)
-            return;
-        /* The last status update must reach the server before the socket closes. */
-        if (c->state == CAPTURE_STREAMING && repl_end(&c->repl) == 0) {
-            log_info("replication stream stopped", "reason=stopping");
-            c->state = CAPTURE_ENDING;
-            return;
-        }
-        if (c->state == CAPTURE_ENDING)
-            return;
-        capture_stop(r, "stopping", false);
-        relay_step(r); /* the plan may finish now */
-        return;
-    }
-    if (c->state == CAPTURE_OFF) {
-        if (leading && may_produce(r) && relay_now_ms(r) >= c->restart_at_ms)
-            capture_start(r);
-        return;
-    }
-    if (c->state == CAPTURE_STREAMING && may_produce(r) && ahead_drain(r))
-        repl_resume(&c->repl);
-    if (c->state == CAPTURE_STREAMING &&
-        relay_now_ms(r) - c->status_sent_ms >= CAPTURE_STATUS_EVERY_MS)
-        send_status(r);
-    lag_update(r);
+    relay_capture_carry(r, capture_plan_step(&c->plan, &e));
+    if (e.leader && !e.stopping && !e.refused && !e.halted && !e.finished &&
+        c->plan.state != CAPTURE_OFF)
+        r->st.slot.lag_seconds = capture_plan_lag(&c->plan, stats_now(), PGB_EPOCH_UNIX_S);
 }
 
-/* ---- life ---------------------------------------------------------------- */
+/* ---- the interface: life, status, the plan's statements --------------------- */
 
-int relay_capture_init(struct relay *r)
+static int capture_setup(struct relay *r, struct capture *c)
 {
-    struct capture *c = &r->cap;
-    memset(c, 0, sizeof *c);
-    if (r->cfg->capture != RELAY_CAPTURE_WAL)
-        return 0;
     const struct relay_config *cfg = r->cfg;
+    capture_plan_init(&c->plan);
+    if (sql_capture_init(&c->sql, cfg->schema, cfg->table, cfg->publication) < 0)
+        return -EINVAL;
     (void)event_placement_parse(cfg->additional_placement, &c->placement, NULL, 0);
     c->cols = (struct wal_columns){
         .relay_table = cfg->profile == RELAY_PROFILE_OUTBOX,
@@ -705,44 +376,78 @@ int relay_capture_init(struct relay *r)
         .payload = cfg->column_payload, .created_at = cfg->column_created_at,
         .placement = &c->placement,
     };
-    struct repl_callbacks cb = {
-        .on_streaming = on_streaming,
-        .on_data = on_data,
-        .on_idle = on_idle,
-        .on_lost = on_lost,
-        .arg = r,
-    };
-    if (repl_init(&c->repl, r->loop, r->cfg->pg_conninfo, &cb) < 0)
+    struct repl_callbacks cb = { .on_streaming = on_streaming, .on_data = on_data,
+                                 .on_idle = on_idle, .on_lost = on_lost, .arg = r };
+    return repl_init(&c->repl, r->loop, cfg->pg_conninfo, &cb) < 0 ? -ENOMEM : 0;
+}
+
+int relay_capture_start(struct relay *r)
+{
+    if (r->cfg->capture != RELAY_CAPTURE_WAL)
+        return 0;
+    struct capture *c = calloc(1, sizeof *c);
+    if (!c)
         return -ENOMEM;
-    c->on = true;
+    int rc = capture_setup(r, c);
+    if (rc < 0) {
+        sql_capture_free(&c->sql);
+        free(c);
+        return rc;
+    }
+    r->cap = c;
     r->st.slot.enabled = true;
     return 0;
 }
 
-void relay_capture_close(struct relay *r)
+void relay_capture_status(const struct relay *r, struct plan_state *s)
 {
-    struct capture *c = &r->cap;
-    if (!c->on)
+    const struct capture *c = r->cap;
+    if (!c)
+        return;
+    s->n_hot = 0; /* nothing claimed or marked */
+    s->capture_wal = true;
+    s->heartbeat_due = relay_capture_heartbeat_due(r);
+    s->slot_query_due = relay_capture_slot_query_due(r);
+    s->capture_streaming = c->plan.state == CAPTURE_STREAMING;
+    s->slot_busy = c->plan.slot_busy;
+    s->dead_due = relay_capture_dead_due(r);
+    s->capture_unsettled = !relay_capture_settled(r);
+}
+
+void relay_capture_act(struct relay *r, enum plan_act act)
+{
+    switch (act) {
+    case PLAN_RETENTION: relay_capture_retention(r); break;
+    case PLAN_HEARTBEAT: relay_capture_heartbeat(r); break;
+    case PLAN_SLOT_QUERY: relay_capture_slot_query(r); break;
+    case PLAN_SLOT_TAKE_OVER: relay_capture_take_over(r); break;
+    case PLAN_RECORD_DEAD: relay_capture_dead_record(r); break;
+    default: break;
+    }
+}
+
+void relay_capture_stop(struct relay *r)
+{
+    struct capture *c = r->cap;
+    if (!c)
         return;
     repl_close(&c->repl);
-    c->state = CAPTURE_OFF;
+    c->plan.state = CAPTURE_OFF;
     r->st.slot.streaming = false;
 }
 
 void relay_capture_free(struct relay *r)
 {
-    struct capture *c = &r->cap;
-    if (!c->on)
+    struct capture *c = r->cap;
+    if (!c)
         return;
     repl_free(&c->repl);
-    pgo_acks_free(&c->acks);
+    capture_plan_free(&c->plan);
     pgo_relations_free(&c->rels);
     wal_event_clear(&c->ev);
-    free(c->open);
-    free(c->done);
     relay_capture_dead_free(r);
-    ahead_clear(c);
-    free(c->ahead);
-    c->ahead = NULL;
-    c->on = false;
+    capture_ahead_free(&c->ahead);
+    sql_capture_free(&c->sql);
+    free(c);
+    r->cap = NULL;
 }

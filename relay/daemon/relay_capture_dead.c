@@ -11,27 +11,18 @@
  * dead` lists it and `outbox-relay replay` sends it once fixed. A stream
  * cannot hold one aggregate back and relay the others, so hold_aggregate
  * dead-letters in this mode; halt stops the stream on the event. */
-#include "daemon/relay_int.h"
-
-/* The statement's parameters, owned. */
-#define DEAD_NPARAMS 9
+#include "daemon/relay_capture_int.h"
 
 struct capture_dead {
     unsigned gen;              /* the stream it came from */
     uint64_t seq;              /* its source transaction */
     int64_t outbox_id;         /* 0 for a logical message */
-    char *params[DEAD_NPARAMS];
+    char *params[SQL_CAPTURE_DEAD_NPARAMS]; /* owned */
 };
-
-static char *dup_or_null(const char *s, size_t len)
-{
-    return s ? strndup(s, len) : NULL;
-}
 
 static void dead_free(struct capture_dead *d)
 {
-    for (int i = 0; i < DEAD_NPARAMS; i++)
-        free(d->params[i]);
+    sql_capture_dead_params_free(d->params);
     memset(d, 0, sizeof *d);
 }
 
@@ -47,7 +38,7 @@ static void dead_pop(struct capture *c)
 bool relay_capture_dead_queue(struct relay *r, const struct event_row *row, const char *event_id,
                               const char *why)
 {
-    struct capture *c = &r->cap;
+    struct capture *c = r->cap;
     if (c->n_dead == c->dead_cap) {
         size_t cap = c->dead_cap ? 2 * c->dead_cap : 8;
         struct capture_dead *v = realloc(c->dead, cap * sizeof *v);
@@ -58,31 +49,17 @@ bool relay_capture_dead_queue(struct relay *r, const struct event_row *row, cons
     }
     struct capture_dead *d = &c->dead[c->n_dead];
     memset(d, 0, sizeof *d);
-    d->gen = c->gen;
-    d->seq = c->seq;
     d->outbox_id = row ? row->id : 0;
-    const char *empty = "";
-    d->params[0] = strdup(event_id);
-    d->params[1] = strdup(row && row->aggregate_type ? row->aggregate_type : empty);
-    d->params[2] = strdup(row && row->aggregate_id ? row->aggregate_id : empty);
-    d->params[3] = strdup(row && row->event_type ? row->event_type : empty);
-    d->params[4] = row && row->topic ? strdup(row->topic) : NULL;
-    d->params[5] = row ? dup_or_null(row->payload, row->payload_len) : NULL;
-    d->params[6] = row && row->headers_json ? strdup(row->headers_json) : NULL;
-    d->params[7] = row && row->created_at && *row->created_at ? strdup(row->created_at) : NULL;
-    d->params[8] = strdup(why);
-    if (!d->params[0] || !d->params[1] || !d->params[2] || !d->params[3] || !d->params[8]) {
-        dead_free(d);
+    if (sql_capture_dead_params(d->params, row, event_id, why) < 0)
         return false;
-    }
     c->n_dead++;
-    pgo_acks_sent(&c->acks, c->seq); /* its transaction waits for the record */
+    capture_plan_dead_queued(&c->plan, &d->gen, &d->seq); /* its transaction waits for the record */
     return true;
 }
 
 bool relay_capture_dead_due(const struct relay *r)
 {
-    const struct capture *c = &r->cap;
+    const struct capture *c = r->cap;
     return c->n_dead > 0 && !c->dead_sending && uv_now(r->loop) >= c->dead_retry_ms;
 }
 
@@ -90,7 +67,7 @@ static void on_recorded(struct pg_conn *pg, PGresult *res, void *arg)
 {
     (void)pg;
     struct relay *r = arg;
-    struct capture *c = &r->cap;
+    struct capture *c = r->cap;
     c->dead_sending = false;
     if (!res || c->n_dead == 0)
         return; /* the connection is gone: the record is sent again on the next */
@@ -99,17 +76,9 @@ static void on_recorded(struct pg_conn *pg, PGresult *res, void *arg)
         const char *state = pg_sqlstate(res);
         log_error("cannot record an event that cannot be produced",
                   "event_id=%s error=%s", d->params[0], log_quote(PQresultErrorMessage(res)));
-        /* A lost connection, a conflict or a shutdown passes; anything else
-         * (no privilege, a column missing) will not: the stream stops here. */
-        bool passing = strncmp(state, "08", 2) == 0 || strncmp(state, "40", 2) == 0 ||
-                       strncmp(state, "53", 2) == 0 || strncmp(state, "57", 2) == 0;
-        if (!passing) {
+        if (capture_dead_refused(state, d->params[0], d->params[8], r->st.halt_reason,
+                                 sizeof r->st.halt_reason)) {
             r->st.halted = true;
-            snprintf(r->st.halt_reason, sizeof r->st.halt_reason,
-                     "event %.36s cannot be produced (%.90s) and cannot be kept as a dead row "
-                     "(SQLSTATE %.5s%s)", d->params[0], d->params[8], state,
-                     strcmp(state, "42501") == 0 ? ": the role needs INSERT and UPDATE on the table"
-                                                 : "");
             log_error("relaying halted: an event can neither be produced nor kept as a dead row",
                       "event_id=%s reason=%s", d->params[0], log_quote(r->st.halt_reason));
             relay_notify_status(r);
@@ -123,25 +92,25 @@ static void on_recorded(struct pg_conn *pg, PGresult *res, void *arg)
     if (log_limit_allow(&r->failures, stats_mono(), LOG_LVL_ERROR, msg, d->params[8], d->outbox_id))
         log_error(msg, "outbox_id=%" PRId64 " event_id=%s error=%s", d->outbox_id, d->params[0],
                   log_quote(d->params[8]));
-    if (d->gen == c->gen)
-        relay_capture_confirm(r, pgo_acks_done(&c->acks, d->seq));
+    struct capture_env e = relay_capture_env(r);
+    struct capture_acts a = capture_plan_dead_recorded(&c->plan, &e, d->gen, d->seq);
     dead_pop(c);
-    relay_step(r);
+    relay_capture_carry(r, a);
 }
 
 void relay_capture_dead_record(struct relay *r)
 {
-    struct capture *c = &r->cap;
+    struct capture *c = r->cap;
     struct capture_dead *d = &c->dead[0];
     c->dead_sending = true;
-    if (pg_query(&r->pg, r->csql.record_dead, DEAD_NPARAMS, (const char *const *)d->params,
+    if (pg_query(&r->pg, c->sql.record_dead, SQL_CAPTURE_DEAD_NPARAMS, (const char *const *)d->params,
                  on_recorded, r) < 0)
         c->dead_sending = false;
 }
 
 void relay_capture_dead_clear(struct relay *r)
 {
-    struct capture *c = &r->cap;
+    struct capture *c = r->cap;
     while (c->n_dead > 0 && !c->dead_sending)
         dead_pop(c);
     /* one being written finishes; its stream's acknowledgement is ignored */
@@ -153,7 +122,7 @@ void relay_capture_dead_clear(struct relay *r)
 
 void relay_capture_dead_free(struct relay *r)
 {
-    struct capture *c = &r->cap;
+    struct capture *c = r->cap;
     for (size_t i = 0; i < c->n_dead; i++)
         dead_free(&c->dead[i]);
     free(c->dead);

@@ -35,7 +35,7 @@ void relay_set_role(struct relay *r, enum stats_role role)
         r->st.role_since = role == STATS_ROLE_UNKNOWN ? 0 : stats_now();
     /* capture = wal reads no NOTIFY: the leader holds the quiet lock so that
      * writers send none (each one serialises commits cluster-wide). */
-    if (r->cap.on && role == STATS_ROLE_LEADER && r->st.role != STATS_ROLE_LEADER)
+    if (r->cap && role == STATS_ROLE_LEADER && r->st.role != STATS_ROLE_LEADER)
         r->quiet_wanted = true;
     r->st.role = role;
     if (role != STATS_ROLE_STANDBY) {

@@ -59,7 +59,7 @@ static void batch_done(struct relay *r, struct batch *b)
 void relay_on_report(void *opaque, rd_kafka_resp_err_t err, void *arg)
 {
     struct relay *r = arg;
-    if (r->cap.on) {
+    if (r->cap) {
         relay_capture_on_report(r, opaque, err);
         return;
     }
@@ -230,8 +230,7 @@ void relay_produce_rows(struct relay *r, struct batch *b, PGresult *res)
             break;
         }
         if (v == SEND_TOO_LARGE)
-            snprintf(err + strlen(err), sizeof(err) - strlen(err),
-                     " (larger than the producer queue: queue.buffering.max.kbytes)");
+            snprintf(err + strlen(err), sizeof(err) - strlen(err), ENGINE_TOO_LARGE_WHY);
         if (v != SEND_QUEUED) {
             row_refused(r, b, res, i, &row, err);
             any_held |= holding;

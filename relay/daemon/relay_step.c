@@ -108,16 +108,9 @@ void relay_snapshot(const struct relay *r, struct plan_state *s)
         .pg_ready = pg_ready(&r->pg),
         .backoff = r->backoff,
         .session_checked = r->session_checked,
+        .n_hot = N_HOT,
         .schema_checked = r->schema_checked,
         .prepared = r->prepared,
-        .n_hot = r->cap.on ? 0 : N_HOT, /* wal: nothing claimed or marked */
-        .capture_wal = r->cap.on,
-        .heartbeat_due = relay_capture_heartbeat_due(r),
-        .slot_query_due = relay_capture_slot_query_due(r),
-        .capture_streaming = r->cap.state == CAPTURE_STREAMING,
-        .slot_busy = r->cap.slot_busy,
-        .dead_due = relay_capture_dead_due(r),
-        .capture_unsettled = !relay_capture_settled(r),
         .listening = r->listening,
         .quiet = r->quiet,
         .quiet_wanted = r->quiet_wanted,
@@ -155,6 +148,7 @@ void relay_snapshot(const struct relay *r, struct plan_state *s)
         .b = r->b,
         .n_batches = N_BATCHES,
     };
+    relay_capture_status(r, s); /* relay.capture = wal: what the plan needs of it */
 }
 
 /* Carries out @p p. @return true when the relay is to be planned again (what
@@ -202,15 +196,15 @@ static bool carry_out(struct relay *r, const struct plan_step *p)
         break;
     case PLAN_CLAIM: relay_claim(r, p); break;
     case PLAN_RETENTION:
-        if (r->cap.on)
-            relay_capture_retention(r);
+        if (r->cap)
+            relay_capture_act(r, p->act);
         else
             relay_retention(r);
         break;
-    case PLAN_HEARTBEAT: relay_capture_heartbeat(r); break;
-    case PLAN_SLOT_QUERY: relay_capture_slot_query(r); break;
-    case PLAN_SLOT_TAKE_OVER: relay_capture_take_over(r); break;
-    case PLAN_RECORD_DEAD: relay_capture_dead_record(r); break;
+    case PLAN_HEARTBEAT:
+    case PLAN_SLOT_QUERY:
+    case PLAN_SLOT_TAKE_OVER:
+    case PLAN_RECORD_DEAD: relay_capture_act(r, p->act); break;
     }
     return false;
 }

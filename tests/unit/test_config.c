@@ -634,6 +634,36 @@ Test(config, envelope_with_schemas_needs_the_topic_prefix)
     cr_assert_eq(load_debezium(named, 3), 0, "%s", err);
 }
 
+/* Streamed, Debezium's table keeps no dead row: the configuration shows the
+ * halt that happens, and refuses a policy that cannot be followed. */
+Test(config, debezium_streamed_halts_on_poison_and_says_so)
+{
+    cr_assert_eq(load_debezium(NULL, 0), 0, "%s", err);
+    cr_assert_eq(cfg.on_poison, POISON_HALT);
+    char *dump = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&dump, &len);
+    config_dump(&cfg, out); /* what check-config prints */
+    fclose(out);
+    cr_assert(strstr(dump, "on_poison = halt"), "%s", dump);
+    free(dump);
+    config_free(&cfg);
+    config_init(&cfg);
+    char *const halt[] = {"relay.on_poison=halt"};
+    cr_assert_eq(load_debezium(halt, 1), 0, "%s", err);
+    cr_assert_eq(cfg.on_poison, POISON_HALT);
+    config_free(&cfg);
+    config_init(&cfg);
+    char *const dead[] = {"relay.on_poison=dead_letter"};
+    cr_assert_eq(load_debezium(dead, 1), -EINVAL);
+    assert_err_has("relay.on_poison = dead_letter is not possible");
+    config_free(&cfg);
+    config_init(&cfg);
+    char *const polled[] = {"relay.profile=debezium", "relay.capture=poll", "relay.on_poison=dead_letter"};
+    cr_assert_eq(config_load(&cfg, NULL, false, polled, 3, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(cfg.on_poison, POISON_DEAD_LETTER, "polled, the view's columns keep dead rows");
+}
+
 /* --- the debezium profile, polled ---------------------------------------- */
 
 Test(config, debezium_polled_claims_through_the_view)

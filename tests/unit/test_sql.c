@@ -415,6 +415,20 @@ Test(sql_capture, statements_quote_names_and_take_values_as_parameters)
     cr_assert_null(s.create_slot);
 }
 
+Test(sql_capture, start_replication_quotes_the_slot_and_the_publication)
+{
+    char *cmd = sql_capture_start_replication("outbox_slot", "Outbox_pub", 0x16B374D848ull);
+    cr_assert_not_null(cmd);
+    cr_assert_str_eq(cmd, "START_REPLICATION SLOT \"outbox_slot\" LOGICAL 16/B374D848 (proto_version "
+                          "'1', publication_names '\"Outbox_pub\"', messages 'true')");
+    free(cmd);
+    cmd = sql_capture_start_replication("s", "p", 0);
+    cr_assert(strstr(cmd, "LOGICAL 0/0 ("));
+    free(cmd);
+    cr_assert_null(sql_capture_start_replication("bad\"slot", "p", 0));
+    cr_assert_null(sql_capture_start_replication("slot", "p'); DROP", 0));
+}
+
 /* --- polling Debezium's table through a view ----------------------------- */
 
 static const struct sql_debezium_map dbz_map = {

@@ -544,3 +544,38 @@ Test(wal_event, debezium_columns_and_a_null_aggregateid)
     cr_assert_eq(read_insert_cols(cols, vals, 5, &other, &ev), -EINVAL);
     cr_assert_not_null(strstr(err, "no column aggregate_key"), "%s", err);
 }
+
+/* Which messages of the stream are events: the outbox table's unsettled
+ * Inserts and the logical messages with the relay's prefix. */
+Test(wal_event, only_unsettled_inserts_into_the_outbox_and_prefixed_messages_are_events)
+{
+    char *names[] = { "id", "sent_at", "dead_at" };
+    struct pgo_relation rel = { .nspname = "app", .relname = "outbox", .ncols = 3, .colnames = names };
+    struct pgo_msg m = { .kind = PGO_INSERT, .rel = &rel, .ncols = 3 };
+    m.cols[0].text = "1";
+    cr_assert(wal_event_wanted(&m, "app", "outbox", "outbox"));
+    cr_assert_not(wal_event_wanted(&m, "app", "other", "outbox"), "another table");
+    cr_assert_not(wal_event_wanted(&m, "public", "outbox", "outbox"), "another schema");
+    m.cols[2].text = "2026-01-01 00:00:00+00";
+    cr_assert_not(wal_event_wanted(&m, "app", "outbox", "outbox"), "a dead row the relay wrote");
+    m.cols[2].text = NULL;
+    m.cols[1].text = "2026-01-01 00:00:00+00";
+    cr_assert_not(wal_event_wanted(&m, "app", "outbox", "outbox"), "inserted as sent");
+    struct pgo_msg msg = { .kind = PGO_MESSAGE, .prefix = "outbox" };
+    cr_assert(wal_event_wanted(&msg, "app", "outbox", "outbox"));
+    cr_assert_not(wal_event_wanted(&msg, "app", "outbox", "outbox-relay-heartbeat"));
+    struct pgo_msg begin = { .kind = PGO_BEGIN };
+    cr_assert_not(wal_event_wanted(&begin, "app", "outbox", "outbox"));
+}
+
+Test(wal_event, a_message_that_is_no_event_says_what_it_held)
+{
+    struct pgo_msg m = { .kind = PGO_MESSAGE, .prefix = "outbox", .content = "{\"a\":\n1}",
+                         .content_len = 8 };
+    char e[64] = "not an envelope";
+    wal_event_message_context(&m, e, sizeof e);
+    cr_assert_str_eq(e, "not an envelope; content: {\"a\":?1}");
+    char small[20] = "not an envelope";
+    wal_event_message_context(&m, small, sizeof small);
+    cr_assert_eq(strlen(small), sizeof small - 1, "cut at the buffer's end: %s", small);
+}

@@ -1,0 +1,238 @@
+/* capture_plan.h — relay.capture = wal decided apart from any I/O.
+ *
+ * The daemon (relay/daemon/relay_capture.c) owns the replication connection,
+ * the decoder and the producer; it hands each of the stream's events to the
+ * plan — a Begin, a Commit, a keepalive, a message sent or refused, Kafka's
+ * acknowledgements and failures, a Kafka transaction committed or aborted,
+ * the stream started or lost, a step of the relay — with a snapshot of the
+ * world around it (struct capture_env), and carries out the actions the plan
+ * answers (struct capture_acts): send a status update, commit the Kafka
+ * transaction, close, end or start the stream, read on, plan the relay again.
+ *
+ * The plan's rule: a position is confirmed only once every event before it
+ * is acknowledged by Kafka (committed, with a Kafka transaction) or kept as a
+ * dead row; pgo_acks does that arithmetic, the plan decides when to ask it.
+ * Part of the engine: no PostgreSQL, Kafka or event loop header, so
+ * tests/unit/test_capture_plan.c and test_capture_sim.c drive it event by event. */
+#ifndef OUTBOX_CAPTURE_PLAN_H
+#define OUTBOX_CAPTURE_PLAN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/kafka_rules.h"
+#include "core/pgoutput.h"
+
+/* A Kafka transaction is committed once the stream has nothing more to read
+ * right now, or once it carries this many messages (under a backlog). */
+#define CAPTURE_TXN_MAX_MSGS 10000
+/* A status update at least this often while streaming. */
+#define CAPTURE_STATUS_EVERY_MS 10000
+/* The back-off of a failed stream: doubled per failure in a row, up to 32 times. */
+#define CAPTURE_RETRY_MS 1000
+#define CAPTURE_RETRY_MAX_MS (CAPTURE_RETRY_MS << 5)
+
+enum capture_state { CAPTURE_OFF = 0, CAPTURE_STARTING, CAPTURE_STREAMING, CAPTURE_ENDING };
+
+/** Messages of one source transaction in one Kafka transaction. */
+struct capture_count {
+    uint64_t seq;
+    long n;
+};
+
+/** The world around the stream when an event comes, as the daemon sees it. */
+struct capture_env {
+    uint64_t now_ms;
+    bool leader;                /* this relay holds the leader lock */
+    bool stopping;              /* SIGTERM/SIGINT */
+    bool halted;                /* an event cannot be produced: relaying stopped */
+    bool refused;               /* relaying stopped for good */
+    bool finished;              /* the daemon is done */
+    bool producer_fatal;
+    enum producer_txn_state txn;
+    bool txn_doomed;            /* the open Kafka transaction must abort */
+    bool txn_empty;             /* the producer put nothing into its open Kafka transaction */
+    size_t n_dead;              /* events waiting to be kept as dead rows */
+    bool ahead_left;            /* frames read ahead are still waiting to be taken */
+    uint64_t random;            /* any uniformly drawn number: the back-off's jitter */
+};
+
+/** The stream's state: what was read, sent, acknowledged and confirmed. */
+struct capture_plan {
+    enum capture_state state;
+    struct pgo_acks acks;       /* what may be confirmed: one entry per source transaction */
+    unsigned gen;               /* streams started: reports of an older one are ignored */
+    uint64_t seq;               /* the source transaction being read */
+    bool in_txn;                /* between its Begin and its Commit */
+    int64_t commit_time_us;     /* its commit time (PostgreSQL epoch) */
+    int64_t oldest_commit_us;   /* of the oldest transaction not confirmed: the lag */
+    uint64_t confirmed;         /* reported flushed; where a new stream starts */
+    uint64_t received;          /* how far the stream was read: reported written */
+    uint64_t status_sent_ms;
+    uint64_t last_progress_ms;  /* confirmed moved or a heartbeat was sent */
+    uint64_t restart_at_ms;     /* a stopped stream starts again after this */
+    unsigned failures;          /* consecutive stream failures: the back-off */
+    bool slot_busy;             /* START_REPLICATION refused: another session reads the slot */
+    long unacked;               /* without transactions: produced by this stream, no report yet */
+    bool queue_full;            /* the producer refused a message: read on after a report */
+    /* with transactions: the open Kafka transaction and the committing one */
+    long txn_msgs;
+    bool txn_whole;             /* the open Kafka transaction ends a source transaction */
+    struct capture_count *open, *done;
+    size_t n_open, open_cap, n_done, done_cap;
+    long done_msgs;
+    bool committing;
+};
+
+/** What the daemon does after an event, in this order. */
+enum capture_do {
+    CAP_DO_CLOSE = 1u << 0,     /* close the stream (why: the reason, or NULL) */
+    CAP_DO_COMMIT = 1u << 1,    /* commit the Kafka transaction: capture_plan_committed follows */
+    CAP_DO_STATUS = 1u << 2,    /* send a status update: received written, confirmed flushed */
+    CAP_DO_CONFIRMED = 1u << 3, /* confirmed moved: count the progress */
+    CAP_DO_RESUME = 1u << 4,    /* read on (the producer took room again) */
+    CAP_DO_DRAIN_KICK = 1u << 5, /* take what was read ahead, then read on and look idle again */
+    CAP_DO_END = 1u << 6,       /* end the stream (CopyDone): capture_plan_ended follows */
+    CAP_DO_START = 1u << 7,     /* START_REPLICATION from confirmed: capture_plan_started follows */
+    CAP_DO_STEP = 1u << 8,      /* plan the relay again */
+};
+
+struct capture_acts {
+    unsigned what;              /* enum capture_do bits */
+    const char *why;            /* CAP_DO_CLOSE: what the log says, NULL for nothing */
+    long published;             /* messages now published (acknowledged, or committed) */
+};
+
+/** What becomes of a message handed to the producer. */
+enum capture_send {
+    CAPTURE_SENT = 0,           /* in Kafka's hands */
+    CAPTURE_SEND_LATER,         /* offered again once Kafka acknowledges what it holds */
+    CAPTURE_SEND_POISON,        /* it can never be produced */
+};
+
+/** A new plan: nothing read, nothing confirmed. */
+void capture_plan_init(struct capture_plan *p);
+void capture_plan_free(struct capture_plan *p);
+
+/** Whether new messages may go to Kafka now: the leader, a producer with an
+ *  open transaction (or none), no commit running; stopping, only the rest
+ *  of the source transaction being read. */
+bool capture_plan_may_produce(const struct capture_plan *p, const struct capture_env *e);
+
+/** Whether the next XLogData may be decoded now. When not, it is offered
+ *  again later (acts: commit what the Kafka transaction holds). */
+bool capture_plan_admit(struct capture_plan *p, const struct capture_env *e,
+                        struct capture_acts *a);
+
+/** A Begin. @return false without memory (offered again later). */
+bool capture_plan_begin(struct capture_plan *p, int64_t commit_time_us);
+
+/** A Commit ending at @p end_lsn. */
+struct capture_acts capture_plan_commit_seen(struct capture_plan *p, const struct capture_env *e,
+                                             uint64_t end_lsn);
+
+/** A frame was read up to @p end_lsn. */
+void capture_plan_read(struct capture_plan *p, uint64_t end_lsn);
+
+/** A keepalive: the server has sent up to @p end_lsn. */
+struct capture_acts capture_plan_keepalive(struct capture_plan *p, uint64_t end_lsn,
+                                           bool reply_requested);
+
+/** The delivery report opaque of a message of the transaction being read. */
+uint64_t capture_plan_opaque(const struct capture_plan *p);
+
+/** The producer answered @p rc (0, -ENOBUFS queue full, -EIO unusable, other:
+ *  refused) to a message of the transaction being read; @p too_large is set
+ *  when a full queue is empty, the message alone being larger than it. */
+enum capture_send capture_plan_sent(struct capture_plan *p, const struct capture_env *e, int rc,
+                                    bool *too_large, struct capture_acts *a);
+
+/** Whether an event that can never be produced halts the stream (@p halts:
+ *  on_poison = halt; @p dead_rows: the table keeps dead rows) or is kept as
+ *  a dead row while the stream goes on. */
+bool capture_plan_poison_halts(bool halts, bool dead_rows);
+
+/** The event at fault halted relaying: what came before it is committed. */
+struct capture_acts capture_plan_halt(struct capture_plan *p, const struct capture_env *e);
+
+/** The event at fault of the transaction being read is to be kept as a dead
+ *  row: its transaction waits for the record. @p gen, @p seq name it for
+ *  capture_plan_dead_recorded. */
+void capture_plan_dead_queued(struct capture_plan *p, unsigned *gen, uint64_t *seq);
+
+/** The dead row of (@p gen, @p seq) is committed. */
+struct capture_acts capture_plan_dead_recorded(struct capture_plan *p, const struct capture_env *e,
+                                               unsigned gen, uint64_t seq);
+
+/** Kafka's delivery report for @p opaque (@p ok: delivered). */
+struct capture_acts capture_plan_report(struct capture_plan *p, const struct capture_env *e,
+                                        uint64_t opaque, bool ok);
+
+/** The Kafka transaction CAP_DO_COMMIT asked for ended (@p ok: committed;
+ *  otherwise aborted, or it could not be begun). */
+struct capture_acts capture_plan_committed(struct capture_plan *p, const struct capture_env *e,
+                                           bool ok);
+
+/** What the socket held is read: a whole source transaction is committed. */
+struct capture_acts capture_plan_idle(struct capture_plan *p, const struct capture_env *e);
+
+/** The server answered START_REPLICATION. */
+struct capture_acts capture_plan_streaming(struct capture_plan *p);
+
+/** The stream ended (@p busy: another session reads the slot). */
+struct capture_acts capture_plan_lost(struct capture_plan *p, const struct capture_env *e,
+                                      bool busy);
+
+/** An unreadable frame, or a producer failure: the stream restarts. */
+struct capture_acts capture_plan_fail(struct capture_plan *p, const struct capture_env *e,
+                                      const char *why);
+
+/** The commit CAP_DO_COMMIT asked for could not be begun: the stream restarts. */
+struct capture_acts capture_plan_commit_refused(struct capture_plan *p, const struct capture_env *e);
+
+/** A status update reached the socket at @p now_ms. */
+void capture_plan_status_sent(struct capture_plan *p, uint64_t now_ms);
+
+/** A heartbeat was sent at @p now_ms: the next one is due a whole interval later. */
+void capture_plan_heartbeat_sent(struct capture_plan *p, uint64_t now_ms);
+
+/** The stream may start again at @p at_ms at the earliest (another session's
+ *  walsender was ended and needs a moment to exit). */
+void capture_plan_retry_at(struct capture_plan *p, uint64_t at_ms);
+
+/** The session that reads the slot is being ended: the slot is no longer taken to be busy. */
+void capture_plan_taking_over(struct capture_plan *p);
+
+/** CAP_DO_START was carried out (@p ok) or could not be. */
+void capture_plan_started(struct capture_plan *p, const struct capture_env *e, bool ok);
+
+/** CAP_DO_END was carried out (@p ok) or could not be (the stream closes). */
+struct capture_acts capture_plan_ended(struct capture_plan *p, const struct capture_env *e, bool ok);
+
+/** Whether frames read ahead may be taken now. */
+bool capture_plan_may_drain(const struct capture_plan *p, const struct capture_env *e);
+
+/** The relay's state changed (role, stop, producer, time): what the stream does. */
+struct capture_acts capture_plan_step(struct capture_plan *p, const struct capture_env *e);
+
+/** Nothing of the stream waits for Kafka or PostgreSQL, and no source
+ *  transaction is half read. */
+bool capture_plan_drained(const struct capture_plan *p, const struct capture_env *e);
+
+/** Whether a shutdown may finish: the stream drained and closed; halted,
+ *  only the deliveries still awaited. */
+bool capture_plan_settled(const struct capture_plan *p, const struct capture_env *e);
+
+/** A heartbeat is due: streaming, and the slot has not moved for @p every_ms (0: never). */
+bool capture_plan_heartbeat_due(const struct capture_plan *p, uint64_t now_ms, long every_ms);
+
+/** The replication lag at @p now (unix seconds): the age of the oldest
+ *  transaction read and not confirmed (PostgreSQL's epoch in commit times,
+ *  @p epoch_unix_s its unix seconds); 0 when none waits. */
+double capture_plan_lag(const struct capture_plan *p, double now, double epoch_unix_s);
+
+/** A status update is due while streaming. */
+bool capture_plan_status_due(const struct capture_plan *p, uint64_t now_ms);
+
+#endif

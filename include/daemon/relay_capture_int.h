@@ -1,0 +1,59 @@
+/* relay_capture_int.h — relay.capture = wal's own state, private to
+ * relay_capture.c, relay_capture_slot.c and relay_capture_dead.c: the rest of
+ * the daemon reaches it through the interface in relay_int.h only. */
+#ifndef OUTBOX_RELAY_CAPTURE_INT_H
+#define OUTBOX_RELAY_CAPTURE_INT_H
+
+#include "daemon/relay_int.h"
+
+#include "core/capture_ahead.h"
+#include "core/capture_plan.h"
+#include "core/capture_slot.h"
+#include "core/pgoutput.h"
+#include "core/sql_capture.h"
+#include "core/wal_event.h"
+#include "io/repl.h"
+
+struct capture_dead;
+
+/* relay.capture = wal: the stream's rules are the plan's (core/capture_plan.h);
+ * what is here carries them out. */
+struct capture {
+    struct sql_capture sql;     /* its statements */
+    struct capture_plan plan;   /* what was read, sent, acknowledged, confirmed */
+    struct repl_conn repl;
+    struct pgo_relations rels;
+    struct wal_event ev;
+    struct wal_columns cols;    /* relay.column_*: what an Insert is read from */
+    struct event_placement placement;
+    uint64_t slot_query_ms;     /* next slot query */
+    /* events that can never be produced, to be kept as dead rows (relay_capture_dead.c) */
+    struct capture_dead *dead;
+    size_t n_dead, dead_cap;
+    bool dead_sending;
+    uint64_t dead_retry_ms;
+    struct capture_ahead ahead; /* read while a commit runs */
+};
+
+/* relay_capture.c */
+struct capture_env relay_capture_env(const struct relay *r);
+void relay_capture_carry(struct relay *r, struct capture_acts a);
+bool relay_capture_settled(const struct relay *r);
+
+/* relay_capture_slot.c */
+bool relay_capture_heartbeat_due(const struct relay *r);
+void relay_capture_heartbeat(struct relay *r);
+bool relay_capture_slot_query_due(const struct relay *r);
+void relay_capture_slot_query(struct relay *r);
+void relay_capture_retention(struct relay *r);
+void relay_capture_take_over(struct relay *r);
+
+/* relay_capture_dead.c */
+bool relay_capture_dead_queue(struct relay *r, const struct event_row *row, const char *event_id,
+                              const char *why);
+bool relay_capture_dead_due(const struct relay *r);
+void relay_capture_dead_record(struct relay *r);
+void relay_capture_dead_clear(struct relay *r);
+void relay_capture_dead_free(struct relay *r);
+
+#endif
