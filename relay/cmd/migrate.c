@@ -16,6 +16,7 @@
 
 #include "base/errors.h"
 #include "base/log.h"
+#include "cmd/pg_session.h"
 #include "core/sql.h"
 
 int migrate_known_version(void)
@@ -223,13 +224,9 @@ out:
  * @return 0, -EHOSTUNREACH (logged) or -ENOMEM. */
 static int migrate_open(const struct relay_config *cfg, PGconn **connp, struct sql_migrate *q)
 {
-    PGconn *conn = PQconnectdb(cfg->pg_conninfo);
-    if (PQstatus(conn) != CONNECTION_OK) {
-        log_error("cannot connect to postgres", "error=%s",
-                  log_quote_pq(cfg->pg_conninfo, PQerrorMessage(conn)));
-        PQfinish(conn);
+    PGconn *conn = pg_session_open(cfg, "migrate", NULL, 0);
+    if (!conn)
         return -EHOSTUNREACH;
-    }
     /* Keep NOTICEs such as "relation already exists, skipping" out of the output. */
     PQclear(PQexec(conn, "SET client_min_messages = warning"));
     if (sql_migrate_init(q, cfg->schema) < 0) {
