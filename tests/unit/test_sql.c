@@ -1,4 +1,4 @@
-/* Unit tests of relay/sql.c: identifier checks, quoting, migration templates
+/* Unit tests of relay/core/sql.c: identifier checks, quoting, migration templates
  * and the relay's statements; and of sql_capture.c, log-based capture's. */
 #include <criterion/criterion.h>
 #include <errno.h>
