@@ -8,7 +8,8 @@
 #   librdkafka's only for its types and error codes (core/event.h,
 #   core/kafka_rules.c), never a call that talks to a broker;
 # - no source file over MAX_FILE_LINES, no function over MAX_FUNCTION_LINES;
-# - a header is one module's: what include/L/X.h declares, relay/L/X.c defines.
+# - a header is one module's: what include/L/X.h declares, relay/L/X.c defines;
+# - every source path that a doc, a comment or a packaging file names exists.
 set -eu
 src=$1
 status=0
@@ -143,5 +144,39 @@ if [ -n "$problems" ]; then
     status=1
 else
     echo "check_layers: each header is one module's"
+fi
+# Every path a doc, a comment, a script or a packaging file names exists: a
+# path written from the top (relay/..., include/..., tests/..., schema/...,
+# docs/..., packaging/...) or a module's from its layer (daemon/relay.c).
+# A short name in capitals is a placeholder (relay/L/X.c, schema/NNN_); one
+# that ends in "_", or a migration's number (schema/005), names the files it
+# begins. Paths after another folder (build/tests/..., /etc/outbox-relay/...)
+# are not the tree's.
+mentions=$(cd "$src" && grep -rnoE \
+        '(^|[^A-Za-z0-9_./~$-])((relay|include|tests|schema|docs|packaging)/[A-Za-z0-9_./-]*[A-Za-z0-9_]|(base|core|config|io|cmd|daemon)/[A-Za-z0-9_]+\.[ch])\b' \
+        README.md meson.build .ci docs packaging relay include schema tests --exclude-dir=node_modules |
+    sed -E 's/^([^:]*:[0-9]+):[^A-Za-z]?/\1 /')
+# Each path once, with shell builtins only: the mentions are thousands.
+missing=$(cd "$src" && echo "$mentions" | awk '{ print $2 }' | sort -u |
+    while read -r path; do
+        case $path in
+            relay/*|include/*|tests/*|schema/*|docs/*|packaging/*) set -- "$path" ;;
+            *) set -- "relay/$path" "include/$path" ;;
+        esac
+        found=0
+        for p in "$@"; do
+            if [ -e "$p" ]; then found=1; fi
+            case $p in *_|schema/[0-9]*) for g in "$p"*; do [ -e "$g" ] && found=1; done ;; esac
+        done
+        [ $found = 1 ] || echo "$path"
+    done | { grep -vE '(^|/)[A-Z]{1,4}([._/]|$)' || true; })
+stale=$(echo "$mentions" | awk -v missing="$missing" '
+    BEGIN { n = split(missing, m, "\n"); for (i = 1; i <= n; i++) gone[m[i]] = 1 }
+    ($2 in gone) { print $1 " names " $2 ", which does not exist" }')
+if [ -n "$stale" ]; then
+    echo "$stale" | sed 's/^/check_layers: /' >&2
+    status=1
+else
+    echo "check_layers: every source path the docs, comments and packaging name exists"
 fi
 exit $status

@@ -102,7 +102,7 @@ struct stats_slot {
     bool enabled;                  /* relay.capture = wal: set once at start by the capture code;
                                       /metrics, /readyz and /status show the slot only then (the
                                       slot's name comes from relay.slot) */
-    /* daemon/capture.c: the stream this relay reads (leader only) */
+    /* daemon/relay_capture.c: the stream this relay reads (leader only) */
     bool streaming;                /* START_REPLICATION answered: reading the slot */
     uint64_t received_lsn;         /* the end of the last message read */
     uint64_t flushed_lsn;          /* what this relay last reported flushed (confirmed) */
@@ -111,7 +111,8 @@ struct stats_slot {
     double lag_seconds;            /* now - commit time of the oldest transaction read and not
                                       yet confirmed; 0 when none waits */
     double last_commit_time;       /* unix seconds: commit time of the last confirmed transaction */
-    /* daemon/capture.c: the slot as pg_replication_slots showed it (every few seconds) */
+    /* daemon/relay_capture_slot.c: the slot as pg_replication_slots showed it (every few
+       seconds) */
     bool known;                    /* the last query found the slot */
     double query_time;             /* unix seconds of that query, 0 = none yet */
     bool active;                   /* a walsender uses it */

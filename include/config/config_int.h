@@ -73,6 +73,10 @@ void config_param_free(struct relay_config *cfg, const struct param *p);
  *  masks them. @return an allocated string, or NULL without memory. */
 char *config_param_text(const struct relay_config *cfg, const struct param *p);
 
+/** @return whether @p cfg holds the table's default of @p p (compared as
+ *  the file would write it). */
+bool config_param_is_default(const struct relay_config *cfg, const struct param *p);
+
 /** The int of a PARAM_INT or PARAM_BOOL row. */
 int config_param_int(const struct relay_config *cfg, const struct param *p);
 

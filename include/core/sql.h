@@ -24,11 +24,12 @@ int sql_quote_literal(const char *s, char *out, size_t outlen);
 
 /** The relay's statements for one outbox table (all text, all identifiers quoted). */
 struct sql_statements {
-    char *claim;        /* $1 = limit, $2..$3 = an id range to skip (the batch in flight;
-                           empty when $2 > $3), $4 = how many rows of the batches in flight
-                           lie in it: oldest unsent, not dead rows in id order (with
-                           SQL_HOLD_AGGREGATE: none behind a dead row of their aggregate);
-                           none above the range while it holds a pending row of no batch */
+    char *claim;        /* $1 = limit, $2..$3 = an id range to skip (the batches in flight;
+                           empty when $2 > $3), $4 = bigint[] of the range's ids no batch
+                           holds (NULL: unknown): oldest unsent, not dead rows in id order
+                           (with SQL_HOLD_AGGREGATE: none behind a dead row of their
+                           aggregate); none above the range while $4 is NULL */
+    int claim_nparams;  /* how many parameters the claim takes: 4, 7 with SQL_FLOOR */
     char *mark_sent;    /* $1 = bigint[] of ids: conditional UPDATE … AND sent_at IS NULL
                            (with SQL_DELETE_SENT: conditional DELETE) */
     char *record_failures; /* $1 = bigint[] ids, $2 = text[] errors, $3 = int[] max attempts,

@@ -3,6 +3,7 @@
 #ifndef OUTBOX_SQL_FLOOR_H
 #define OUTBOX_SQL_FLOOR_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 /** A claim's snapshot, as the next claim passes it: xmin and xmax as
@@ -21,6 +22,7 @@ int sql_floor_table(const char *schema, const char *table, char *out, size_t len
  *  condition on "o"), $5 floor id, $6 the floor snapshot's xmax, $7 its open
  *  transactions (xid8[]); $5 and $6 NULL: the saved floor. @p hold: " AND …"
  *  or "". */
+#define SQL_FLOOR_CLAIM_NPARAMS 7
 int sql_floor_claim(char **out, const char *q, const char *fq, const char *columns,
                     const char *range, const char *hold);
 
@@ -36,6 +38,20 @@ int sql_floor_oldest(char **out, const char *q, const char *fq);
 
 /** Retention: $1 seconds, $2 limit; sent rows older than that, oldest first. */
 int sql_floor_retention(char **out, const char *q);
+
+/** How full the pages of the relay's own table are kept, as one statement:
+ *  with @p marked (rows are marked when sent) room for a second version of
+ *  every row, so that a mark is a HOT update; else full, as no row is ever
+ *  updated. Applies to pages written from then on.
+ *  @return the statement (caller frees), or NULL (an identifier not valid,
+ *  or no memory). */
+char *sql_floor_fill_pages(const char *schema, const char *table, bool marked);
+
+/** Drops the index of the rows' transaction ids, which only the floor's
+ *  claim reads (schema/005 makes it), and fills the pages full
+ *  (sql_floor_fill_pages): for log-based capture, which marks no row.
+ *  @return the statements (caller frees), or NULL. */
+char *sql_floor_drop_claim_index(const char *schema, const char *table);
 
 /** Parses pg_current_snapshot()'s text. @return 0, -EINVAL, or -ENOSPC (too
  *  many open transactions to pass: the caller keeps its older floor). */

@@ -111,9 +111,6 @@ bool producer_fatal(const struct producer *p);
 /** Serves queued reports now (also done whenever the loop wakes us). */
 void producer_poll(struct producer *p);
 
-/** Messages not yet acknowledged or failed. */
-int producer_outq_len(const struct producer *p);
-
 /** Fails every message still queued or in flight (their reports follow at
  *  the next producer_poll with an error). */
 void producer_purge(struct producer *p);

@@ -77,9 +77,6 @@ void repl_resume(struct repl_conn *rc);
  *  ahead) and acts on_idle. Not from on_idle itself: that would never end. */
 void repl_kick(struct repl_conn *rc);
 
-/** @return the server's version number, 0 when not connected. */
-int repl_server_version(const struct repl_conn *rc);
-
 /** Drops the connection; no callback follows. */
 void repl_close(struct repl_conn *rc);
 

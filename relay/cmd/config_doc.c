@@ -319,7 +319,8 @@ static void gen_conf(FILE *out)
           "# described in outbox-relay.conf(5).\n"
           "#\n"
           "# Generated from the relay's parameter table (outbox-relay config-doc --format conf);\n"
-          "# edit relay/config.c or relay/config_doc.c, not this file, in the source tree.\n"
+          "# edit relay/config/config_table.c or relay/cmd/config_doc.c, not this file, in the\n"
+          "# source tree.\n"
           "#\n"
           "# Every key is shown commented out with its default; uncomment and edit what you\n"
           "# need. Lines starting with '#' or ';' are comments. Check your edits with\n"
@@ -406,8 +407,8 @@ static void man_literal(FILE *out, const char *s)
 static void man_header(FILE *out)
 {
     fputs(".\\\" outbox-relay.conf(5): generated from the relay's parameter table by\n"
-          ".\\\" `outbox-relay config-doc --format man`; edit relay/config.c or\n"
-          ".\\\" relay/config_doc.c and regenerate (ninja -C build update-docs).\n"
+          ".\\\" `outbox-relay config-doc --format man`; edit relay/config/config_table.c\n"
+          ".\\\" or relay/cmd/config_doc.c and regenerate (ninja -C build update-docs).\n"
           ".TH OUTBOX\\-RELAY.CONF 5 \"\" \"outbox-relay\" \"File Formats\"\n"
           ".nh\n.ad l\n.nr HY 0\n"
           ".SH NAME\n"

@@ -19,6 +19,7 @@
 #include "core/engine.h"
 #include "base/errors.h"
 #include "base/log.h"
+#include "cmd/pg_session.h"
 #include "core/sql.h"
 #include "base/strbuf.h"
 
@@ -394,15 +395,8 @@ int dead_main(const struct relay_config *cfg, int argc, char **argv)
         return EXIT_SOFTWARE;
     }
 
-    /* expand_dbname: the configured conninfo is used whole; the fallback
-     * names this session in pg_stat_activity unless the conninfo does. */
-    const char *const keys[] = {"dbname", "fallback_application_name", NULL};
-    const char *const values[] = {cfg->pg_conninfo, "outbox-relay dead", NULL};
-    PGconn *conn = PQconnectdbParams(keys, values, 1);
-    if (PQstatus(conn) != CONNECTION_OK) {
-        log_error("cannot connect to postgres", "error=%s",
-                  log_quote_pq(cfg->pg_conninfo, PQerrorMessage(conn)));
-        PQfinish(conn);
+    PGconn *conn = pg_session_open(cfg, "dead", NULL, 0);
+    if (!conn) {
         sql_dead_free(&q);
         strbuf_free(&a.ids);
         return EXIT_UNAVAILABLE;

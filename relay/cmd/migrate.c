@@ -16,7 +16,9 @@
 
 #include "base/errors.h"
 #include "base/log.h"
+#include "cmd/pg_session.h"
 #include "core/sql.h"
+#include "core/sql_floor.h"
 
 int migrate_known_version(void)
 {
@@ -223,13 +225,9 @@ out:
  * @return 0, -EHOSTUNREACH (logged) or -ENOMEM. */
 static int migrate_open(const struct relay_config *cfg, PGconn **connp, struct sql_migrate *q)
 {
-    PGconn *conn = PQconnectdb(cfg->pg_conninfo);
-    if (PQstatus(conn) != CONNECTION_OK) {
-        log_error("cannot connect to postgres", "error=%s",
-                  log_quote_pq(cfg->pg_conninfo, PQerrorMessage(conn)));
-        PQfinish(conn);
+    PGconn *conn = pg_session_open(cfg, "migrate", NULL, 0);
+    if (!conn)
         return -EHOSTUNREACH;
-    }
     /* Keep NOTICEs such as "relation already exists, skipping" out of the output. */
     PQclear(PQexec(conn, "SET client_min_messages = warning"));
     if (sql_migrate_init(q, cfg->schema) < 0) {
@@ -240,16 +238,12 @@ static int migrate_open(const struct relay_config *cfg, PGconn **connp, struct s
     return 0;
 }
 
-/* How full migrate keeps the pages of the relay's own table, polled: room
- * for a second version of every row when rows are marked (a mark is then a
- * HOT update, schema/005), none when they are deleted. Log-based capture
- * sets 100 % itself. Applies to pages written from now on. */
+/* How full migrate keeps the pages of the relay's own table, polled
+ * (sql_floor_fill_pages); log-based capture fills them itself, with the
+ * claim index dropped. */
 static int fill_pages(PGconn *conn, const struct relay_config *cfg, const char *lock_sql)
 {
-    char *sql = sql_render_template(cfg->on_sent == RELAY_ON_SENT_DELETE
-                                        ? "ALTER TABLE {{schema}}.{{table}} SET (fillfactor = 100)"
-                                        : "ALTER TABLE {{schema}}.{{table}} SET (fillfactor = 45)",
-                                    cfg->schema, cfg->table, cfg->notify_channel);
+    char *sql = sql_floor_fill_pages(cfg->schema, cfg->table, cfg->on_sent != RELAY_ON_SENT_DELETE);
     int rc = sql ? migrate_locked(conn, lock_sql, "fillfactor", sql) : -ENOMEM;
     free(sql);
     if (rc < 0)

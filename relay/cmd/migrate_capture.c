@@ -16,6 +16,7 @@
 
 #include "base/log.h"
 #include "core/sql.h"
+#include "core/sql_floor.h"
 #include "core/sql_capture.h"
 
 static bool is_true(const PGresult *res, int col)
@@ -122,19 +123,11 @@ static int apply_publication(PGconn *conn, const struct relay_config *cfg,
  * (schema/005): with the stream it would cost every insert one more index
  * write (and the walsender one more WAL record to read), and no row is ever
  * marked, so its pages need no room for a second version. Migrate in polling
- * mode creates the index again and leaves room again. Named as schema/005
- * names it; only the relay's own table has it. @return the statements
- * (caller frees), or NULL (no memory). */
-static char *drop_claim_index_sql(const struct relay_config *cfg)
-{
-    return sql_render_template("DROP INDEX IF EXISTS {{schema}}.{{table:xid_idx}}; "
-                               "ALTER TABLE {{schema}}.{{table}} SET (fillfactor = 100)",
-                               cfg->schema, cfg->table, cfg->notify_channel);
-}
-
+ * mode creates the index again and leaves room again. Only the relay's own
+ * table has it. */
 static int drop_claim_index(PGconn *conn, const struct relay_config *cfg, const char *lock_sql)
 {
-    char *drop = drop_claim_index_sql(cfg);
+    char *drop = sql_floor_drop_claim_index(cfg->schema, cfg->table);
     if (!drop || migrate_locked(conn, lock_sql, "claim index", drop) < 0) {
         free(drop);
         log_error("cannot drop the claim index, which log-based capture does not use",
@@ -215,7 +208,7 @@ int migrate_capture_print(const struct relay_config *cfg, FILE *out)
         return -EINVAL;
     char *script = sql_capture_script(&q, cfg->slot);
     sql_capture_free(&q);
-    char *drop = cfg->profile == RELAY_PROFILE_OUTBOX ? drop_claim_index_sql(cfg) : NULL;
+    char *drop = cfg->profile == RELAY_PROFILE_OUTBOX ? sql_floor_drop_claim_index(cfg->schema, cfg->table) : NULL;
     if (!script || (cfg->profile == RELAY_PROFILE_OUTBOX && !drop)) {
         free(script);
         return -EINVAL;

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "base/errors.h"
+#include "cmd/pg_session.h"
 #include "core/event.h"
 #include "core/sql.h"
 #include "core/sql_capture.h"
@@ -198,11 +199,11 @@ int profile_check(const struct relay_config *cfg, struct connect_columns *cols, 
     memset(cols, 0, sizeof *cols);
     if (cfg->profile != RELAY_PROFILE_DEBEZIUM)
         return 0;
-    PGconn *conn = PQconnectdb(cfg->pg_conninfo);
-    if (PQstatus(conn) != CONNECTION_OK) {
-        PQfinish(conn);
+    /* Unreachable is not this check's to report: the caller decides. */
+    char ignored[256];
+    PGconn *conn = pg_session_open(cfg, "profile-check", ignored, sizeof ignored);
+    if (!conn)
         return -EHOSTUNREACH;
-    }
     char qualified[260];
     sql_quote_qualified(cfg->schema, cfg->table, qualified, sizeof qualified);
     const char *params[] = {qualified};

@@ -36,6 +36,7 @@
 #include "io/producer.h"
 #include "core/sql.h"
 #include "base/stats.h"
+#include "cmd/pg_session.h"
 #include "cmd/verify.h"
 
 #define SQLSTATE_UNDEFINED_TABLE "42P01"
@@ -256,14 +257,9 @@ struct run {
  * @return EXIT_OK or the exit status of the failure (logged). */
 static int open_run(struct run *r)
 {
-    const char *const keys[] = {"dbname", "fallback_application_name", NULL};
-    const char *const values[] = {r->cfg->pg_conninfo, "outbox-relay replay", NULL};
-    r->conn = PQconnectdbParams(keys, values, 1);
-    if (PQstatus(r->conn) != CONNECTION_OK) {
-        log_error("cannot connect to postgres", "error=%s",
-                  log_quote_pq(r->cfg->pg_conninfo, PQerrorMessage(r->conn)));
+    r->conn = pg_session_open(r->cfg, "replay", NULL, 0);
+    if (!r->conn)
         return EXIT_UNAVAILABLE;
-    }
     /* The relay's marks are not ours to touch: this session cannot write. */
     PQclear(PQexec(r->conn, "SET default_transaction_read_only = on"));
     char err[1024];

@@ -15,6 +15,7 @@
 
 #include "base/errors.h"
 #include "base/log.h"
+#include "cmd/pg_session.h"
 #include "core/sql_capture.h"
 
 #define SQLSTATE_OBJECT_IN_USE "55006"
@@ -324,13 +325,8 @@ int slot_main(const struct relay_config *cfg, int argc, char **argv)
                   cfg->schema, cfg->table, cfg->publication);
         return EXIT_SOFTWARE;
     }
-    const char *const keys[] = {"dbname", "fallback_application_name", NULL};
-    const char *const values[] = {cfg->pg_conninfo, "outbox-relay slot", NULL};
-    PGconn *conn = PQconnectdbParams(keys, values, 1);
-    if (PQstatus(conn) != CONNECTION_OK) {
-        log_error("cannot connect to postgres", "error=%s",
-                  log_quote_pq(cfg->pg_conninfo, PQerrorMessage(conn)));
-        PQfinish(conn);
+    PGconn *conn = pg_session_open(cfg, "slot", NULL, 0);
+    if (!conn) {
         sql_capture_free(&q);
         return EXIT_UNAVAILABLE;
     }

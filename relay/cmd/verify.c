@@ -35,6 +35,7 @@
 #include "core/pg_binary.h"
 #include "core/sql.h"
 #include "base/stats.h"
+#include "cmd/pg_session.h"
 
 #define SQLSTATE_UNDEFINED_TABLE "42P01"
 #define PAGE_ROWS 10000
@@ -642,14 +643,9 @@ static int one_slice(struct run *r, int64_t *after, int64_t own_lo, int64_t own_
 /* Connects to PostgreSQL, read-only. @return 0 or negative. */
 static int connect_pg(struct run *r)
 {
-    const char *const keys[] = {"dbname", "fallback_application_name", NULL};
-    const char *const values[] = {r->cfg->pg_conninfo, "outbox-relay verify", NULL};
-    r->conn = PQconnectdbParams(keys, values, 1);
-    if (PQstatus(r->conn) != CONNECTION_OK) {
-        snprintf(r->err, r->errlen, "cannot connect to postgres: %s",
-                 log_quote_pq(r->cfg->pg_conninfo, PQerrorMessage(r->conn)));
+    r->conn = pg_session_open(r->cfg, "verify", r->err, r->errlen);
+    if (!r->conn)
         return -EHOSTUNREACH;
-    }
     /* Reading only: a mistake here must not be able to change the table. */
     PQclear(PQexec(r->conn, "SET default_transaction_read_only = on"));
     if (r->cfg->capture != RELAY_CAPTURE_WAL)

@@ -42,6 +42,7 @@
 
 #include "base/log.h"
 #include "base/stats.h"
+#include "cmd/pg_session.h"
 #include "core/pgoutput.h"
 #include "core/sql_capture.h"
 
@@ -103,15 +104,8 @@ int verify_wal_fence(const struct relay_config *cfg, int64_t settle_ms, atomic_i
     }
     /* Not the reading connection: that one holds the snapshot, and the fence
      * must commit now. */
-    const char *const keys[] = {"dbname", "fallback_application_name", NULL};
-    const char *const values[] = {cfg->pg_conninfo, "outbox-relay verify", NULL};
-    PGconn *c = PQconnectdbParams(keys, values, 1);
-    int rc = 0;
-    if (PQstatus(c) != CONNECTION_OK) {
-        snprintf(err, errlen, "cannot connect to postgres: %s",
-                 log_quote_pq(cfg->pg_conninfo, PQerrorMessage(c)));
-        rc = -EHOSTUNREACH;
-    }
+    PGconn *c = pg_session_open(cfg, "verify", err, errlen);
+    int rc = c ? 0 : -EHOSTUNREACH;
     uint64_t confirmed = 0;
     if (rc == 0) /* a missing slot is an error before anything is written */
         rc = slot_confirmed(c, &q, cfg->slot, cfg->publication, &confirmed, err, errlen);

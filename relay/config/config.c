@@ -502,14 +502,19 @@ int config_load_layered(struct relay_config *cfg, const char *path, bool path_re
 /* --- validation ---------------------------------------------------------- */
 
 /* The column keys name what an Insert is read from: the claim of capture =
- * poll reads the relay's own columns. */
+ * poll reads the relay's own columns, which are the keys' defaults in the
+ * table, and places none. */
 static bool columns_default(const struct relay_config *cfg)
 {
-    return !strcmp(cfg->column_event_id, "event_id") &&
-           !strcmp(cfg->column_aggregate_type, "aggregate_type") &&
-           !strcmp(cfg->column_aggregate_id, "aggregate_id") &&
-           !strcmp(cfg->column_event_type, "event_type") && !strcmp(cfg->column_payload, "payload") &&
-           !strcmp(cfg->column_created_at, "created_at") && !*cfg->additional_placement;
+    for (size_t i = 0; i < config_n_params; i++) {
+        const struct param *p = &config_params[i];
+        if (strcmp(p->section, "relay") != 0 ||
+            (strncmp(p->key, "column_", 7) != 0 && strcmp(p->key, "additional_placement") != 0))
+            continue;
+        if (!config_param_is_default(cfg, p))
+            return false;
+    }
+    return true;
 }
 
 static int profile_validate(const struct relay_config *cfg, char *errbuf, size_t errlen)

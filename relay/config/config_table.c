@@ -333,6 +333,18 @@ static int64_t *ms_slot(const struct relay_config *cfg, const struct param *p)
     return slot(cfg, p);
 }
 
+bool config_param_is_default(const struct relay_config *cfg, const struct param *p)
+{
+    if (p->type == PARAM_STRING) {
+        const char *v = *str_slot(cfg, p);
+        return !strcmp(v ? v : "", p->def);
+    }
+    char *text = config_param_text(cfg, p);
+    bool same = text && !strcmp(text, p->def);
+    free(text);
+    return same;
+}
+
 int config_param_int(const struct relay_config *cfg, const struct param *p)
 {
     return *int_slot(cfg, p);

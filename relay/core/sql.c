@@ -293,7 +293,9 @@ static int build_claim_and_mark(struct sql_statements *s, const char *schema, co
         if (sql_floor_table(schema, table, fq, sizeof fq) < 0)
             return -EINVAL;
         rc = sql_floor_claim(&s->claim, q, fq, CLAIM_COLUMNS, IN_FLIGHT_SKIPPED, holdbuf);
+        s->claim_nparams = SQL_FLOOR_CLAIM_NPARAMS;
     } else {
+        s->claim_nparams = 4;
         rc = sql_build(&s->claim,
                     "SELECT " CLAIM_COLUMNS "%s "
                     "FROM %s AS o WHERE o.\"sent_at\" IS NULL AND o.\"dead_at\" IS NULL "

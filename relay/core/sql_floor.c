@@ -164,3 +164,34 @@ int sql_floor_parse(const char *snapshot, struct sql_floor_snap *s)
     snprintf(s->xip, sizeof s->xip, "{%s}", xip);
     return 0;
 }
+
+/* A batch marks the rows of a page in one statement: each needs room for its
+ * second version on the same page (schema/005 sets the same). */
+#define FILL_MARKED 45
+#define FILL_UNMARKED 100
+#define QUALIFIED_LEN 300
+
+char *sql_floor_fill_pages(const char *schema, const char *table, bool marked)
+{
+    char q[QUALIFIED_LEN];
+    char *out;
+    if (!sql_ident_valid(table) || sql_quote_qualified(schema, table, q, sizeof q) < 0 ||
+        asprintf(&out, "ALTER TABLE %s SET (fillfactor = %d)", q,
+                 marked ? FILL_MARKED : FILL_UNMARKED) < 0)
+        return NULL;
+    return out;
+}
+
+char *sql_floor_drop_claim_index(const char *schema, const char *table)
+{
+    char name[96], idx[QUALIFIED_LEN];
+    if (snprintf(name, sizeof name, "%s_xid_idx", table) >= (int)sizeof name ||
+        sql_quote_qualified(schema, name, idx, sizeof idx) < 0)
+        return NULL;
+    char *fill = sql_floor_fill_pages(schema, table, false);
+    char *out = NULL;
+    if (fill && asprintf(&out, "DROP INDEX IF EXISTS %s; %s", idx, fill) < 0)
+        out = NULL;
+    free(fill);
+    return out;
+}

@@ -380,8 +380,7 @@ void relay_claim(struct relay *r, const struct plan_step *p)
     b->phase = PHASE_CLAIMING;
     b->start_ms = relay_now_ms(r);
     b->claim_seq = r->claims_sent++;
-    if (pg_query_prepared_binary(&r->pg, "claim", r->floor_mode ? 7 : 4, params, on_claimed,
-                                 b) < 0)
+    if (pg_query_prepared_binary(&r->pg, "claim", r->sql.claim_nparams, params, on_claimed, b) < 0)
         relay_batch_reset(b);
 }
 

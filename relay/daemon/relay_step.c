@@ -68,7 +68,7 @@ static const struct {
     size_t offset;
     int nparams;
 } hot_statements[] = {
-    { "claim", offsetof(struct sql_statements, claim), 4 },
+    { "claim", offsetof(struct sql_statements, claim), -1 }, /* sql.claim_nparams */
     { "mark", offsetof(struct sql_statements, mark_sent), 1 },
 };
 #define N_HOT (int)(sizeof(hot_statements) / sizeof(hot_statements[0]))
@@ -94,8 +94,8 @@ static void prepare(struct relay *r, int i)
 {
     const char *sql = *(char *const *)((const char *)&r->sql + hot_statements[i].offset);
     int nparams = hot_statements[i].nparams;
-    if (r->floor_mode && hot_statements[i].offset == offsetof(struct sql_statements, claim))
-        nparams = 7; /* and the floor (SQL_FLOOR) */
+    if (nparams < 0) /* decided with the statement's text */
+        nparams = r->sql.claim_nparams;
     pg_prepare(&r->pg, hot_statements[i].name, sql, nparams, on_prepared, r);
 }
 

@@ -463,11 +463,6 @@ void producer_poll(struct producer *p)
     }
 }
 
-int producer_outq_len(const struct producer *p)
-{
-    return p->rk ? rd_kafka_outq_len(p->rk) : 0;
-}
-
 void producer_purge(struct producer *p)
 {
     if (p->rk)

@@ -329,11 +329,6 @@ int repl_send(struct repl_conn *rc, const uint8_t *buf, size_t len)
     return 0;
 }
 
-int repl_server_version(const struct repl_conn *rc)
-{
-    return rc->conn ? PQserverVersion(rc->conn) : 0;
-}
-
 void repl_close(struct repl_conn *rc)
 {
     teardown(rc);

@@ -69,7 +69,7 @@ struct drain_result {
     double wal_bytes;       /* WAL PostgreSQL wrote from the start until done; -1: not measured */
 };
 enum runner { RUN_RELAY, RUN_PEER_MINIMAL, RUN_PEER_SAME };
-/* The relay's own claim (relay/sql.c) under EXPLAIN (ANALYZE, BUFFERS):
+/* The relay's own claim (relay/core/sql.c) under EXPLAIN (ANALYZE, BUFFERS):
  * its execution time and the shared buffers it touched. The plan goes to
  * WORKDIR/claim-plan-TABLE-LABEL.txt. */
 struct claim_plan {

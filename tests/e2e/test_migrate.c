@@ -210,3 +210,35 @@ Test(e2e, migrate_concurrently, .fini = fini, .timeout = 200)
     }
     e2e_report_assert(&rep, "concurrent migrate");
 }
+
+/* A command names its session after itself in pg_stat_activity, so that an
+ * operator can tell a waiting `migrate` or `dead` from the relay. Both are
+ * seen there waiting behind a lock the test holds on the table. */
+Test(e2e, commands_name_their_sessions, .fini = fini, .timeout = 120)
+{
+    e2e_setup(&T, "migname");
+    e2e_migrate(&T);
+    PGconn *locker = PQconnectdb(T.env->pg);
+    cr_assert(PQstatus(locker) == CONNECTION_OK, "connect: %s", PQerrorMessage(locker));
+    e2e_exec(locker, "BEGIN");
+    e2e_exec(locker, "LOCK TABLE %s IN ACCESS EXCLUSIVE MODE", T.qtable);
+    struct e2e_relay *migrate = spawn_migrate(T.table);
+    const char *args[E2E_MAX_ARGS];
+    int n = 0;
+    args[n++] = "dead";
+    args[n++] = "list";
+    e2e_base_args(&T, args, &n);
+    args[n] = NULL;
+    struct e2e_relay *dead = e2e_spawn(&T, args);
+    bool seen = e2e_wait_sql(&T, 30000,
+                             "SELECT count(DISTINCT application_name) = 2 FROM pg_stat_activity "
+                             "WHERE application_name IN ('outbox-relay migrate', "
+                             "'outbox-relay dead') AND wait_event_type = 'Lock'");
+    e2e_exec(locker, "ROLLBACK");
+    PQfinish(locker);
+    int mrc = e2e_wait_exit(migrate, 60000), drc = e2e_wait_exit(dead, 60000);
+    cr_assert(seen, "no session named 'outbox-relay migrate' and 'outbox-relay dead' waited "
+                    "for the table (logs %s, %s)", migrate->log_path, dead->log_path);
+    cr_assert_eq(mrc, 0, "migrate exited %d (log %s)", mrc, migrate->log_path);
+    cr_assert_eq(drc, 0, "dead list exited %d (log %s)", drc, dead->log_path);
+}

@@ -1,6 +1,6 @@
 /* fuzz_http.c — libFuzzer target for the status endpoint's request layer:
  * arbitrary bytes, delivered in arbitrary pieces, through the parser, the
- * router and every response document, exactly as relay/http.c feeds them
+ * router and every response document, exactly as relay/daemon/http.c feeds them
  * from a socket. Run it with the command in docs/testing.md ("Fuzzing").
  *
  * Input layout: the first byte chooses the piece size (0 = all at once), so

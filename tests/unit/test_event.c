@@ -1,4 +1,4 @@
-/* Unit tests of relay/event.c: topic templates, topic names and headers. */
+/* Unit tests of relay/core/event.c: topic templates, topic names and headers. */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <stdio.h>

@@ -1,7 +1,7 @@
-/* Unit tests of the status endpoint's request layer (relay/http_request.c,
- * relay/http_routes.c, relay/health.c, relay/http_status.c,
- * relay/http_metrics.c): parsing, routing, the readiness checks, the
- * documents, and http.listen parsing; no sockets. */
+/* Unit tests of the status endpoint's request layer (relay/daemon/:
+ * http_request.c, http_routes.c, health.c, http_status.c, http_metrics.c):
+ * parsing, routing, the readiness checks, the documents, and http.listen
+ * parsing; no sockets. */
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>

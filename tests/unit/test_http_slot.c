@@ -25,7 +25,7 @@
 TestSuite(http_slot, .init = setup, .fini = teardown);
 
 /* relay.capture = wal, the slot "orders_slot" streamed by this leader, as
- * daemon/capture.c would fill it. */
+ * daemon/relay_capture.c and relay_capture_slot.c would fill it. */
 static void wal_mode(void)
 {
     char *const ov[] = {"relay.capture=wal", "relay.slot=orders_slot"};

@@ -1,4 +1,4 @@
-/* Unit tests of relay/log.c: the logfmt line, the JSON line converted from
+/* Unit tests of relay/base/log.c: the logfmt line, the JSON line converted from
  * the callers' logfmt pairs, and lines that stay whole and valid whatever
  * the values hold. stderr is captured in a temporary file. */
 #include <cjson/cJSON.h>

@@ -1,4 +1,4 @@
-/* Unit tests of relay/log_limit.c: the first lines of a kind in full, the
+/* Unit tests of relay/base/log_limit.c: the first lines of a kind in full, the
  * rest counted into one summary line per interval, kinds kept apart by
  * message and error, and no count lost when kinds outnumber the slots.
  * stderr is captured in an anonymous temporary file (tmpfile). */

@@ -1,4 +1,4 @@
-/* Unit tests of relay/pg_binary.c: the binary values a claim reads. The
+/* Unit tests of relay/core/pg_binary.c: the binary values a claim reads. The
  * expected text is what the claim printed with to_char() before it read
  * binary, for every year PostgreSQL's to_char() prints unambiguously. */
 #include <criterion/criterion.h>

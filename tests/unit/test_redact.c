@@ -1,4 +1,4 @@
-/* Unit tests of relay/redact.c and the -X scrub: a conninfo's secrets are
+/* Unit tests of relay/base/redact.c and the -X scrub: a conninfo's secrets are
  * found in every form libpq reads, and never survive in a message libpq wrote
  * about that conninfo, nor in the bytes of a scrubbed override. */
 #include <criterion/criterion.h>

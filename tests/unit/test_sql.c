@@ -1,4 +1,4 @@
-/* Unit tests of relay/sql.c: identifier checks, quoting, migration templates
+/* Unit tests of relay/core/sql.c: identifier checks, quoting, migration templates
  * and the relay's statements; and of sql_capture.c, log-based capture's. */
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -189,6 +189,31 @@ Test(sql, statements_refuse_invalid_identifiers)
     cr_assert_eq(sql_statements_init(&s, "", "outbox", "c", 0), -EINVAL);
     cr_assert_eq(sql_statements_init(&s, "public", "outbox", "chan-1", 0), -EINVAL);
     cr_assert_eq(sql_statements_init(&s, "public", "outbox", NULL, 0), -EINVAL);
+}
+
+/* The highest $N of @p sql. */
+static int highest_param(const char *sql)
+{
+    int max = 0;
+    for (const char *p = strchr(sql, '$'); p; p = strchr(p + 1, '$')) {
+        int n = atoi(p + 1);
+        if (n > max)
+            max = n;
+    }
+    return max;
+}
+
+/* The claim is prepared and sent with the count its text was built with. */
+Test(sql, claim_parameter_count_matches_its_text)
+{
+    const unsigned modes[] = {0, SQL_HOLD_AGGREGATE, SQL_FLOOR, SQL_FLOOR | SQL_HOLD_AGGREGATE};
+    for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
+        struct sql_statements s;
+        cr_assert_eq(sql_statements_init(&s, "public", "outbox", "c", modes[i]), 0);
+        cr_assert_eq(highest_param(s.claim), s.claim_nparams, "flags 0x%x: $%d in the text, %d "
+                     "parameters", modes[i], highest_param(s.claim), s.claim_nparams);
+        sql_statements_free(&s);
+    }
 }
 
 Test(sql, claim_columns_are_in_enum_order)

@@ -109,3 +109,20 @@ Test(sql_floor, dead_commands_release_the_rows_their_aggregate_held)
     cr_assert_null(strstr(q.drop, "xid"));
     sql_dead_free(&q);
 }
+
+/* One statement sets how full the table's pages are kept, polled or not. */
+Test(sql_floor, fill_pages_leaves_room_only_for_marks)
+{
+    char *marked = sql_floor_fill_pages("app", "Events", true);
+    char *full = sql_floor_fill_pages("app", "Events", false);
+    char *drop = sql_floor_drop_claim_index("app", "Events");
+    cr_assert_str_eq(marked, "ALTER TABLE \"app\".\"Events\" SET (fillfactor = 45)");
+    cr_assert_str_eq(full, "ALTER TABLE \"app\".\"Events\" SET (fillfactor = 100)");
+    cr_assert_str_eq(drop, "DROP INDEX IF EXISTS \"app\".\"Events_xid_idx\"; "
+                           "ALTER TABLE \"app\".\"Events\" SET (fillfactor = 100)");
+    cr_assert_null(sql_floor_fill_pages("app", "x\"; DROP TABLE y; --", true));
+    cr_assert_null(sql_floor_drop_claim_index("", "Events"));
+    free(marked);
+    free(full);
+    free(drop);
+}

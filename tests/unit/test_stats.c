@@ -1,4 +1,4 @@
-/* Unit tests of relay/stats.c: the publish rate over the last minute from
+/* Unit tests of relay/base/stats.c: the publish rate over the last minute from
  * per-second samples, the backlog's estimate and ETA, and the counts by topic. */
 #include <criterion/criterion.h>
 #include <string.h>

@@ -1,0 +1,68 @@
+/* pg_session.c — see pg_session.h. */
+#include "cmd/pg_session.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "base/log.h"
+
+/* The conninfo is parsed here, not handed over as an expandable dbname: that
+ * would take a conninfo without "=" (a mistyped URI) for a database name,
+ * whose text libpq then quotes back, instead of failing with libpq's own
+ * syntax error. */
+static PGconn *connect_parsed(const PQconninfoOption *opts, const char *app_name)
+{
+    size_t n = 0;
+    for (const PQconninfoOption *o = opts; o->keyword; o++)
+        n++;
+    const char **keys = calloc(n + 2, sizeof(*keys));
+    const char **values = calloc(n + 2, sizeof(*values));
+    PGconn *conn = NULL;
+    if (keys && values) {
+        /* First, so that a fallback_application_name of the conninfo wins. */
+        size_t k = 0;
+        keys[k] = "fallback_application_name";
+        values[k++] = app_name;
+        for (const PQconninfoOption *o = opts; o->keyword; o++) {
+            if (o->val) {
+                keys[k] = o->keyword;
+                values[k++] = o->val;
+            }
+        }
+        keys[k] = NULL;
+        conn = PQconnectdbParams(keys, values, 0);
+    }
+    free(keys);
+    free(values);
+    return conn;
+}
+
+static void report(const char *conninfo, const char *message, char *err, size_t errlen)
+{
+    const char *quoted = log_quote_pq(conninfo, message);
+    if (err)
+        snprintf(err, errlen, "cannot connect to postgres: %s", quoted);
+    else
+        log_error("cannot connect to postgres", "error=%s", quoted);
+}
+
+PGconn *pg_session_open(const struct relay_config *cfg, const char *command, char *err,
+                        size_t errlen)
+{
+    char app_name[64];
+    snprintf(app_name, sizeof app_name, "outbox-relay %s", command);
+    char *parse_error = NULL;
+    PQconninfoOption *opts = PQconninfoParse(cfg->pg_conninfo, &parse_error);
+    if (!opts) {
+        report(cfg->pg_conninfo, parse_error ? parse_error : "out of memory", err, errlen);
+        PQfreemem(parse_error);
+        return NULL;
+    }
+    PGconn *conn = connect_parsed(opts, app_name);
+    PQconninfoFree(opts);
+    if (PQstatus(conn) == CONNECTION_OK)
+        return conn;
+    report(cfg->pg_conninfo, conn ? PQerrorMessage(conn) : "out of memory", err, errlen);
+    PQfinish(conn);
+    return NULL;
+}
