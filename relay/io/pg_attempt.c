@@ -219,6 +219,10 @@ static int host_begin(struct pg_attempt *a)
             continue;
         }
         a->timeout_ms = timeout_of(a->conn);
+        /* The loop's clock stands still while a callback runs, or before the
+         * loop first turns (the blocking checks at start): the host gets its
+         * whole time from now. */
+        uv_update_time(a->loop);
         uv_timer_start(a->timer, on_timeout, a->timeout_ms, 0);
         return 0;
     }
@@ -276,8 +280,10 @@ void pg_attempt_step(struct pg_attempt *a)
          * one, and the address's time starts anew, as in PQconnectdb. */
         int rc = pq_watch_set(a->w, a->conn,
                               st == PGRES_POLLING_READING ? UV_READABLE : UV_WRITABLE);
-        if (rc > 0)
+        if (rc > 0) {
+            uv_update_time(a->loop);
             uv_timer_start(a->timer, on_timeout, a->timeout_ms, 0);
+        }
         if (rc >= 0)
             return;
         host_failed(a, "cannot watch the socket");

@@ -2,7 +2,8 @@
  * tests/support: the stack's environment and controls (stack.c), PostgreSQL
  * helpers (postgres.c), running the outbox-relay binary (process.c), a
  * relay's status endpoint (relay_http.c), a real Kafka broker (brokers.c),
- * PgBouncer in front of PostgreSQL (pgbouncer.c), reading every message of a set of topics back with a real Kafka consumer
+ * PgBouncer in front of PostgreSQL (pgbouncer.c), a primary and its standby of
+ * a test's own (pg_pair.c), reading every message of a set of topics back with a real Kafka consumer
  * (consume.c) and checking it against the rows (check.c).
  *
  * Every helper asserts (Criterion) on the errors it cannot recover from, so a
