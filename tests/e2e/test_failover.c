@@ -204,6 +204,14 @@ static void bad_first_host(const char *name, bool wal, bool accepting)
     cr_assert(e2e_relay_wait_log(r, "postgres connected", 15000),
               "the relay never connected through the second host (log %s)", r->log_path);
     fprintf(stderr, "e2e: connected after %lld ms\n", (long long)(e2e_now_ms() - t0));
+    /* The host that failed is named, and why. */
+    char line[128];
+    snprintf(line, sizeof line, "msg=\"postgres host failed\" host=127.0.0.1 port=%d", port);
+    cr_assert(e2e_relay_log_contains(r, line), "no line says the first host failed (log %s)",
+              r->log_path);
+    cr_assert(e2e_relay_log_contains(r, accepting ? "no answer within connect_timeout (2 s)"
+                                                  : "Connection refused"),
+              "the first host's failure does not say why (log %s)", r->log_path);
     e2e_enqueue_series(&T, "order", "k", 10, "created", 201, 400, 0);
     if (wal)
         cr_assert(e2e_wal_wait_confirmed(&T, 30000), "the slot was not confirmed (log %s)",
