@@ -52,6 +52,7 @@
 #include "core/wal_event.h"
 #include "io/repl.h"
 #include "core/standby_watch.h"
+#include "core/failover_watch.h"
 #include "base/stats.h"
 #include "base/strbuf.h"
 #include "daemon/verify_task.h"
@@ -209,6 +210,13 @@ struct relay {
     struct progress *progress;  /* the publish rate; NULL when out of memory */
     struct log_limit failures;  /* per-row failure lines: a few in full, then summaries */
     struct standby_watch watch; /* standby: does a leader make progress? */
+    struct relay_failover {     /* relay.capture = wal: relay_failover.c */
+        struct failover_watch w;
+        bool blocked;           /* a failover left a gap: no stream until a restart */
+        bool checked;           /* a slot query ran on this session */
+        uint64_t connected_ms;  /* when this session connected */
+        enum failover_verdict said; /* logged already */
+    } failover;
 
     /* The quiet lock (schema/004): see enum plan_quiet. */
     enum plan_quiet quiet;
@@ -283,6 +291,12 @@ bool relay_capture_slot_query_due(const struct relay *r);
 void relay_capture_slot_query(struct relay *r);
 void relay_capture_retention(struct relay *r);
 void relay_capture_take_over(struct relay *r);
+
+/* relay_failover.c */
+void relay_failover_connected(struct relay *r);
+void relay_failover_slot_seen(struct relay *r, const char *walfile, bool slot_exists,
+                              uint64_t slot_confirmed);
+bool relay_failover_blocks(const struct relay *r);
 
 /* relay_capture_dead.c */
 bool relay_capture_dead_queue(struct relay *r, const struct event_row *row, const char *event_id,

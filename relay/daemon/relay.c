@@ -54,6 +54,7 @@ static void on_pg_connected(struct pg_conn *pg, void *arg)
     r->halt_pending = false; /* its record may be lost: the row is claimed and fails again */
     r->st.pg_up = true;
     relay_quiet_reset(r); /* a new session holds no lock */
+    relay_failover_connected(r);
     relay_step(r);
 }
 

@@ -578,7 +578,7 @@ static void capture_stop(struct relay *r, const char *why, bool failed)
 static void capture_start(struct relay *r)
 {
     struct capture *c = &r->cap;
-    if (c->committing || c->txn_msgs > 0 || c->unacked > 0)
+    if (c->committing || c->txn_msgs > 0 || c->unacked > 0 || relay_failover_blocks(r))
         return;
     pgo_acks_free(&c->acks);
     pgo_relations_free(&c->rels);

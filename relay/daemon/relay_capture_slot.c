@@ -92,6 +92,7 @@ static void on_slot(struct pg_conn *pg, PGresult *res, void *arg)
                  r->cfg->publication, r->cfg->schema, r->cfg->table);
     else if (r->cap.state == CAPTURE_STREAMING || r->st.role != STATS_ROLE_LEADER)
         s->problem[0] = '\0'; /* a leader not streaming keeps what its stream was told */
+    relay_failover_slot_seen(r, v[SLOT_WALFILE], s->known, s->confirmed_lsn);
     relay_step(r);
 }
 

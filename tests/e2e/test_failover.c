@@ -240,3 +240,51 @@ Test(e2e, first_host_never_answers_wal, .fini = fini, .timeout = 120)
 {
     bad_first_host("silentwal", true, true);
 }
+
+/* ---- relay.capture = wal: the slot does not follow a failover ------------ */
+
+/* Before PostgreSQL 17 the promoted server has no slot; one created there
+ * afterwards starts past the events the relay never read. The relay must
+ * name the gap and stay not ready, never stream from such a slot. */
+Test(e2e, failover_wal_names_the_gap, .fini = fini, .timeout = 300)
+{
+    e2e_setup(&T, "failwal");
+    e2e_wal_enable(&T);
+    e2e_pg_pair_start(&T, &P);
+    e2e_pg_pair_conninfo(&P, E2E_PAIR_BOTH, "target_session_attrs=read-write connect_timeout=2",
+                         T.pg_conninfo, sizeof T.pg_conninfo);
+    char primary[256], standby[256];
+    e2e_pg_pair_conninfo(&P, E2E_PAIR_PRIMARY, "", primary, sizeof primary);
+    e2e_pg_pair_conninfo(&P, E2E_PAIR_STANDBY, "", standby, sizeof standby);
+    PQfinish(T.conn);
+    T.conn = PQconnectdb(primary);
+    cr_assert_eq(PQstatus(T.conn), CONNECTION_OK, "%s", PQerrorMessage(T.conn));
+    e2e_migrate(&T);
+    const char *extra[] = {"relay.poll_interval_ms=100", NULL};
+    struct e2e_relay *r = e2e_relay_start(&T, extra);
+    e2e_enqueue_series(&T, "order", "k", 10, "created", 1, 200, 0);
+    cr_assert(e2e_wal_wait_confirmed(&T, 30000), "the slot was not confirmed (log %s)", r->log_path);
+
+    PQfinish(T.conn);
+    T.conn = NULL;
+    e2e_pg_pair_stop_primary(&P);
+    e2e_pg_pair_promote(&P);
+    T.conn = PQconnectdb(standby);
+    cr_assert_eq(PQstatus(T.conn), CONNECTION_OK, "%s", PQerrorMessage(T.conn));
+    e2e_enqueue_series(&T, "order", "k", 10, "created", 201, 400, 0);
+    cr_assert(e2e_relay_wait_log(r, "postgres failover; events may be missing", 30000),
+              "the relay did not notice the failover (log %s)", r->log_path);
+    e2e_assert_readyz(r, 503, "is not on it");
+
+    /* A slot made on the promoted server starts after what the relay read. */
+    e2e_migrate(&T);
+    e2e_enqueue_series(&T, "order", "k", 10, "created", 401, 600, 0);
+    cr_assert(e2e_relay_wait_log(r, "the events between were never relayed", 20000),
+              "the relay did not name the gap before the new slot (log %s)", r->log_path);
+    e2e_assert_readyz(r, 503, "never relayed");
+    e2e_sleep_ms(1500);
+    cr_assert_eq(e2e_query_int(T.conn, "SELECT count(*) FROM pg_replication_slots WHERE "
+                                       "slot_name = '%s' AND active", T.table), 0,
+                 "the relay streams from the slot made after the failover (log %s)", r->log_path);
+    cr_assert(e2e_relay_alive(r), "the relay exited (log %s)", r->log_path);
+}
