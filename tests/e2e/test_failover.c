@@ -162,12 +162,13 @@ Test(e2e, failover_under_writers_polling, .fini = fini, .timeout = 300)
         pthread_join(ws[i].th, NULL);
     fprintf(stderr, "e2e: %ld commits in all\n", committed(ws));
 
-    /* Resumed: the first row written after the promotion is marked. */
-    long long first_after = e2e_query_int(T.conn, "SELECT max(id) FROM %s", T.qtable);
+    /* Resumed: the last row the writers committed on the promoted server is
+     * marked within RESUME_MS of the promotion. */
+    long long last = e2e_query_int(T.conn, "SELECT max(id) FROM %s", T.qtable);
     int64_t left = RESUME_MS - (e2e_now_ms() - promoted_ms);
     bool resumed = e2e_wait_sql(&T, left > 0 ? (int)left : 1,
                                 "SELECT sent_at IS NOT NULL FROM %s WHERE id = %lld", T.qtable,
-                                first_after);
+                                last);
     cr_assert(resumed, "nothing relayed %d s after the promotion: %lld rows unsent (log %s)",
               RESUME_MS / 1000, e2e_query_int(T.conn, "SELECT count(*) FROM %s WHERE sent_at IS NULL",
                                               T.qtable), r->log_path);
