@@ -55,6 +55,8 @@ struct capture_env {
     bool txn_empty;             /* the producer put nothing into its open Kafka transaction */
     size_t n_dead;              /* events waiting to be kept as dead rows */
     bool ahead_left;            /* frames read ahead are still waiting to be taken */
+    bool server_gap;            /* the server changed (a failover) and its slot starts past
+                                 * what was confirmed: no stream may start there */
     uint64_t random;            /* any uniformly drawn number: the back-off's jitter */
 };
 

@@ -21,6 +21,8 @@ enum slot_col {
     SLOT_LAG_BYTES,       /* bigint: current WAL LSN - confirmed_flush_lsn, NULL */
     SLOT_PUBLICATION_OK,  /* bool: the publication exists and publishes the outbox table's
                              inserts (pg_publication_tables, pg_publication.pubinsert) */
+    SLOT_WALFILE,         /* text: the WAL file of the current position (its timeline first),
+                             NULL in recovery */
     SLOT_NCOLS
 };
 

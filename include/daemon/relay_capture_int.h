@@ -9,6 +9,7 @@
 #include "core/capture_ahead.h"
 #include "core/capture_plan.h"
 #include "core/capture_slot.h"
+#include "core/failover_watch.h"
 #include "core/pgoutput.h"
 #include "core/sql_capture.h"
 #include "core/wal_event.h"
@@ -27,6 +28,7 @@ struct capture {
     struct wal_columns cols;    /* relay.column_*: what an Insert is read from */
     struct event_placement placement;
     uint64_t slot_query_ms;     /* next slot query */
+    struct failover_watch failover; /* has the server changed under the stream? */
     /* events that can never be produced, to be kept as dead rows (relay_capture_dead.c) */
     struct capture_dead *dead;
     size_t n_dead, dead_cap;

@@ -222,7 +222,9 @@ void relay_capture_status(const struct relay *r, struct plan_state *s);
 void relay_capture_act(struct relay *r, enum plan_act act);
 void relay_capture_on_report(struct relay *r, void *opaque, rd_kafka_resp_err_t err);
 void relay_capture_stop(struct relay *r);
+void relay_capture_connected(struct relay *r);
 void relay_capture_free(struct relay *r);
+
 
 /* relay.c */
 void relay_finish(struct relay *r);

@@ -12,6 +12,7 @@
 #include <uv.h>
 
 #include "core/event.h"
+#include "io/pg_attempt.h"
 #include "io/pq_watch.h"
 
 struct pg_conn;
@@ -34,6 +35,7 @@ struct pg_conn {
     uv_loop_t *loop;
     PGconn *conn;
     struct pq_watch w;        /* its socket on the loop */
+    struct pg_attempt att;    /* connecting: the hosts of the list in turn */
     enum pg_state state;
     struct pg_callbacks cb;
     pg_result_cb result_cb;
@@ -51,16 +53,12 @@ void pg_result_keep(struct pg_conn *pg);
 int pg_init(struct pg_conn *pg, uv_loop_t *loop, const char *conninfo,
             const struct pg_callbacks *cb);
 
-/** PQconnectStartParams of @p conninfo, named "outbox-relay" in
- *  pg_stat_activity unless it sets application_name; with @p replication a
- *  logical replication connection (replication=database). NULL without memory. */
-PGconn *pg_connect_start(const char *conninfo, bool replication);
-
 /** libpq's message @p why as it may be logged: the conninfo's secrets
  *  redacted, the trailing newline cut; "connection lost" when empty. */
 void pg_error_text(const char *conninfo, const char *why, char *out, size_t len);
 
-/** Starts an asynchronous connection attempt; on_connected or on_lost follows.
+/** Starts an asynchronous connection attempt through the conninfo's hosts in
+ *  turn (pg_attempt.h); on_connected or on_lost follows.
  *  The session is named "outbox-relay" in pg_stat_activity unless the
  *  conninfo sets application_name.
  *  @return 0, or -EIO when libpq could not even start (on_lost is not called). */
@@ -98,6 +96,10 @@ bool pg_ready(const struct pg_conn *pg);
 
 /** @return true while a statement's result is awaited. */
 bool pg_busy(const struct pg_conn *pg);
+
+/** @return the host and the port of the server connected to ("" when not). */
+const char *pg_host(const struct pg_conn *pg);
+const char *pg_port(const struct pg_conn *pg);
 
 /** @return the server's version number (e.g. 150018), 0 when not connected. */
 int pg_server_version(const struct pg_conn *pg);

@@ -1,21 +1,27 @@
 /* pq_watch.h — a libpq connection's socket watched on the libuv loop.
  *
  * libpq says which direction it waits for; the owner asks for those events
- * here. libpq may replace the socket (another host of a multi-host conninfo,
- * a reconnect), and uv refuses to watch a new fd with an old handle, so a
- * changed fd gets a new handle; handles are allocated and freed in their
- * close callback, so a closing one is never reused. Shared by pg.c (the
- * statements' connection) and repl.c (the replication stream). */
+ * here. libpq may replace the socket (another address of a host while it
+ * connects, a reconnect), perhaps under the same descriptor number, which
+ * epoll forgot when the old socket closed; and uv refuses to watch a new fd
+ * with an old handle. So a socket is known by its number and its inode, and
+ * a changed one gets a new handle, the old one stopped and closed first;
+ * handles are allocated and freed in their close callback, so a closing one
+ * is never reused. Shared by pg.c (the statements' connection), repl.c (the
+ * replication stream) and pg_attempt.c (connecting). */
 #ifndef OUTBOX_PQ_WATCH_H
 #define OUTBOX_PQ_WATCH_H
 
 #include <libpq-fe.h>
+#include <sys/types.h>
 #include <uv.h>
 
 struct pq_watch {
     uv_loop_t *loop;
     uv_poll_t *poll;      /* NULL while nothing is watched */
     int fd;
+    dev_t dev;            /* with ino: which socket fd is */
+    ino_t ino;
     int events;
     uv_poll_cb cb;        /* called with poll->data = data */
     void *data;
@@ -25,8 +31,10 @@ struct pq_watch {
 void pq_watch_init(struct pq_watch *w, uv_loop_t *loop, uv_poll_cb cb, void *data);
 
 /** Watches @p conn's current socket for @p events (UV_READABLE,
- *  UV_WRITABLE; 0 stops watching but keeps the handle).
- *  @return 0, -EBADF without a socket, or a uv error. */
+ *  UV_WRITABLE; 0 stops watching but keeps the handle); call it after every
+ *  PQconnectPoll, the socket may be another.
+ *  @return 1 when that is a socket not watched before, 0 when it is the same,
+ *  -EBADF without a socket, or a uv error. */
 int pq_watch_set(struct pq_watch *w, PGconn *conn, int events);
 
 /** Stops and releases the handle. */

@@ -15,6 +15,7 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "io/pg_attempt.h"
 #include "io/pq_watch.h"
 
 struct repl_conn;
@@ -39,6 +40,7 @@ struct repl_conn {
     uv_loop_t *loop;
     PGconn *conn;
     struct pq_watch w;        /* its socket on the loop */
+    struct pg_attempt att;    /* connecting: the hosts of the list in turn */
     uv_timer_t *kick;         /* resumes reading outside the caller's stack */
     enum repl_state state;
     bool stopped;             /* on_data declined: not reading */

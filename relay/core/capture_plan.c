@@ -474,7 +474,9 @@ struct capture_acts capture_plan_step(struct capture_plan *p, const struct captu
         /* A stream that ended while the open Kafka transaction held some of
          * its messages: the next one waits for them, so they are committed. */
         commit_held(p, e, &a);
-        if (leading && capture_plan_may_produce(p, e) && e->now_ms >= p->restart_at_ms)
+        /* A stream on a server whose slot starts past what was confirmed
+         * would skip the events in between for ever. */
+        if (leading && !e->server_gap && capture_plan_may_produce(p, e) && e->now_ms >= p->restart_at_ms)
             start(p, &a);
         return a;
     }

@@ -43,7 +43,8 @@ static void start_connect(struct relay *r)
 static void on_pg_connected(struct pg_conn *pg, void *arg)
 {
     struct relay *r = arg;
-    log_info("postgres connected", "server_version=%d", pg_server_version(pg));
+    log_info("postgres connected", "host=%s port=%s server_version=%d", pg_host(pg), pg_port(pg),
+             pg_server_version(pg));
     relay_set_role(r, STATS_ROLE_UNKNOWN);
     relay_session_reset(r);
     r->listening = false;
@@ -53,6 +54,7 @@ static void on_pg_connected(struct pg_conn *pg, void *arg)
     r->halt_pending = false; /* its record may be lost: the row is claimed and fails again */
     r->st.pg_up = true;
     relay_quiet_reset(r); /* a new session holds no lock */
+    relay_capture_connected(r);
     relay_step(r);
 }
 

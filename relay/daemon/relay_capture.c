@@ -32,6 +32,7 @@ struct capture_env relay_capture_env(const struct relay *r)
         .txn_empty = producer_txn_empty(p),
         .n_dead = c->n_dead,
         .ahead_left = capture_ahead_left(&c->ahead),
+        .server_gap = failover_watch_blocks(&c->failover, uv_now(r->loop)),
         .random = (uint64_t)rand(),
     };
 }

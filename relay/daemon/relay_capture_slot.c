@@ -65,6 +65,13 @@ static void on_slot(struct pg_conn *pg, PGresult *res, void *arg)
     struct capture_names names = { r->cfg->slot, r->cfg->publication, r->cfg->schema, r->cfg->table };
     capture_slot_read(s, v, &names, stats_now(),
                       r->cap->plan.state == CAPTURE_STREAMING || r->st.role != STATS_ROLE_LEADER);
+    struct failover_news n = failover_watch_seen(&r->cap->failover, v[SLOT_WALFILE], s->known,
+                                                 s->confirmed_lsn, r->cap->plan.confirmed, r->cfg->slot);
+    if (n.gap)
+        snprintf(s->problem, sizeof s->problem, "%s", n.text);
+    if (n.say)
+        log_write(n.gap ? LOG_LVL_ERROR : LOG_LVL_WARN, n.say, "slot=%s detail=%s", r->cfg->slot,
+                  log_quote(n.text));
     relay_step(r);
 }
 
@@ -134,3 +141,10 @@ void relay_capture_retention(struct relay *r)
     pg_query(&r->pg, r->cap->sql.retention, 2, params, on_retention, r);
 }
 
+void relay_capture_connected(struct relay *r)
+{
+    if (!r->cap)
+        return;
+    failover_watch_connected(&r->cap->failover, relay_now_ms(r));
+    r->cap->slot_query_ms = 0; /* the timeline is read before anything streams */
+}

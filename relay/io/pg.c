@@ -17,6 +17,7 @@
 #include "core/sql.h"
 
 static void on_poll(uv_poll_t *h, int status, int events);
+static void on_attempt_done(PGconn *conn, const char *why, void *arg);
 
 static int watch(struct pg_conn *pg, int events)
 {
@@ -25,6 +26,7 @@ static int watch(struct pg_conn *pg, int events)
 
 static void teardown(struct pg_conn *pg)
 {
+    pg_attempt_cancel(&pg->att);
     pq_watch_drop(&pg->w);
     if (pg->last) {
         PQclear(pg->last);
@@ -81,109 +83,40 @@ int pg_init(struct pg_conn *pg, uv_loop_t *loop, const char *conninfo,
     pq_watch_init(&pg->w, loop, on_poll, pg);
     pg->cb = *cb;
     pg->conninfo = strdup(conninfo ? conninfo : "");
-    return pg->conninfo ? 0 : -ENOMEM;
-}
-
-/* PQconnectStart with a fallback application_name, so that a standby can
- * tell a relay holding the leader lock from anything else holding it. The
- * conninfo is parsed here, not handed over as an expandable dbname: that
- * would take a malformed conninfo for a database name instead of failing
- * with libpq's own syntax error. */
-PGconn *pg_connect_start(const char *conninfo, bool replication)
-{
-    PQconninfoOption *opts = PQconninfoParse(conninfo, NULL);
-    if (!opts)
-        return PQconnectStart(conninfo); /* reports the syntax error */
-    size_t n = 0;
-    for (const PQconninfoOption *o = opts; o->keyword; o++)
-        n++;
-    const char **keys = calloc(n + 4, sizeof(*keys));
-    const char **values = calloc(n + 4, sizeof(*values));
-    PGconn *conn = NULL;
-    if (keys && values) {
-        /* First, so that a fallback_application_name of the conninfo wins. */
-        size_t k = 0;
-        keys[k] = "fallback_application_name";
-        values[k++] = "outbox-relay";
-        const char *options = NULL;
-        for (const PQconninfoOption *o = opts; o->keyword; o++) {
-            if (o->val && replication && strcmp(o->keyword, "options") == 0)
-                options = o->val;
-            else if (o->val && !(replication && strcmp(o->keyword, "replication") == 0)) {
-                keys[k] = o->keyword;
-                values[k++] = o->val;
-            }
-        }
-        /* pgoutput prints values with the walsender's settings: created_at
-         * is read as ISO whatever the server's default DateStyle. */
-        char *with_iso = NULL;
-        if (replication) {
-            keys[k] = "replication";
-            values[k++] = "database";
-            if (asprintf(&with_iso, "%s%s-c datestyle=ISO", options ? options : "",
-                         options ? " " : "") >= 0) {
-                keys[k] = "options";
-                values[k++] = with_iso;
-            }
-        }
-        keys[k] = NULL;
-        conn = PQconnectStartParams(keys, values, 0);
-        free(with_iso);
-    }
-    free(keys);
-    free(values);
-    PQconninfoFree(opts);
-    return conn;
+    if (!pg->conninfo)
+        return -ENOMEM;
+    return pg_attempt_init(&pg->att, loop, &pg->w, pg->conninfo, false, on_attempt_done, pg);
 }
 
 int pg_connect(struct pg_conn *pg)
 {
     if (pg->state != PG_DISCONNECTED)
         return -EALREADY;
-    pg->conn = pg_connect_start(pg->conninfo, false);
-    if (!pg->conn)
-        return -ENOMEM;
-    PQsetNoticeProcessor(pg->conn, on_notice, pg);
-    if (PQstatus(pg->conn) == CONNECTION_BAD) {
-        log_warn("postgres connection failed", "error=%s",
-                 log_quote_pq(pg->conninfo, PQerrorMessage(pg->conn)));
-        teardown(pg);
-        return -EIO;
-    }
     pg->state = PG_CONNECTING;
-    /* PQconnectStart leaves us in the "writing" phase of the handshake. */
-    int rc = watch(pg, UV_WRITABLE);
-    if (rc < 0) {
+    if (pg_attempt_start(&pg->att) < 0) {
         teardown(pg);
         return -EIO;
     }
     return 0;
 }
 
-static void connect_step(struct pg_conn *pg)
+/* A host of the list took the connection, or none did. */
+static void on_attempt_done(PGconn *conn, const char *why, void *arg)
 {
-    switch (PQconnectPoll(pg->conn)) {
-    case PGRES_POLLING_READING:
-        if (watch(pg, UV_READABLE) < 0)
-            lost(pg, "cannot watch socket");
+    struct pg_conn *pg = arg;
+    if (!conn) {
+        lost(pg, why);
         return;
-    case PGRES_POLLING_WRITING:
-        if (watch(pg, UV_WRITABLE) < 0)
-            lost(pg, "cannot watch socket");
-        return;
-    case PGRES_POLLING_OK:
-        if (PQsetnonblocking(pg->conn, 1) != 0 || watch(pg, UV_READABLE) < 0) {
-            lost(pg, PQerrorMessage(pg->conn));
-            return;
-        }
-        pg->state = PG_READY;
-        if (pg->cb.on_connected)
-            pg->cb.on_connected(pg, pg->cb.arg);
-        return;
-    default:
+    }
+    pg->conn = conn;
+    PQsetNoticeProcessor(pg->conn, on_notice, pg);
+    if (PQsetnonblocking(pg->conn, 1) != 0 || watch(pg, UV_READABLE) < 0) {
         lost(pg, PQerrorMessage(pg->conn));
         return;
     }
+    pg->state = PG_READY;
+    if (pg->cb.on_connected)
+        pg->cb.on_connected(pg, pg->cb.arg);
 }
 
 static void drain_notifies(struct pg_conn *pg)
@@ -239,7 +172,7 @@ static void on_poll(uv_poll_t *h, int status, int events)
         return;
     }
     if (pg->state == PG_CONNECTING) {
-        connect_step(pg);
+        pg_attempt_step(&pg->att);
         return;
     }
 
@@ -290,6 +223,18 @@ bool pg_ready(const struct pg_conn *pg)
 bool pg_busy(const struct pg_conn *pg)
 {
     return pg->state == PG_BUSY;
+}
+
+const char *pg_host(const struct pg_conn *pg)
+{
+    const char *h = pg->conn ? PQhost(pg->conn) : NULL;
+    return h && *h ? h : "";
+}
+
+const char *pg_port(const struct pg_conn *pg)
+{
+    const char *p = pg->conn ? PQport(pg->conn) : NULL;
+    return p && *p ? p : "";
 }
 
 int pg_server_version(const struct pg_conn *pg)
@@ -367,6 +312,7 @@ void pg_close(struct pg_conn *pg)
 void pg_free(struct pg_conn *pg)
 {
     pg_close(pg);
+    pg_attempt_free(&pg->att);
     free(pg->conninfo);
     pg->conninfo = NULL;
 }

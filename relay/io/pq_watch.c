@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 
 static void close_free_cb(uv_handle_t *h)
 {
@@ -14,6 +15,8 @@ void pq_watch_init(struct pq_watch *w, uv_loop_t *loop, uv_poll_cb cb, void *dat
     w->loop = loop;
     w->poll = NULL;
     w->fd = -1;
+    w->dev = 0;
+    w->ino = 0;
     w->events = 0;
     w->cb = cb;
     w->data = data;
@@ -33,10 +36,15 @@ void pq_watch_drop(struct pq_watch *w)
 int pq_watch_set(struct pq_watch *w, PGconn *conn, int events)
 {
     int fd = PQsocket(conn);
-    if (fd < 0)
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0)
         return -EBADF;
-    if (w->poll && fd != w->fd)
+    /* The number alone does not tell: libpq may have closed the socket and
+     * opened another under it, which epoll then no longer watches. The inode
+     * names the socket itself. */
+    if (w->poll && (fd != w->fd || st.st_dev != w->dev || st.st_ino != w->ino))
         pq_watch_drop(w);
+    int renewed = 0;
     if (!w->poll) {
         w->poll = malloc(sizeof(*w->poll));
         if (!w->poll)
@@ -49,12 +57,15 @@ int pq_watch_set(struct pq_watch *w, PGconn *conn, int events)
         }
         w->poll->data = w->data;
         w->fd = fd;
+        w->dev = st.st_dev;
+        w->ino = st.st_ino;
         w->events = 0;
+        renewed = 1;
     }
     if (events == w->events)
-        return 0;
+        return renewed;
     int rc = events ? uv_poll_start(w->poll, events, w->cb) : uv_poll_stop(w->poll);
     if (rc == 0)
         w->events = events;
-    return rc;
+    return rc < 0 ? rc : renewed;
 }

@@ -14,6 +14,7 @@
 #include "io/pg.h"
 
 static void on_poll(uv_poll_t *h, int status, int events);
+static void on_attempt_done(PGconn *conn, const char *why, void *arg);
 
 static void close_free_cb(uv_handle_t *h)
 {
@@ -27,6 +28,7 @@ static int watch(struct repl_conn *rc, int events)
 
 static void teardown(struct repl_conn *rc)
 {
+    pg_attempt_cancel(&rc->att);
     pq_watch_drop(&rc->w);
     if (rc->kick)
         uv_timer_stop(rc->kick);
@@ -92,7 +94,7 @@ int repl_init(struct repl_conn *rc, uv_loop_t *loop, const char *conninfo,
     }
     uv_timer_init(loop, rc->kick);
     rc->kick->data = rc;
-    return 0;
+    return pg_attempt_init(&rc->att, loop, &rc->w, rc->conninfo, true, on_attempt_done, rc);
 }
 
 int repl_start(struct repl_conn *rc, const char *start_sql)
@@ -103,41 +105,30 @@ int repl_start(struct repl_conn *rc, const char *start_sql)
     rc->start_sql = strdup(start_sql);
     if (!rc->start_sql)
         return -ENOMEM;
-    rc->conn = pg_connect_start(rc->conninfo, true);
-    if (!rc->conn)
-        return -ENOMEM;
-    if (PQstatus(rc->conn) == CONNECTION_BAD || watch(rc, UV_WRITABLE) < 0) {
+    rc->state = REPL_CONNECTING;
+    if (pg_attempt_start(&rc->att) < 0) {
         teardown(rc);
         return -EIO;
     }
-    rc->state = REPL_CONNECTING;
     return 0;
 }
 
-static void connect_step(struct repl_conn *rc)
+/* A host of the list took the connection: START_REPLICATION goes out. */
+static void on_attempt_done(PGconn *conn, const char *why, void *arg)
 {
-    switch (PQconnectPoll(rc->conn)) {
-    case PGRES_POLLING_READING:
-        if (watch(rc, UV_READABLE) < 0)
-            lost(rc, "cannot watch socket", NULL);
+    struct repl_conn *rc = arg;
+    if (!conn) {
+        lost(rc, why, NULL);
         return;
-    case PGRES_POLLING_WRITING:
-        if (watch(rc, UV_WRITABLE) < 0)
-            lost(rc, "cannot watch socket", NULL);
-        return;
-    case PGRES_POLLING_OK:
-        if (PQsetnonblocking(rc->conn, 1) != 0 || !PQsendQuery(rc->conn, rc->start_sql)) {
-            lost(rc, PQerrorMessage(rc->conn), NULL);
-            return;
-        }
-        rc->state = REPL_STARTING;
-        if (watch(rc, PQflush(rc->conn) == 1 ? UV_READABLE | UV_WRITABLE : UV_READABLE) < 0)
-            lost(rc, "cannot watch socket", NULL);
-        return;
-    default:
+    }
+    rc->conn = conn;
+    if (PQsetnonblocking(rc->conn, 1) != 0 || !PQsendQuery(rc->conn, rc->start_sql)) {
         lost(rc, PQerrorMessage(rc->conn), NULL);
         return;
     }
+    rc->state = REPL_STARTING;
+    if (watch(rc, PQflush(rc->conn) == 1 ? UV_READABLE | UV_WRITABLE : UV_READABLE) < 0)
+        lost(rc, "cannot watch socket", NULL);
 }
 
 /* START_REPLICATION answers with CopyBothResponse, or an error. */
@@ -278,7 +269,7 @@ static void on_poll(uv_poll_t *h, int status, int events)
         return;
     }
     if (rc->state == REPL_CONNECTING) {
-        connect_step(rc);
+        pg_attempt_step(&rc->att);
         return;
     }
     if (events & UV_WRITABLE) {
@@ -337,6 +328,7 @@ void repl_close(struct repl_conn *rc)
 void repl_free(struct repl_conn *rc)
 {
     teardown(rc);
+    pg_attempt_free(&rc->att);
     if (rc->kick) {
         uv_close((uv_handle_t *)rc->kick, close_free_cb);
         rc->kick = NULL;

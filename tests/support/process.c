@@ -135,7 +135,7 @@ void e2e_base_args(struct e2e_ctx *t, const char **argv, int *argc)
     argv[n++] = "-c";
     argv[n++] = t->empty_conf;
     argv[n++] = "-X";
-    argv[n++] = pool_fmt("postgres.conninfo=%s", t->env->pg);
+    argv[n++] = pool_fmt("postgres.conninfo=%s", *t->pg_conninfo ? t->pg_conninfo : t->env->pg);
     argv[n++] = "-X";
     argv[n++] = pool_fmt("kafka.bootstrap.servers=%s", t->kafka);
     argv[n++] = "-X";

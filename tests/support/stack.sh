@@ -263,6 +263,12 @@ cmd_stop() {
 
     "$(dirname "$SELF")/kafka.sh" stop "$dir/kafka" || rc=1
 
+    # A failover test's own primary and standby, left by a test that did not finish.
+    local pair
+    for pair in "$dir"/logs/*/pair; do
+        if [ -d "$pair" ]; then "$(dirname "$SELF")/pg_pair.sh" stop "$pair" || true; fi
+    done
+
     if [ -f "$dir/pg/postmaster.pid" ]; then
         if ! as_pg "$PG_BINDIR/pg_ctl" -D "$dir/pg" -m fast -w -t "$PG_STOP_TIMEOUT" stop >/dev/null 2>&1; then
             if pg_running "$dir"; then

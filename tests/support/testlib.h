@@ -2,7 +2,8 @@
  * tests/support: the stack's environment and controls (stack.c), PostgreSQL
  * helpers (postgres.c), running the outbox-relay binary (process.c), a
  * relay's status endpoint (relay_http.c), a real Kafka broker (brokers.c),
- * PgBouncer in front of PostgreSQL (pgbouncer.c), reading every message of a set of topics back with a real Kafka consumer
+ * PgBouncer in front of PostgreSQL (pgbouncer.c), a primary and its standby of
+ * a test's own (pg_pair.c), reading every message of a set of topics back with a real Kafka consumer
  * (consume.c) and checking it against the rows (check.c).
  *
  * Every helper asserts (Criterion) on the errors it cannot recover from, so a
@@ -69,6 +70,7 @@ struct e2e_ctx {
     char logdir[512];
     char empty_conf[600];       /* an empty config file, passed as -c */
     PGconn *conn;
+    char pg_conninfo[512];      /* the relay's conninfo when set (a server of the test's own) */
     bool wal;                   /* relay.capture = wal: slot and publication named as the table */
     struct e2e_relay relays[E2E_MAX_RELAYS];
     int n_relays;
@@ -375,6 +377,42 @@ void e2e_verify_sent_once(struct e2e_ctx *t, const char *what);
 char **e2e_topics_of(const struct e2e_ctx *t, const struct e2e_rows *rows, size_t *n);
 
 void e2e_topics_free(char **topics);
+
+/* ---- a primary and its standby, tests/support/pg_pair.sh (pg_pair.c) ------- */
+
+struct e2e_pg_pair {
+    const struct e2e_env *env;
+    char script[600];
+    char dir[600];
+    int primary_port;
+    int standby_port;
+    bool up;
+};
+
+enum { E2E_PAIR_BOTH, E2E_PAIR_PRIMARY, E2E_PAIR_STANDBY };
+
+/** Starts a primary and its synchronous streaming standby of the test's own
+ *  (database postgres) in its log directory: a few seconds. */
+void e2e_pg_pair_start(const struct e2e_ctx *t, struct e2e_pg_pair *p);
+
+/** Stops the primary immediately, as a crash would. */
+void e2e_pg_pair_stop_primary(struct e2e_pg_pair *p);
+
+/** Promotes the standby; returns once it accepts writes. */
+void e2e_pg_pair_promote(struct e2e_pg_pair *p);
+
+/** Stops both servers (safe twice). */
+void e2e_pg_pair_stop(struct e2e_pg_pair *p);
+
+/** A conninfo of E2E_PAIR_BOTH (two hosts, the primary first), _PRIMARY or
+ *  _STANDBY, with @p extra ("key=value ...", may be "") after. */
+void e2e_pg_pair_conninfo(const struct e2e_pg_pair *p, int which, const char *extra, char *out,
+                          size_t len);
+
+/** A loopback port where a connect is refused (@p accepting false: bound, not
+ *  listening) or accepted by the kernel and never answered (true).
+ *  @return the socket, to close when done; the port into *@p port. */
+int e2e_dead_port(bool accepting, int *port);
 
 /* ---- PgBouncer, tests/support/pgbouncer.sh (pgbouncer.c) ------------------- */
 

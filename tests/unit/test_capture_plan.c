@@ -444,6 +444,23 @@ Test(capture_plan, a_restart_waits_for_what_the_last_stream_sent)
     capture_plan_free(&p);
 }
 
+/* A failover whose promoted server has no slot, or one that starts past what
+ * was confirmed: no stream starts there until the gap is dealt with. */
+Test(capture_plan, no_stream_starts_on_a_server_that_left_a_gap)
+{
+    struct capture_env e = leader_env(PRODUCER_TXN_OFF);
+    struct capture_plan p = streaming(&e);
+    capture_plan_fail(&p, &e, "replication stream lost");
+    e.now_ms = p.restart_at_ms;
+    e.server_gap = true;
+    for (int i = 0; i < 3; i++, e.now_ms += CAPTURE_RETRY_MAX_MS)
+        cr_assert_eq(capture_plan_step(&p, &e).what & CAP_DO_START, 0u, "a stream started past the gap");
+    cr_assert_eq(p.state, CAPTURE_OFF);
+    e.server_gap = false;
+    cr_assert(capture_plan_step(&p, &e).what & CAP_DO_START, "the stream does not start once the gap is gone");
+    capture_plan_free(&p);
+}
+
 /* The wal stream and polling's connection back off alike: plan_reconnect_delay. */
 Test(capture_plan, failures_in_a_row_back_off_as_polling_reconnects)
 {

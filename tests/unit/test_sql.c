@@ -418,6 +418,8 @@ Test(sql_capture, statements_quote_names_and_take_values_as_parameters)
     cr_assert_eq(sql_capture_init(&s, "app", "Outbox", "outbox_pub"), 0);
     cr_assert(strstr(s.slot_status, "FROM (SELECT CASE WHEN pg_catalog.pg_is_in_recovery()"));
     cr_assert(strstr(s.slot_status, "LEFT JOIN pg_catalog.pg_replication_slots AS s ON s.slot_name = $1::name"));
+    /* the timeline of the current position, to notice a failover */
+    cr_assert(strstr(s.slot_status, "ELSE pg_catalog.pg_walfile_name(w.lsn) END"));
     cr_assert(strstr(s.slot_status, "t.pubname = $2::name AND t.schemaname = 'app' AND t.tablename = 'Outbox'"));
     cr_assert(strstr(s.create_publication,
                      "CREATE PUBLICATION \"outbox_pub\" FOR TABLE \"app\".\"Outbox\" WITH (publish = 'insert');"));

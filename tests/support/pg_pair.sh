@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# pg_pair.sh — a PostgreSQL 15 primary and its synchronous streaming standby,
+# of one test's own, for failover tests (the stack's server is shared by the
+# lane: stopping it would disturb the tests after).
+#
+#   pg_pair.sh start DIR [TEMPLATE]
+#                             initdb a primary in DIR/primary (a copy of TEMPLATE,
+#                             initdb'd there the first time), pg_basebackup -R a
+#                             standby of it in DIR/standby (synchronous: a commit
+#                             returns once the standby has it), both on free
+#                             loopback ports; prints "PRIMARY_PORT STANDBY_PORT"
+#   pg_pair.sh stop-primary DIR
+#                             stops the primary immediately (no shutdown checkpoint,
+#                             as a crash would)
+#   pg_pair.sh promote DIR    promotes the standby and waits until it accepts writes
+#   pg_pair.sh stop DIR       stops both; safe twice, or on a half-started DIR
+#
+# Runs the servers as `postgres` when root (initdb refuses root). A start
+# takes a couple of seconds with a TEMPLATE already made (initdb alone takes
+# longer on a busy machine): a copy, a start and a base backup of an empty
+# cluster.
+set -euo pipefail
+
+PG_BINDIR=${PG_BINDIR:-/usr/lib/postgresql/15/bin}
+SELF=$(readlink -f "${BASH_SOURCE[0]}")
+# shellcheck source=tests/support/common.sh
+. "$(dirname "$SELF")/common.sh"
+
+die() { echo "pg_pair.sh: error: $*" >&2; exit 1; }
+
+as_pg() {
+    if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+}
+
+# Settings both servers share; the standby's own port follows.
+write_conf() {
+    local datadir=$1 port=$2 sock=$3
+    cat >> "$datadir/postgresql.auto.conf" <<EOF
+listen_addresses = '127.0.0.1'
+port = $port
+unix_socket_directories = '$sock'
+fsync = off
+full_page_writes = off
+synchronous_commit = on
+synchronous_standby_names = '*'
+wal_level = logical
+max_wal_senders = 10
+max_replication_slots = 10
+hot_standby = on
+max_connections = 100
+log_min_messages = warning
+log_line_prefix = '%m [%p] %a '
+EOF
+}
+
+# start_server DATADIR LOG: pg_ctl start, waiting until it accepts connections.
+start_server() {
+    as_pg "$PG_BINDIR/pg_ctl" -D "$1" -l "$2" -w -t 60 start >/dev/null ||
+        { tail -n 20 "$2" >&2; die "server in $1 did not start (log $2)"; }
+}
+
+# make_cluster DATADIR LOG: initdb for a throwaway cluster.
+make_cluster() {
+    as_pg "$PG_BINDIR/initdb" -D "$1" -U postgres --auth=trust -E UTF8 --locale=C \
+        --no-sync --no-instructions >"$2" 2>&1 || { cat "$2" >&2; die "initdb failed"; }
+}
+
+cmd_start() {
+    local dir=$1 template=${2:-} pport sport
+    mkdir -p "$dir/s"
+    dir=$(cd "$dir" && pwd -P)
+    [ ${#dir} -le 80 ] || die "directory path too long for a unix socket: $dir"
+    if [ "$(id -u)" = 0 ]; then
+        chown postgres: "$dir" "$dir/s"
+        chmod 0755 "$dir"
+    fi
+    if [ -z "$template" ]; then
+        make_cluster "$dir/primary" "$dir/initdb.log"
+    else
+        if [ ! -f "$template/PG_VERSION" ]; then
+            rm -rf "$template.tmp"
+            mkdir -p "$template.tmp"
+            chmod 0700 "$template.tmp"
+            if [ "$(id -u)" = 0 ]; then chown postgres: "$template.tmp"; fi
+            make_cluster "$template.tmp" "$dir/initdb.log"
+            mv "$template.tmp" "$template" 2>/dev/null || rm -rf "$template.tmp"
+        fi
+        cp -a "$template" "$dir/primary"
+    fi
+    echo "host replication all 127.0.0.1/32 trust" | as_pg tee -a "$dir/primary/pg_hba.conf" >/dev/null
+    pport=$(free_port) || die "no free port"
+    write_conf "$dir/primary" "$pport" "$dir/s"
+    start_server "$dir/primary" "$dir/primary.log"
+    as_pg "$PG_BINDIR/pg_basebackup" -h 127.0.0.1 -p "$pport" -U postgres -D "$dir/standby" \
+        -R -X stream -c fast --no-sync >"$dir/basebackup.log" 2>&1 ||
+        { cat "$dir/basebackup.log" >&2; die "pg_basebackup failed"; }
+    sport=$(free_port) || die "no free port"
+    # The copied settings are the primary's: the standby's come last and win.
+    # Promoted, it has no standby of its own: its commits must not wait for one.
+    printf "port = %s\nsynchronous_standby_names = ''\n" "$sport" |
+        as_pg tee -a "$dir/standby/postgresql.auto.conf" >/dev/null
+    start_server "$dir/standby" "$dir/standby.log"
+    echo "$pport $sport" > "$dir/ports"
+    # Until the standby streams, synchronous commits would wait.
+    for _ in $(seq 1 100); do
+        if [ "$("$PG_BINDIR/psql" -X -A -t -h 127.0.0.1 -p "$pport" -U postgres -d postgres \
+                -c "SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'")" = 1 ]; then
+            cat "$dir/ports"
+            return 0
+        fi
+        sleep 0.1
+    done
+    die "the standby does not stream (logs in $dir)"
+}
+
+cmd_stop_primary() {
+    as_pg "$PG_BINDIR/pg_ctl" -D "$1/primary" -m immediate -w -t 30 stop >/dev/null
+}
+
+cmd_promote() {
+    as_pg "$PG_BINDIR/pg_ctl" -D "$1/standby" -w -t 60 promote >/dev/null
+}
+
+cmd_stop() {
+    local dir=$1 d
+    for d in standby primary; do
+        if [ -f "$dir/$d/postmaster.pid" ]; then
+            as_pg "$PG_BINDIR/pg_ctl" -D "$dir/$d" -m immediate -w -t 30 stop >/dev/null 2>&1 || true
+        fi
+    done
+}
+
+[ $# -ge 2 ] || { sed -n '2,21p' "$SELF" | sed 's/^# \{0,1\}//' >&2; exit 64; }
+case $1 in
+    start) cmd_start "$2" "${3:-}" ;;
+    stop-primary) cmd_stop_primary "$2" ;;
+    promote) cmd_promote "$2" ;;
+    stop) cmd_stop "$2" ;;
+    *) exit 64 ;;
+esac
