@@ -73,6 +73,7 @@ struct relay {
     void *reload_arg;
     struct sql_statements sql;
     char claim_table[CONFIG_RELATION_MAX]; /* debezium, polled: the view the statements read */
+    const struct capture_ops *ops; /* relay.capture's mode, chosen once at start */
     struct capture *cap;        /* relay.capture = wal: its own state (relay_capture_int.h);
                                    NULL when polling */
     struct pg_conn pg;
@@ -172,7 +173,7 @@ bool relay_any_phase(const struct relay *r, enum phase ph);
 void relay_batch_reset(struct batch *b);
 void relay_row_failed(struct relay *r, struct batch *b, int i, enum stats_fail_reason kind,
                        enum attempt_limit limit, const char *why);
-void relay_on_report(void *opaque, rd_kafka_resp_err_t err, void *arg);
+void relay_poll_on_report(struct relay *r, void *opaque, rd_kafka_resp_err_t err);
 void relay_produce_rows(struct relay *r, struct batch *b, PGresult *res);
 int relay_row_topic(const struct relay *r, const struct event_row *row, char *topic, size_t len,
                     char *err, size_t errlen);
@@ -212,21 +213,39 @@ void relay_on_listen(struct pg_conn *pg, PGresult *res, void *arg);
 bool relay_replace_producer(struct relay *r);
 void relay_fence_step(struct relay *r, const struct plan_state *s);
 
-/* relay_capture.c: relay.capture = wal behind one interface. Started with
- * the relay (nothing when polling), stepped after every event, stopped and
- * freed with it; the rest of the daemon sees only its status (what plan_next
- * needs to know of it), the plan's statements it runs, and Kafka's reports. */
-int relay_capture_start(struct relay *r);
-void relay_capture_step(struct relay *r);
-void relay_capture_status(const struct relay *r, struct plan_state *s);
-void relay_capture_act(struct relay *r, enum plan_act act);
-void relay_capture_on_report(struct relay *r, void *opaque, rd_kafka_resp_err_t err);
-void relay_capture_stop(struct relay *r);
-void relay_capture_connected(struct relay *r);
-void relay_capture_free(struct relay *r);
+/* The two capture modes behind one interface, as libuv's loop calls
+ * uv__io_poll() and never asks which platform it is on: polling
+ * (relay_poll.c) and log-based capture (relay_capture.c). One is chosen at
+ * start from relay.capture; each keeps its own state, and the shared daemon
+ * calls only these. */
+struct capture_ops {
+    const char *name;           /* as relay.capture spells it */
+    /* The statements' flags this mode adds for the relation @p claim is read from. */
+    unsigned (*sql_flags)(const struct relay_config *cfg, const char *claim);
+    /* Its state, before the loop runs. @return EXIT_OK or the exit status to end with (logged). */
+    int (*start)(struct relay *r);
+    void (*connected)(struct relay *r);  /* a new main connection, before the first step */
+    void (*leading)(struct relay *r);    /* the relay just became the leader */
+    void (*tick)(struct relay *r);       /* the poll interval passed: what is due now */
+    /* What plan_next needs of this mode, added to the shared snapshot. */
+    void (*status)(const struct relay *r, struct plan_state *s);
+    /* Carries out @p p when it is this mode's step. @return -1 when it is not,
+     * 1 when the relay is to be planned again, 0 otherwise. */
+    int (*act)(struct relay *r, const struct plan_step *p);
+    void (*step)(struct relay *r);       /* after every event, once plan_next is done */
+    void (*on_report)(struct relay *r, void *opaque, rd_kafka_resp_err_t err);
+    int (*in_flight)(const struct relay *r);  /* messages handed to Kafka, not reported yet */
+    bool (*producing)(const struct relay *r); /* a shutdown's drain waits for Kafka's reports */
+    void (*stop)(struct relay *r);       /* its handles closed, with the loop's */
+    void (*free)(struct relay *r);       /* its memory, once the loop ended */
+};
 
+extern const struct capture_ops relay_poll_ops; /* relay_poll.c */
+extern const struct capture_ops relay_wal_ops;  /* relay_capture.c */
 
 /* relay.c */
 void relay_finish(struct relay *r);
+/* The producer's delivery report callback: the mode whose message it was takes it. */
+void relay_on_report(void *opaque, rd_kafka_resp_err_t err, void *arg);
 
 #endif

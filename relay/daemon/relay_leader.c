@@ -33,10 +33,8 @@ void relay_set_role(struct relay *r, enum stats_role role)
 {
     if (r->st.role != role)
         r->st.role_since = role == STATS_ROLE_UNKNOWN ? 0 : stats_now();
-    /* capture = wal reads no NOTIFY: the leader holds the quiet lock so that
-     * writers send none (each one serialises commits cluster-wide). */
-    if (r->cap && role == STATS_ROLE_LEADER && r->st.role != STATS_ROLE_LEADER)
-        r->quiet_wanted = true;
+    if (role == STATS_ROLE_LEADER && r->st.role != STATS_ROLE_LEADER)
+        r->ops->leading(r);
     r->st.role = role;
     if (role != STATS_ROLE_STANDBY) {
         r->st.holder.known = false;

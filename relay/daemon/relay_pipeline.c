@@ -56,13 +56,8 @@ static void batch_done(struct relay *r, struct batch *b)
     relay_batch_reset(b);
 }
 
-void relay_on_report(void *opaque, rd_kafka_resp_err_t err, void *arg)
+void relay_poll_on_report(struct relay *r, void *opaque, rd_kafka_resp_err_t err)
 {
-    struct relay *r = arg;
-    if (r->cap) {
-        relay_capture_on_report(r, opaque, err);
-        return;
-    }
     intptr_t v = (intptr_t)opaque;
     int k = (int)(v >> OPAQUE_ROW_BITS), i = (int)(v & ((1 << OPAQUE_ROW_BITS) - 1));
     struct batch *b = k >= 0 && k < N_BATCHES ? &r->b[k] : NULL;
