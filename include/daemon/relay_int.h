@@ -3,10 +3,12 @@
  * One struct relay and the functions its files call across each other:
  *   relay.c           the boot, the loop, the PostgreSQL connection, timers, signals, shutdown
  *   relay_step.c      relay_step(): describe the relay to the engine (plan.c) and carry out its answer
- *   relay_pipeline.c  a row's way: claim -> produce -> delivery reports -> failures -> mark; retention
+ *   relay_poll_pipeline.c  polling, a row's way: claim -> produce -> reports -> failures -> mark; retention
  *   relay_leader.c    the session checks, the schema check, the leader lock and refusals
  *   relay_fence.c     the Kafka transaction that fences a deposed leader; replacing the producer
  *   relay_quiet.c     the quiet lock: writers send no NOTIFY while the leader drains
+ *   relay_poll.c      relay.capture = poll behind the capture interface, its state in
+ *                     relay_poll_int.h (with relay_poll_pipeline.c and relay_poll_fence.c)
  *   relay_capture.c   relay.capture = wal: the stream from the replication slot, its state
  *                     in relay_capture_int.h (with relay_capture_slot.c and _dead.c) */
 #ifndef OUTBOX_RELAY_INT_H
@@ -55,15 +57,6 @@
 #include "base/strbuf.h"
 #include "daemon/verify_task.h"
 
-/* Several batches may be in flight: while Kafka acknowledges some,
- * PostgreSQL claims or marks another, so neither side waits for the other. */
-#define N_BATCHES RELAY_BATCH_SLOTS
-_Static_assert(N_BATCHES <= PLAN_MAX_BATCHES, "the engine names each batch slot by a bit");
-_Static_assert(RELAY_BATCHES_IN_FLIGHT == PLAN_TXN_BATCHES_MAX, "the producer's queue holds a transaction's batches");
-
-/* A delivery report's opaque: the batch slot in the top bits, the row below. */
-#define OPAQUE_ROW_BITS 20
-_Static_assert(100000 < (1 << OPAQUE_ROW_BITS), "batch_size must fit the opaque's row bits");
 
 struct relay {
     uv_loop_t *loop;
@@ -74,6 +67,8 @@ struct relay {
     struct sql_statements sql;
     char claim_table[CONFIG_RELATION_MAX]; /* debezium, polled: the view the statements read */
     const struct capture_ops *ops; /* relay.capture's mode, chosen once at start */
+    struct poll_capture *poll;  /* relay.capture = poll: its own state (relay_poll_int.h);
+                                   NULL with wal */
     struct capture *cap;        /* relay.capture = wal: its own state (relay_capture_int.h);
                                    NULL when polling */
     struct pg_conn pg;
@@ -87,55 +82,19 @@ struct relay {
     uv_signal_t sigint;
     uv_signal_t sighup;
 
-    bool listening;
-    bool wake;                  /* rows may be waiting: claim when possible */
-    bool claim_full;            /* the last claim returned a whole batch */
     bool lock_due;              /* standby: time to try the leader lock again */
     bool backoff;               /* a statement failed: wait for the next tick */
     bool stopping;
     bool purged;
     bool finished;
     bool ready_sent;            /* READY=1 went to systemd */
-    int prepared;               /* hot-path statements prepared on this connection */
-    bool halt_pending;          /* on_poison=halt: a row of a batch in flight will halt us;
-                                   claim and produce nothing more meanwhile */
     bool retention_due;
-    /* A failure reported for several rows of a batch may be one produce
-     * request's (librdkafka gives every message of a rejected request its
-     * error): those rows are charged nothing and produced again one at a
-     * time, oldest first, up to isolate_until_id; only a row that fails
-     * alone is charged. */
-    bool isolating;
-    int64_t isolate_until_id;
-    /* The producer's queue was full: the batch stopped early and its claim
-     * range was cut back to what it produced. No claim until reports free
-     * room; a claim sent before the cut is discarded, since it skipped the
-     * rows the cut batch gave back and could reorder their aggregates. */
-    bool queue_full;
-    unsigned truncations;
-    uint64_t claims_sent;       /* claims sent since start: batch.claim_seq */
-    /* SQL_FLOOR: where the next claim starts (sql_floor.h). has_floor is
-     * false until a claim returned rows: claims start from the saved floor. */
-    bool floor_mode;
-    bool has_floor;
-    int64_t floor_id;
-    struct sql_floor_snap floor_snap;
     unsigned reconnect_attempt; /* consecutive failed connects: drives the back-off */
     const struct poison_rules *poison; /* relay.on_poison */
     long retention_s;
     uint64_t last_retention_ms;
-    uint64_t backlog_due_ms;    /* next backlog query */
-    uint64_t backlog_sent_ms;   /* when the running one was sent */
-    uint64_t backlog_took_ms;   /* how long the last one took */
     uint64_t txn_start_ms;      /* the running transaction call began */
     bool lead_unverified;       /* fencing: a replaced producer waits for the lock check */
-    bool claim_first;           /* new leader: its first batch is claimed and marked before
-                                   the backlog count, which takes a while on a large backlog
-                                   and would hold up the claim its transaction waits for */
-    uint64_t claim_first_until; /* ... but no longer than this: Kafka may be away */
-
-    struct batch b[N_BATCHES];
-    struct strbuf params[3];    /* array literals for the mark and failure statements */
 
     struct relay_stats st;
     struct http_server *http;   /* the status endpoint; NULL when disabled */
@@ -166,25 +125,6 @@ struct relay {
     uv_timer_t quiet_timer;     /* leaving: claim and check again */
 };
 
-/* relay_pipeline.c */
-uint64_t relay_now_ms(struct relay *r);
-int relay_in_flight(const struct relay *r);
-bool relay_any_phase(const struct relay *r, enum phase ph);
-void relay_batch_reset(struct batch *b);
-void relay_row_failed(struct relay *r, struct batch *b, int i, enum stats_fail_reason kind,
-                       enum attempt_limit limit, const char *why);
-void relay_poll_on_report(struct relay *r, void *opaque, rd_kafka_resp_err_t err);
-void relay_produce_rows(struct relay *r, struct batch *b, PGresult *res);
-int relay_row_topic(const struct relay *r, const struct event_row *row, char *topic, size_t len,
-                    char *err, size_t errlen);
-void relay_claim(struct relay *r, const struct plan_step *p);
-/* SQL_FLOOR: the floor as the claim ($5..$7) and the backlog count ($1..$4)
- * take it: id (formatted into @p id), xmax, open transactions, xmin; all
- * NULL until a claim gave the relay a floor (they then use the saved one). */
-void relay_floor_params(const struct relay *r, char id[24], const char *out[4]);
-void relay_mark(struct relay *r, struct batch *b, unsigned with);
-void relay_retention(struct relay *r);
-
 /* relay_step.c */
 void relay_notify_status(struct relay *r);
 void relay_snapshot(const struct relay *r, struct plan_state *s);
@@ -207,7 +147,6 @@ void relay_quiet_reset(struct relay *r);
 void relay_on_quiet_on(struct pg_conn *pg, PGresult *res, void *arg);
 void relay_on_quiet_off(struct pg_conn *pg, PGresult *res, void *arg);
 void relay_on_quiet_check(struct pg_conn *pg, PGresult *res, void *arg);
-void relay_on_listen(struct pg_conn *pg, PGresult *res, void *arg);
 
 /* relay_fence.c */
 bool relay_replace_producer(struct relay *r);
@@ -238,12 +177,23 @@ struct capture_ops {
     bool (*producing)(const struct relay *r); /* a shutdown's drain waits for Kafka's reports */
     void (*stop)(struct relay *r);       /* its handles closed, with the loop's */
     void (*free)(struct relay *r);       /* its memory, once the loop ended */
+    void (*wake)(struct relay *r);       /* rows may be waiting: claim when possible */
+    /* relay.fencing = transactional: what plan_fence's answer does to this
+     * mode's batches (all but initialising and committing, relay_fence.c's),
+     * and to them a transaction's end. */
+    void (*txn_settle)(struct relay *r, const struct fence_plan *f);
+    void (*txn_ended)(struct relay *r, unsigned gen, enum producer_txn_result res);
 };
 
 extern const struct capture_ops relay_poll_ops; /* relay_poll.c */
 extern const struct capture_ops relay_wal_ops;  /* relay_capture.c */
 
 /* relay.c */
+uint64_t relay_now_ms(struct relay *r);
+/* The topic of @p row: its own, else relay.topic rendered, checked. @return
+ * 0, or -EINVAL with the reason in @p err. */
+int relay_row_topic(const struct relay *r, const struct event_row *row, char *topic, size_t len,
+                    char *err, size_t errlen);
 void relay_finish(struct relay *r);
 /* The producer's delivery report callback: the mode whose message it was takes it. */
 void relay_on_report(void *opaque, rd_kafka_resp_err_t err, void *arg);

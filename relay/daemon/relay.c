@@ -21,6 +21,28 @@ void relay_on_report(void *opaque, rd_kafka_resp_err_t err, void *arg)
     r->ops->on_report(r, opaque, err);
 }
 
+uint64_t relay_now_ms(struct relay *r)
+{
+    return uv_now(r->loop);
+}
+
+/* The row's topic into @p topic, checked. @return 0, or -EINVAL with @p err
+ * saying why (the row is poison: its topic never will be valid). */
+int relay_row_topic(const struct relay *r, const struct event_row *row, char *topic, size_t len,
+                     char *err, size_t errlen)
+{
+    int rc;
+    if (row->topic && *row->topic)
+        rc = snprintf(topic, len, "%s", row->topic) < (int)len ? 0 : -ENOSPC;
+    else
+        rc = event_topic_render(r->cfg->topic, row->aggregate_type, row->event_type, topic, len);
+    if (rc < 0) {
+        snprintf(err, errlen, "invalid topic name: longer than %zu bytes", len - 1);
+        return -EINVAL;
+    }
+    return event_topic_check(topic, err, errlen) < 0 ? -EINVAL : 0;
+}
+
 /* ---- PostgreSQL connection --------------------------------------------- */
 
 static void start_connect(struct relay *r);
@@ -79,7 +101,6 @@ static void on_pg_lost(struct pg_conn *pg, const char *why, void *arg)
     relay_set_role(r, STATS_ROLE_UNKNOWN);
     r->may_hold_lock = false; /* the server ends the session, and the lock with it */
     r->st.pg_up = false;
-    r->listening = false;
     relay_quiet_reset(r);
     relay_notify_status(r);
     schedule_reconnect(r);
@@ -90,7 +111,7 @@ static void on_pg_notify(struct pg_conn *pg, const char *channel, void *arg)
     (void)pg;
     (void)channel;
     struct relay *r = arg;
-    r->wake = true;
+    r->ops->wake(r);
     if (r->notifies < INT_MAX) /* a standby claims nothing, and counts on */
         r->notifies++;
     relay_step(r);
@@ -266,7 +287,6 @@ static int relay_prepare(struct relay *r, const struct relay_config *cfg)
     const char *claim = config_claim_relation(cfg, r->claim_table);
     flags |= SQL_PLACED(config_placed_count(cfg));
     flags |= r->ops->sql_flags(cfg, claim);
-    r->floor_mode = flags & SQL_FLOOR;
     if (sql_statements_init(&r->sql, cfg->schema, claim, cfg->notify_channel, flags) < 0) {
         log_error("cannot build SQL statements", "schema=%s table=%s", cfg->schema, cfg->table);
         return EXIT_CONFIG;

@@ -485,6 +485,25 @@ static bool wal_producing(const struct relay *r)
     return false;
 }
 
+static void wal_wake(struct relay *r)
+{
+    (void)r; /* the stream brings the rows */
+}
+
+/* Its Kafka transactions are the capture plan's, with no batches in them. */
+static void wal_txn_settle(struct relay *r, const struct fence_plan *f)
+{
+    (void)r;
+    (void)f;
+}
+
+static void wal_txn_ended(struct relay *r, unsigned gen, enum producer_txn_result res)
+{
+    (void)r;
+    (void)gen;
+    (void)res;
+}
+
 const struct capture_ops relay_wal_ops = {
     .name = "wal",
     .sql_flags = wal_sql_flags,
@@ -500,4 +519,7 @@ const struct capture_ops relay_wal_ops = {
     .producing = wal_producing,
     .stop = relay_capture_stop,
     .free = relay_capture_free,
+    .wake = wal_wake,
+    .txn_settle = wal_txn_settle,
+    .txn_ended = wal_txn_ended,
 };

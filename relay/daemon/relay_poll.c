@@ -2,8 +2,8 @@
  * (relay_int.h): what polling adds to the relay's snapshot, the steps of its
  * own it carries out (the hot statements, LISTEN, the backlog count, the
  * claim, the mark, retention), its timers' part, its batches' life. The
- * rows' way itself is relay_pipeline.c's, the quiet lock relay_quiet.c's. */
-#include "daemon/relay_int.h"
+ * rows' way itself is relay_poll_pipeline.c's, the quiet lock relay_quiet.c's. */
+#include "daemon/relay_poll_int.h"
 
 /* ---- the backlog count -------------------------------------------------- */
 
@@ -13,7 +13,7 @@ static void on_backlog(struct pg_conn *pg, PGresult *res, void *arg)
     struct relay *r = arg;
     if (!res)
         return;
-    r->backlog_took_ms = relay_now_ms(r) - r->backlog_sent_ms;
+    r->poll->backlog_took_ms = relay_now_ms(r) - r->poll->backlog_sent_ms;
     if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1) {
         r->st.backlog_known = true;
         r->st.backlog_rows = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
@@ -31,7 +31,7 @@ static void on_backlog(struct pg_conn *pg, PGresult *res, void *arg)
 /* With SQL_FLOOR the count starts from the relay's floor and saves it. */
 static void relay_backlog_query(struct relay *r)
 {
-    if (!r->floor_mode) {
+    if (!r->poll->floor_mode) {
         pg_query(&r->pg, r->sql.backlog, 0, NULL, on_backlog, r);
         return;
     }
@@ -39,6 +39,24 @@ static void relay_backlog_query(struct relay *r)
     const char *params[4];
     relay_floor_params(r, floor_id, params);
     pg_query(&r->pg, r->sql.backlog, 4, params, on_backlog, r);
+}
+
+/* ---- LISTEN ------------------------------------------------------------ */
+
+static void on_listen(struct pg_conn *pg, PGresult *res, void *arg)
+{
+    (void)pg;
+    struct relay *r = arg;
+    if (!res)
+        return;
+    if (PQresultStatus(res) != PGRES_COMMAND_OK) {
+        log_error("LISTEN failed", "error=%s", log_quote(PQresultErrorMessage(res)));
+        r->backoff = true;
+        return;
+    }
+    r->poll->listening = true;
+    r->poll->wake = true;
+    relay_step(r);
 }
 
 /* ---- the hot statements ------------------------------------------------- */
@@ -63,12 +81,12 @@ static void on_prepared(struct pg_conn *pg, PGresult *res, void *arg)
         return;
     if (PQresultStatus(res) != PGRES_COMMAND_OK) {
         log_error("preparing a statement failed", "statement=%s error=%s",
-                  hot_statements[r->prepared].name, log_quote(PQresultErrorMessage(res)));
-        relay_session_evidence(r, res, hot_statements[r->prepared].name);
+                  hot_statements[r->poll->prepared].name, log_quote(PQresultErrorMessage(res)));
+        relay_session_evidence(r, res, hot_statements[r->poll->prepared].name);
         r->backoff = true;
         return;
     }
-    r->prepared++;
+    r->poll->prepared++;
     relay_step(r);
 }
 
@@ -91,9 +109,18 @@ static unsigned poll_sql_flags(const struct relay_config *cfg, const char *claim
 
 static int poll_start(struct relay *r)
 {
+    char claim[CONFIG_RELATION_MAX];
+    struct poll_capture *pc = calloc(1, sizeof *pc);
+    if (!pc) {
+        log_error("out of memory", "batch_size=%d", r->cfg->batch_size);
+        return EXIT_SOFTWARE;
+    }
+    pc->relay = r;
+    pc->floor_mode = poll_sql_flags(r->cfg, config_claim_relation(r->cfg, claim)) & SQL_FLOOR;
+    r->poll = pc;
     for (int k = 0; k < N_BATCHES; k++) {
-        r->b[k].slot = k;
-        if (batch_reserve(&r->b[k], r->cfg->batch_size) < 0) {
+        r->poll->b[k].slot = k;
+        if (batch_reserve(&r->poll->b[k], r->cfg->batch_size) < 0) {
             log_error("out of memory", "batch_size=%d", r->cfg->batch_size);
             return EXIT_SOFTWARE;
         }
@@ -103,19 +130,21 @@ static int poll_start(struct relay *r)
 
 static void poll_connected(struct relay *r)
 {
-    r->listening = false;
-    r->prepared = 0;
-    r->halt_pending = false; /* its record may be lost: the row is claimed and fails again */
+    r->poll->listening = false;
+    r->poll->prepared = 0;
+    r->poll->halt_pending = false; /* its record may be lost: the row is claimed and fails again */
 }
 
 static void poll_leading(struct relay *r)
 {
-    (void)r; /* the lock's answer sets what a new leader claims first (relay_leader.c) */
+    r->poll->wake = true; /* catch up: notifications were not heard before */
+    r->poll->claim_first = !r->st.halted; /* a halted relay claims nothing */
+    r->poll->claim_first_until = relay_now_ms(r) + 2000;
 }
 
 static void poll_tick(struct relay *r)
 {
-    r->wake = true;
+    r->poll->wake = true;
     if (plan_retention_due(r->retention_s, relay_now_ms(r), r->last_retention_ms))
         r->retention_due = true;
 }
@@ -123,40 +152,37 @@ static void poll_tick(struct relay *r)
 static void poll_status(const struct relay *r, struct plan_state *s)
 {
     s->n_hot = N_HOT;
-    s->prepared = r->prepared;
-    s->listening = r->listening;
-    s->notifies = r->notifies;
-    s->quiet_idle = r->quiet_idle;
-    s->quiet_check_at_ms = r->quiet_check_at_ms;
-    s->wake = r->wake;
-    s->claim_full = r->claim_full;
-    s->halt_pending = r->halt_pending;
-    s->queue_full = r->queue_full;
-    s->isolating = r->isolating;
-    s->isolate_until_id = r->isolate_until_id;
-    s->truncations = r->truncations;
+    s->prepared = r->poll->prepared;
+    s->listening = r->poll->listening;
+    s->wake = r->poll->wake;
+    s->claim_full = r->poll->claim_full;
+    s->halt_pending = r->poll->halt_pending;
+    s->queue_full = r->poll->queue_full;
+    s->isolating = r->poll->isolating;
+    s->isolate_until_id = r->poll->isolate_until_id;
+    s->truncations = r->poll->truncations;
     s->batch_size = r->cfg->batch_size;
-    s->backlog_due_ms = r->backlog_due_ms;
-    s->backlog_took_ms = r->backlog_took_ms;
-    s->claim_first = r->claim_first;
-    s->claim_first_until = r->claim_first_until;
-    s->b = r->b;
+    s->backlog_due_ms = r->poll->backlog_due_ms;
+    s->backlog_took_ms = r->poll->backlog_took_ms;
+    s->claim_first = r->poll->claim_first;
+    s->claim_first_until = r->poll->claim_first_until;
+    s->b = r->poll->b;
     s->n_batches = N_BATCHES;
 }
 
 static int poll_act(struct relay *r, const struct plan_step *p)
 {
     if (p->queue_drained)
-        r->queue_full = false;
+        r->poll->queue_full = false;
     switch (p->act) {
     case PLAN_PREPARE: prepare(r, p->index); break;
-    case PLAN_MARK: relay_mark(r, &r->b[p->slot], p->with); break;
+    case PLAN_MARK: relay_mark(r, &r->poll->b[p->slot], p->with); break;
     case PLAN_COUNT_BACKLOG:
-        r->backlog_due_ms = p->at_ms;
-        r->backlog_sent_ms = relay_now_ms(r);
+        r->poll->backlog_due_ms = p->at_ms;
+        r->poll->backlog_sent_ms = relay_now_ms(r);
         relay_backlog_query(r);
         break;
-    case PLAN_LISTEN: pg_query(&r->pg, r->sql.listen, 0, NULL, relay_on_listen, r); break;
+    case PLAN_LISTEN: pg_query(&r->pg, r->sql.listen, 0, NULL, on_listen, r); break;
     case PLAN_CLAIM: relay_claim(r, p); break;
     case PLAN_RETENTION: relay_retention(r); break;
     default: return -1;
@@ -186,13 +212,24 @@ static void poll_stop(struct relay *r)
 
 static void poll_free(struct relay *r)
 {
+    if (!r->poll)
+        return; /* its start failed before it had any */
     for (int k = 0; k < N_BATCHES; k++) {
-        relay_batch_reset(&r->b[k]); /* the claim result a batch may hold */
-        batch_free(&r->b[k]);
+        relay_batch_reset(&r->poll->b[k]); /* the claim result a batch may hold */
+        batch_free(&r->poll->b[k]);
     }
-    for (size_t i = 0; i < sizeof(r->params) / sizeof(r->params[0]); i++)
-        strbuf_free(&r->params[i]);
+    for (size_t i = 0; i < sizeof(r->poll->params) / sizeof(r->poll->params[0]); i++)
+        strbuf_free(&r->poll->params[i]);
+    free(r->poll);
+    r->poll = NULL;
 }
+
+static void poll_wake(struct relay *r)
+{
+    r->poll->wake = true;
+}
+
+
 
 const struct capture_ops relay_poll_ops = {
     .name = "poll",
@@ -209,4 +246,7 @@ const struct capture_ops relay_poll_ops = {
     .producing = poll_producing,
     .stop = poll_stop,
     .free = poll_free,
+    .wake = poll_wake,
+    .txn_settle = relay_poll_txn_settle,
+    .txn_ended = relay_poll_txn_ended,
 };
