@@ -204,7 +204,7 @@ struct relay_stats {
 
     /* producer.c, through stats_count_published() at each acknowledgement
      * and stats_settle_published() when a Kafka transaction ends: a row of a
-     * transaction counts once it committed, as published_total (relay_pipeline.c),
+     * transaction counts once it committed, as published_total (relay_poll_pipeline.c),
      * which takes back the rows of an aborted one. */
     int n_topics;                  /* entries of topics[] in use */
     struct stats_topic topics[STATS_MAX_TOPICS];

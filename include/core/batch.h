@@ -3,7 +3,7 @@
  * concurrent claim must skip.
  *
  * Part of the engine (docs/ARCHITECTURE.md): no PostgreSQL, Kafka or event
- * loop header. The daemon (relay_pipeline.c) fills a batch from a claim's result, reports each
+ * loop header. The daemon (relay_poll_pipeline.c) fills a batch from a claim's result, reports each
  * delivery into it, and writes what it says (marks, failure records). */
 #ifndef OUTBOX_BATCH_H
 #define OUTBOX_BATCH_H

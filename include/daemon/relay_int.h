@@ -3,10 +3,12 @@
  * One struct relay and the functions its files call across each other:
  *   relay.c           the boot, the loop, the PostgreSQL connection, timers, signals, shutdown
  *   relay_step.c      relay_step(): describe the relay to the engine (plan.c) and carry out its answer
- *   relay_pipeline.c  a row's way: claim -> produce -> delivery reports -> failures -> mark; retention
+ *   relay_poll_pipeline.c  polling, a row's way: claim -> produce -> reports -> failures -> mark; retention
  *   relay_leader.c    the session checks, the schema check, the leader lock and refusals
  *   relay_fence.c     the Kafka transaction that fences a deposed leader; replacing the producer
  *   relay_quiet.c     the quiet lock: writers send no NOTIFY while the leader drains
+ *   relay_poll.c      relay.capture = poll behind the capture interface, its state in
+ *                     relay_poll_int.h (with relay_poll_pipeline.c and relay_poll_fence.c)
  *   relay_capture.c   relay.capture = wal: the stream from the replication slot, its state
  *                     in relay_capture_int.h (with relay_capture_slot.c and _dead.c) */
 #ifndef OUTBOX_RELAY_INT_H
@@ -55,15 +57,6 @@
 #include "base/strbuf.h"
 #include "daemon/verify_task.h"
 
-/* Several batches may be in flight: while Kafka acknowledges some,
- * PostgreSQL claims or marks another, so neither side waits for the other. */
-#define N_BATCHES RELAY_BATCH_SLOTS
-_Static_assert(N_BATCHES <= PLAN_MAX_BATCHES, "the engine names each batch slot by a bit");
-_Static_assert(RELAY_BATCHES_IN_FLIGHT == PLAN_TXN_BATCHES_MAX, "the producer's queue holds a transaction's batches");
-
-/* A delivery report's opaque: the batch slot in the top bits, the row below. */
-#define OPAQUE_ROW_BITS 20
-_Static_assert(100000 < (1 << OPAQUE_ROW_BITS), "batch_size must fit the opaque's row bits");
 
 struct relay {
     uv_loop_t *loop;
@@ -73,6 +66,9 @@ struct relay {
     void *reload_arg;
     struct sql_statements sql;
     char claim_table[CONFIG_RELATION_MAX]; /* debezium, polled: the view the statements read */
+    const struct capture_ops *ops; /* relay.capture's mode, chosen once at start */
+    struct poll_capture *poll;  /* relay.capture = poll: its own state (relay_poll_int.h);
+                                   NULL with wal */
     struct capture *cap;        /* relay.capture = wal: its own state (relay_capture_int.h);
                                    NULL when polling */
     struct pg_conn pg;
@@ -86,55 +82,19 @@ struct relay {
     uv_signal_t sigint;
     uv_signal_t sighup;
 
-    bool listening;
-    bool wake;                  /* rows may be waiting: claim when possible */
-    bool claim_full;            /* the last claim returned a whole batch */
     bool lock_due;              /* standby: time to try the leader lock again */
     bool backoff;               /* a statement failed: wait for the next tick */
     bool stopping;
     bool purged;
     bool finished;
     bool ready_sent;            /* READY=1 went to systemd */
-    int prepared;               /* hot-path statements prepared on this connection */
-    bool halt_pending;          /* on_poison=halt: a row of a batch in flight will halt us;
-                                   claim and produce nothing more meanwhile */
     bool retention_due;
-    /* A failure reported for several rows of a batch may be one produce
-     * request's (librdkafka gives every message of a rejected request its
-     * error): those rows are charged nothing and produced again one at a
-     * time, oldest first, up to isolate_until_id; only a row that fails
-     * alone is charged. */
-    bool isolating;
-    int64_t isolate_until_id;
-    /* The producer's queue was full: the batch stopped early and its claim
-     * range was cut back to what it produced. No claim until reports free
-     * room; a claim sent before the cut is discarded, since it skipped the
-     * rows the cut batch gave back and could reorder their aggregates. */
-    bool queue_full;
-    unsigned truncations;
-    uint64_t claims_sent;       /* claims sent since start: batch.claim_seq */
-    /* SQL_FLOOR: where the next claim starts (sql_floor.h). has_floor is
-     * false until a claim returned rows: claims start from the saved floor. */
-    bool floor_mode;
-    bool has_floor;
-    int64_t floor_id;
-    struct sql_floor_snap floor_snap;
     unsigned reconnect_attempt; /* consecutive failed connects: drives the back-off */
     const struct poison_rules *poison; /* relay.on_poison */
     long retention_s;
     uint64_t last_retention_ms;
-    uint64_t backlog_due_ms;    /* next backlog query */
-    uint64_t backlog_sent_ms;   /* when the running one was sent */
-    uint64_t backlog_took_ms;   /* how long the last one took */
     uint64_t txn_start_ms;      /* the running transaction call began */
     bool lead_unverified;       /* fencing: a replaced producer waits for the lock check */
-    bool claim_first;           /* new leader: its first batch is claimed and marked before
-                                   the backlog count, which takes a while on a large backlog
-                                   and would hold up the claim its transaction waits for */
-    uint64_t claim_first_until; /* ... but no longer than this: Kafka may be away */
-
-    struct batch b[N_BATCHES];
-    struct strbuf params[3];    /* array literals for the mark and failure statements */
 
     struct relay_stats st;
     struct http_server *http;   /* the status endpoint; NULL when disabled */
@@ -165,25 +125,6 @@ struct relay {
     uv_timer_t quiet_timer;     /* leaving: claim and check again */
 };
 
-/* relay_pipeline.c */
-uint64_t relay_now_ms(struct relay *r);
-int relay_in_flight(const struct relay *r);
-bool relay_any_phase(const struct relay *r, enum phase ph);
-void relay_batch_reset(struct batch *b);
-void relay_row_failed(struct relay *r, struct batch *b, int i, enum stats_fail_reason kind,
-                       enum attempt_limit limit, const char *why);
-void relay_on_report(void *opaque, rd_kafka_resp_err_t err, void *arg);
-void relay_produce_rows(struct relay *r, struct batch *b, PGresult *res);
-int relay_row_topic(const struct relay *r, const struct event_row *row, char *topic, size_t len,
-                    char *err, size_t errlen);
-void relay_claim(struct relay *r, const struct plan_step *p);
-/* SQL_FLOOR: the floor as the claim ($5..$7) and the backlog count ($1..$4)
- * take it: id (formatted into @p id), xmax, open transactions, xmin; all
- * NULL until a claim gave the relay a floor (they then use the saved one). */
-void relay_floor_params(const struct relay *r, char id[24], const char *out[4]);
-void relay_mark(struct relay *r, struct batch *b, unsigned with);
-void relay_retention(struct relay *r);
-
 /* relay_step.c */
 void relay_notify_status(struct relay *r);
 void relay_snapshot(const struct relay *r, struct plan_state *s);
@@ -206,27 +147,55 @@ void relay_quiet_reset(struct relay *r);
 void relay_on_quiet_on(struct pg_conn *pg, PGresult *res, void *arg);
 void relay_on_quiet_off(struct pg_conn *pg, PGresult *res, void *arg);
 void relay_on_quiet_check(struct pg_conn *pg, PGresult *res, void *arg);
-void relay_on_listen(struct pg_conn *pg, PGresult *res, void *arg);
 
 /* relay_fence.c */
 bool relay_replace_producer(struct relay *r);
 void relay_fence_step(struct relay *r, const struct plan_state *s);
 
-/* relay_capture.c: relay.capture = wal behind one interface. Started with
- * the relay (nothing when polling), stepped after every event, stopped and
- * freed with it; the rest of the daemon sees only its status (what plan_next
- * needs to know of it), the plan's statements it runs, and Kafka's reports. */
-int relay_capture_start(struct relay *r);
-void relay_capture_step(struct relay *r);
-void relay_capture_status(const struct relay *r, struct plan_state *s);
-void relay_capture_act(struct relay *r, enum plan_act act);
-void relay_capture_on_report(struct relay *r, void *opaque, rd_kafka_resp_err_t err);
-void relay_capture_stop(struct relay *r);
-void relay_capture_connected(struct relay *r);
-void relay_capture_free(struct relay *r);
+/* The two capture modes behind one interface, as libuv's loop calls
+ * uv__io_poll() and never asks which platform it is on: polling
+ * (relay_poll.c) and log-based capture (relay_capture.c). One is chosen at
+ * start from relay.capture; each keeps its own state, and the shared daemon
+ * calls only these. */
+struct capture_ops {
+    const char *name;           /* as relay.capture spells it */
+    /* The statements' flags this mode adds for the relation @p claim is read from. */
+    unsigned (*sql_flags)(const struct relay_config *cfg, const char *claim);
+    /* Its state, before the loop runs. @return EXIT_OK or the exit status to end with (logged). */
+    int (*start)(struct relay *r);
+    void (*connected)(struct relay *r);  /* a new main connection, before the first step */
+    void (*leading)(struct relay *r);    /* the relay just became the leader */
+    void (*tick)(struct relay *r);       /* the poll interval passed: what is due now */
+    /* What plan_next needs of this mode, added to the shared snapshot. */
+    void (*status)(const struct relay *r, struct plan_state *s);
+    /* Carries out @p p when it is this mode's step. @return -1 when it is not,
+     * 1 when the relay is to be planned again, 0 otherwise. */
+    int (*act)(struct relay *r, const struct plan_step *p);
+    void (*step)(struct relay *r);       /* after every event, once plan_next is done */
+    void (*on_report)(struct relay *r, void *opaque, rd_kafka_resp_err_t err);
+    int (*in_flight)(const struct relay *r);  /* messages handed to Kafka, not reported yet */
+    bool (*producing)(const struct relay *r); /* a shutdown's drain waits for Kafka's reports */
+    void (*stop)(struct relay *r);       /* its handles closed, with the loop's */
+    void (*free)(struct relay *r);       /* its memory, once the loop ended */
+    void (*wake)(struct relay *r);       /* rows may be waiting: claim when possible */
+    /* relay.fencing = transactional: what plan_fence's answer does to this
+     * mode's batches (all but initialising and committing, relay_fence.c's),
+     * and to them a transaction's end. */
+    void (*txn_settle)(struct relay *r, const struct fence_plan *f);
+    void (*txn_ended)(struct relay *r, unsigned gen, enum producer_txn_result res);
+};
 
+extern const struct capture_ops relay_poll_ops; /* relay_poll.c */
+extern const struct capture_ops relay_wal_ops;  /* relay_capture.c */
 
 /* relay.c */
+uint64_t relay_now_ms(struct relay *r);
+/* The topic of @p row: its own, else relay.topic rendered, checked. @return
+ * 0, or -EINVAL with the reason in @p err. */
+int relay_row_topic(const struct relay *r, const struct event_row *row, char *topic, size_t len,
+                    char *err, size_t errlen);
 void relay_finish(struct relay *r);
+/* The producer's delivery report callback: the mode whose message it was takes it. */
+void relay_on_report(void *opaque, rd_kafka_resp_err_t err, void *arg);
 
 #endif

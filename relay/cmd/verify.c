@@ -205,7 +205,7 @@ static int row_add(struct run *r, PGresult *res, int i)
     row.state = sent ? VCHECK_SENT : dead ? VCHECK_DEAD : VCHECK_PENDING;
     vcheck_uuid_parse(e.event_id, strlen(e.event_id), row.event_id);
 
-    /* The same topic the relay computes (relay_pipeline.c): the row's own, else the template. */
+    /* The same topic the relay computes (relay_poll_pipeline.c): the row's own, else the template. */
     char topic[512];
     event_row_topic(r->cfg->topic, &e, topic, sizeof topic);
     row.topic = vcheck_topic(r->v, topic);

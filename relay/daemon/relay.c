@@ -8,6 +8,41 @@
  * are there, in engine.c and in batch.c, without I/O. See relay_int.h for the files. */
 #include "daemon/relay_int.h"
 
+/* The capture modes, by relay.capture: the one place that tells them apart. */
+static const struct capture_ops *const capture_modes[] = {
+    [RELAY_CAPTURE_POLL] = &relay_poll_ops,
+    [RELAY_CAPTURE_WAL] = &relay_wal_ops,
+};
+
+/* Kafka's delivery report, for the mode whose message it was. */
+void relay_on_report(void *opaque, rd_kafka_resp_err_t err, void *arg)
+{
+    struct relay *r = arg;
+    r->ops->on_report(r, opaque, err);
+}
+
+uint64_t relay_now_ms(struct relay *r)
+{
+    return uv_now(r->loop);
+}
+
+/* The row's topic into @p topic, checked. @return 0, or -EINVAL with @p err
+ * saying why (the row is poison: its topic never will be valid). */
+int relay_row_topic(const struct relay *r, const struct event_row *row, char *topic, size_t len,
+                     char *err, size_t errlen)
+{
+    int rc;
+    if (row->topic && *row->topic)
+        rc = snprintf(topic, len, "%s", row->topic) < (int)len ? 0 : -ENOSPC;
+    else
+        rc = event_topic_render(r->cfg->topic, row->aggregate_type, row->event_type, topic, len);
+    if (rc < 0) {
+        snprintf(err, errlen, "invalid topic name: longer than %zu bytes", len - 1);
+        return -EINVAL;
+    }
+    return event_topic_check(topic, err, errlen) < 0 ? -EINVAL : 0;
+}
+
 /* ---- PostgreSQL connection --------------------------------------------- */
 
 static void start_connect(struct relay *r);
@@ -20,7 +55,7 @@ static void on_reconnect_timer(uv_timer_t *t)
 static void schedule_reconnect(struct relay *r)
 {
     if (r->stopping) {
-        if (plan_drain_on_lost(relay_any_phase(r, PHASE_PRODUCING)) == DRAIN_FINISH)
+        if (plan_drain_on_lost(r->ops->producing(r)) == DRAIN_FINISH)
             relay_finish(r);
         return;
     }
@@ -47,14 +82,11 @@ static void on_pg_connected(struct pg_conn *pg, void *arg)
              pg_server_version(pg));
     relay_set_role(r, STATS_ROLE_UNKNOWN);
     relay_session_reset(r);
-    r->listening = false;
     r->backoff = false;
     r->reconnect_attempt = 0;
-    r->prepared = 0;
-    r->halt_pending = false; /* its record may be lost: the row is claimed and fails again */
     r->st.pg_up = true;
     relay_quiet_reset(r); /* a new session holds no lock */
-    relay_capture_connected(r);
+    r->ops->connected(r);
     relay_step(r);
 }
 
@@ -69,7 +101,6 @@ static void on_pg_lost(struct pg_conn *pg, const char *why, void *arg)
     relay_set_role(r, STATS_ROLE_UNKNOWN);
     r->may_hold_lock = false; /* the server ends the session, and the lock with it */
     r->st.pg_up = false;
-    r->listening = false;
     relay_quiet_reset(r);
     relay_notify_status(r);
     schedule_reconnect(r);
@@ -80,7 +111,7 @@ static void on_pg_notify(struct pg_conn *pg, const char *channel, void *arg)
     (void)pg;
     (void)channel;
     struct relay *r = arg;
-    r->wake = true;
+    r->ops->wake(r);
     if (r->notifies < INT_MAX) /* a standby claims nothing, and counts on */
         r->notifies++;
     relay_step(r);
@@ -93,11 +124,7 @@ static void on_tick(uv_timer_t *t)
     struct relay *r = t->data;
     r->backoff = false;
     r->lock_due = true;
-    r->wake = true;
-    if (r->cap ? r->retention_s > 0 && relay_now_ms(r) - r->last_retention_ms >=
-                                              PLAN_CAPTURE_RETENTION_EVERY_MS
-                  : plan_retention_due(r->retention_s, relay_now_ms(r), r->last_retention_ms))
-        r->retention_due = true;
+    r->ops->tick(r);
     producer_poll(&r->prod);
     log_limit_flush(&r->failures, stats_mono());
     relay_step(r);
@@ -106,11 +133,11 @@ static void on_tick(uv_timer_t *t)
 static void on_shutdown_timer(uv_timer_t *t)
 {
     struct relay *r = t->data;
-    if (plan_drain_on_deadline(r->purged, relay_any_phase(r, PHASE_PRODUCING)) == DRAIN_PURGE) {
+    if (plan_drain_on_deadline(r->purged, r->ops->producing(r)) == DRAIN_PURGE) {
         /* Deadline reached: fail what is still in flight so the delivered part
          * can be marked; the failed rows stay unsent for the next run. */
         log_warn("shutdown timeout; abandoning undelivered messages",
-                 "in_flight=%d", relay_in_flight(r));
+                 "in_flight=%d", r->ops->in_flight(r));
         r->purged = true;
         producer_purge(&r->prod);
         producer_poll(&r->prod);
@@ -125,13 +152,13 @@ static void on_signal(uv_signal_t *s, int signum)
 {
     struct relay *r = s->data;
     bool connected = pg_ready(&r->pg) || pg_busy(&r->pg);
-    enum drain_act drain = plan_drain_on_signal(r->stopping, connected, relay_any_phase(r, PHASE_PRODUCING));
+    enum drain_act drain = plan_drain_on_signal(r->stopping, connected, r->ops->producing(r));
     if (r->stopping) {
         log_warn("second signal; exiting now", "signal=%d", signum);
         relay_finish(r);
         return;
     }
-    log_info("shutting down", "signal=%d in_flight=%d", signum, relay_in_flight(r));
+    log_info("shutting down", "signal=%d in_flight=%d", signum, r->ops->in_flight(r));
     notify_send("STOPPING=1");
     r->stopping = r->st.stopping = true;
     uv_timer_stop(&r->tick);
@@ -196,7 +223,7 @@ void relay_finish(struct relay *r)
     uv_close((uv_handle_t *)&r->sigterm, NULL);
     uv_close((uv_handle_t *)&r->sigint, NULL);
     uv_close((uv_handle_t *)&r->sighup, NULL);
-    relay_capture_stop(r);
+    r->ops->stop(r);
     pg_close(&r->pg);
     producer_stop(&r->prod);
     /* the status endpoint answers until here */
@@ -217,16 +244,10 @@ void relay_finish(struct relay *r)
 
 static void relay_free(struct relay *r)
 {
-    relay_capture_free(r);
+    r->ops->free(r);
     pg_free(&r->pg);
     sql_statements_free(&r->sql);
     sql_session_free(&r->ssql);
-    for (int k = 0; k < N_BATCHES; k++) {
-        relay_batch_reset(&r->b[k]); /* the claim result a batch may hold */
-        batch_free(&r->b[k]);
-    }
-    for (size_t i = 0; i < sizeof(r->params) / sizeof(r->params[0]); i++)
-        strbuf_free(&r->params[i]);
 }
 
 /* The timers and signal handlers of the loop. */
@@ -265,9 +286,7 @@ static int relay_prepare(struct relay *r, const struct relay_config *cfg)
     /* Debezium's table, polled, through the view migrate made over it. */
     const char *claim = config_claim_relation(cfg, r->claim_table);
     flags |= SQL_PLACED(config_placed_count(cfg));
-    if (cfg->capture == RELAY_CAPTURE_POLL && strcmp(claim, cfg->table) == 0)
-        flags |= SQL_FLOOR;
-    r->floor_mode = flags & SQL_FLOOR;
+    flags |= r->ops->sql_flags(cfg, claim);
     if (sql_statements_init(&r->sql, cfg->schema, claim, cfg->notify_channel, flags) < 0) {
         log_error("cannot build SQL statements", "schema=%s table=%s", cfg->schema, cfg->table);
         return EXIT_CONFIG;
@@ -277,21 +296,10 @@ static int relay_prepare(struct relay *r, const struct relay_config *cfg)
         relay_free(r);
         return EXIT_CONFIG;
     }
-    if (relay_capture_start(r) < 0) {
-        log_error("cannot set up log-based capture", "schema=%s table=%s", cfg->schema, cfg->table);
+    int rc = r->ops->start(r);
+    if (rc != EXIT_OK)
         relay_free(r);
-        return EXIT_CONFIG;
-    }
-    for (int k = 0; k < N_BATCHES; k++) {
-        r->b[k].slot = k;
-        if (batch_reserve(&r->b[k], cfg->batch_size) < 0) {
-            log_error("out of memory", "batch_size=%d", cfg->batch_size);
-            relay_free(r);
-            return EXIT_SOFTWARE;
-        }
-    }
-
-    return EXIT_OK;
+    return rc;
 }
 
 int relay_run(struct relay_config *cfg, relay_reload_fn reload, void *reload_arg,
@@ -302,14 +310,12 @@ int relay_run(struct relay_config *cfg, relay_reload_fn reload, void *reload_arg
     r.cfg = r.live = cfg;
     r.reload = reload;
     r.reload_arg = reload_arg;
+    r.ops = capture_modes[cfg->capture];
     r.loop = uv_default_loop();
     stats_init(&r.st);
     log_limit_init(&r.failures, LOG_LIMIT_INTERVAL_S, LOG_LIMIT_BURST);
     r.poison = poison_rules_of(cfg->on_poison);
     r.retention_s = cfg->on_sent == RELAY_ON_SENT_DELETE ? 0 : (long)(cfg->retention_ms / 1000);
-    /* wal: delete mode removes rows behind the confirmed position, on the same clock */
-    if (cfg->capture == RELAY_CAPTURE_WAL && cfg->on_sent == RELAY_ON_SENT_DELETE)
-        r.retention_s = 1;
     srand((unsigned)uv_hrtime() ^ (unsigned)getpid());
 
     int rc = relay_prepare(&r, cfg);
@@ -364,7 +370,7 @@ int relay_run(struct relay_config *cfg, relay_reload_fn reload, void *reload_arg
              cfg->schema, cfg->table, cfg->topic, cfg->batch_size, cfg->poll_interval_ms,
              poison_policy_names[cfg->on_poison],
              cfg->on_sent == RELAY_ON_SENT_DELETE ? "delete" : "mark", r.retention_s,
-             cfg->capture == RELAY_CAPTURE_WAL ? "wal" : "poll");
+             r.ops->name);
     start_connect(&r);
 
     uv_run(r.loop, UV_RUN_DEFAULT);

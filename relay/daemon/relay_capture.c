@@ -341,14 +341,12 @@ static void on_lost(struct repl_conn *rc, const char *why, const char *sqlstate,
 bool relay_capture_settled(const struct relay *r)
 {
     struct capture_env e = relay_capture_env(r);
-    return !r->cap || capture_plan_settled(&r->cap->plan, &e);
+    return capture_plan_settled(&r->cap->plan, &e);
 }
 
 void relay_capture_step(struct relay *r)
 {
     struct capture *c = r->cap;
-    if (!c)
-        return;
     struct capture_env e = relay_capture_env(r);
     /* What was read ahead goes first, before the plan says whether to read on. */
     if (capture_plan_may_drain(&c->plan, &e)) {
@@ -384,27 +382,26 @@ static int capture_setup(struct relay *r, struct capture *c)
 
 int relay_capture_start(struct relay *r)
 {
-    if (r->cfg->capture != RELAY_CAPTURE_WAL)
-        return 0;
+    const struct relay_config *cfg = r->cfg;
     struct capture *c = calloc(1, sizeof *c);
-    if (!c)
-        return -ENOMEM;
-    int rc = capture_setup(r, c);
-    if (rc < 0) {
-        sql_capture_free(&c->sql);
+    if (!c || capture_setup(r, c) < 0) {
+        log_error("cannot set up log-based capture", "schema=%s table=%s", cfg->schema, cfg->table);
+        if (c)
+            sql_capture_free(&c->sql);
         free(c);
-        return rc;
+        return EXIT_CONFIG;
     }
     r->cap = c;
     r->st.slot.enabled = true;
-    return 0;
+    /* delete mode removes rows behind the confirmed position, on the same clock */
+    if (cfg->on_sent == RELAY_ON_SENT_DELETE)
+        r->retention_s = 1;
+    return EXIT_OK;
 }
 
 void relay_capture_status(const struct relay *r, struct plan_state *s)
 {
     const struct capture *c = r->cap;
-    if (!c)
-        return;
     s->n_hot = 0; /* nothing claimed or marked */
     s->capture_wal = true;
     s->heartbeat_due = relay_capture_heartbeat_due(r);
@@ -415,23 +412,22 @@ void relay_capture_status(const struct relay *r, struct plan_state *s)
     s->capture_unsettled = !relay_capture_settled(r);
 }
 
-void relay_capture_act(struct relay *r, enum plan_act act)
+int relay_capture_act(struct relay *r, const struct plan_step *p)
 {
-    switch (act) {
+    switch (p->act) {
     case PLAN_RETENTION: relay_capture_retention(r); break;
     case PLAN_HEARTBEAT: relay_capture_heartbeat(r); break;
     case PLAN_SLOT_QUERY: relay_capture_slot_query(r); break;
     case PLAN_SLOT_TAKE_OVER: relay_capture_take_over(r); break;
     case PLAN_RECORD_DEAD: relay_capture_dead_record(r); break;
-    default: break;
+    default: return -1;
     }
+    return 0;
 }
 
 void relay_capture_stop(struct relay *r)
 {
     struct capture *c = r->cap;
-    if (!c)
-        return;
     repl_close(&c->repl);
     c->plan.state = CAPTURE_OFF;
     r->st.slot.streaming = false;
@@ -441,7 +437,7 @@ void relay_capture_free(struct relay *r)
 {
     struct capture *c = r->cap;
     if (!c)
-        return;
+        return; /* its start failed before it had any */
     repl_free(&c->repl);
     capture_plan_free(&c->plan);
     pgo_relations_free(&c->rels);
@@ -452,3 +448,78 @@ void relay_capture_free(struct relay *r)
     free(c);
     r->cap = NULL;
 }
+
+/* ---- the interface's other half: what the shared daemon asks of a mode --- */
+
+static unsigned wal_sql_flags(const struct relay_config *cfg, const char *claim)
+{
+    (void)cfg;
+    (void)claim;
+    return 0; /* nothing is claimed: no floor */
+}
+
+/* capture = wal reads no NOTIFY: the leader holds the quiet lock so that
+ * writers send none (each one serialises commits cluster-wide). */
+static void wal_leading(struct relay *r)
+{
+    r->quiet_wanted = true;
+}
+
+static void wal_tick(struct relay *r)
+{
+    if (r->retention_s > 0 && relay_now_ms(r) - r->last_retention_ms >= PLAN_CAPTURE_RETENTION_EVERY_MS)
+        r->retention_due = true;
+}
+
+/* Kafka's reports settle the stream's transactions, not batches: a shutdown
+ * waits for the capture plan (capture_unsettled), not for these. */
+static int wal_in_flight(const struct relay *r)
+{
+    (void)r;
+    return 0;
+}
+
+static bool wal_producing(const struct relay *r)
+{
+    (void)r;
+    return false;
+}
+
+static void wal_wake(struct relay *r)
+{
+    (void)r; /* the stream brings the rows */
+}
+
+/* Its Kafka transactions are the capture plan's, with no batches in them. */
+static void wal_txn_settle(struct relay *r, const struct fence_plan *f)
+{
+    (void)r;
+    (void)f;
+}
+
+static void wal_txn_ended(struct relay *r, unsigned gen, enum producer_txn_result res)
+{
+    (void)r;
+    (void)gen;
+    (void)res;
+}
+
+const struct capture_ops relay_wal_ops = {
+    .name = "wal",
+    .sql_flags = wal_sql_flags,
+    .start = relay_capture_start,
+    .connected = relay_capture_connected,
+    .leading = wal_leading,
+    .tick = wal_tick,
+    .status = relay_capture_status,
+    .act = relay_capture_act,
+    .step = relay_capture_step,
+    .on_report = relay_capture_on_report,
+    .in_flight = wal_in_flight,
+    .producing = wal_producing,
+    .stop = relay_capture_stop,
+    .free = relay_capture_free,
+    .wake = wal_wake,
+    .txn_settle = wal_txn_settle,
+    .txn_ended = wal_txn_ended,
+};

@@ -143,8 +143,6 @@ void relay_capture_retention(struct relay *r)
 
 void relay_capture_connected(struct relay *r)
 {
-    if (!r->cap)
-        return;
     failover_watch_connected(&r->cap->failover, relay_now_ms(r));
     r->cap->slot_query_ms = 0; /* the timeline is read before anything streams */
 }

@@ -1,6 +1,8 @@
 /* relay_fence.c — relay.fencing = transactional: the rows in flight as one
  * Kafka transaction, its commit or abort and what follows for the batches;
- * and a fatal producer replaced. */
+ * and a fatal producer replaced. What becomes of the batches is the capture
+ * mode's (txn_settle, txn_ended: relay_poll_fence.c; with wal, whose stream
+ * commits its own transactions, nothing). */
 #include "daemon/relay_int.h"
 
 /* ---- producer ---------------------------------------------------------- */
@@ -37,63 +39,10 @@ bool relay_replace_producer(struct relay *r)
  * leader still had open and fences it: a paused leader that wakes up cannot
  * make anything visible to read_committed consumers, nor mark it. */
 
-/* Held rows whose predecessor aborted would overtake its rows: they are
- * released unproduced and claimed again. */
-static void txn_drop_held(struct relay *r)
-{
-    for (int k = 0; k < N_BATCHES; k++) {
-        if (!r->b[k].held)
-            continue;
-        relay_batch_reset(&r->b[k]);
-        r->wake = true;
-    }
-}
-
-/* Produces held batch @p k into the open, empty transaction; a stale one
- * (a batch was cut after its claim skipped that batch's whole range) is
- * dropped and claimed again. Dropping it is a cut too: a claim held behind
- * it skipped its rows and would overtake them. */
-static void txn_release(struct relay *r, int k, bool stale)
-{
-    struct batch *b = &r->b[k];
-    if (stale) {
-        relay_batch_reset(b);
-        r->truncations++;
-        r->wake = true;
-        return;
-    }
-    PGresult *res = b->held;
-    b->held = NULL;
-    b->txn_gen = producer_txn_gen(&r->prod);
-    relay_produce_rows(r, b, res);
-    PQclear(res);
-}
-
-/* The batch's transaction was aborted: what Kafka acknowledged is invisible,
- * so none of it is marked; the rows are produced again without an attempt
- * counted (rows that failed on their own still count theirs). */
-static void txn_unpublish(struct relay *r, struct batch *b)
-{
-    for (int i = 0; i < b->n_rows; i++) {
-        if (b->state[i] != ROW_DELIVERED)
-            continue;
-        relay_row_failed(r, b, i, STATS_FAIL_RETRIABLE, LIMIT_NONE, NULL);
-        r->st.published_total--;
-    }
-    b->n_delivered = 0;
-    b->committed = true; /* settled: mark() records what failed and releases the rest */
-    /* A claim sent while this batch was in flight skipped its ids: its rows
-     * would overtake these, so its result is dropped and claimed again. */
-    b->unpublished = true;
-    r->truncations++;
-    r->wake = true;
-}
-
 static void on_txn_ended(void *arg, unsigned gen, enum producer_txn_result res, const char *why)
 {
     struct relay *r = arg;
-    if (batch_txn_ended(r->b, N_BATCHES, gen, res))
-        txn_drop_held(r);
+    r->ops->txn_ended(r, gen, res);
     uint64_t ms = relay_now_ms(r) - r->txn_start_ms;
     switch (res) {
     case PRODUCER_TXN_DONE:
@@ -120,24 +69,17 @@ static void on_txn_ended(void *arg, unsigned gen, enum producer_txn_result res, 
     relay_step(r);
 }
 
-/* Carries out what plan_fence decided, in its order: settles, initialises,
- * commits, releases; needs no PostgreSQL. */
+/* Carries out what plan_fence decided: the batches settled (and a held one
+ * released) by the capture mode, then the transaction initialised or
+ * committed; needs no PostgreSQL. plan_fence never answers init with any
+ * of the batches' parts, nor a release with a commit, so this is its order. */
 void relay_fence_step(struct relay *r, const struct plan_state *s)
 {
     struct producer *p = &r->prod;
     struct fence_plan f = plan_fence(s);
-    for (int k = 0; k < N_BATCHES; k++)
-        if (f.unpublish & (1u << k))
-            txn_unpublish(r, &r->b[k]);
+    r->ops->txn_settle(r, &f);
     if (f.init && producer_txn_init(p, on_txn_ended, r) == 0)
         r->txn_start_ms = relay_now_ms(r);
-    if (f.drop_held)
-        txn_drop_held(r);
-    for (int k = 0; k < N_BATCHES; k++)
-        if (f.settle_empty & (1u << k))
-            r->b[k].committed = true;
     if (f.commit && producer_txn_commit(p, on_txn_ended, r) == 0)
         r->txn_start_ms = relay_now_ms(r);
-    if (f.release >= 0)
-        txn_release(r, f.release, f.release_stale);
 }

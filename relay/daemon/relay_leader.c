@@ -33,10 +33,8 @@ void relay_set_role(struct relay *r, enum stats_role role)
 {
     if (r->st.role != role)
         r->st.role_since = role == STATS_ROLE_UNKNOWN ? 0 : stats_now();
-    /* capture = wal reads no NOTIFY: the leader holds the quiet lock so that
-     * writers send none (each one serialises commits cluster-wide). */
-    if (r->cap && role == STATS_ROLE_LEADER && r->st.role != STATS_ROLE_LEADER)
-        r->quiet_wanted = true;
+    if (role == STATS_ROLE_LEADER && r->st.role != STATS_ROLE_LEADER)
+        r->ops->leading(r);
     r->st.role = role;
     if (role != STATS_ROLE_STANDBY) {
         r->st.holder.known = false;
@@ -383,10 +381,7 @@ void relay_on_lock(struct pg_conn *pg, PGresult *res, void *arg)
     if (col_true(res, 3)) {
         r->may_hold_lock = true;
         r->lead_unverified = false;
-        relay_set_role(r, STATS_ROLE_LEADER);
-        r->wake = true; /* catch up: notifications were not heard before */
-        r->claim_first = !r->st.halted; /* a halted relay claims nothing */
-        r->claim_first_until = relay_now_ms(r) + 2000;
+        relay_set_role(r, STATS_ROLE_LEADER); /* the mode's part: its leading() */
         log_info("became leader", "schema=%s table=%s backend_pid=%d", r->cfg->schema,
                  r->cfg->table, pid);
     } else {
@@ -579,7 +574,6 @@ void relay_wind_down(struct relay *r)
     pg_close(&r->pg);
     r->may_hold_lock = false;
     r->st.pg_up = false;
-    r->listening = false;
     relay_set_role(r, STATS_ROLE_UNKNOWN);
     relay_notify_status(r);
 }

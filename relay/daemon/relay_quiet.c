@@ -42,7 +42,7 @@ void relay_on_quiet_on(struct pg_conn *pg, PGresult *res, void *arg)
         quiet_set(r, PLAN_QUIET_ON);
         r->quiet_idle = false;
         uv_timer_stop(&r->quiet_timer); /* a check while leaving is moot */
-        r->wake = true; /* from now on no NOTIFY says so */
+        r->ops->wake(r); /* from now on no NOTIFY says so */
         log_debug("quiet: writers send no NOTIFY while claims find rows", "");
     }
     relay_step(r);
@@ -65,7 +65,7 @@ void relay_on_quiet_off(struct pg_conn *pg, PGresult *res, void *arg)
 static void on_quiet_timer(uv_timer_t *t)
 {
     struct relay *r = t->data;
-    r->wake = true;
+    r->ops->wake(r);
     relay_step(r);
 }
 
@@ -82,7 +82,7 @@ void relay_on_quiet_check(struct pg_conn *pg, PGresult *res, void *arg)
         /* Every row whose writer sent no NOTIFY is committed: one last claim. */
         quiet_set(r, PLAN_QUIET_OFF);
         r->quiet_wanted = false; /* from claims before: the next ones decide afresh */
-        r->wake = true;
+        r->ops->wake(r);
         log_debug("quiet: writers notify again", "");
     } else {
         /* Claim what the ones that ended wrote, and look again later. */
@@ -90,23 +90,7 @@ void relay_on_quiet_check(struct pg_conn *pg, PGresult *res, void *arg)
             plan_quiet_check_wait(r->quiet_backoff_ms, (uint64_t)r->cfg->poll_interval_ms);
         r->quiet_check_at_ms = relay_now_ms(r) + r->quiet_backoff_ms;
         uv_timer_start(&r->quiet_timer, on_quiet_timer, r->quiet_backoff_ms, 0);
-        r->wake = true;
+        r->ops->wake(r);
     }
-    relay_step(r);
-}
-
-void relay_on_listen(struct pg_conn *pg, PGresult *res, void *arg)
-{
-    (void)pg;
-    struct relay *r = arg;
-    if (!res)
-        return;
-    if (PQresultStatus(res) != PGRES_COMMAND_OK) {
-        log_error("LISTEN failed", "error=%s", log_quote(PQresultErrorMessage(res)));
-        r->backoff = true;
-        return;
-    }
-    r->listening = true;
-    r->wake = true;
     relay_step(r);
 }

@@ -1,9 +1,9 @@
 /* relay_step.c — the relay described to the engine and its answer carried
  * out: one statement or producer call at a time (plan_next, plan_fence);
- * the hot statements prepared per connection; the backlog count and systemd's status. */
+ * the capture mode's part of both through its interface; systemd's status. */
 #include "daemon/relay_int.h"
 
-/* ---- backlog and systemd ---------------------------------------------- */
+/* ---- systemd ---------------------------------------------- */
 
 void relay_notify_status(struct relay *r)
 {
@@ -24,80 +24,7 @@ void relay_notify_status(struct relay *r)
     notify_send(buf);
 }
 
-static void on_backlog(struct pg_conn *pg, PGresult *res, void *arg)
-{
-    (void)pg;
-    struct relay *r = arg;
-    if (!res)
-        return;
-    r->backlog_took_ms = relay_now_ms(r) - r->backlog_sent_ms;
-    if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1) {
-        r->st.backlog_known = true;
-        r->st.backlog_rows = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
-        r->st.oldest_unsent_age = strtod(PQgetvalue(res, 0, 1), NULL);
-        r->st.dead_rows = strtoll(PQgetvalue(res, 0, 2), NULL, 10);
-        r->st.backlog_time = stats_now();
-        r->st.backlog_published = r->st.published_total;
-    } else {
-        log_warn("backlog query failed", "error=%s", log_quote(PQresultErrorMessage(res)));
-    }
-    relay_notify_status(r);
-    relay_step(r);
-}
-
-/* With SQL_FLOOR the count starts from the relay's floor and saves it. */
-static void relay_backlog_query(struct relay *r)
-{
-    if (!r->floor_mode) {
-        pg_query(&r->pg, r->sql.backlog, 0, NULL, on_backlog, r);
-        return;
-    }
-    char floor_id[24];
-    const char *params[4];
-    relay_floor_params(r, floor_id, params);
-    pg_query(&r->pg, r->sql.backlog, 4, params, on_backlog, r);
-}
-
-
 /* ---- the decision ------------------------------------------------------ */
-
-/* The statements of the hot path are parsed and planned once per
- * connection, not once per batch. */
-static const struct {
-    const char *name;
-    size_t offset;
-    int nparams;
-} hot_statements[] = {
-    { "claim", offsetof(struct sql_statements, claim), -1 }, /* sql.claim_nparams */
-    { "mark", offsetof(struct sql_statements, mark_sent), 1 },
-};
-#define N_HOT (int)(sizeof(hot_statements) / sizeof(hot_statements[0]))
-
-static void on_prepared(struct pg_conn *pg, PGresult *res, void *arg)
-{
-    (void)pg;
-    struct relay *r = arg;
-    if (!res)
-        return;
-    if (PQresultStatus(res) != PGRES_COMMAND_OK) {
-        log_error("preparing a statement failed", "statement=%s error=%s",
-                  hot_statements[r->prepared].name, log_quote(PQresultErrorMessage(res)));
-        relay_session_evidence(r, res, hot_statements[r->prepared].name);
-        r->backoff = true;
-        return;
-    }
-    r->prepared++;
-    relay_step(r);
-}
-
-static void prepare(struct relay *r, int i)
-{
-    const char *sql = *(char *const *)((const char *)&r->sql + hot_statements[i].offset);
-    int nparams = hot_statements[i].nparams;
-    if (nparams < 0) /* decided with the statement's text */
-        nparams = r->sql.claim_nparams;
-    pg_prepare(&r->pg, hot_statements[i].name, sql, nparams, on_prepared, r);
-}
 
 /* The relay as plan_next sees it. */
 void relay_snapshot(const struct relay *r, struct plan_state *s)
@@ -108,10 +35,7 @@ void relay_snapshot(const struct relay *r, struct plan_state *s)
         .pg_ready = pg_ready(&r->pg),
         .backoff = r->backoff,
         .session_checked = r->session_checked,
-        .n_hot = N_HOT,
         .schema_checked = r->schema_checked,
-        .prepared = r->prepared,
-        .listening = r->listening,
         .quiet = r->quiet,
         .quiet_wanted = r->quiet_wanted,
         .notifies = r->notifies,
@@ -124,47 +48,31 @@ void relay_snapshot(const struct relay *r, struct plan_state *s)
         .refused = r->st.refused,
         .refuse_deadline_ms = r->refuse_deadline_ms,
         .stopping = r->stopping,
-        .wake = r->wake,
-        .claim_full = r->claim_full,
         .halted = r->st.halted,
-        .halt_pending = r->halt_pending,
-        .queue_full = r->queue_full,
-        .isolating = r->isolating,
-        .isolate_until_id = r->isolate_until_id,
-        .truncations = r->truncations,
-        .batch_size = r->cfg->batch_size,
         .retention_due = r->retention_due,
-        .backlog_due_ms = r->backlog_due_ms,
-        .backlog_took_ms = r->backlog_took_ms,
         .row_security = r->st.row_security,
-        .claim_first = r->claim_first,
-        .claim_first_until = r->claim_first_until,
         .producer_fatal = producer_fatal(p),
         .txn = producer_txn_state(p),
         .txn_doomed = producer_txn_doomed(p),
         .txn_empty = producer_txn_empty(p),
         .txn_gen = producer_txn_gen(p),
         .lead_unverified = r->lead_unverified,
-        .b = r->b,
-        .n_batches = N_BATCHES,
     };
-    relay_capture_status(r, s); /* relay.capture = wal: what the plan needs of it */
+    r->ops->status(r, s); /* what the plan needs of the capture mode */
 }
 
 /* Carries out @p p. @return true when the relay is to be planned again (what
  * was done sent no statement and decided nothing else). */
 static bool carry_out(struct relay *r, const struct plan_step *p)
 {
-    if (p->queue_drained)
-        r->queue_full = false;
+    int mine = r->ops->act(r, p); /* the capture mode's own steps */
+    if (mine >= 0)
+        return mine > 0;
     switch (p->act) {
-    case PLAN_WAIT: break;
     case PLAN_FINISH: relay_finish(r); break;
     case PLAN_CHECK_SESSION: relay_session_check(r); break;
     case PLAN_WIND_DOWN: relay_wind_down(r); break;
     case PLAN_CHECK_SCHEMA: relay_schema_check(r); break;
-    case PLAN_PREPARE: prepare(r, p->index); break;
-    case PLAN_MARK: relay_mark(r, &r->b[p->slot], p->with); break;
     /* Fails (and backs off) when no new instance can be made. */
     case PLAN_REPLACE_PRODUCER: return relay_replace_producer(r);
     case PLAN_TAKE_LOCK:
@@ -183,28 +91,12 @@ static bool carry_out(struct relay *r, const struct plan_step *p)
         r->ready_sent = true;
         notify_send("READY=1");
         return true;
-    case PLAN_COUNT_BACKLOG:
-        r->backlog_due_ms = p->at_ms;
-        r->backlog_sent_ms = relay_now_ms(r);
-        relay_backlog_query(r);
-        break;
-    case PLAN_LISTEN: pg_query(&r->pg, r->sql.listen, 0, NULL, relay_on_listen, r); break;
     case PLAN_TAKE_QUIET: pg_query(&r->pg, r->ssql.quiet_on, 0, NULL, relay_on_quiet_on, r); break;
     case PLAN_RELEASE_QUIET: pg_query(&r->pg, r->ssql.quiet_off, 0, NULL, relay_on_quiet_off, r); break;
     case PLAN_CHECK_QUIET:
         pg_query(&r->pg, r->ssql.quiet_check, 0, NULL, relay_on_quiet_check, r);
         break;
-    case PLAN_CLAIM: relay_claim(r, p); break;
-    case PLAN_RETENTION:
-        if (r->cap)
-            relay_capture_act(r, p->act);
-        else
-            relay_retention(r);
-        break;
-    case PLAN_HEARTBEAT:
-    case PLAN_SLOT_QUERY:
-    case PLAN_SLOT_TAKE_OVER:
-    case PLAN_RECORD_DEAD: relay_capture_act(r, p->act); break;
+    default: break; /* PLAN_WAIT, and a mode's step the other mode never plans */
     }
     return false;
 }
@@ -224,5 +116,5 @@ void relay_step(struct relay *r)
         relay_snapshot(r, &s); /* after what fence_step, or the step before, changed */
         p = plan_next(&s);
     } while (carry_out(r, &p) && !r->finished);
-    relay_capture_step(r);
+    r->ops->step(r);
 }

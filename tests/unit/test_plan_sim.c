@@ -82,7 +82,7 @@ static void send(struct sim *m, enum stmt st, int slot)
     m->s.pg_ready = false;
 }
 
-/* What relay_pipeline.c's relay_mark() and record_failures() do once a batch's marks are
+/* What relay_poll_pipeline.c's relay_mark() and record_failures() do once a batch's marks are
  * written, or when it has none. */
 static void after_marks(struct sim *m, struct batch *b)
 {
@@ -259,7 +259,7 @@ static void answer(struct sim *m)
         m->s.wake = true;
         break;
     case ST_MARK:
-        /* One statement for the batches marked together (relay_pipeline.c's on_marked):
+        /* One statement for the batches marked together (relay_poll_pipeline.c's on_marked):
          * each is DELIVERED and marked after it, the lead goes on at once. */
         for (int k = 0; k < SLOTS; k++) {
             struct batch *x = &m->b[k];

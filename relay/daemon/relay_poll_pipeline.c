@@ -1,29 +1,24 @@
-/* relay_pipeline.c — a row's way through the relay, top to bottom: the claim,
- * producing its rows, their delivery reports, recording failures, the
- * conditional mark, then retention of sent rows. */
-#include "daemon/relay_int.h"
+/* relay_poll_pipeline.c — relay.capture = poll: a row's way through the relay, top
+ * to bottom: the claim, producing its rows, their delivery reports,
+ * recording failures, the conditional mark, then retention of sent rows. */
+#include "daemon/relay_poll_int.h"
 
 /* ---- batch ------------------------------------------------------------- */
 
-uint64_t relay_now_ms(struct relay *r)
-{
-    return uv_now(r->loop);
-}
-
-/* A batch's owner: the batches are an array inside struct relay. */
+/* A batch's owner: the batches are an array inside struct poll_capture. */
 static struct relay *relay_of(struct batch *b)
 {
-    return (struct relay *)((char *)(b - b->slot) - offsetof(struct relay, b));
+    return ((struct poll_capture *)((char *)(b - b->slot) - offsetof(struct poll_capture, b)))->relay;
 }
 
 int relay_in_flight(const struct relay *r)
 {
-    return batch_outstanding(r->b, N_BATCHES);
+    return batch_outstanding(r->poll->b, N_BATCHES);
 }
 
 bool relay_any_phase(const struct relay *r, enum phase ph)
 {
-    return batch_any_in(r->b, N_BATCHES, ph);
+    return batch_any_in(r->poll->b, N_BATCHES, ph);
 }
 
 /* Empties @p b, releasing a claim result it held. */
@@ -52,20 +47,15 @@ static void batch_done(struct relay *r, struct batch *b)
     r->st.last_batch_duration = took;
     r->st.last_batch_time = now;
     if (b->rescan_after_mark)
-        r->wake = true; /* rows inside this batch's id range were skipped by the other claim */
+        r->poll->wake = true; /* rows inside this batch's id range were skipped by the other claim */
     relay_batch_reset(b);
 }
 
-void relay_on_report(void *opaque, rd_kafka_resp_err_t err, void *arg)
+void relay_poll_on_report(struct relay *r, void *opaque, rd_kafka_resp_err_t err)
 {
-    struct relay *r = arg;
-    if (r->cap) {
-        relay_capture_on_report(r, opaque, err);
-        return;
-    }
     intptr_t v = (intptr_t)opaque;
     int k = (int)(v >> OPAQUE_ROW_BITS), i = (int)(v & ((1 << OPAQUE_ROW_BITS) - 1));
-    struct batch *b = k >= 0 && k < N_BATCHES ? &r->b[k] : NULL;
+    struct batch *b = k >= 0 && k < N_BATCHES ? &r->poll->b[k] : NULL;
     if (!b || b->phase != PHASE_PRODUCING || i >= b->n_rows) {
         log_error("delivery report for no row in flight", "batch=%d index=%d", k, i);
         return;
@@ -87,10 +77,10 @@ void relay_on_report(void *opaque, rd_kafka_resp_err_t err, void *arg)
         if (verdict.counted)
             r->st.failed_total[kind]++;
         if (verdict.suspect) {
-            r->isolating = true;
-            r->wake = true;
-            if (b->ids[i] > r->isolate_until_id)
-                r->isolate_until_id = b->ids[i];
+            r->poll->isolating = true;
+            r->poll->wake = true;
+            if (b->ids[i] > r->poll->isolate_until_id)
+                r->poll->isolate_until_id = b->ids[i];
             b->suspect_err = err;
         } else if (fault != KAFKA_FAULT_OURS &&
                    log_limit_allow(&r->failures, stats_mono(), LOG_LVL_WARN, "delivery failed",
@@ -110,8 +100,8 @@ void relay_on_report(void *opaque, rd_kafka_resp_err_t err, void *arg)
                             rd_kafka_err2name(b->suspect_err), b->span.lo))
             log_warn("delivery failed; retrying the rows one at a time before any is charged",
                      "rows=%d error=%s first_outbox_id=%" PRId64 " retry_up_to_outbox_id=%" PRId64,
-                     b->n_suspects, rd_kafka_err2name(b->suspect_err), b->span.lo, r->isolate_until_id);
-        r->queue_full = false; /* this batch's messages left the queue */
+                     b->n_suspects, rd_kafka_err2name(b->suspect_err), b->span.lo, r->poll->isolate_until_id);
+        r->poll->queue_full = false; /* this batch's messages left the queue */
         relay_step(r);
     }
 }
@@ -146,26 +136,9 @@ static void batch_load(struct batch *b, PGresult *res)
 static void batch_cut(struct relay *r, struct batch *b, int i, bool queue_full)
 {
     batch_cut_at(b, i);
-    r->queue_full = queue_full;
-    r->truncations++;
-    r->wake = true;
-}
-
-/* The row's topic into @p topic, checked. @return 0, or -EINVAL with @p err
- * saying why (the row is poison: its topic never will be valid). */
-int relay_row_topic(const struct relay *r, const struct event_row *row, char *topic, size_t len,
-                     char *err, size_t errlen)
-{
-    int rc;
-    if (row->topic && *row->topic)
-        rc = snprintf(topic, len, "%s", row->topic) < (int)len ? 0 : -ENOSPC;
-    else
-        rc = event_topic_render(r->cfg->topic, row->aggregate_type, row->event_type, topic, len);
-    if (rc < 0) {
-        snprintf(err, errlen, "invalid topic name: longer than %zu bytes", len - 1);
-        return -EINVAL;
-    }
-    return event_topic_check(topic, err, errlen) < 0 ? -EINVAL : 0;
+    r->poll->queue_full = queue_full;
+    r->poll->truncations++;
+    r->poll->wake = true;
 }
 
 /* Row @p i can never be produced as it is: charged (one attempt exhausts
@@ -175,7 +148,7 @@ static void row_refused(struct relay *r, struct batch *b, PGresult *res, int i,
 {
     relay_row_failed(r, b, i, STATS_FAIL_INVALID, LIMIT_ONE, err);
     if (r->poison->halts)
-        r->halt_pending = true;
+        r->poll->halt_pending = true;
     if (r->poison->hold_in_flight)
         b->agg[i] = agg_key(res, i);
     if (log_limit_allow(&r->failures, stats_mono(), LOG_LVL_WARN, "row cannot be produced", err,
@@ -196,15 +169,15 @@ void relay_produce_rows(struct relay *r, struct batch *b, PGresult *res)
     bool holding = r->poison->hold_in_flight;
     bool any_held = false;
     for (int k = 0; k < N_BATCHES && holding; k++)
-        for (int j = 0; j < r->b[k].n_rows && !any_held; j++)
-            any_held = r->b[k].agg[j] != NULL;
+        for (int j = 0; j < r->poll->b[k].n_rows && !any_held; j++)
+            any_held = r->poll->b[k].agg[j] != NULL;
 
     for (int i = 0; i < n; i++) {
         if (r->st.halted)
             break; /* the rest stays ROW_SKIPPED: claimed again after a restart */
         if (any_held) {
             char *key = agg_key(res, i);
-            if (key && batch_holds(r->b, N_BATCHES, key)) {
+            if (key && batch_holds(r->poll->b, N_BATCHES, key)) {
                 b->agg[i] = key; /* held too: later rows of it wait as well */
                 continue;
             }
@@ -254,25 +227,25 @@ static void floor_advance(struct relay *r, const struct batch *b, PGresult *res)
     if (b->skipped_lo < lowest)
         lowest = b->skipped_lo;
     for (int k = 0; k < N_BATCHES; k++) {
-        const struct batch *o = &r->b[k];
+        const struct batch *o = &r->poll->b[k];
         if (o != b && o->phase != PHASE_EMPTY && o->n_rows > 0 && o->ids[0] < lowest)
             lowest = o->ids[0];
     }
     struct sql_floor_snap snap;
     if (sql_floor_parse(PQgetvalue(res, 0, CLAIM_SNAPSHOT), &snap) < 0)
         return; /* the older floor stays true */
-    r->floor_snap = snap;
-    r->floor_id = lowest;
-    r->has_floor = true;
+    r->poll->floor_snap = snap;
+    r->poll->floor_id = lowest;
+    r->poll->has_floor = true;
 }
 
 void relay_floor_params(const struct relay *r, char id[24], const char *out[4])
 {
-    snprintf(id, 24, "%" PRId64, r->floor_id);
-    out[0] = r->has_floor ? id : NULL;
-    out[1] = r->has_floor ? r->floor_snap.xmax : NULL;
-    out[2] = r->has_floor ? r->floor_snap.xip : NULL;
-    out[3] = r->has_floor ? r->floor_snap.xmin : NULL;
+    snprintf(id, 24, "%" PRId64, r->poll->floor_id);
+    out[0] = r->poll->has_floor ? id : NULL;
+    out[1] = r->poll->has_floor ? r->poll->floor_snap.xmax : NULL;
+    out[2] = r->poll->has_floor ? r->poll->floor_snap.xip : NULL;
+    out[3] = r->poll->has_floor ? r->poll->floor_snap.xmin : NULL;
 }
 
 static void on_claimed(struct pg_conn *pg, PGresult *res, void *arg)
@@ -293,29 +266,29 @@ static void on_claimed(struct pg_conn *pg, PGresult *res, void *arg)
     }
     int n = PQntuples(res);
     if (n == 0)
-        r->claim_first = false; /* nothing waits: the backlog count may run */
+        r->poll->claim_first = false; /* nothing waits: the backlog count may run */
     log_debug("claimed", "batch=%d rows=%d ms=%" PRIu64, b->slot, n, relay_now_ms(r) - b->start_ms);
     struct plan_state s;
     relay_snapshot(r, &s);
     struct claim_verdict v = plan_claimed(&s, b, n, n ? pg_claim_id(res, 0) : 0);
     if (v.isolation_over) {
-        r->isolating = false;
-        r->isolate_until_id = 0;
+        r->poll->isolating = false;
+        r->poll->isolate_until_id = 0;
     }
     b->alone = v.alone;
     r->quiet_wanted |= v.quiet_wanted;
     r->quiet_idle = v.quiet_idle;
     if (v.use != CLAIM_PRODUCE) {
         relay_batch_reset(b); /* rows claimed but not produced stay unsent */
-        r->wake |= v.use == CLAIM_STALE;
+        r->poll->wake |= v.use == CLAIM_STALE;
         relay_step(r);
         return;
     }
-    r->claim_full = n >= r->cfg->batch_size;
-    if (r->floor_mode && n > 0)
+    r->poll->claim_full = n >= r->cfg->batch_size;
+    if (r->poll->floor_mode && n > 0)
         floor_advance(r, b, res);
     if (v.more)
-        r->wake = true;
+        r->poll->wake = true;
     /* Send PostgreSQL its next statement (the next claim, or a mark) before
      * producing this batch, so the database works while we do. */
     batch_load(b, res);
@@ -341,7 +314,7 @@ static void on_claimed(struct pg_conn *pg, PGresult *res, void *arg)
  * batches in flight (plan_next chose both). */
 void relay_claim(struct relay *r, const struct plan_step *p)
 {
-    struct batch *b = &r->b[p->slot];
+    struct batch *b = &r->poll->b[p->slot];
     if (batch_reserve(b, r->cfg->batch_size) < 0) {
         log_error("out of memory sizing the batch", "batch_size=%d", r->cfg->batch_size);
         r->backoff = true;
@@ -349,16 +322,16 @@ void relay_claim(struct relay *r, const struct plan_step *p)
     }
     for (int k = 0; k < N_BATCHES; k++)
         if (p->rescan & (1u << k))
-            r->b[k].rescan_after_mark = true;
+            r->poll->b[k].rescan_after_mark = true;
     char limit[16], los[24], his[24];
     int64_t gaps[BATCH_GAPS_MAX];
     b->alone = p->alone;
-    b->claim_gen = r->truncations;
+    b->claim_gen = r->poll->truncations;
     snprintf(limit, sizeof(limit), "%d", p->limit);
     snprintf(los, sizeof(los), "%" PRId64, p->skip.lo);
     snprintf(his, sizeof(his), "%" PRId64, p->skip.hi);
-    int n_gaps = batch_gaps_within(r->b, N_BATCHES, p->rescan, p->skip, gaps, BATCH_GAPS_MAX);
-    struct strbuf *in_gaps = &r->params[0]; /* free: no mark or record is being built */
+    int n_gaps = batch_gaps_within(r->poll->b, N_BATCHES, p->rescan, p->skip, gaps, BATCH_GAPS_MAX);
+    struct strbuf *in_gaps = &r->poll->params[0]; /* free: no mark or record is being built */
     strbuf_reset(in_gaps);
     strbuf_printf(in_gaps, "{");
     for (int i = 0; i < n_gaps; i++)
@@ -375,11 +348,11 @@ void relay_claim(struct relay *r, const struct plan_step *p)
     relay_floor_params(r, floor_id, floor);
     const char *params[] = { limit, los, his, n_gaps < 0 ? NULL : strbuf_str(in_gaps),
                              floor[0], floor[1], floor[2] };
-    r->wake = false;
+    r->poll->wake = false;
     r->notifies = 0;
     b->phase = PHASE_CLAIMING;
     b->start_ms = relay_now_ms(r);
-    b->claim_seq = r->claims_sent++;
+    b->claim_seq = r->poll->claims_sent++;
     if (pg_query_prepared_binary(&r->pg, "claim", r->sql.claim_nparams, params, on_claimed, b) < 0)
         relay_batch_reset(b);
 }
@@ -393,12 +366,12 @@ static void record_failure_from(struct relay *r, struct batch *b, int from);
 static void failures_begin(struct relay *r)
 {
     for (int k = 0; k < 3; k++)
-        strbuf_reset(&r->params[k]);
+        strbuf_reset(&r->poll->params[k]);
 }
 
 static void failures_add(struct relay *r, const struct batch *b, int i, int n)
 {
-    struct strbuf *ids = &r->params[0], *errs = &r->params[1], *max = &r->params[2];
+    struct strbuf *ids = &r->poll->params[0], *errs = &r->poll->params[1], *max = &r->poll->params[2];
     strbuf_printf(ids, "%s%" PRId64, n ? "," : "{", b->ids[i]);
     strbuf_printf(errs, "%s", n ? "," : "{");
     strbuf_array_elem(errs, b->reason[i]);
@@ -407,7 +380,7 @@ static void failures_add(struct relay *r, const struct batch *b, int i, int n)
 
 static void failures_send(struct relay *r, struct batch *b, int n)
 {
-    struct strbuf *ids = &r->params[0], *errs = &r->params[1], *max = &r->params[2];
+    struct strbuf *ids = &r->poll->params[0], *errs = &r->poll->params[1], *max = &r->poll->params[2];
     strbuf_printf(ids, "}");
     strbuf_printf(errs, "}");
     strbuf_printf(max, "}");
@@ -554,7 +527,7 @@ static unsigned marking_slots(const struct relay *r)
 {
     unsigned slots = 0;
     for (int k = 0; k < N_BATCHES; k++)
-        if (r->b[k].phase == PHASE_MARKING)
+        if (r->poll->b[k].phase == PHASE_MARKING)
             slots |= 1u << k;
     return slots;
 }
@@ -569,26 +542,26 @@ static void on_marked(struct pg_conn *pg, PGresult *res, void *arg)
     unsigned slots = marking_slots(r);
     if (!res) {
         for (int k = 0; k < N_BATCHES; k++)
-            if ((slots & (1u << k)) && batch_lost(&r->b[k]))
-                relay_batch_reset(&r->b[k]);
+            if ((slots & (1u << k)) && batch_lost(&r->poll->b[k]))
+                relay_batch_reset(&r->poll->b[k]);
         return;
     }
     for (int k = 0; k < N_BATCHES; k++)
         if (slots & (1u << k))
-            r->b[k].phase = PHASE_DELIVERED;
+            r->poll->b[k].phase = PHASE_DELIVERED;
     if (PQresultStatus(res) != PGRES_COMMAND_OK) {
         log_error("marking rows sent failed", "error=%s", log_quote(PQresultErrorMessage(res)));
         relay_session_evidence(r, res, "mark");
         r->backoff = true;
         return;
     }
-    r->claim_first = false; /* a new leader's first batch is through: count the backlog */
+    r->poll->claim_first = false; /* a new leader's first batch is through: count the backlog */
     int rows = 0;
     for (int k = 0; k < N_BATCHES; k++) {
         if (!(slots & (1u << k)))
             continue;
-        r->b[k].marked = true;
-        rows += r->b[k].n_delivered;
+        r->poll->b[k].marked = true;
+        rows += r->poll->b[k].n_delivered;
     }
     log_debug("batch marked sent", "batch=%d batches=%d rows=%d marked=%s ms=%" PRIu64, b->slot,
               __builtin_popcount(slots), rows, PQcmdTuples(res), relay_now_ms(r) - b->start_ms);
@@ -606,13 +579,13 @@ void relay_mark(struct relay *r, struct batch *b, unsigned with)
         record_failures(r, b);
         return;
     }
-    struct strbuf *ids = &r->params[0];
+    struct strbuf *ids = &r->poll->params[0];
     int n = 0;
     strbuf_reset(ids);
     strbuf_printf(ids, "{");
     with = (with | (1u << b->slot));
     for (int k = 0; k < N_BATCHES; k++) {
-        struct batch *x = &r->b[k];
+        struct batch *x = &r->poll->b[k];
         if (!(with & (1u << k)) || !batch_marks_due(x))
             continue;
         for (int i = 0; i < x->n_rows; i++)
@@ -624,8 +597,8 @@ void relay_mark(struct relay *r, struct batch *b, unsigned with)
     if (ids->oom) {
         log_error("out of memory building marks", "rows=%d", n);
         for (int k = 0; k < N_BATCHES; k++)
-            if (r->b[k].phase == PHASE_MARKING)
-                r->b[k].phase = PHASE_DELIVERED;
+            if (r->poll->b[k].phase == PHASE_MARKING)
+                r->poll->b[k].phase = PHASE_DELIVERED;
         r->backoff = true;
         return;
     }
@@ -635,8 +608,8 @@ void relay_mark(struct relay *r, struct batch *b, unsigned with)
                            : pg_query_prepared(&r->pg, "mark", 1, params, on_marked, b);
     if (rc < 0)
         for (int k = 0; k < N_BATCHES; k++)
-            if (r->b[k].phase == PHASE_MARKING)
-                r->b[k].phase = PHASE_DELIVERED;
+            if (r->poll->b[k].phase == PHASE_MARKING)
+                r->poll->b[k].phase = PHASE_DELIVERED;
 }
 
 /* ---- retention --------------------------------------------------------- */
