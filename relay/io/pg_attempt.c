@@ -207,8 +207,10 @@ static int host_begin(struct pg_attempt *a)
             return -1;
         }
         const char *h = PQhost(a->conn), *p = PQport(a->conn);
-        snprintf(a->label, sizeof a->label, "host=%s port=%s", h && *h ? h : "(default)",
-                 p && *p ? p : "(default)");
+        char label[sizeof a->label];
+        snprintf(label, sizeof label, "host=%s port=%s", h && *h ? h : "(default)", p && *p ? p : "(default)");
+        /* A malformed URI can leave a piece of its password in the host or the port. */
+        pg_error_text(a->conninfo, label, a->label, sizeof a->label);
         if (PQstatus(a->conn) == CONNECTION_BAD) {
             host_failed(a, PQerrorMessage(a->conn));
             continue;
