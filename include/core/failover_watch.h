@@ -63,6 +63,7 @@ struct failover_news {
     enum failover_verdict verdict;
     bool gap;              /* no stream until a restart: readiness shows text */
     const char *say;       /* a line to log now (each verdict once in a row), or NULL */
+    int level;             /* ... at this level (base/log.h) */
     char text[384];        /* failover_describe's, as long as readiness shows (stats_slot.problem) */
 };
 

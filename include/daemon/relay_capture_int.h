@@ -37,20 +37,11 @@ struct capture {
     struct capture_ahead ahead; /* read while a commit runs */
 };
 
-/* relay_capture.c: the interface's functions (relay_wal_ops, relay_int.h) */
-int relay_capture_start(struct relay *r);
-void relay_capture_step(struct relay *r);
-void relay_capture_status(const struct relay *r, struct plan_state *s);
-int relay_capture_act(struct relay *r, const struct plan_step *p);
-void relay_capture_on_report(struct relay *r, void *opaque, rd_kafka_resp_err_t err);
-void relay_capture_stop(struct relay *r);
-void relay_capture_free(struct relay *r);
+/* relay_capture.c (its side of the interface: relay_int.h) */
 struct capture_env relay_capture_env(const struct relay *r);
 void relay_capture_carry(struct relay *r, struct capture_acts a);
-bool relay_capture_settled(const struct relay *r);
 
 /* relay_capture_slot.c */
-void relay_capture_connected(struct relay *r);
 bool relay_capture_heartbeat_due(const struct relay *r);
 void relay_capture_heartbeat(struct relay *r);
 bool relay_capture_slot_query_due(const struct relay *r);

@@ -186,7 +186,17 @@ struct capture_ops {
 };
 
 extern const struct capture_ops relay_poll_ops; /* relay_poll.c */
-extern const struct capture_ops relay_wal_ops;  /* relay_capture.c */
+extern const struct capture_ops relay_wal_ops;  /* relay_wal.c */
+
+/* relay_capture*.c: relay.capture = wal's side of the interface (relay_wal.c's table) */
+int relay_capture_start(struct relay *r);
+void relay_capture_connected(struct relay *r);
+void relay_capture_step(struct relay *r);
+void relay_capture_status(const struct relay *r, struct plan_state *s);
+int relay_capture_act(struct relay *r, const struct plan_step *p);
+void relay_capture_on_report(struct relay *r, void *opaque, rd_kafka_resp_err_t err);
+void relay_capture_stop(struct relay *r);
+void relay_capture_free(struct relay *r);
 
 /* relay.c */
 uint64_t relay_now_ms(struct relay *r);

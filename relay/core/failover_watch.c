@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/log.h"
 #include "core/pgoutput.h"
 
 enum failover_verdict failover_judge(const struct failover_watch *w, uint32_t timeline,
@@ -103,12 +104,14 @@ struct failover_news failover_watch_seen(struct failover_watch *w, const char *w
         w->blocked = false;
         w->said = FAILOVER_NONE;
         n.say = "postgres failover; the replication slot followed";
+        n.level = LOG_LVL_WARN;
         return n;
     }
     /* Missing or behind: nothing streams in this process any more. */
     w->blocked = n.gap = true;
     if (w->said != (int)v)
         n.say = "postgres failover; events may be missing";
+    n.level = LOG_LVL_ERROR;
     w->said = (int)v;
     return n;
 }

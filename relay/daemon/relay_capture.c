@@ -338,12 +338,6 @@ static void on_lost(struct repl_conn *rc, const char *why, const char *sqlstate,
     relay_capture_carry(r, capture_plan_lost(&r->cap->plan, &e, strcmp(sqlstate, "55006") == 0));
 }
 
-bool relay_capture_settled(const struct relay *r)
-{
-    struct capture_env e = relay_capture_env(r);
-    return capture_plan_settled(&r->cap->plan, &e);
-}
-
 void relay_capture_step(struct relay *r)
 {
     struct capture *c = r->cap;
@@ -393,9 +387,6 @@ int relay_capture_start(struct relay *r)
     }
     r->cap = c;
     r->st.slot.enabled = true;
-    /* delete mode removes rows behind the confirmed position, on the same clock */
-    if (cfg->on_sent == RELAY_ON_SENT_DELETE)
-        r->retention_s = 1;
     return EXIT_OK;
 }
 
@@ -409,7 +400,8 @@ void relay_capture_status(const struct relay *r, struct plan_state *s)
     s->capture_streaming = c->plan.state == CAPTURE_STREAMING;
     s->slot_busy = c->plan.slot_busy;
     s->dead_due = relay_capture_dead_due(r);
-    s->capture_unsettled = !relay_capture_settled(r);
+    struct capture_env e = relay_capture_env(r);
+    s->capture_unsettled = !capture_plan_settled(&c->plan, &e);
 }
 
 int relay_capture_act(struct relay *r, const struct plan_step *p)
@@ -448,78 +440,3 @@ void relay_capture_free(struct relay *r)
     free(c);
     r->cap = NULL;
 }
-
-/* ---- the interface's other half: what the shared daemon asks of a mode --- */
-
-static unsigned wal_sql_flags(const struct relay_config *cfg, const char *claim)
-{
-    (void)cfg;
-    (void)claim;
-    return 0; /* nothing is claimed: no floor */
-}
-
-/* capture = wal reads no NOTIFY: the leader holds the quiet lock so that
- * writers send none (each one serialises commits cluster-wide). */
-static void wal_leading(struct relay *r)
-{
-    r->quiet_wanted = true;
-}
-
-static void wal_tick(struct relay *r)
-{
-    if (r->retention_s > 0 && relay_now_ms(r) - r->last_retention_ms >= PLAN_CAPTURE_RETENTION_EVERY_MS)
-        r->retention_due = true;
-}
-
-/* Kafka's reports settle the stream's transactions, not batches: a shutdown
- * waits for the capture plan (capture_unsettled), not for these. */
-static int wal_in_flight(const struct relay *r)
-{
-    (void)r;
-    return 0;
-}
-
-static bool wal_producing(const struct relay *r)
-{
-    (void)r;
-    return false;
-}
-
-static void wal_wake(struct relay *r)
-{
-    (void)r; /* the stream brings the rows */
-}
-
-/* Its Kafka transactions are the capture plan's, with no batches in them. */
-static void wal_txn_settle(struct relay *r, const struct fence_plan *f)
-{
-    (void)r;
-    (void)f;
-}
-
-static void wal_txn_ended(struct relay *r, unsigned gen, enum producer_txn_result res)
-{
-    (void)r;
-    (void)gen;
-    (void)res;
-}
-
-const struct capture_ops relay_wal_ops = {
-    .name = "wal",
-    .sql_flags = wal_sql_flags,
-    .start = relay_capture_start,
-    .connected = relay_capture_connected,
-    .leading = wal_leading,
-    .tick = wal_tick,
-    .status = relay_capture_status,
-    .act = relay_capture_act,
-    .step = relay_capture_step,
-    .on_report = relay_capture_on_report,
-    .in_flight = wal_in_flight,
-    .producing = wal_producing,
-    .stop = relay_capture_stop,
-    .free = relay_capture_free,
-    .wake = wal_wake,
-    .txn_settle = wal_txn_settle,
-    .txn_ended = wal_txn_ended,
-};

@@ -70,8 +70,7 @@ static void on_slot(struct pg_conn *pg, PGresult *res, void *arg)
     if (n.gap)
         snprintf(s->problem, sizeof s->problem, "%s", n.text);
     if (n.say)
-        log_write(n.gap ? LOG_LVL_ERROR : LOG_LVL_WARN, n.say, "slot=%s detail=%s", r->cfg->slot,
-                  log_quote(n.text));
+        log_write(n.level, n.say, "slot=%s detail=%s", r->cfg->slot, log_quote(n.text));
     relay_step(r);
 }
 
