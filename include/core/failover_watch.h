@@ -72,4 +72,11 @@ struct failover_news {
 struct failover_news failover_watch_seen(struct failover_watch *w, const char *walfile, bool slot_exists,
                                          uint64_t slot_confirmed, uint64_t confirmed, const char *slot);
 
+/** Can a failover's gap be closed from the outbox table alone? Only when
+ *  every event is a row the table still holds: not with @p rows_deleted
+ *  (relay.on_sent = delete), @p messages (logical messages are no rows) or
+ *  @p app_table (the application decides how long its rows live).
+ *  @return true, or false with the reason in @p why. */
+bool failover_gap_provable(bool rows_deleted, bool messages, bool app_table, char *why, size_t len);
+
 #endif

@@ -29,6 +29,8 @@ struct capture {
     struct event_placement placement;
     uint64_t slot_query_ms;     /* next slot query */
     struct failover_watch failover; /* has the server changed under the stream? */
+    bool reconcile;             /* relay.slot_recovery = reconcile, and the table proves a gap */
+    char no_reconcile[200];     /* why reconcile acts as stop; "" when it does not */
     /* events that can never be produced, to be kept as dead rows (relay_capture_dead.c) */
     struct capture_dead *dead;
     size_t n_dead, dead_cap;

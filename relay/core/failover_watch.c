@@ -112,3 +112,17 @@ struct failover_news failover_watch_seen(struct failover_watch *w, const char *w
     w->said = (int)v;
     return n;
 }
+
+bool failover_gap_provable(bool rows_deleted, bool messages, bool app_table, char *why, size_t len)
+{
+    const char *no = rows_deleted ? "relay.on_sent = delete removes rows once relayed, so the "
+                                    "table cannot show what Kafka lacks"
+                     : messages   ? "relay.message_prefix is set: logical messages are not rows, "
+                                    "and those in the gap are gone with the old slot"
+                     : app_table  ? "relay.profile = debezium: the application decides how long "
+                                    "its rows stay in the table"
+                                  : NULL;
+    if (len)
+        snprintf(why, len, "%s", no ? no : "");
+    return no == NULL;
+}

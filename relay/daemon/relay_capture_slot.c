@@ -70,8 +70,10 @@ static void on_slot(struct pg_conn *pg, PGresult *res, void *arg)
     if (n.gap)
         snprintf(s->problem, sizeof s->problem, "%s", n.text);
     if (n.say)
-        log_write(n.gap ? LOG_LVL_ERROR : LOG_LVL_WARN, n.say, "slot=%s detail=%s", r->cfg->slot,
-                  log_quote(n.text));
+        log_write(n.gap ? LOG_LVL_ERROR : LOG_LVL_WARN, n.say, "slot=%s slot_recovery=%s detail=%s%s%s",
+                  r->cfg->slot, r->cap->reconcile ? "reconcile" : "stop", log_quote(n.text),
+                  r->cap->no_reconcile[0] ? " reconcile_not_possible=" : "",
+                  r->cap->no_reconcile[0] ? log_quote(r->cap->no_reconcile) : "");
     relay_step(r);
 }
 

@@ -88,3 +88,16 @@ Test(failover_watch, a_slot_that_followed_streams_on)
     cr_assert_eq(w.timeline, 2u);
     cr_assert_not(failover_watch_blocks(&w, 1u << 30));
 }
+
+Test(failover_watch, a_gap_is_provable_only_from_a_table_that_keeps_every_event)
+{
+    char why[256];
+    cr_assert(failover_gap_provable(false, false, false, why, sizeof why));
+    cr_assert_str_empty(why);
+    cr_assert_not(failover_gap_provable(true, false, false, why, sizeof why));
+    cr_assert(strstr(why, "on_sent = delete"), "%s", why);
+    cr_assert_not(failover_gap_provable(false, true, false, why, sizeof why));
+    cr_assert(strstr(why, "message_prefix"), "%s", why);
+    cr_assert_not(failover_gap_provable(false, false, true, why, sizeof why));
+    cr_assert(strstr(why, "debezium"), "%s", why);
+}
