@@ -245,8 +245,9 @@ Test(e2e, first_host_never_answers_wal, .fini = fini, .timeout = 120)
 /* ---- relay.capture = wal: the slot does not follow a failover ------------ */
 
 /* Before PostgreSQL 17 the promoted server has no slot; one created there
- * afterwards starts past the events the relay never read. The relay must
- * name the gap and stay not ready, never stream from such a slot. */
+ * afterwards starts past the events the relay never read. With
+ * relay.slot_recovery = stop the relay must name the gap and the commands
+ * that close it and stay not ready, never stream from such a slot. */
 Test(e2e, failover_wal_names_the_gap, .fini = fini, .timeout = 300)
 {
     e2e_setup(&T, "failwal");
@@ -261,7 +262,7 @@ Test(e2e, failover_wal_names_the_gap, .fini = fini, .timeout = 300)
     T.conn = PQconnectdb(primary);
     cr_assert_eq(PQstatus(T.conn), CONNECTION_OK, "%s", PQerrorMessage(T.conn));
     e2e_migrate(&T);
-    const char *extra[] = {"relay.poll_interval_ms=100", NULL};
+    const char *extra[] = {"relay.poll_interval_ms=100", "relay.slot_recovery=stop", NULL};
     struct e2e_relay *r = e2e_relay_start(&T, extra);
     e2e_enqueue_series(&T, "order", "k", 10, "created", 1, 200, 0);
     cr_assert(e2e_wal_wait_confirmed(&T, 30000), "the slot was not confirmed (log %s)", r->log_path);
@@ -275,7 +276,13 @@ Test(e2e, failover_wal_names_the_gap, .fini = fini, .timeout = 300)
     e2e_enqueue_series(&T, "order", "k", 10, "created", 201, 400, 0);
     cr_assert(e2e_relay_wait_log(r, "postgres failover; events may be missing", 30000),
               "the relay did not notice the failover (log %s)", r->log_path);
+    cr_assert(e2e_relay_log_contains(r, "slot_recovery=stop"),
+              "the gap's line does not say the relay stops (log %s)", r->log_path);
     e2e_assert_readyz(r, 503, "is not on it");
+    e2e_assert_readyz(r, 503, "`outbox-relay verify` and `replay` what is missing");
+    cr_assert_eq(e2e_query_int(T.conn, "SELECT count(*) FROM pg_replication_slots WHERE "
+                                       "slot_name = '%s'", T.table), 0,
+                 "slot_recovery = stop made the slot (log %s)", r->log_path);
 
     /* A slot made on the promoted server starts after what the relay read. */
     e2e_migrate(&T);
