@@ -126,3 +126,16 @@ bool failover_gap_provable(bool rows_deleted, bool messages, bool app_table, cha
         snprintf(why, len, "%s", no ? no : "");
     return no == NULL;
 }
+
+double failover_recovery_since(double confirmed_at, double started_at)
+{
+    double at = confirmed_at > 0 ? confirmed_at : started_at;
+    return at - FAILOVER_RECOVERY_MARGIN_S;
+}
+
+void failover_watch_recovered(struct failover_watch *w)
+{
+    w->blocked = false;
+    w->timeline = 0;
+    w->said = FAILOVER_NONE;
+}

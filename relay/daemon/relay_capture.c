@@ -461,6 +461,7 @@ void relay_capture_free(struct relay *r)
     struct capture *c = r->cap;
     if (!c)
         return;
+    relay_capture_recover_drop(r);
     repl_free(&c->repl);
     capture_plan_free(&c->plan);
     pgo_relations_free(&c->rels);

@@ -74,6 +74,8 @@ static void on_slot(struct pg_conn *pg, PGresult *res, void *arg)
                   r->cfg->slot, r->cap->reconcile ? "reconcile" : "stop", log_quote(n.text),
                   r->cap->no_reconcile[0] ? " reconcile_not_possible=" : "",
                   r->cap->no_reconcile[0] ? log_quote(r->cap->no_reconcile) : "");
+    if (n.gap)
+        relay_capture_recover(r);
     relay_step(r);
 }
 
