@@ -146,6 +146,10 @@ void relay_capture_recover(struct relay *r)
         return;
     }
     c->recovery = rec;
+    snprintf(r->st.slot.problem, sizeof r->st.slot.problem,
+             "failover: reconciling (relay.slot_recovery = reconcile): the slot made if missing, "
+             "the rows created since %s that Kafka lacks published; the stream starts after",
+             rec->since);
     log_warn("postgres failover: reconciling (relay.slot_recovery = reconcile): the slot made if "
              "missing, the rows Kafka lacks published, then the stream",
              "slot=%s since=%s", r->cfg->slot, rec->since);

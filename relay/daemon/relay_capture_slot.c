@@ -67,7 +67,7 @@ static void on_slot(struct pg_conn *pg, PGresult *res, void *arg)
                       r->cap->plan.state == CAPTURE_STREAMING || r->st.role != STATS_ROLE_LEADER);
     struct failover_news n = failover_watch_seen(&r->cap->failover, v[SLOT_WALFILE], s->known,
                                                  s->confirmed_lsn, r->cap->plan.confirmed, r->cfg->slot);
-    if (n.gap)
+    if (n.gap && !r->cap->recovery) /* a reconcile running says so instead */
         snprintf(s->problem, sizeof s->problem, "%s", n.text);
     if (n.say)
         log_write(n.gap ? LOG_LVL_ERROR : LOG_LVL_WARN, n.say, "slot=%s slot_recovery=%s detail=%s%s%s",
