@@ -354,11 +354,11 @@ Test(e2e, failover_wal_reconciles_under_writers, .fini = fini, .timeout = 300)
     e2e_exec(T.conn, "SET client_min_messages = warning");
 
     wait_committed(ws, at_stop + ROWS_AFTER, r);
-    cr_assert(e2e_relay_wait_log(r, "postgres failover reconciled", 60000),
-              "the relay did not close the gap (log %s)", r->log_path);
-    atomic_store(&stop, true);
+    bool reconciled = e2e_relay_wait_log(r, "postgres failover reconciled", 60000);
+    atomic_store(&stop, true); /* the writers end before any assertion ends the test */
     for (int i = 0; i < WRITERS; i++)
         pthread_join(ws[i].th, NULL);
+    cr_assert(reconciled, "the relay did not close the gap (log %s)", r->log_path);
     long total = committed(ws);
     fprintf(stderr, "e2e: %ld commits in all\n", total);
     cr_assert(e2e_relay_log_contains(r, "slot_recovery=reconcile"),
