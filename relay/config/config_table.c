@@ -161,7 +161,7 @@ const struct param config_params[] = {
         "capture=wal: the logical replication slot (created by migrate)"),
     ENUM("relay", "slot_recovery", slot_recovery, "reconcile", slot_recoveries, RESTART,
          "capture=wal, a failover left the slot missing or behind: reconcile (publish the rows "
-         "Kafka lacks, then stream) or stop (not ready); stop where rows are not kept"),
+         "Kafka lacks, then stream; as stop unless the table keeps every event) or stop (not ready)"),
     DUR("relay", "standby_stall_timeout", standby_stall_timeout_ms, "60s", RELOAD,
         "a standby that sees rows wait this long while no leader marks or deletes any says so "
         "(log, /status, /readyz, outbox_relay_standby_stalled; 0 = never)"),
