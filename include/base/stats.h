@@ -108,6 +108,9 @@ struct stats_slot {
     uint64_t flushed_lsn;          /* what this relay last reported flushed (confirmed) */
     uint64_t transactions_total;   /* source transactions relayed and confirmed */
     uint64_t heartbeats_total;     /* heartbeat messages written */
+    /* daemon/relay_capture_recover.c: failovers reconciled (relay.slot_recovery = reconcile) */
+    uint64_t recoveries_total;     /* gaps closed: the slot made, the rows Kafka lacked published */
+    uint64_t recovered_events_total; /* rows those published */
     double lag_seconds;            /* now - commit time of the oldest transaction read and not
                                       yet confirmed; 0 when none waits */
     double last_commit_time;       /* unix seconds: commit time of the last confirmed transaction */

@@ -10,6 +10,8 @@
 #ifndef OUTBOX_REPLAY_H
 #define OUTBOX_REPLAY_H
 
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "config/config.h"
@@ -22,5 +24,12 @@ void replay_usage(FILE *out);
  *  (and acknowledged), 64 usage, 69 PostgreSQL or Kafka unreachable, 70 a
  *  message failed, 78 the table does not exist, 130 interrupted. */
 int replay_main(const struct relay_config *cfg, int argc, char **argv);
+
+/** Publishes the rows @p ids (ascending, @p n of them) of the table of
+ *  @p cfg as the relay wrote them, without the replay header (they were never
+ *  delivered: a failover's recovery), in id order, and waits for Kafka's
+ *  acknowledgements. Dead rows are left out. @p published counts them.
+ *  @return 0 when every one was acknowledged, else replay_main's exit status. */
+int replay_ids(const struct relay_config *cfg, const int64_t *ids, size_t n, uint64_t *published);
 
 #endif

@@ -32,6 +32,8 @@ struct verify_opts {
     atomic_int *stop;             /* may be NULL; non-zero: stop soon with -EINTR */
     int64_t settle_ms;            /* relay.capture = wal: how long to wait for the slot to pass
                                      the fence (verify_wal_fence) */
+    bool no_fence;                /* relay.capture = wal: no fence (no stream runs to pass it):
+                                     every row not dead counts pending */
 };
 
 /** relay.capture = wal: verify's fence in the slot (verify_wal.c). */

@@ -60,6 +60,14 @@ enum relay_capture {
     RELAY_CAPTURE_WAL,          /* a pgoutput logical replication slot: rows are only read */
 };
 
+/** What the relay does when a failover left its slot behind (relay.slot_recovery). */
+enum relay_slot_recovery {
+    /* The slot made again if missing, the rows Kafka lacks published from
+     * the table, then the stream: only where the table keeps every event. */
+    RELAY_SLOT_RECOVERY_RECONCILE = 0,
+    RELAY_SLOT_RECOVERY_STOP,   /* not ready, the gap named, until an operator closes it */
+};
+
 /** Which table contract and message format the relay follows (relay.profile). */
 enum relay_profile {
     RELAY_PROFILE_OUTBOX = 0,   /* the relay's own table (migrate) and headers */
@@ -106,6 +114,7 @@ struct relay_config {
     char *slot;                 /* relay.capture=wal: the logical replication slot, "outbox_relay" */
     char *publication;          /* relay.capture=wal: the publication, "outbox_relay" */
     char *message_prefix;       /* relay.capture=wal: prefix of pg_logical_emit_message events */
+    enum relay_slot_recovery slot_recovery; /* relay.capture=wal: default reconcile */
     int64_t heartbeat_ms;       /* relay.capture=wal: default 10 s; 0 = never */
     enum relay_profile profile; /* default outbox; debezium changes the defaults of the keys below */
     char *column_event_id;      /* capture=wal: the columns an Insert is read from */

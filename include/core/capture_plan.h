@@ -203,6 +203,13 @@ void capture_plan_heartbeat_sent(struct capture_plan *p, uint64_t now_ms);
  *  walsender was ended and needs a moment to exit). */
 void capture_plan_retry_at(struct capture_plan *p, uint64_t at_ms);
 
+/** A failover's gap was closed from the table (relay.slot_recovery =
+ *  reconcile) while no stream ran: the next stream starts where the slot on
+ *  the promoted server does. A position confirmed on the old timeline means
+ *  nothing on the new one, and asked for, it would skip what the slot holds
+ *  before it. */
+void capture_plan_new_slot(struct capture_plan *p);
+
 /** The session that reads the slot is being ended: the slot is no longer taken to be busy. */
 void capture_plan_taking_over(struct capture_plan *p);
 

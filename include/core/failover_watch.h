@@ -73,4 +73,27 @@ struct failover_news {
 struct failover_news failover_watch_seen(struct failover_watch *w, const char *walfile, bool slot_exists,
                                          uint64_t slot_confirmed, uint64_t confirmed, const char *slot);
 
+/* How long before the last confirmed position a reconcile starts reading
+ * rows: a row's created_at is its transaction's start, which may come well
+ * before its commit, and the clocks of the relay and the server differ. Rows
+ * Kafka already holds in that span are read, never sent again. */
+#define FAILOVER_RECOVERY_MARGIN_S 900
+
+/** Where a reconcile reads rows from (unix seconds): @p confirmed_at, when
+ *  this relay last confirmed a position, else @p started_at (it confirmed
+ *  nothing since it started: the slot's position then), less
+ *  FAILOVER_RECOVERY_MARGIN_S. */
+double failover_recovery_since(double confirmed_at, double started_at);
+
+/** A reconcile closed the gap: the slot now on the server is streamed
+ *  from; its timeline and position are taken from the next slot query. */
+void failover_watch_recovered(struct failover_watch *w);
+
+/** Can a failover's gap be closed from the outbox table alone? Only when
+ *  every event is a row the table still holds: not with @p rows_deleted
+ *  (relay.on_sent = delete), @p messages (logical messages are no rows) or
+ *  @p app_table (the application decides how long its rows live).
+ *  @return true, or false with the reason in @p why. */
+bool failover_gap_provable(bool rows_deleted, bool messages, bool app_table, char *why, size_t len);
+
 #endif

@@ -146,6 +146,12 @@ struct vcheck {
     size_t max_examples;      /* per problem */
     struct vcheck_example *examples[VCHECK_P_COUNT];
     size_t n_examples[VCHECK_P_COUNT];
+    /* with want_absent: the ids of the rows no message was seen for, whether
+     * the table says sent or not (dead rows aside), ascending */
+    bool want_absent;
+    int64_t *absent;
+    size_t n_absent, cap_absent;
+    bool absent_oom;          /* an id could not be kept: the list is short */
 };
 
 /** Prepares @p v, keeping up to @p max_examples examples of each problem. */

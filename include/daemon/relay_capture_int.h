@@ -16,6 +16,7 @@
 #include "io/repl.h"
 
 struct capture_dead;
+struct capture_recovery;
 
 /* relay.capture = wal: the stream's rules are the plan's (core/capture_plan.h);
  * what is here carries them out. */
@@ -29,6 +30,10 @@ struct capture {
     struct event_placement placement;
     uint64_t slot_query_ms;     /* next slot query */
     struct failover_watch failover; /* has the server changed under the stream? */
+    bool reconcile;             /* relay.slot_recovery = reconcile, and the table proves a gap */
+    char no_reconcile[200];     /* why reconcile acts as stop; "" when it does not */
+    struct capture_recovery *recovery; /* a reconcile running, off the loop */
+    uint64_t recover_at_ms;     /* a failed one is not tried again before */
     /* events that can never be produced, to be kept as dead rows (relay_capture_dead.c) */
     struct capture_dead *dead;
     size_t n_dead, dead_cap;
@@ -48,6 +53,10 @@ bool relay_capture_slot_query_due(const struct relay *r);
 void relay_capture_slot_query(struct relay *r);
 void relay_capture_retention(struct relay *r);
 void relay_capture_take_over(struct relay *r);
+
+/* relay_capture_recover.c */
+void relay_capture_recover(struct relay *r);
+void relay_capture_recover_drop(struct relay *r);
 
 /* relay_capture_dead.c */
 bool relay_capture_dead_queue(struct relay *r, const struct event_row *row, const char *event_id,

@@ -251,6 +251,8 @@ struct run {
     struct strbuf key, value;        /* a row's key and value, json converters */
     int64_t after;                   /* the next page starts after this id */
     bool stopped;                    /* SIGINT or SIGTERM */
+    const int64_t *only;             /* replay_ids: these rows alone, ascending; no replay header */
+    size_t n_only;
 };
 
 /* Connects read-only and, unless --dry-run, makes the producer.
@@ -349,7 +351,7 @@ static int produce_row(struct run *r, const struct event_row *e, const char *top
     /* The message the relay writes (the same code), and the replay header. */
     if (connect_message(e, &r->ms.style, &r->key, &r->value, &m, why, sizeof why) < 0 ||
         event_headers_build_styled(e, &r->ms.style, &hdrs, why, sizeof why) < 0 ||
-        rd_kafka_header_add(hdrs, EVENT_REPLAY_HEADER, -1, r->replayed_at, -1)) {
+        (!r->only && rd_kafka_header_add(hdrs, EVENT_REPLAY_HEADER, -1, r->replayed_at, -1))) {
         /* A sent row whose message no longer builds was edited after it was sent. */
         log_error("cannot build the message of a sent row", "outbox_id=%" PRId64 " error=%s",
                   e->id, log_quote(why));
@@ -422,6 +424,12 @@ static int replay_row(struct run *r, const struct event_row *e, bool replayable)
     return EXIT_OK;
 }
 
+static int cmp_id(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
 /* Reads one page, replays its rows and waits for their acknowledgements.
  * @return EXIT_OK or the failure's exit status; *more is false after the
  * last page or an interruption. */
@@ -443,6 +451,8 @@ static int replay_page(struct run *r, bool *more)
         struct event_row e;
         row_of(res, i, &e);
         page_last = e.id;
+        if (r->only && !bsearch(&e.id, r->only, r->n_only, sizeof e.id, cmp_id))
+            continue;
         bool ok = r->cfg->capture == RELAY_CAPTURE_WAL ? !pgb_bool(PQgetvalue(res, i, ROWS_DEAD))
                                                        : pgb_bool(PQgetvalue(res, i, ROWS_SENT));
         status = replay_row(r, &e, ok);
@@ -547,5 +557,28 @@ int replay_main(const struct relay_config *cfg, int argc, char **argv)
         status = replay_pages(&r);
     close_run(&r);
     free((char *)a.aggregate_type);
+    return status;
+}
+
+int replay_ids(const struct relay_config *cfg, const int64_t *ids, size_t n, uint64_t *published)
+{
+    *published = 0;
+    if (n == 0)
+        return EXIT_OK;
+    char from[24], to[24];
+    snprintf(from, sizeof from, "%" PRId64, ids[0]);
+    snprintf(to, sizeof to, "%" PRId64, ids[n - 1]);
+    struct replay_args a = {.from_id = from, .to_id = to};
+    struct run r = {.cfg = cfg, .a = &a, .after = INT64_MIN, .only = ids, .n_only = n};
+    producer_style_init(&r.ms, cfg);
+    char view[CONFIG_RELATION_MAX];
+    int status = sql_window_init(&r.q, cfg->schema, config_claim_relation(cfg, view),
+                                 config_placed_count(cfg)) < 0 ? EXIT_SOFTWARE : open_run(&r);
+    r.started = stats_now();
+    bool more = status == EXIT_OK;
+    while (more && status == EXIT_OK)
+        status = replay_page(&r, &more);
+    *published = status == EXIT_OK ? r.produced : 0;
+    close_run(&r);
     return status;
 }

@@ -763,7 +763,7 @@ int verify_run(const struct relay_config *cfg, const struct verify_opts *o, stru
     int rc = connect_pg(&r);
     if (rc == 0)
         rc = read_window(&r, &since_ms, &until_ms);
-    if (rc == 0 && cfg->capture == RELAY_CAPTURE_WAL) {
+    if (rc == 0 && cfg->capture == RELAY_CAPTURE_WAL && !o->no_fence) {
         meta->wal = true;
         rc = verify_wal_fence(cfg, o->settle_ms, o->stop, &meta->fence, err, errlen);
         r.wal_sent = meta->fence.passed;

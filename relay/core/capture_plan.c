@@ -369,6 +369,12 @@ void capture_plan_heartbeat_sent(struct capture_plan *p, uint64_t now_ms)
     p->last_progress_ms = now_ms; /* one at a time, whatever its fate */
 }
 
+void capture_plan_new_slot(struct capture_plan *p)
+{
+    p->confirmed = p->received = 0;
+    p->acks.confirmed = 0;
+}
+
 void capture_plan_retry_at(struct capture_plan *p, uint64_t at_ms)
 {
     p->restart_at_ms = at_ms;

@@ -115,3 +115,30 @@ struct failover_news failover_watch_seen(struct failover_watch *w, const char *w
     w->said = (int)v;
     return n;
 }
+
+bool failover_gap_provable(bool rows_deleted, bool messages, bool app_table, char *why, size_t len)
+{
+    const char *no = rows_deleted ? "relay.on_sent = delete removes rows once relayed, so the "
+                                    "table cannot show what Kafka lacks"
+                     : messages   ? "relay.message_prefix is set: logical messages are not rows, "
+                                    "and those in the gap are gone with the old slot"
+                     : app_table  ? "relay.profile = debezium: the application decides how long "
+                                    "its rows stay in the table"
+                                  : NULL;
+    if (len)
+        snprintf(why, len, "%s", no ? no : "");
+    return no == NULL;
+}
+
+double failover_recovery_since(double confirmed_at, double started_at)
+{
+    double at = confirmed_at > 0 ? confirmed_at : started_at;
+    return at - FAILOVER_RECOVERY_MARGIN_S;
+}
+
+void failover_watch_recovered(struct failover_watch *w)
+{
+    w->blocked = false;
+    w->timeline = 0;
+    w->said = FAILOVER_NONE;
+}

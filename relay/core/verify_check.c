@@ -109,6 +109,7 @@ void vcheck_free(struct vcheck *v)
     free(v->topics);
     for (int p = 0; p < VCHECK_P_COUNT; p++)
         free(v->examples[p]);
+    free(v->absent);
     memset(v, 0, sizeof *v);
 }
 
@@ -299,6 +300,22 @@ static int cmp_order(const void *a, const void *b)
     return (x->id > y->id) - (x->id < y->id);
 }
 
+/* A row Kafka does not hold. Slices come in id order, and so do their rows here. */
+static void absent_add(struct vcheck *v, int64_t id)
+{
+    if (v->n_absent == v->cap_absent) {
+        size_t cap = v->cap_absent ? 2 * v->cap_absent : 256;
+        int64_t *p = realloc(v->absent, cap * sizeof *p);
+        if (!p) {
+            v->absent_oom = true;
+            return;
+        }
+        v->absent = p;
+        v->cap_absent = cap;
+    }
+    v->absent[v->n_absent++] = id;
+}
+
 void vcheck_slice_end(struct vcheck *v)
 {
     /* In id order first, so that the examples are the oldest rows. */
@@ -315,6 +332,8 @@ void vcheck_slice_end(struct vcheck *v)
                                    .partition = r->first_partition, .offset = r->first_offset,
                                    .deliveries = r->deliveries};
         memcpy(e.event_id, r->event_id, 16);
+        if (v->want_absent && r->deliveries == 0 && r->state != VCHECK_DEAD)
+            absent_add(v, r->id);
         if (r->state == VCHECK_SENT && r->deliveries == 0) {
             COUNT(v, r->topic, missing, 1);
             example(v, VCHECK_P_MISSING, &e);

@@ -199,6 +199,12 @@ static void slot_metrics(const struct stats_slot *sl, struct strbuf *out)
     counter(out, "outbox_relay_slot_heartbeats_total",
             "Heartbeat messages written so that the slot moves on an idle database.",
             sl->heartbeats_total);
+    counter(out, "outbox_relay_slot_recoveries_total",
+            "Failovers whose gap the relay closed (relay.slot_recovery = reconcile).",
+            sl->recoveries_total);
+    counter(out, "outbox_relay_slot_recovered_events_total",
+            "Rows those recoveries published because Kafka did not hold them.",
+            sl->recovered_events_total);
     bool known = sl->query_time > 0 && sl->known;
     head(out, "outbox_relay_slot_active", "gauge",
          "1 while a walsender uses the replication slot (pg_replication_slots.active).");

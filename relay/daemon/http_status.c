@@ -276,6 +276,8 @@ static void add_capture(cJSON *root, const struct stats_slot *sl, const struct r
     add_time(c, "last_commit_time", sl->last_commit_time);
     cJSON_AddNumberToObject(c, "transactions_total", (double)sl->transactions_total);
     cJSON_AddNumberToObject(c, "heartbeats_total", (double)sl->heartbeats_total);
+    cJSON_AddNumberToObject(c, "recoveries_total", (double)sl->recoveries_total);
+    cJSON_AddNumberToObject(c, "recovered_events_total", (double)sl->recovered_events_total);
     bool known = sl->query_time > 0 && sl->known;
     cJSON_AddBoolToObject(c, "slot_found", known);
     add_time(c, "queried_at", sl->query_time);

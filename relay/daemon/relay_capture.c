@@ -374,6 +374,24 @@ static int capture_setup(struct relay *r, struct capture *c)
     return repl_init(&c->repl, r->loop, cfg->pg_conninfo, &cb) < 0 ? -ENOMEM : 0;
 }
 
+/* relay.slot_recovery: reconcile only where the table holds every event; a
+ * relay that cannot must say so before a failover, not after. */
+static void recovery_setup(struct relay *r, struct capture *c)
+{
+    const struct relay_config *cfg = r->cfg;
+    bool provable = failover_gap_provable(cfg->on_sent == RELAY_ON_SENT_DELETE,
+                                          cfg->message_prefix[0] != '\0',
+                                          cfg->profile == RELAY_PROFILE_DEBEZIUM, c->no_reconcile,
+                                          sizeof c->no_reconcile);
+    c->reconcile = cfg->slot_recovery == RELAY_SLOT_RECOVERY_RECONCILE && provable;
+    if (cfg->slot_recovery == RELAY_SLOT_RECOVERY_RECONCILE && !provable)
+        log_warn("relay.slot_recovery = reconcile cannot prove a failover's gap closed: after a "
+                 "failover that leaves the slot behind this relay stops as with stop",
+                 "slot=%s why=%s", cfg->slot, log_quote(c->no_reconcile));
+    else if (cfg->slot_recovery == RELAY_SLOT_RECOVERY_STOP)
+        c->no_reconcile[0] = '\0';
+}
+
 int relay_capture_start(struct relay *r)
 {
     const struct relay_config *cfg = r->cfg;
@@ -387,6 +405,7 @@ int relay_capture_start(struct relay *r)
     }
     r->cap = c;
     r->st.slot.enabled = true;
+    recovery_setup(r, c);
     return EXIT_OK;
 }
 
@@ -430,6 +449,7 @@ void relay_capture_free(struct relay *r)
     struct capture *c = r->cap;
     if (!c)
         return; /* its start failed before it had any */
+    relay_capture_recover_drop(r);
     repl_free(&c->repl);
     capture_plan_free(&c->plan);
     pgo_relations_free(&c->rels);

@@ -67,10 +67,15 @@ static void on_slot(struct pg_conn *pg, PGresult *res, void *arg)
                       r->cap->plan.state == CAPTURE_STREAMING || r->st.role != STATS_ROLE_LEADER);
     struct failover_news n = failover_watch_seen(&r->cap->failover, v[SLOT_WALFILE], s->known,
                                                  s->confirmed_lsn, r->cap->plan.confirmed, r->cfg->slot);
-    if (n.gap)
+    if (n.gap && !r->cap->recovery) /* a reconcile running says so instead */
         snprintf(s->problem, sizeof s->problem, "%s", n.text);
     if (n.say)
-        log_write(n.level, n.say, "slot=%s detail=%s", r->cfg->slot, log_quote(n.text));
+        log_write(n.level, n.say, "slot=%s slot_recovery=%s detail=%s%s%s",
+                  r->cfg->slot, r->cap->reconcile ? "reconcile" : "stop", log_quote(n.text),
+                  r->cap->no_reconcile[0] ? " reconcile_not_possible=" : "",
+                  r->cap->no_reconcile[0] ? log_quote(r->cap->no_reconcile) : "");
+    if (n.gap)
+        relay_capture_recover(r);
     relay_step(r);
 }
 

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <criterion/criterion.h>
@@ -97,8 +98,10 @@ static void wait_committed(struct writer *ws, long target, struct e2e_relay *r)
 }
 
 /* Every row of the table T.conn reaches is in Kafka, the first deliveries of
- * each aggregate in order (e2e_verify); with @p marked every row is marked. */
-static void verify_all_delivered(const char *what, bool marked)
+ * each aggregate in order (e2e_verify); with @p marked every row is marked;
+ * with @p dups_from_us a row delivered more than once was created then or
+ * later. @return how many rows were delivered more than once. */
+static size_t verify_all_delivered(const char *what, bool marked, int64_t dups_from_us)
 {
     struct e2e_rows rows;
     struct e2e_msgs msgs;
@@ -110,12 +113,17 @@ static void verify_all_delivered(const char *what, bool marked)
         e2e_check(&rep, !marked || rows.v[i].sent, "row %lld has sent_at NULL",
                   (long long)rows.v[i].id);
         dups += rows.v[i].deliveries > 1;
+        e2e_check(&rep, !dups_from_us || rows.v[i].deliveries < 2 ||
+                            rows.v[i].created_us >= dups_from_us,
+                  "row %lld, created before the failover, delivered %d times",
+                  (long long)rows.v[i].id, rows.v[i].deliveries);
     }
     fprintf(stderr, "e2e: %s: %zu messages for %zu rows, %zu rows delivered more than once\n",
             what, msgs.n, rows.n, dups);
     e2e_report_assert(&rep, what);
     e2e_msgs_free(&msgs);
     e2e_rows_free(&rows);
+    return dups;
 }
 
 Test(e2e, failover_under_writers_polling, .fini = fini, .timeout = 300)
@@ -173,7 +181,7 @@ Test(e2e, failover_under_writers_polling, .fini = fini, .timeout = 300)
               RESUME_MS / 1000, e2e_query_int(T.conn, "SELECT count(*) FROM %s WHERE sent_at IS NULL",
                                               T.qtable), r->log_path);
     e2e_wait_all_sent(&T, 60000);
-    verify_all_delivered("failover under writers", true);
+    verify_all_delivered("failover under writers", true, 0);
 }
 
 /* ---- a host of the list that does not work, the second one does -------- */
@@ -219,7 +227,7 @@ static void bad_first_host(const char *name, bool wal, bool accepting)
                   r->log_path);
     else
         e2e_wait_all_sent(&T, 30000);
-    verify_all_delivered(name, !wal);
+    verify_all_delivered(name, !wal, 0);
 }
 
 Test(e2e, first_host_refuses_polling, .fini = fini, .timeout = 120)
@@ -245,8 +253,9 @@ Test(e2e, first_host_never_answers_wal, .fini = fini, .timeout = 120)
 /* ---- relay.capture = wal: the slot does not follow a failover ------------ */
 
 /* Before PostgreSQL 17 the promoted server has no slot; one created there
- * afterwards starts past the events the relay never read. The relay must
- * name the gap and stay not ready, never stream from such a slot. */
+ * afterwards starts past the events the relay never read. With
+ * relay.slot_recovery = stop the relay must name the gap and the commands
+ * that close it and stay not ready, never stream from such a slot. */
 Test(e2e, failover_wal_names_the_gap, .fini = fini, .timeout = 300)
 {
     e2e_setup(&T, "failwal");
@@ -261,7 +270,7 @@ Test(e2e, failover_wal_names_the_gap, .fini = fini, .timeout = 300)
     T.conn = PQconnectdb(primary);
     cr_assert_eq(PQstatus(T.conn), CONNECTION_OK, "%s", PQerrorMessage(T.conn));
     e2e_migrate(&T);
-    const char *extra[] = {"relay.poll_interval_ms=100", NULL};
+    const char *extra[] = {"relay.poll_interval_ms=100", "relay.slot_recovery=stop", NULL};
     struct e2e_relay *r = e2e_relay_start(&T, extra);
     e2e_enqueue_series(&T, "order", "k", 10, "created", 1, 200, 0);
     cr_assert(e2e_wal_wait_confirmed(&T, 30000), "the slot was not confirmed (log %s)", r->log_path);
@@ -275,7 +284,13 @@ Test(e2e, failover_wal_names_the_gap, .fini = fini, .timeout = 300)
     e2e_enqueue_series(&T, "order", "k", 10, "created", 201, 400, 0);
     cr_assert(e2e_relay_wait_log(r, "postgres failover; events may be missing", 30000),
               "the relay did not notice the failover (log %s)", r->log_path);
+    cr_assert(e2e_relay_log_contains(r, "slot_recovery=stop"),
+              "the gap's line does not say the relay stops (log %s)", r->log_path);
     e2e_assert_readyz(r, 503, "is not on it");
+    e2e_assert_readyz(r, 503, "`outbox-relay verify` and `replay` what is missing");
+    cr_assert_eq(e2e_query_int(T.conn, "SELECT count(*) FROM pg_replication_slots WHERE "
+                                       "slot_name = '%s'", T.table), 0,
+                 "slot_recovery = stop made the slot (log %s)", r->log_path);
 
     /* A slot made on the promoted server starts after what the relay read. */
     e2e_migrate(&T);
@@ -288,4 +303,78 @@ Test(e2e, failover_wal_names_the_gap, .fini = fini, .timeout = 300)
                                        "slot_name = '%s' AND active", T.table), 0,
                  "the relay streams from the slot made after the failover (log %s)", r->log_path);
     cr_assert(e2e_relay_alive(r), "the relay exited (log %s)", r->log_path);
+}
+
+/* With relay.slot_recovery = reconcile the relay closes the gap itself: the
+ * slot made on the promoted server, the rows Kafka lacks published from the
+ * table, then the stream. Under writers through the failover every row of the
+ * promoted server's table must reach Kafka, the first deliveries of each
+ * aggregate in order; only rows committed while the recovery ran (between
+ * the slot's creation and its reading of the table) may come twice. */
+Test(e2e, failover_wal_reconciles_under_writers, .fini = fini, .timeout = 300)
+{
+    e2e_setup(&T, "failrec");
+    e2e_wal_enable(&T);
+    e2e_pg_pair_start(&T, &P);
+    e2e_pg_pair_conninfo(&P, E2E_PAIR_BOTH, "target_session_attrs=read-write connect_timeout=2",
+                         T.pg_conninfo, sizeof T.pg_conninfo);
+    char primary[256], standby[256];
+    e2e_pg_pair_conninfo(&P, E2E_PAIR_PRIMARY, "", primary, sizeof primary);
+    e2e_pg_pair_conninfo(&P, E2E_PAIR_STANDBY, "", standby, sizeof standby);
+    PQfinish(T.conn);
+    T.conn = PQconnectdb(primary);
+    cr_assert_eq(PQstatus(T.conn), CONNECTION_OK, "%s", PQerrorMessage(T.conn));
+    e2e_migrate(&T);
+    /* No logical messages: the table holds every event, so the gap can be proven closed. */
+    const char *extra[] = {"relay.poll_interval_ms=100", "relay.slot_recovery=reconcile",
+                           "relay.message_prefix=", NULL};
+    struct e2e_relay *r = e2e_relay_start(&T, extra);
+    cr_assert(e2e_relay_wait_log(r, "streaming from the replication slot", 20000),
+              "never streamed (log %s)", r->log_path);
+
+    atomic_bool stop = false;
+    struct writer ws[WRITERS];
+    for (int i = 0; i < WRITERS; i++) {
+        ws[i] = (struct writer){.id = i, .conninfo = T.pg_conninfo, .stop = &stop};
+        atomic_init(&ws[i].committed, 0);
+        cr_assert_eq(pthread_create(&ws[i].th, NULL, writer_main, &ws[i]), 0);
+    }
+    wait_committed(ws, ROWS_BEFORE, r);
+    PQfinish(T.conn);
+    T.conn = NULL;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    int64_t stopped_us = (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+    e2e_pg_pair_stop_primary(&P);
+    long at_stop = committed(ws);
+    e2e_pg_pair_promote(&P);
+    fprintf(stderr, "e2e: primary stopped after %ld commits; standby promoted\n", at_stop);
+    T.conn = PQconnectdb(standby);
+    cr_assert_eq(PQstatus(T.conn), CONNECTION_OK, "%s", PQerrorMessage(T.conn));
+    e2e_exec(T.conn, "SET client_min_messages = warning");
+
+    wait_committed(ws, at_stop + ROWS_AFTER, r);
+    bool reconciled = e2e_relay_wait_log(r, "postgres failover reconciled", 60000);
+    atomic_store(&stop, true); /* the writers end before any assertion ends the test */
+    for (int i = 0; i < WRITERS; i++)
+        pthread_join(ws[i].th, NULL);
+    cr_assert(reconciled, "the relay did not close the gap (log %s)", r->log_path);
+    long total = committed(ws);
+    fprintf(stderr, "e2e: %ld commits in all\n", total);
+    cr_assert(e2e_relay_log_contains(r, "slot_recovery=reconcile"),
+              "the gap's line does not say the relay reconciles (log %s)", r->log_path);
+    cr_assert(e2e_wal_wait_confirmed(&T, 60000), "the new slot was not confirmed (log %s)",
+              r->log_path);
+    e2e_assert_readyz(r, 200, NULL);
+    char *body = NULL;
+    cr_assert_eq(e2e_relay_http_get(r, "/metrics", &body), 200);
+    cr_assert(strstr(body, "outbox_relay_slot_recoveries_total 1\n"), "no recovery counted");
+    cr_assert_null(strstr(body, "outbox_relay_slot_recovered_events_total 0\n"),
+                   "a recovery under writers published nothing");
+    free(body);
+    /* What was relayed before the failover is not sent again: the rows that
+     * come twice were committed on the promoted server while the recovery ran. */
+    size_t dups = verify_all_delivered("wal failover reconciled", false, stopped_us);
+    cr_assert_lt(dups, (size_t)(total - at_stop), "%zu rows delivered twice (log %s)", dups,
+                 r->log_path);
 }

@@ -461,6 +461,22 @@ Test(capture_plan, no_stream_starts_on_a_server_that_left_a_gap)
     capture_plan_free(&p);
 }
 
+/* Reconciled after a failover: the stream starts from the new slot's own
+ * position (0/0 asks for it), not from one confirmed on the old timeline. */
+Test(capture_plan, a_reconciled_gap_starts_from_the_new_slot)
+{
+    struct capture_env e = leader_env(PRODUCER_TXN_OFF);
+    struct capture_plan p = streaming(&e);
+    capture_plan_keepalive(&p, 0x3000060, false);
+    cr_assert_eq(p.confirmed, 0x3000060);
+    capture_plan_fail(&p, &e, "replication stream lost");
+    capture_plan_new_slot(&p);
+    cr_assert_eq(p.confirmed, 0);
+    e.now_ms = p.restart_at_ms;
+    cr_assert(capture_plan_step(&p, &e).what & CAP_DO_START);
+    capture_plan_free(&p);
+}
+
 /* The wal stream and polling's connection back off alike: plan_reconnect_delay. */
 Test(capture_plan, failures_in_a_row_back_off_as_polling_reconnects)
 {

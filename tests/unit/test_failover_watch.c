@@ -88,3 +88,39 @@ Test(failover_watch, a_slot_that_followed_streams_on)
     cr_assert_eq(w.timeline, 2u);
     cr_assert_not(failover_watch_blocks(&w, 1u << 30));
 }
+
+Test(failover_watch, a_gap_is_provable_only_from_a_table_that_keeps_every_event)
+{
+    char why[256];
+    cr_assert(failover_gap_provable(false, false, false, why, sizeof why));
+    cr_assert_str_empty(why);
+    cr_assert_not(failover_gap_provable(true, false, false, why, sizeof why));
+    cr_assert(strstr(why, "on_sent = delete"), "%s", why);
+    cr_assert_not(failover_gap_provable(false, true, false, why, sizeof why));
+    cr_assert(strstr(why, "message_prefix"), "%s", why);
+    cr_assert_not(failover_gap_provable(false, false, true, why, sizeof why));
+    cr_assert(strstr(why, "debezium"), "%s", why);
+}
+
+Test(failover_watch, a_reconcile_reads_from_before_the_last_confirmed_position)
+{
+    cr_assert_eq(failover_recovery_since(10000.0, 500.0), 10000.0 - FAILOVER_RECOVERY_MARGIN_S);
+    cr_assert_eq(failover_recovery_since(0, 5000.0), 5000.0 - FAILOVER_RECOVERY_MARGIN_S,
+                 "nothing confirmed yet: from the start");
+}
+
+Test(failover_watch, a_recovered_gap_streams_from_the_new_slot)
+{
+    struct failover_watch w = {.timeline = 1, .confirmed = 0x3000060, .checked = true};
+    struct failover_news n = failover_watch_seen(&w, "000000020000000000000005", false, 0,
+                                                 0x3000060, "s1");
+    cr_assert(n.gap);
+    cr_assert(failover_watch_blocks(&w, 0));
+    failover_watch_recovered(&w);
+    cr_assert_not(failover_watch_blocks(&w, 0));
+    n = failover_watch_seen(&w, "000000020000000000000005", true, 0x5000000, 0x3000060, "s1");
+    cr_assert_eq(n.verdict, FAILOVER_NONE);
+    cr_assert_not(n.gap);
+    cr_assert_eq(w.timeline, 2);
+    cr_assert_eq(w.confirmed, 0x5000000);
+}

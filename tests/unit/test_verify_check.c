@@ -276,3 +276,38 @@ Test(verify_check, digests_and_uuids)
     cr_assert_not(vcheck_uuid_parse("0a1b2c3d-4e5f-6789-abcd-ef012345678g", 36, id));
     cr_assert_not(vcheck_uuid_parse("0a1b2c3d-4e5f-6789-abcd+ef0123456789", 36, id));
 }
+
+/* A failover's recovery publishes the rows Kafka does not hold, sent or not
+ * (the relay marks none in capture = wal), never a dead one, in id order. */
+Test(verify_check, absent_rows_are_listed_in_id_order_dead_ones_aside)
+{
+    V.want_absent = true;
+    begin();
+    add(row(1, "a", T0, VCHECK_PENDING));
+    add(row(2, "b", T0, VCHECK_PENDING));
+    add(row(3, "a", T1, VCHECK_SENT));
+    add(row(4, "a", T1, VCHECK_DEAD));
+    add(row(5, "b", T0, VCHECK_PENDING));
+    vcheck_slice_index(&V);
+    struct vcheck_msg m = msg(2, "b", T0, 0, 0);
+    vcheck_observe(&V, &m);
+    vcheck_slice_end(&V);
+    begin();
+    add(row(6, "a", T0, VCHECK_PENDING));
+    vcheck_slice_index(&V);
+    vcheck_slice_end(&V);
+    cr_assert_eq(V.n_absent, 4);
+    int64_t want[] = {1, 3, 5, 6};
+    for (size_t i = 0; i < 4; i++)
+        cr_assert_eq(V.absent[i], want[i]);
+    cr_assert_not(V.absent_oom);
+}
+
+Test(verify_check, absent_rows_are_not_listed_unless_asked)
+{
+    begin();
+    add(row(1, "a", T0, VCHECK_PENDING));
+    vcheck_slice_index(&V);
+    vcheck_slice_end(&V);
+    cr_assert_eq(V.n_absent, 0);
+}
