@@ -30,22 +30,7 @@ static void enqueue_range(int lo, int hi)
  * fault can hide an acknowledgement). */
 static void verify_rows(const char *what, bool exactly_once)
 {
-    struct e2e_rows rows;
-    struct e2e_msgs msgs;
-    struct e2e_report rep = {0};
-    e2e_read_back(&T, 120000, &rows, &msgs, &rep);
-    size_t dups = 0;
-    for (size_t i = 0; i < rows.n; i++) {
-        e2e_check(&rep, rows.v[i].deliveries >= 1, "row %lld lost", (long long)rows.v[i].id);
-        e2e_check(&rep, rows.v[i].sent, "row %lld has sent_at NULL", (long long)rows.v[i].id);
-        e2e_check(&rep, !exactly_once || rows.v[i].deliveries <= 1, "row %lld published %d times",
-                  (long long)rows.v[i].id, rows.v[i].deliveries);
-        dups += rows.v[i].deliveries > 1;
-    }
-    fprintf(stderr, "e2e: %s: %zu messages for %zu rows, %zu rows duplicated\n", what, msgs.n, rows.n, dups);
-    e2e_report_assert(&rep, what);
-    e2e_msgs_free(&msgs);
-    e2e_rows_free(&rows);
+    e2e_check_delivered(&T, what, true, exactly_once, 0);
 }
 
 static void verify_at_least_once(const char *what)

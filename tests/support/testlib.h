@@ -354,9 +354,21 @@ struct e2e_row *e2e_rows_find(const struct e2e_rows *rows, int64_t id);
 void e2e_read_back(struct e2e_ctx *t, int timeout_ms, struct e2e_rows *rows, struct e2e_msgs *msgs,
                    struct e2e_report *rep);
 
+/** The end of most fault tests: e2e_read_back, then every row delivered,
+ *  marked with @p marked, once with @p exactly_once, and more than once only
+ *  when created at @p dups_from_us or later (0: any); fails the test with
+ *  the first problems. @return how many rows were delivered more than once. */
+size_t e2e_check_delivered(struct e2e_ctx *t, const char *what, bool marked, bool exactly_once,
+                           int64_t dups_from_us);
+
 /** e2e_verify checks per-key order unless a test clears this (see the one
  *  test that does, and why). */
 extern bool e2e_check_order;
+
+/** When set, e2e_verify accepts a message that matches no row if this says
+ *  so (a failover test: a transaction the old primary committed but never
+ *  acknowledged, lost with it, may have been relayed). */
+extern bool (*e2e_unmatched_ok)(const struct e2e_msg *m);
 
 /** Checks every message against its row — topic (row's own, else the template
  *  rendered), key, value, CreateTime timestamp, headers — and that the first
