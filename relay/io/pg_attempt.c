@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "base/log.h"
+#include "base/redact.h"
 #include "io/pg.h"
 
 static void close_free_cb(uv_handle_t *h)
@@ -209,6 +210,13 @@ static int host_begin(struct pg_attempt *a)
         const char *h = PQhost(a->conn), *p = PQport(a->conn);
         snprintf(a->label, sizeof a->label, "host=%s port=%s", h && *h ? h : "(default)",
                  p && *p ? p : "(default)");
+        /* A malformed URI ("user:pass/word@host") hands libpq pieces of the
+         * password as host or port: the label is cleaned as libpq's
+         * messages are. */
+        char *clean = redact_message(a->conninfo, a->label);
+        if (clean)
+            snprintf(a->label, sizeof a->label, "%s", clean);
+        free(clean);
         if (PQstatus(a->conn) == CONNECTION_BAD) {
             host_failed(a, PQerrorMessage(a->conn));
             continue;
