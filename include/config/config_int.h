@@ -60,6 +60,11 @@ int config_kafka_file_set(struct relay_config *cfg, const char *key, const char 
  *  not the content) or -ENOMEM. */
 int config_resolve_secret_files(struct relay_config *cfg, char *errbuf, size_t errlen);
 
+/** [kafka]'s security properties: combinations that cannot work
+ *  (kafka_check_security) and the CA, certificate and key files they name,
+ *  which must be readable. @return 0 or -EINVAL naming the key. */
+int config_check_kafka_security(const struct relay_config *cfg, char *errbuf, size_t errlen);
+
 /** @return whether [@p section] exists. */
 bool config_section_known(const char *section);
 

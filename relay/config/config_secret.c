@@ -2,7 +2,9 @@
  * twin (postgres.conninfo_file, kafka.sasl.password_file, ...) whose value
  * is a path; the file's content becomes the key's value at load. A relative
  * path is read from systemd's $CREDENTIALS_DIRECTORY when it is set
- * (LoadCredential=), so the unit names a credential and not a path. */
+ * (LoadCredential=), so the unit names a credential and not a path. Also
+ * the [kafka] security properties' check: their combinations
+ * (core/kafka_security.c) and the files they name. */
 #include "config/config_int.h"
 
 #include <errno.h>
@@ -14,6 +16,7 @@
 #include <unistd.h>
 
 #include "base/errors.h"
+#include "core/kafka_security.h"
 
 /* A PEM key with its chain fits; anything larger is not a secret file. */
 #define SECRET_FILE_MAX (64 * 1024)
@@ -198,4 +201,36 @@ int config_resolve_secret_files(struct relay_config *cfg, char *errbuf, size_t e
         cfg->pg_conninfo = conninfo;
     }
     return resolve_kafka(cfg, errbuf, errlen);
+}
+
+/* ---- Kafka's security properties ----------------------------------------- */
+
+static const char *kafka_prop(const char *key, void *arg)
+{
+    const struct relay_config *cfg = arg;
+    for (size_t i = 0; i < cfg->n_kafka; i++) {
+        if (!strcmp(cfg->kafka[i].key, key))
+            return cfg->kafka[i].value;
+    }
+    return NULL;
+}
+
+int config_check_kafka_security(const struct relay_config *cfg, char *errbuf, size_t errlen)
+{
+    int rc = kafka_check_security(kafka_prop, (void *)cfg, errbuf, errlen);
+    if (rc < 0)
+        return rc;
+    /* librdkafka reads these when the producer starts and, unreadable, fails
+     * with a TLS error that does not say which file: say it now. */
+    for (size_t i = 0; kafka_security_files[i]; i++) {
+        const char *path = kafka_prop(kafka_security_files[i], (void *)cfg);
+        if (!path || !*path || !strcmp(path, "probe"))
+            continue;
+        int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+        if (fd < 0)
+            return errbuf_fail(errbuf, errlen, "kafka.%s: cannot read %s: %s",
+                               kafka_security_files[i], path, strerror(errno));
+        close(fd);
+    }
+    return 0;
 }

@@ -152,3 +152,103 @@ Test(config_secret, environment_twin_keeps_its_underscore)
                  "%s", err);
     cr_assert_str_eq(kafka_value("sasl.password"), "EnvSecret5");
 }
+
+/* --- Kafka security combinations (core/kafka_security.c, config_validate) --- */
+
+/* Loads the overrides; @return the result, the message in err. */
+static int load_kafka(char *const *ov, size_t n)
+{
+    config_free(&cfg);
+    config_init(&cfg);
+    return config_load(&cfg, NULL, false, ov, n, err, sizeof err);
+}
+
+#define LOAD(...)                                                                          \
+    ({                                                                                     \
+        char *const ov_[] = {__VA_ARGS__};                                                 \
+        load_kafka(ov_, sizeof ov_ / sizeof ov_[0]);                                       \
+    })
+
+Test(config_secret, sasl_protocol_needs_a_mechanism)
+{
+    cr_assert_eq(LOAD("kafka.security.protocol=SASL_SSL"), -EINVAL);
+    cr_assert_not_null(strstr(err, "kafka.security.protocol=SASL_SSL needs kafka.sasl.mechanism"),
+                       "%s", err);
+}
+
+Test(config_secret, unknown_mechanism_is_named)
+{
+    cr_assert_eq(LOAD("kafka.security.protocol=SASL_SSL", "kafka.sasl.mechanism=AWS_MSK_IAM"),
+                 -EINVAL);
+    cr_assert_not_null(strstr(err, "kafka.sasl.mechanism: unknown mechanism \"AWS_MSK_IAM\""),
+                       "%s", err);
+    cr_assert_eq(LOAD("kafka.security.protocol=SASL_SSL", "kafka.sasl.mechanisms=scram-sha-512"),
+                 -EINVAL);
+    cr_assert_not_null(strstr(err, "kafka.sasl.mechanisms: unknown"), "%s", err);
+}
+
+Test(config_secret, mechanism_without_credentials_names_the_missing_key)
+{
+    cr_assert_eq(LOAD("kafka.security.protocol=SASL_SSL", "kafka.sasl.mechanism=SCRAM-SHA-512"),
+                 -EINVAL);
+    cr_assert_not_null(strstr(err, "needs kafka.sasl.username"), "%s", err);
+    cr_assert_eq(LOAD("kafka.security.protocol=SASL_SSL", "kafka.sasl.mechanism=PLAIN",
+                      "kafka.sasl.username=relay"),
+                 -EINVAL);
+    cr_assert_not_null(strstr(err, "kafka.sasl.mechanism=PLAIN needs kafka.sasl.password"),
+                       "%s", err);
+    cr_assert_eq(LOAD("kafka.security.protocol=SASL_SSL", "kafka.sasl.mechanism=OAUTHBEARER"),
+                 -EINVAL);
+    cr_assert_not_null(strstr(err, "sasl.oauthbearer.method=oidc"), "%s", err);
+    cr_assert_eq(LOAD("kafka.security.protocol=SASL_SSL", "kafka.sasl.mechanism=OAUTHBEARER",
+                      "kafka.sasl.oauthbearer.method=oidc",
+                      "kafka.sasl.oauthbearer.client.id=relay"),
+                 -EINVAL);
+    /* OIDC needs a librdkafka built with libcurl, which refuses the key otherwise */
+    cr_assert(strstr(err, "needs kafka.sasl.oauthbearer.client.secret") ||
+                  strstr(err, "not supported in this build"),
+              "%s", err);
+    cr_assert_eq(LOAD("kafka.security.protocol=SASL_SSL", "kafka.sasl.mechanism=SCRAM-SHA-512",
+                      "kafka.sasl.username=relay", "kafka.sasl.password=Pw1"),
+                 0, "%s", err);
+    cr_assert_eq(LOAD("kafka.security.protocol=sasl_plaintext", "kafka.sasl.mechanism=GSSAPI"), 0,
+                 "%s", err);
+}
+
+Test(config_secret, mechanism_without_a_sasl_protocol_is_never_used)
+{
+    cr_assert_eq(LOAD("kafka.sasl.mechanism=PLAIN", "kafka.sasl.username=relay",
+                      "kafka.sasl.password=Pw2"),
+                 -EINVAL);
+    cr_assert_not_null(strstr(err, "kafka.sasl.mechanism=PLAIN is never used"), "%s", err);
+    cr_assert_null(strstr(err, "Pw2"), "%s", err);
+}
+
+Test(config_secret, client_key_needs_its_certificate)
+{
+    write_secret("client.key", "key", 0600);
+    char key[256];
+    snprintf(key, sizeof key, "kafka.ssl.key.location=%s", secret_path);
+    cr_assert_eq(LOAD("kafka.security.protocol=SSL", key), -EINVAL);
+    cr_assert_not_null(strstr(err, "kafka.ssl.key.location needs kafka.ssl.certificate.location"),
+                       "%s", err);
+}
+
+Test(config_secret, unreadable_tls_files_are_named)
+{
+    cr_assert_eq(LOAD("kafka.security.protocol=SSL", "kafka.ssl.ca.location=/nonexistent/ca.pem"),
+                 -EINVAL);
+    cr_assert_not_null(strstr(err, "kafka.ssl.ca.location: cannot read /nonexistent/ca.pem"), "%s",
+                       err);
+    write_secret("ca.pem", "ca", 0644);
+    char ca[256];
+    snprintf(ca, sizeof ca, "kafka.ssl.ca.location=%s", secret_path);
+    cr_assert_eq(LOAD("kafka.security.protocol=SSL", ca), 0, "%s", err);
+    /* librdkafka's own word for the system's store */
+    cr_assert_eq(LOAD("kafka.security.protocol=SSL", "kafka.ssl.ca.location=probe"), 0, "%s", err);
+    if (geteuid() != 0) {
+        cr_assert_eq(chmod(secret_path, 0), 0);
+        cr_assert_eq(LOAD("kafka.security.protocol=SSL", ca), -EINVAL);
+        cr_assert_not_null(strstr(err, "kafka.ssl.ca.location: cannot read"), "%s", err);
+    }
+}
