@@ -128,6 +128,8 @@ struct relay {
     uint64_t backlog_took_ms;   /* how long the last one took */
     uint64_t txn_start_ms;      /* the running transaction call began */
     bool lead_unverified;       /* fencing: a replaced producer waits for the lock check */
+    unsigned denied_attempt;    /* producers Kafka refused a right in a row: drives the back-off */
+    uint64_t producer_retry_at_ms; /* a denied producer is replaced no earlier (relay_fence.c) */
     bool claim_first;           /* new leader: its first batch is claimed and marked before
                                    the backlog count, which takes a while on a large backlog
                                    and would hold up the claim its transaction waits for */

@@ -140,6 +140,7 @@ void relay_snapshot(const struct relay *r, struct plan_state *s)
         .claim_first = r->claim_first,
         .claim_first_until = r->claim_first_until,
         .producer_fatal = producer_fatal(p),
+        .producer_retry_at_ms = r->producer_retry_at_ms,
         .txn = producer_txn_state(p),
         .txn_doomed = producer_txn_doomed(p),
         .txn_empty = producer_txn_empty(p),

@@ -85,6 +85,8 @@ static void on_fatal(struct producer *p)
 {
     char buf[512];
     rd_kafka_resp_err_t orig = rd_kafka_fatal_error(p->rk, buf, sizeof(buf));
+    if (!p->fatal_code)
+        p->fatal_code = orig;
     set_fatal(p);
     log_error("kafka producer fatal error", "error=%s reason=%s", rd_kafka_err2name(orig),
               log_quote(buf));
@@ -420,6 +422,13 @@ int producer_send(struct producer *p, const struct event_row *row, const char *t
     }
 }
 
+int producer_fatal_code(const struct producer *p)
+{
+    if (p->fatal_code || !p->rk)
+        return p->fatal_code;
+    return rd_kafka_fatal_error(p->rk, NULL, 0);
+}
+
 bool producer_fatal(const struct producer *p)
 {
     return p->fatal || (p->rk && rd_kafka_fatal_error(p->rk, NULL, 0) != RD_KAFKA_RESP_ERR_NO_ERROR);
@@ -500,6 +509,7 @@ struct txn_job {
     producer_txn_cb cb;
     void *arg;
     enum producer_txn_result res;
+    int code;                 /* the error of a failed call: the fatal error's own when fatal */
     char why[512];
 };
 
@@ -522,8 +532,12 @@ static void txn_fail(struct txn_job *j, rd_kafka_error_t *e, const char *what)
 {
     rd_kafka_resp_err_t code = rd_kafka_error_code(e);
     char fatal[256] = "";
-    if (rd_kafka_error_is_fatal(e) || code == RD_KAFKA_RESP_ERR__FATAL)
-        rd_kafka_fatal_error(j->rk, fatal, sizeof(fatal));
+    j->code = code;
+    if (rd_kafka_error_is_fatal(e) || code == RD_KAFKA_RESP_ERR__FATAL) {
+        rd_kafka_resp_err_t orig = rd_kafka_fatal_error(j->rk, fatal, sizeof(fatal));
+        if (orig)
+            j->code = orig;
+    }
     snprintf(j->why, sizeof(j->why), "%s: %s%s%s", what, rd_kafka_error_string(e),
              *fatal ? "; " : "", fatal);
 }
@@ -616,6 +630,8 @@ static void txn_after(uv_work_t *w, int status)
         break;
     case PRODUCER_TXN_FAILED:
         p->txn = PRODUCER_TXN_DEAD;
+        if (!p->fatal_code)
+            p->fatal_code = j->code;
         set_fatal(p);
         break;
     }
