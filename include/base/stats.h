@@ -199,7 +199,8 @@ struct relay_stats {
     double standby_stalled_s;      /* how long rows have waited with no progress (0: not watching) */
     char standby_reason[512];
 
-    /* relay_fence.c: a right Kafka refuses the relay's principal (a missing
+    /* relay_fence.c (producer.c for refused credentials, which librdkafka
+     * retries itself): a right Kafka refuses the relay's principal (a missing
      * ACL, bad credentials), named once and retried with a back-off. It is
      * over once the broker answers (kafka_answered): stats_kafka_denial(). */
     int kafka_denial;              /* enum kafka_denial of the last replaced producer; 0 = none */

@@ -98,7 +98,15 @@ static void on_error(struct producer *p, rd_kafka_event_t *ev)
         on_fatal(p);
         return;
     }
-    /* Transport errors and "all brokers down" are retried by librdkafka itself. */
+    /* Transport errors and "all brokers down" are retried by librdkafka itself,
+     * and so are refused credentials: those stay refused until the
+     * configuration changes, which /readyz says. */
+    rd_kafka_resp_err_t err = rd_kafka_event_error(ev);
+    if (p->stats && kafka_denial_of(err) == KAFKA_DENIAL_AUTHENTICATION) {
+        p->stats->kafka_denial = KAFKA_DENIAL_AUTHENTICATION;
+        snprintf(p->stats->kafka_denial_error, sizeof p->stats->kafka_denial_error, "%s",
+                 rd_kafka_err2name(err));
+    }
     log_warn("kafka error", "error=%s reason=%s", rd_kafka_err2name(rd_kafka_event_error(ev)),
              log_quote(rd_kafka_event_error_string(ev)));
 }
