@@ -88,8 +88,16 @@ static void on_fatal(struct producer *p)
     if (!p->fatal_code)
         p->fatal_code = orig;
     set_fatal(p);
-    log_error("kafka producer fatal error", "error=%s reason=%s", rd_kafka_err2name(orig),
-              log_quote(buf));
+    /* A right Kafka refuses was named when it was first refused (relay_fence.c);
+     * each retry of the back-off repeats it only at debug level. */
+    bool named = p->stats && p->stats->kafka_denial &&
+                 p->stats->kafka_denial == (int)kafka_denial_of(orig);
+    if (named)
+        log_debug("kafka producer fatal error", "error=%s reason=%s", rd_kafka_err2name(orig),
+                  log_quote(buf));
+    else
+        log_error("kafka producer fatal error", "error=%s reason=%s", rd_kafka_err2name(orig),
+                  log_quote(buf));
 }
 
 static void on_error(struct producer *p, rd_kafka_event_t *ev)

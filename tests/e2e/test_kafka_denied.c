@@ -48,6 +48,9 @@ Test(e2e, a_refused_transactional_id_is_named_once_and_retried_with_a_back_off, 
     cr_expect_not_null(strstr(log, "denied=transactional_id_write"), "log %s", relay->log_path);
     cr_expect_eq(e2e_relay_log_count(relay, "replacing the kafka producer"), 0, "log %s",
                  relay->log_path);
+    /* each retry's own fatal error is repeated at debug level only */
+    cr_expect_leq(e2e_relay_log_count(relay, "level=error msg=\"kafka producer fatal error\""), 2,
+                  "log %s", relay->log_path);
     /* start-up lines, the refusal, one line of librdkafka's a try at most */
     cr_expect_lt(lines_of(log), 40, "%d lines in 10 s: %s", lines_of(log), relay->log_path);
     free(log);
