@@ -156,6 +156,10 @@ static void on_stats(struct producer *p, const char *json)
     p->stats->n_brokers = total < STATS_MAX_BROKERS ? total : STATS_MAX_BROKERS;
     p->stats->brokers_up = up;
     p->stats->brokers_total = total;
+    /* A broker is UP once authenticated: the credentials were accepted after
+     * all (a standby produces nothing that would say so). */
+    if (up > 0 && p->stats->kafka_denial == KAFKA_DENIAL_AUTHENTICATION)
+        p->stats->kafka_denial = KAFKA_DENIAL_NONE;
     cJSON_Delete(root);
 }
 
