@@ -202,6 +202,13 @@ struct relay_stats {
     double standby_stalled_s;      /* how long rows have waited with no progress (0: not watching) */
     char standby_reason[512];
 
+    /* relay_fence.c (producer.c for refused credentials, which librdkafka
+     * retries itself): a right Kafka refuses the relay's principal (a missing
+     * ACL, bad credentials), named once and retried with a back-off. It is
+     * over once the broker answers (kafka_answered): stats_kafka_denial(). */
+    int kafka_denial;              /* enum kafka_denial of the last replaced producer; 0 = none */
+    char kafka_denial_error[64];   /* the broker's error name, e.g. TRANSACTIONAL_ID_AUTHORIZATION_FAILED */
+
     struct stats_verify verify;    /* verify_task.c */
     struct stats_slot slot;        /* relay.capture = wal */
 
@@ -221,6 +228,10 @@ struct relay_stats {
 
 /** Sets the bounds and zeroes everything; role unknown, brokers not known. */
 void stats_init(struct relay_stats *s);
+
+/** @return the right Kafka refuses now (an enum kafka_denial), or 0: none,
+ *  or the broker answered since it was refused. */
+int stats_kafka_denial(const struct relay_stats *s);
 
 /** Counts one row acknowledged on @p topic (see STATS_MAX_TOPICS); inside a
  * Kafka transaction (@p in_txn) only once stats_settle_published() says it

@@ -83,10 +83,15 @@ enum relay_profile {
 struct relay_config {
     /* [postgres] */
     char *pg_conninfo;          /* handed to libpq as is; "" = PG* environment */
+    char *pg_conninfo_file;     /* "" or a file whose content is the conninfo (read at load) */
 
     /* [kafka]: every key is a librdkafka producer property */
     struct config_kv *kafka;
     size_t n_kafka;
+    /* The `_file` twins of secret properties ("sasl.password_file" -> a
+     * path), read into kafka[] at load; never handed to librdkafka. */
+    struct config_kv *kafka_files;
+    size_t n_kafka_files;
 
     /* [relay] */
     char *schema;               /* default "public" */
@@ -226,6 +231,18 @@ void config_format_duration(int64_t ms, char *buf, size_t len);
 
 /** @return true if @p key (a librdkafka property or "conninfo") holds a secret. */
 bool config_key_is_secret(const char *key);
+
+/** @return true if @p key is "K_file" for a secret key K (which is copied
+ *  into @p base): its value is the path of a file holding K's value. */
+bool config_key_is_file_twin(const char *key, char *base, size_t baselen);
+
+/** Reads the secret file @p path of key @p key (named in messages, the
+ *  content never): a relative path from $CREDENTIALS_DIRECTORY when set;
+ *  refused when group or others may read it, empty, or over 64 KiB; its
+ *  trailing newlines dropped. @return 0 with *@p out allocated, -EINVAL or
+ *  -ENOMEM. */
+int config_secret_file_read(const char *key, const char *path, char **out, char *errbuf,
+                            size_t errlen);
 
 /** @return a newly allocated copy of a libpq conninfo (key=value or URI form)
  *  with its password replaced by "********" (redact_conninfo()). */

@@ -50,6 +50,21 @@ const struct param *config_param_find(const char *section, const char *key);
  *  explicitly (cfg->explicit_set). @return 0 or -EINVAL / -ENOMEM. */
 int config_apply_profile(struct relay_config *cfg, char *errbuf, size_t errlen);
 
+/** Records kafka.@p key (a secret's `_file` twin) = @p path. @return 0,
+ *  -EINVAL or -ENOMEM. */
+int config_kafka_file_set(struct relay_config *cfg, const char *key, const char *path,
+                          char *errbuf, size_t errlen);
+
+/** Reads every `_file` twin that is set into its secret key; a twin set
+ *  alongside its key is refused. @return 0, -EINVAL (errbuf names the key,
+ *  not the content) or -ENOMEM. */
+int config_resolve_secret_files(struct relay_config *cfg, char *errbuf, size_t errlen);
+
+/** [kafka]'s security properties: combinations that cannot work
+ *  (kafka_check_security) and the CA, certificate and key files they name,
+ *  which must be readable. @return 0 or -EINVAL naming the key. */
+int config_check_kafka_security(const struct relay_config *cfg, char *errbuf, size_t errlen);
+
 /** @return whether [@p section] exists. */
 bool config_section_known(const char *section);
 

@@ -45,6 +45,29 @@ enum kafka_fault {
  *  errors are the fatal error's echo, not an outage. */
 enum kafka_fault kafka_fault_of(int err, bool producer_fatal);
 
+/** A right Kafka refuses the relay's principal: no attempt can succeed until
+ *  someone changes an ACL (or the credentials), so it is named once and
+ *  retried with a back-off (plan_denied_delay), not in a loop. */
+enum kafka_denial {
+    KAFKA_DENIAL_NONE = 0,
+    KAFKA_DENIAL_AUTHENTICATION,   /* SASL authentication failed: the credentials */
+    KAFKA_DENIAL_TOPIC,            /* Write and Describe on a topic */
+    KAFKA_DENIAL_TRANSACTIONAL_ID, /* Write and Describe on the TransactionalId */
+    KAFKA_DENIAL_CLUSTER,          /* IdempotentWrite on the cluster */
+};
+
+/** @return the right whose absence error @p err (an rd_kafka_resp_err_t,
+ *  e.g. the code of a fatal error) reports, or KAFKA_DENIAL_NONE. */
+enum kafka_denial kafka_denial_of(int err);
+
+/** @return a short name of @p d for logs, /status and the metric's label
+ *  ("transactional_id_write", ...); "" for KAFKA_DENIAL_NONE. */
+const char *kafka_denial_name(enum kafka_denial d);
+
+/** @return what the principal needs, in the words of Kafka's ACLs
+ *  ("Write and Describe on TransactionalId", ...); "" for none. */
+const char *kafka_denial_need(enum kafka_denial d);
+
 /** Where the producer's Kafka transactions are (relay.fencing=transactional):
  *  the engine decides on it, producer.c keeps it. */
 enum producer_txn_state {

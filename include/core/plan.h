@@ -99,6 +99,8 @@ struct plan_state {
 
     /* Kafka */
     bool producer_fatal;        /* the producer instance is unusable */
+    uint64_t producer_retry_at_ms; /* Kafka refused a right: a fatal producer is replaced
+                                      no earlier than this (plan_denied_delay) */
     enum producer_txn_state txn;
     bool txn_doomed;            /* a report of the open transaction failed: it can only abort */
     bool txn_empty;             /* nothing was produced into the open transaction */
@@ -238,6 +240,18 @@ bool plan_txn_may_claim(const struct plan_state *s);
  *  (@p random: any uniformly drawn number), so that relays which lost the
  *  same database do not reconnect in lock step. */
 uint64_t plan_reconnect_delay(unsigned attempt, uint64_t base_ms, uint64_t max_ms, uint64_t random);
+
+/** Kafka refusing a right (enum kafka_denial) is replaced after this. */
+#define PLAN_DENIED_FIRST_MS 1000
+/** ... doubling up to this: a few attempts, and log lines, a minute. */
+#define PLAN_DENIED_MAX_MS 60000
+
+/** The wait before the producer that Kafka refused a right is replaced for
+ *  the (@p attempt + 1)th time (0 first): PLAN_DENIED_FIRST_MS doubled per
+ *  attempt up to PLAN_DENIED_MAX_MS, jittered as plan_reconnect_delay. A
+ *  missing ACL stays missing until someone changes it: replacing the
+ *  producer at once only repeats the refusal, dozens of times a second. */
+uint64_t plan_denied_delay(unsigned attempt, uint64_t random);
 
 /** Leaving the quiet lock: the wait before the next check for writers that
  *  sent no NOTIFY, after a wait of @p prev_ms (0: the first). A writer that

@@ -58,6 +58,7 @@ struct producer {
     producer_report_cb report;
     void *arg;
     bool fatal;                /* librdkafka raised a fatal error: the instance is unusable */
+    int fatal_code;            /* the rd_kafka_resp_err_t behind it (0: not known) */
     struct relay_stats *stats; /* brokers up, queue depth, fatal: from librdkafka statistics;
                                   messages in flight and the acknowledgement clock */
     const struct relay_config *cfg; /* the live configuration (relay.ack_timeout_ms) */
@@ -107,6 +108,10 @@ int producer_send(struct producer *p, const struct event_row *row, const char *t
 /** @return true once the instance has raised a fatal error (asks librdkafka,
  *  so it is right even before the error callback has been served). */
 bool producer_fatal(const struct producer *p);
+
+/** @return the broker's error behind the fatal state (an rd_kafka_resp_err_t,
+ *  e.g. TRANSACTIONAL_ID_AUTHORIZATION_FAILED), or 0 when not fatal or not known. */
+int producer_fatal_code(const struct producer *p);
 
 /** Serves queued reports now (also done whenever the loop wakes us). */
 void producer_poll(struct producer *p);

@@ -143,3 +143,8 @@ double stats_ack_wait(const struct relay_stats *s, double mono_now)
         return 0;
     return mono_now - s->kafka_ack_clock;
 }
+
+int stats_kafka_denial(const struct relay_stats *s)
+{
+    return s->kafka_answered ? 0 : s->kafka_denial;
+}

@@ -165,7 +165,16 @@ static const char kafka_intro[] =
     "(delivery depends on them), the others can. Also refused: `acks` other than `all`, more "
     "than 5 requests in flight, `retries=0`, and `transactional.id`: with "
     "`relay.fencing = transactional` the relay sets it (from `relay.transactional_id`) and "
-    "`transaction.timeout.ms=60000`.";
+    "`transaction.timeout.ms=60000`. Every secret property (`sasl.password`, "
+    "`ssl.key.password`, `sasl.oauthbearer.client.secret`, ...) has a `_file` twin "
+    "(`sasl.password_file`) naming a file that holds it, readable by the relay's user only "
+    "(group or others: refused); a relative path is read from `$CREDENTIALS_DIRECTORY` "
+    "when systemd sets it (`LoadCredential=`). Refused at start and by `check-config`, "
+    "naming the key: `security.protocol=SASL_*` without `sasl.mechanism`, a mechanism "
+    "librdkafka 2.0 does not have (it has GSSAPI, PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, "
+    "OAUTHBEARER) or one without its credentials or without a SASL protocol, a client key "
+    "without its certificate, and a CA, certificate, key, CRL, keystore or keytab file the "
+    "relay cannot read.";
 
 /* Examples in the [kafka] section of the conffile (commented out). */
 static const char *const kafka_examples[][3] = {

@@ -56,6 +56,13 @@ static void kafka_free(struct relay_config *cfg)
     free(cfg->kafka);
     cfg->kafka = NULL;
     cfg->n_kafka = 0;
+    for (size_t i = 0; i < cfg->n_kafka_files; i++) {
+        free(cfg->kafka_files[i].key);
+        free(cfg->kafka_files[i].value);
+    }
+    free(cfg->kafka_files);
+    cfg->kafka_files = NULL;
+    cfg->n_kafka_files = 0;
 }
 
 void config_free(struct relay_config *cfg)
@@ -71,6 +78,9 @@ static int kafka_set(struct relay_config *cfg, const char *key, const char *valu
 {
     if (!*key)
         return errbuf_fail(errbuf, errlen, "empty key in section kafka");
+    char base[128];
+    if (config_key_is_file_twin(key, base, sizeof base))
+        return config_kafka_file_set(cfg, key, value, errbuf, errlen);
 
     /* librdkafka is the authority on its own properties; a scratch conf lets
      * it reject unknown names and bad values now, with its own words. */
@@ -431,6 +441,10 @@ static int apply_env(struct relay_config *cfg, const char *entry, char *errbuf, 
         key[i] = c == '_' && kafka ? '.' : (char)(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
     }
     key[klen] = '\0';
+    /* A secret's file twin keeps its '_': OUTBOX_RELAY_KAFKA_SASL_PASSWORD_FILE
+     * is kafka.sasl.password_file. */
+    if (kafka && klen > 5 && !strcmp(key + klen - 5, ".file"))
+        key[klen - 5] = '_';
 
     char why[768];
     int rc = config_set(cfg, section, key, eq + 1, why, sizeof why);
@@ -493,7 +507,10 @@ int config_load_layered(struct relay_config *cfg, const char *path, bool path_re
         if (rc < 0)
             return rc;
     }
-    int rc = config_apply_profile(cfg, errbuf, errlen);
+    int rc = config_resolve_secret_files(cfg, errbuf, errlen);
+    if (rc < 0)
+        return rc;
+    rc = config_apply_profile(cfg, errbuf, errlen);
     if (rc < 0)
         return rc;
     return config_validate(cfg, errbuf, errlen);
@@ -570,6 +587,9 @@ int config_validate(const struct relay_config *cfg, char *errbuf, size_t errlen)
         if (!strcmp(cfg->kafka[i].key, "queue.buffering.max.messages"))
             queue = strtol(cfg->kafka[i].value, NULL, 10);
     }
+    int src = config_check_kafka_security(cfg, errbuf, errlen);
+    if (src < 0)
+        return src;
     /* Every batch in flight must fit the producer's queue at once; otherwise
      * each one stops early and the relay crawls at a fraction of a batch. */
     if ((long)cfg->batch_size * RELAY_BATCHES_IN_FLIGHT > queue)

@@ -31,6 +31,10 @@ bool config_key_is_secret(const char *key)
         "sasl.oauthbearer.config",
         "ssl.key.pem",
     };
+    /* A twin holds a path: the secret is in the file. */
+    size_t n = strlen(key);
+    if (n > 5 && !strcmp(key + n - 5, "_file"))
+        return false;
     for (size_t i = 0; i < sizeof secret / sizeof secret[0]; i++) {
         if (!strcmp(key, secret[i]))
             return true;
@@ -103,6 +107,8 @@ void config_dump_ext(const struct relay_config *cfg, FILE *out,
                 fprintf(out, "%s = %s\n", kv->key,
                         config_key_is_secret(kv->key) ? REDACTED : kv->value);
             }
+            for (size_t i = 0; i < cfg->n_kafka_files; i++)
+                fprintf(out, "%s = %s\n", cfg->kafka_files[i].key, cfg->kafka_files[i].value);
             if (kafka_extra)
                 kafka_extra(cfg, out);
             continue;
@@ -130,6 +136,11 @@ struct cJSON *config_to_json(const struct relay_config *cfg)
                 const struct config_kv *kv = &cfg->kafka[i];
                 if (!cJSON_AddStringToObject(sec, kv->key,
                                              config_key_is_secret(kv->key) ? REDACTED : kv->value))
+                    goto oom;
+            }
+            for (size_t i = 0; i < cfg->n_kafka_files; i++) {
+                if (!cJSON_AddStringToObject(sec, cfg->kafka_files[i].key,
+                                             cfg->kafka_files[i].value))
                     goto oom;
             }
             continue;
@@ -176,6 +187,11 @@ char *config_to_logfmt(const struct relay_config *cfg)
                 const struct config_kv *kv = &cfg->kafka[i];
                 fprintf(out, "%skafka.%s=%s", sep, kv->key,
                         log_quote(config_key_is_secret(kv->key) ? REDACTED : kv->value));
+                sep = " ";
+            }
+            for (size_t i = 0; i < cfg->n_kafka_files; i++) {
+                fprintf(out, "%skafka.%s=%s", sep, cfg->kafka_files[i].key,
+                        log_quote(cfg->kafka_files[i].value));
                 sep = " ";
             }
             continue;

@@ -80,6 +80,9 @@ const size_t config_n_sections = sizeof config_section_names / sizeof config_sec
 const struct param config_params[] = {
     STR("postgres", "conninfo", pg_conninfo, "", NULL, RESTART,
         "libpq connection string or URI (\"\" = PG* environment variables)"),
+    STR("postgres", "conninfo_file", pg_conninfo_file, "", NULL, RESTART,
+        "a file holding the conninfo instead (mode 0600 or stricter; a relative path is read "
+        "from $CREDENTIALS_DIRECTORY when systemd sets it)"),
 
     INT("relay", "ack_timeout_ms", ack_timeout_ms, "10000", 0, 3600000, "ms", RELOAD,
         "not ready when messages in flight wait this long for an acknowledgement (0 = never)"),

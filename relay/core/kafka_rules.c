@@ -190,3 +190,44 @@ enum kafka_fault kafka_fault_of(int code, bool producer_fatal)
         return KAFKA_FAULT_PERMANENT;
     return err_is_outage(err) ? KAFKA_FAULT_OUTAGE : KAFKA_FAULT_RETRIABLE;
 }
+
+/* ---- rights Kafka refuses --------------------------------------------- */
+
+enum kafka_denial kafka_denial_of(int code)
+{
+    switch ((rd_kafka_resp_err_t)code) {
+    case RD_KAFKA_RESP_ERR__AUTHENTICATION:
+    case RD_KAFKA_RESP_ERR_SASL_AUTHENTICATION_FAILED:
+        return KAFKA_DENIAL_AUTHENTICATION;
+    case RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED:
+        return KAFKA_DENIAL_TOPIC;
+    case RD_KAFKA_RESP_ERR_TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
+        return KAFKA_DENIAL_TRANSACTIONAL_ID;
+    case RD_KAFKA_RESP_ERR_CLUSTER_AUTHORIZATION_FAILED:
+        return KAFKA_DENIAL_CLUSTER;
+    default:
+        return KAFKA_DENIAL_NONE;
+    }
+}
+
+static const struct {
+    const char *name, *need;
+} denials[] = {
+    [KAFKA_DENIAL_NONE] = {"", ""},
+    [KAFKA_DENIAL_AUTHENTICATION] = {"authentication",
+                                     "credentials the brokers accept (SASL authentication failed)"},
+    [KAFKA_DENIAL_TOPIC] = {"topic_write", "Write and Describe on the topic"},
+    [KAFKA_DENIAL_TRANSACTIONAL_ID] = {"transactional_id_write",
+                                       "Write and Describe on the TransactionalId"},
+    [KAFKA_DENIAL_CLUSTER] = {"idempotent_write", "IdempotentWrite on the cluster"},
+};
+
+const char *kafka_denial_name(enum kafka_denial d)
+{
+    return (unsigned)d < sizeof denials / sizeof denials[0] ? denials[d].name : "";
+}
+
+const char *kafka_denial_need(enum kafka_denial d)
+{
+    return (unsigned)d < sizeof denials / sizeof denials[0] ? denials[d].need : "";
+}

@@ -218,11 +218,13 @@ static struct plan_step marks(const struct plan_state *s, bool *done)
 }
 
 /* A fatal producer is replaced once its batches have failed with __FATAL
- * and no transaction call runs on it. */
+ * and no transaction call runs on it, and, when Kafka refused it a right,
+ * once its back-off has passed. */
 static struct plan_step producer(const struct plan_state *s, bool *done)
 {
     *done = !s->producer_fatal;
-    if (s->producer_fatal && all_empty(s) && s->txn != PRODUCER_TXN_BUSY)
+    if (s->producer_fatal && all_empty(s) && s->txn != PRODUCER_TXN_BUSY &&
+        s->now_ms >= s->producer_retry_at_ms)
         return act(PLAN_REPLACE_PRODUCER);
     return act(PLAN_WAIT);
 }
@@ -477,6 +479,11 @@ uint64_t plan_reconnect_delay(unsigned attempt, uint64_t base_ms, uint64_t max_m
     if (delay > max_ms)
         delay = max_ms;
     return delay / 2 + random % (delay / 2 + 1);
+}
+
+uint64_t plan_denied_delay(unsigned attempt, uint64_t random)
+{
+    return plan_reconnect_delay(attempt, PLAN_DENIED_FIRST_MS, PLAN_DENIED_MAX_MS, random);
 }
 
 uint64_t plan_quiet_check_wait(uint64_t prev_ms, uint64_t poll_interval_ms)

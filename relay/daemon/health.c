@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/kafka_rules.h"
+
 /* Longer than any reason a check gives: the longest is a refusal's
  * "refused: " and stats' refused_reason. */
 #define WHY_MAX 768
@@ -97,6 +99,13 @@ static bool check_acks(const struct health_in *in, char *why, size_t len)
 static bool check_producer(const struct health_in *in, char *why, size_t len)
 {
     const struct relay_stats *s = in->s;
+    int denied = stats_kafka_denial(s);
+    if (denied) {
+        snprintf(why, len, "kafka refuses the relay's principal %s (%s): needs %s; retried "
+                 "with a back-off until an ACL or the credentials change",
+                 kafka_denial_name(denied), s->kafka_denial_error, kafka_denial_need(denied));
+        return false;
+    }
     snprintf(why, len, "fatal error; the producer is being replaced");
     return !s->producer_fatal;
 }

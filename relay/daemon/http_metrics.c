@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "build_config.h"
+#include "core/kafka_rules.h"
 #include "daemon/health.h"
 
 const int http_status_codes[HTTP_STATUS_CODES] = {200, 400, 404, 405, 431, 500, 503, 505};
@@ -297,6 +298,14 @@ static void kafka_metrics(const struct http_context *ctx, struct strbuf *out)
     gauge(out, "outbox_relay_producer_fatal",
           "1 while the producer is in a fatal state (it is then replaced).",
           s->producer_fatal ? 1 : 0);
+    /* One series per right, so that an alert can name the one refused. */
+    head(out, "outbox_relay_kafka_denied", "gauge",
+         "1 while Kafka refuses the relay's principal this right (a missing ACL, bad "
+         "credentials); the producer is retried with a back-off of up to a minute.");
+    int denied = stats_kafka_denial(s);
+    for (int d = KAFKA_DENIAL_AUTHENTICATION; d <= KAFKA_DENIAL_CLUSTER; d++)
+        strbuf_printf(out, "outbox_relay_kafka_denied{right=\"%s\"} %d\n",
+                      kafka_denial_name((enum kafka_denial)d), denied == d);
 }
 
 /* ---- rows and batches ---------------------------------------------------- */

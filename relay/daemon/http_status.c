@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "build_config.h"
+#include "core/kafka_rules.h"
 #include "core/pgoutput.h"
 #include "daemon/health.h"
 
@@ -142,6 +143,10 @@ static void add_kafka(cJSON *root, const struct relay_stats *s, double mono_now)
     add_number_or_null(kafka, "brokers_total", s->brokers_up >= 0, s->brokers_total);
     cJSON_AddNumberToObject(kafka, "producer_queue_messages", (double)s->producer_queue_msgs);
     cJSON_AddBoolToObject(kafka, "producer_fatal", s->producer_fatal);
+    int denied = stats_kafka_denial(s);
+    add_string_or_null(kafka, "denied", denied ? kafka_denial_name(denied) : NULL);
+    add_string_or_null(kafka, "denied_needs", denied ? kafka_denial_need(denied) : NULL);
+    add_string_or_null(kafka, "denied_error", denied ? s->kafka_denial_error : NULL);
     cJSON_AddNumberToObject(kafka, "messages_in_flight", (double)s->kafka_in_flight);
     cJSON_AddNumberToObject(kafka, "ack_wait_seconds", ms_round(stats_ack_wait(s, mono_now)));
     cJSON *brokers = cJSON_AddArrayToObject(kafka, "brokers");

@@ -7,13 +7,48 @@
 
 /* ---- producer ---------------------------------------------------------- */
 
+/* A right Kafka refuses (core/kafka_rules.c) stays refused until someone
+ * changes an ACL or the credentials: it is named once, when it starts or
+ * changes, and the next producer waits out a back-off (plan_denied_delay),
+ * so that a principal without its ACLs costs a few lines a minute, not
+ * dozens of replacements a second. @return whether the relay is denied. */
+static bool note_denial(struct relay *r, int code)
+{
+    enum kafka_denial d = kafka_denial_of(code);
+    /* The broker answered the last producer: a refusal now is a new one. */
+    if (r->st.kafka_answered || d == KAFKA_DENIAL_NONE)
+        r->denied_attempt = 0;
+    if (d == KAFKA_DENIAL_NONE) {
+        r->st.kafka_denial = 0;
+        r->producer_retry_at_ms = 0;
+        return false;
+    }
+    uint64_t delay = plan_denied_delay(r->denied_attempt, (uint64_t)rand());
+    if (r->denied_attempt == 0 || r->st.kafka_denial != (int)d)
+        log_error("kafka refuses the relay's principal a right; retrying with a back-off until "
+                  "an ACL or the credentials change",
+                  "denied=%s needs=%s error=%s transactional_id=%s retry_in_ms=%" PRIu64,
+                  kafka_denial_name(d), log_quote(kafka_denial_need(d)),
+                  rd_kafka_err2name((rd_kafka_resp_err_t)code), r->prod.txn_id, delay);
+    else
+        log_debug("kafka still refuses the relay's principal a right", "denied=%s attempt=%u "
+                  "retry_in_ms=%" PRIu64, kafka_denial_name(d), r->denied_attempt, delay);
+    r->st.kafka_denial = (int)d;
+    snprintf(r->st.kafka_denial_error, sizeof r->st.kafka_denial_error, "%s",
+             rd_kafka_err2name((rd_kafka_resp_err_t)code));
+    r->denied_attempt++;
+    r->producer_retry_at_ms = relay_now_ms(r) + delay;
+    return true;
+}
+
 /* A fatal error (e.g. the idempotent producer's epoch cannot be bumped)
  * leaves the instance unusable: its messages failed with __FATAL and stay
  * unsent; a new instance republishes them. @return true when usable again. */
 bool relay_replace_producer(struct relay *r)
 {
     char err[512];
-    log_warn("replacing the kafka producer after a fatal error", "");
+    if (!note_denial(r, producer_fatal_code(&r->prod)))
+        log_warn("replacing the kafka producer after a fatal error", "");
     producer_stop(&r->prod);
     if (producer_start(&r->prod, r->loop, r->cfg, relay_on_report, r, &r->st, err, sizeof(err)) < 0) {
         log_error("cannot recreate the kafka producer", "error=%s", log_quote(err));
@@ -46,9 +81,15 @@ static void on_txn_ended(void *arg, unsigned gen, enum producer_txn_result res, 
     uint64_t ms = relay_now_ms(r) - r->txn_start_ms;
     switch (res) {
     case PRODUCER_TXN_DONE:
-        if (gen == 0)
+        if (gen == 0 && r->st.kafka_denial)
+            log_info("kafka grants the relay's principal its rights again",
+                     "was_denied=%s", kafka_denial_name(r->st.kafka_denial));
+        if (gen == 0) {
+            r->st.kafka_denial = 0;
+            r->denied_attempt = 0;
             log_info("kafka transactions initialised; older leaders are fenced",
                      "transactional_id=%s ms=%" PRIu64, r->prod.txn_id, ms);
+        }
         else
             log_debug("transaction committed", "ms=%" PRIu64, ms);
         break;
@@ -61,9 +102,13 @@ static void on_txn_ended(void *arg, unsigned gen, enum producer_txn_result res, 
         log_warn("kafka transactions not initialised yet; retrying", "error=%s", log_quote(why));
         break;
     case PRODUCER_TXN_FAILED:
-        log_error("kafka producer fenced or failed: nothing of its open transaction is visible "
-                  "or marked; leadership is checked again before producing",
-                  "transactional_id=%s error=%s", r->prod.txn_id, log_quote(why));
+        /* A refused right is named once, by relay_replace_producer. */
+        if (kafka_denial_of(producer_fatal_code(&r->prod)) != KAFKA_DENIAL_NONE)
+            log_debug("kafka producer refused a right", "error=%s", log_quote(why));
+        else
+            log_error("kafka producer fenced or failed: nothing of its open transaction is "
+                      "visible or marked; leadership is checked again before producing",
+                      "transactional_id=%s error=%s", r->prod.txn_id, log_quote(why));
         break;
     }
     relay_step(r);

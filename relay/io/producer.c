@@ -85,9 +85,19 @@ static void on_fatal(struct producer *p)
 {
     char buf[512];
     rd_kafka_resp_err_t orig = rd_kafka_fatal_error(p->rk, buf, sizeof(buf));
+    if (!p->fatal_code)
+        p->fatal_code = orig;
     set_fatal(p);
-    log_error("kafka producer fatal error", "error=%s reason=%s", rd_kafka_err2name(orig),
-              log_quote(buf));
+    /* A right Kafka refuses was named when it was first refused (relay_fence.c);
+     * each retry of the back-off repeats it only at debug level. */
+    bool named = p->stats && p->stats->kafka_denial &&
+                 p->stats->kafka_denial == (int)kafka_denial_of(orig);
+    if (named)
+        log_debug("kafka producer fatal error", "error=%s reason=%s", rd_kafka_err2name(orig),
+                  log_quote(buf));
+    else
+        log_error("kafka producer fatal error", "error=%s reason=%s", rd_kafka_err2name(orig),
+                  log_quote(buf));
 }
 
 static void on_error(struct producer *p, rd_kafka_event_t *ev)
@@ -96,7 +106,15 @@ static void on_error(struct producer *p, rd_kafka_event_t *ev)
         on_fatal(p);
         return;
     }
-    /* Transport errors and "all brokers down" are retried by librdkafka itself. */
+    /* Transport errors and "all brokers down" are retried by librdkafka itself,
+     * and so are refused credentials: those stay refused until the
+     * configuration changes, which /readyz says. */
+    rd_kafka_resp_err_t err = rd_kafka_event_error(ev);
+    if (p->stats && kafka_denial_of(err) == KAFKA_DENIAL_AUTHENTICATION) {
+        p->stats->kafka_denial = KAFKA_DENIAL_AUTHENTICATION;
+        snprintf(p->stats->kafka_denial_error, sizeof p->stats->kafka_denial_error, "%s",
+                 rd_kafka_err2name(err));
+    }
     log_warn("kafka error", "error=%s reason=%s", rd_kafka_err2name(rd_kafka_event_error(ev)),
              log_quote(rd_kafka_event_error_string(ev)));
 }
@@ -138,6 +156,10 @@ static void on_stats(struct producer *p, const char *json)
     p->stats->n_brokers = total < STATS_MAX_BROKERS ? total : STATS_MAX_BROKERS;
     p->stats->brokers_up = up;
     p->stats->brokers_total = total;
+    /* A broker is UP once authenticated: the credentials were accepted after
+     * all (a standby produces nothing that would say so). */
+    if (up > 0 && p->stats->kafka_denial == KAFKA_DENIAL_AUTHENTICATION)
+        p->stats->kafka_denial = KAFKA_DENIAL_NONE;
     cJSON_Delete(root);
 }
 
@@ -420,6 +442,13 @@ int producer_send(struct producer *p, const struct event_row *row, const char *t
     }
 }
 
+int producer_fatal_code(const struct producer *p)
+{
+    if (p->fatal_code || !p->rk)
+        return p->fatal_code;
+    return rd_kafka_fatal_error(p->rk, NULL, 0);
+}
+
 bool producer_fatal(const struct producer *p)
 {
     return p->fatal || (p->rk && rd_kafka_fatal_error(p->rk, NULL, 0) != RD_KAFKA_RESP_ERR_NO_ERROR);
@@ -500,6 +529,7 @@ struct txn_job {
     producer_txn_cb cb;
     void *arg;
     enum producer_txn_result res;
+    int code;                 /* the error of a failed call: the fatal error's own when fatal */
     char why[512];
 };
 
@@ -522,8 +552,12 @@ static void txn_fail(struct txn_job *j, rd_kafka_error_t *e, const char *what)
 {
     rd_kafka_resp_err_t code = rd_kafka_error_code(e);
     char fatal[256] = "";
-    if (rd_kafka_error_is_fatal(e) || code == RD_KAFKA_RESP_ERR__FATAL)
-        rd_kafka_fatal_error(j->rk, fatal, sizeof(fatal));
+    j->code = code;
+    if (rd_kafka_error_is_fatal(e) || code == RD_KAFKA_RESP_ERR__FATAL) {
+        rd_kafka_resp_err_t orig = rd_kafka_fatal_error(j->rk, fatal, sizeof(fatal));
+        if (orig)
+            j->code = orig;
+    }
     snprintf(j->why, sizeof(j->why), "%s: %s%s%s", what, rd_kafka_error_string(e),
              *fatal ? "; " : "", fatal);
 }
@@ -616,6 +650,8 @@ static void txn_after(uv_work_t *w, int status)
         break;
     case PRODUCER_TXN_FAILED:
         p->txn = PRODUCER_TXN_DEAD;
+        if (!p->fatal_code)
+            p->fatal_code = j->code;
         set_fatal(p);
         break;
     }

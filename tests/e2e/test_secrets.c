@@ -2,13 +2,16 @@
  * command line: `run`, `migrate` and `dead list` with a conninfo libpq cannot
  * parse (libpq quotes pieces of it, which can be the password) say what is
  * wrong without any piece of the password; a running relay's
- * /proc/PID/cmdline no longer shows the secrets given with -X. */
+ * /proc/PID/cmdline no longer shows the secrets given with -X; secrets read
+ * from `_file` twins (and $CREDENTIALS_DIRECTORY) are used, never shown, and
+ * refused by name when others can read their file. */
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <criterion/criterion.h>
@@ -203,5 +206,78 @@ Test(e2e, running_relay_hides_its_secrets_from_the_command_line, .fini = fini, .
     for (size_t i = 0; i < 3; i++)
         cr_expect_null(strstr(log, secrets[i]), "the log shows %s", secrets[i]);
     free(log);
+    cr_assert_eq(e2e_relay_stop(relay, 30000), 0);
+}
+
+/* Writes @p text to LOGDIR/@p name with @p mode; @return its path (static). */
+static const char *secret_file(const char *name, const char *text, mode_t mode)
+{
+    static char path[700];
+    snprintf(path, sizeof path, "%s/%s", T.logdir, name);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f, "%s: %s", path, strerror(errno));
+    fputs(text, f);
+    fclose(f);
+    cr_assert_eq(chmod(path, mode), 0);
+    return path;
+}
+
+Test(e2e, check_config_refuses_a_secret_file_others_can_read, .fini = fini, .timeout = 60)
+{
+    e2e_setup(&T, "secfile");
+    const char *path = secret_file("kafka-password", "FileSecret6\n", 0644);
+    char twin[800];
+    snprintf(twin, sizeof twin, "kafka.sasl.password_file=%s", path);
+    const char *args[E2E_MAX_ARGS] = {"check-config"};
+    int n = 1;
+    e2e_base_args(&T, args, &n);
+    args[n++] = "-X";
+    args[n++] = twin;
+    args[n] = NULL;
+    char *out = NULL, *err = NULL;
+    int rc = e2e_run_relay(args, 30000, &out, &err);
+    cr_expect_eq(rc, 78, "exit %d: %s", rc, err);
+    cr_expect_not_null(strstr(err, "kafka.sasl.password_file"), "%s", err);
+    cr_expect_not_null(strstr(err, "readable by group or others"), "%s", err);
+    cr_expect_null(strstr(err, "FileSecret6"), "%s", err);
+    cr_expect_null(strstr(out, "FileSecret6"), "%s", out);
+    free(out);
+    free(err);
+
+    cr_assert_eq(chmod(path, 0600), 0);
+    rc = e2e_run_relay(args, 30000, &out, &err);
+    cr_expect_eq(rc, 0, "exit %d: %s", rc, err);
+    cr_expect_not_null(strstr(out, "sasl.password = ********"), "%s", out);
+    cr_expect_not_null(strstr(out, "sasl.password_file = "), "%s", out);
+    cr_expect_null(strstr(out, "FileSecret6"), "%s", out);
+    cr_expect_null(strstr(err, "FileSecret6"), "%s", err);
+    free(out);
+    free(err);
+}
+
+/* The conninfo from a credential, as LoadCredential= leaves it: the relay
+ * connects with it and neither its log nor /status shows the password. */
+Test(e2e, relay_reads_its_conninfo_from_the_credentials_directory, .fini = fini,
+     .timeout = 120)
+{
+    e2e_setup(&T, "seccred");
+    e2e_migrate(&T);
+    char conninfo[1024];
+    snprintf(conninfo, sizeof conninfo, "%s password=CredConninfo7\n", T.env->pg);
+    secret_file("pg-conninfo", conninfo, 0400);
+    cr_assert_eq(setenv("CREDENTIALS_DIRECTORY", T.logdir, 1), 0);
+    const char *extra[] = {"postgres.conninfo=", "postgres.conninfo_file=pg-conninfo", NULL};
+    struct e2e_relay *relay = e2e_relay_start(&T, extra);
+    unsetenv("CREDENTIALS_DIRECTORY");
+    cr_assert(e2e_relay_wait_log(relay, "msg=\"became leader\"", 30000), "log %s", relay->log_path);
+    e2e_exec(T.conn, "SELECT %s('a', '1', 'Created', '{}', NULL, NULL)", T.qenqueue);
+    e2e_wait_all_sent(&T, 30000);
+    cr_expect(e2e_relay_log_contains(relay, "conninfo_file=pg-conninfo") ||
+                  e2e_relay_log_contains(relay, "conninfo_file=\"pg-conninfo\""),
+              "the start-up line names the file: %s", relay->log_path);
+    cr_expect_not(e2e_relay_log_contains(relay, "CredConninfo7"), "log %s", relay->log_path);
+    char *cmd = cmdline_of(relay->pid);
+    cr_expect_null(strstr(cmd, "CredConninfo7"), "%s", cmd);
+    free(cmd);
     cr_assert_eq(e2e_relay_stop(relay, 30000), 0);
 }

@@ -24,6 +24,14 @@
 # retention (tests stamp messages with fixed dates months back, which the
 # default week of retention would delete at its next check), brokers fenced
 # 4 s after their last heartbeat (a killed leader is replaced quickly).
+#
+# Besides PLAINTEXT each node has a SASL_SSL listener (DIR/sasl_bootstrap):
+# TLS with a certificate of a throwaway CA made with openssl (DIR/tls/ca.pem;
+# DIR/tls/foreign-ca.pem is another CA, which the brokers' certificate does not
+# come from), SCRAM-SHA-512 users `relay` and `noacl` (passwords in
+# DIR/tls/users), the StandardAuthorizer: `relay` may write every topic and
+# transactional id and write idempotently, `noacl` may do nothing; PLAINTEXT
+# clients are ANONYMOUS, a super user, so the other tests see no ACL.
 set -euo pipefail
 
 SELF=$(readlink -f "${BASH_SOURCE[0]}")
@@ -61,10 +69,16 @@ write_config() {
 process.roles=broker,controller
 node.id=$node
 controller.quorum.voters=$voters
-listeners=PLAINTEXT://127.0.0.1:$(cat "$dir/node-$node/port"),CONTROLLER://127.0.0.1:$(cat "$dir/node-$node/controller_port")
-advertised.listeners=PLAINTEXT://127.0.0.1:$(cat "$dir/node-$node/port")
+listeners=PLAINTEXT://127.0.0.1:$(cat "$dir/node-$node/port"),CONTROLLER://127.0.0.1:$(cat "$dir/node-$node/controller_port"),SASL_SSL://127.0.0.1:$(cat "$dir/node-$node/sasl_port")
+advertised.listeners=PLAINTEXT://127.0.0.1:$(cat "$dir/node-$node/port"),SASL_SSL://127.0.0.1:$(cat "$dir/node-$node/sasl_port")
 controller.listener.names=CONTROLLER
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_SSL:SASL_SSL
+sasl.enabled.mechanisms=SCRAM-SHA-512
+listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+ssl.keystore.type=PEM
+ssl.keystore.location=$dir/tls/server.pem
+authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
+super.users=User:ANONYMOUS
 inter.broker.listener.name=PLAINTEXT
 log.dirs=$dir/node-$node/data
 auto.create.topics.enable=true
@@ -129,6 +143,41 @@ start_nodes() {
     wait_started "$dir" "$@"
 }
 
+# A CA and the brokers' certificate (127.0.0.1), and a CA nobody uses, in DIR/tls.
+make_tls() {
+    local tls=$1/tls
+    mkdir -p "$tls"
+    [ -s "$tls/server.pem" ] && return 0
+    {
+        openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=outbox-relay-test-ca \
+            -keyout "$tls/ca.key" -out "$tls/ca.pem"
+        openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=outbox-relay-foreign-ca \
+            -keyout "$tls/foreign-ca.key" -out "$tls/foreign-ca.pem"
+        openssl req -newkey rsa:2048 -nodes -subj /CN=127.0.0.1 -keyout "$tls/server.key" \
+            -out "$tls/server.csr"
+        printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\n' > "$tls/san.ext"
+        openssl x509 -req -in "$tls/server.csr" -CA "$tls/ca.pem" -CAkey "$tls/ca.key" \
+            -CAcreateserial -days 2 -extfile "$tls/san.ext" -out "$tls/server.crt"
+        # Kafka's PEM keystore: the PKCS#8 key, then the chain.
+        openssl pkcs8 -topk8 -nocrypt -in "$tls/server.key" > "$tls/server.pem"
+        cat "$tls/server.crt" "$tls/ca.pem" >> "$tls/server.pem"
+    } > "$tls/openssl.log" 2>&1 || { cat "$tls/openssl.log" >&2; die "openssl failed"; }
+    printf 'relay relay-secret-1\nnoacl noacl-secret-2\n' > "$tls/users"
+    chmod 0644 "$tls"/*.pem "$tls/users"
+}
+
+# The ACLs of the `relay` user, over PLAINTEXT (ANONYMOUS is a super user).
+add_acls() {
+    local dir=$1 libs=$2
+    java -cp "$libs/*" -Dlog4j.configuration="file:$dir/log4j.properties" kafka.admin.AclCommand \
+        --bootstrap-server "127.0.0.1:$(cat "$dir/node-1/port")" --add --allow-principal User:relay \
+        --operation All --topic '*' --transactional-id '*' >"$dir/acls.log" 2>&1 &&
+    java -cp "$libs/*" -Dlog4j.configuration="file:$dir/log4j.properties" kafka.admin.AclCommand \
+        --bootstrap-server "127.0.0.1:$(cat "$dir/node-1/port")" --add --allow-principal User:relay \
+        --operation IdempotentWrite --cluster >>"$dir/acls.log" 2>&1 ||
+        { cat "$dir/acls.log" >&2; die "adding the ACLs failed"; }
+}
+
 cmd_start() {
     local dir=$1 n=${2:-1} libs node voters="" cluster_id t0=$SECONDS
     [[ $n =~ ^[1-9]$ ]] || die "node count must be 1..9"
@@ -142,14 +191,18 @@ cmd_start() {
         mkdir -p "$dir/node-$node"
         free_port > "$dir/node-$node/port" || die "no free port"
         free_port > "$dir/node-$node/controller_port" || die "no free port"
+        free_port > "$dir/node-$node/sasl_port" || die "no free port"
         voters="$voters${voters:+,}$node@127.0.0.1:$(cat "$dir/node-$node/controller_port")"
     done
     install -m 0644 "$HERE/kafka/log4j.properties" "$dir/log4j.properties"
+    make_tls "$dir"
     cluster_id=$(java -cp "$libs/*" kafka.tools.StorageTool random-uuid 2>/dev/null | tail -n 1)
     for node in $(seq 1 "$n"); do
         write_config "$dir" "$node" "$n" "$voters"
         java -cp "$libs/*" -Dlog4j.configuration="file:$dir/log4j.properties" \
             kafka.tools.StorageTool format --ignore-formatted -t "$cluster_id" \
+            --add-scram 'SCRAM-SHA-512=[name=relay,password=relay-secret-1]' \
+            --add-scram 'SCRAM-SHA-512=[name=noacl,password=noacl-secret-2]' \
             -c "$dir/node-$node/server.properties" >"$dir/node-$node/format.log" 2>&1 ||
             { cat "$dir/node-$node/format.log" >&2; die "formatting node $node failed"; }
     done
@@ -161,6 +214,10 @@ cmd_start() {
     start_nodes "$dir" "$libs" $(seq 1 "$n")
     local bs=""
     for node in $(seq 1 "$n"); do bs="$bs${bs:+,}127.0.0.1:$(cat "$dir/node-$node/port")"; done
+    add_acls "$dir" "$libs"
+    local sbs=""
+    for node in $(seq 1 "$n"); do sbs="$sbs${sbs:+,}127.0.0.1:$(cat "$dir/node-$node/sasl_port")"; done
+    echo "$sbs" > "$dir/sasl_bootstrap"
     echo "$bs" > "$dir/bootstrap"
     echo "$((SECONDS - t0))" > "$dir/startup_seconds"
     note "Kafka $(kafka_version), $n node(s) at $bs, up in $((SECONDS - t0)) s"

@@ -84,6 +84,39 @@ Test(kafka_rules, errors_fall_in_the_right_class)
 }
 
 /* What the guarantees need is refused when set otherwise; what they allow passes. */
+/* A refused right is named by what the principal needs, once; other errors
+ * are no refusal. */
+Test(kafka_rules, authorization_errors_name_the_missing_right)
+{
+    static const struct {
+        int err;
+        enum kafka_denial d;
+        const char *name, *need;
+    } cases[] = {
+        {RD_KAFKA_RESP_ERR_TRANSACTIONAL_ID_AUTHORIZATION_FAILED, KAFKA_DENIAL_TRANSACTIONAL_ID,
+         "transactional_id_write", "Write and Describe on the TransactionalId"},
+        {RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED, KAFKA_DENIAL_TOPIC, "topic_write",
+         "Write and Describe on the topic"},
+        {RD_KAFKA_RESP_ERR_CLUSTER_AUTHORIZATION_FAILED, KAFKA_DENIAL_CLUSTER, "idempotent_write",
+         "IdempotentWrite on the cluster"},
+        {RD_KAFKA_RESP_ERR_SASL_AUTHENTICATION_FAILED, KAFKA_DENIAL_AUTHENTICATION,
+         "authentication", "credentials"},
+        {RD_KAFKA_RESP_ERR__AUTHENTICATION, KAFKA_DENIAL_AUTHENTICATION, "authentication",
+         "credentials"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        cr_assert_eq(kafka_denial_of(cases[i].err), cases[i].d, "%s",
+                     rd_kafka_err2name(cases[i].err));
+        cr_assert_str_eq(kafka_denial_name(cases[i].d), cases[i].name);
+        cr_assert_not_null(strstr(kafka_denial_need(cases[i].d), cases[i].need));
+    }
+    const int others[] = {0, RD_KAFKA_RESP_ERR__FATAL, RD_KAFKA_RESP_ERR_PRODUCER_FENCED,
+                          RD_KAFKA_RESP_ERR__TRANSPORT, RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE};
+    for (size_t i = 0; i < sizeof others / sizeof others[0]; i++)
+        cr_assert_eq(kafka_denial_of(others[i]), KAFKA_DENIAL_NONE, "%d", others[i]);
+    cr_assert_str_eq(kafka_denial_name(KAFKA_DENIAL_NONE), "");
+}
+
 Test(kafka_rules, properties_that_break_the_guarantees_are_refused)
 {
     static const char *const refused[][2] = {

@@ -6,6 +6,47 @@
 
 /* ---- a fatal producer ----------------------------------------------------- */
 
+/* Kafka refused the producer a right (a missing ACL): it is replaced only
+ * once its back-off has passed, not at once and again dozens of times a
+ * second; the relay waits meanwhile. */
+Test(plan, a_denied_producer_is_replaced_after_its_back_off)
+{
+    struct plan_state s = leader();
+    s.producer_fatal = true;
+    s.txn = PRODUCER_TXN_DEAD;
+    s.now_ms = 10000;
+    s.producer_retry_at_ms = 12000;
+    assert_act(&s, PLAN_WAIT);
+    s.now_ms = 11999;
+    assert_act(&s, PLAN_WAIT);
+    s.now_ms = 12000;
+    assert_act(&s, PLAN_REPLACE_PRODUCER);
+}
+
+/* Doubling from PLAN_DENIED_FIRST_MS, capped near a minute, jittered in the
+ * upper half: at most a handful of attempts (and lines) a minute. */
+Test(plan, the_denied_back_off_doubles_to_about_a_minute)
+{
+    cr_assert_geq(plan_denied_delay(0, 0), PLAN_DENIED_FIRST_MS / 2);
+    cr_assert_leq(plan_denied_delay(0, UINT64_MAX), PLAN_DENIED_FIRST_MS);
+    uint64_t prev = 0, total = 0;
+    unsigned attempts = 0;
+    for (unsigned a = 0; a < 40; a++) {
+        uint64_t lo = plan_denied_delay(a, 0), hi = plan_denied_delay(a, UINT64_MAX - 1);
+        cr_assert_geq(lo, prev / 2, "attempt %u", a);
+        cr_assert_leq(hi, PLAN_DENIED_MAX_MS, "attempt %u", a);
+        prev = lo;
+        if (total < 10 * 60000) {
+            total += lo; /* the shortest waits: the most attempts */
+            attempts++;
+        }
+    }
+    cr_assert_geq(plan_denied_delay(30, 0), PLAN_DENIED_MAX_MS / 2);
+    /* ten minutes: the doubling's first steps, then at most two a minute */
+    cr_assert_leq(attempts, 7 + 10 * 2, "%u attempts in ten minutes", attempts);
+}
+
+
 /* The producer's fatal error fails its messages with __FATAL: nobody's
  * fault, no row charged, nothing recorded; once no batch is in flight and
  * no transaction call runs, the producer is replaced, then the relay goes on. */

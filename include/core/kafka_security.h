@@ -1,0 +1,23 @@
+/* kafka_security.h — the combinations of Kafka security properties that
+ * cannot work, decided from the [kafka] section's text alone: a SASL
+ * protocol without a mechanism, a mechanism librdkafka does not have or
+ * without its credentials, a client key without its certificate. Reading
+ * the files they name is the configuration's part (config_validate). */
+#ifndef OUTBOX_KAFKA_SECURITY_H
+#define OUTBOX_KAFKA_SECURITY_H
+
+#include <stddef.h>
+
+/** Looks a [kafka] property up. @return its value, or NULL when unset. */
+typedef const char *(*kafka_prop_fn)(const char *key, void *arg);
+
+/** Checks the security properties of one [kafka] section, read through
+ *  @p get. @return 0, or -EINVAL with @p errbuf naming the key at fault
+ *  (as kafka.KEY) and what it needs; never a secret's value. */
+int kafka_check_security(kafka_prop_fn get, void *arg, char *errbuf, size_t errlen);
+
+/** The properties that name a file librdkafka reads at start (CA, client
+ *  certificate and key, CRL, keystore, keytab); NULL-terminated. */
+extern const char *const kafka_security_files[];
+
+#endif

@@ -1,0 +1,236 @@
+/* config_secret.c — secrets read from files: every secret key has a `_file`
+ * twin (postgres.conninfo_file, kafka.sasl.password_file, ...) whose value
+ * is a path; the file's content becomes the key's value at load. A relative
+ * path is read from systemd's $CREDENTIALS_DIRECTORY when it is set
+ * (LoadCredential=), so the unit names a credential and not a path. Also
+ * the [kafka] security properties' check: their combinations
+ * (core/kafka_security.c) and the files they name. */
+#include "config/config_int.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/errors.h"
+#include "core/kafka_security.h"
+
+/* A PEM key with its chain fits; anything larger is not a secret file. */
+#define SECRET_FILE_MAX (64 * 1024)
+
+bool config_key_is_file_twin(const char *key, char *base, size_t baselen)
+{
+    size_t n = strlen(key);
+    if (n <= 5 || strcmp(key + n - 5, "_file") != 0 || n - 5 >= baselen)
+        return false;
+    memcpy(base, key, n - 5);
+    base[n - 5] = '\0';
+    return config_key_is_secret(base);
+}
+
+/* The path a twin names: absolute as written, relative from
+ * $CREDENTIALS_DIRECTORY when systemd set it, else from the working
+ * directory. */
+static void secret_path(const char *path, char *buf, size_t len)
+{
+    const char *creds = getenv("CREDENTIALS_DIRECTORY");
+    if (path[0] != '/' && creds && *creds)
+        snprintf(buf, len, "%s/%s", creds, path);
+    else
+        snprintf(buf, len, "%s", path);
+}
+
+/* Reads all of @p fd (at most SECRET_FILE_MAX bytes) into a new string. */
+static ssize_t read_all(int fd, char **out)
+{
+    char *buf = malloc(SECRET_FILE_MAX + 1);
+    if (!buf)
+        return -ENOMEM;
+    size_t used = 0;
+    for (;;) {
+        ssize_t n = read(fd, buf + used, SECRET_FILE_MAX + 1 - used);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            int err = errno;
+            free(buf);
+            return -err;
+        }
+        if (n == 0 || (used += (size_t)n) > SECRET_FILE_MAX)
+            break;
+    }
+    if (used > SECRET_FILE_MAX) {
+        free(buf);
+        return -EFBIG;
+    }
+    buf[used] = '\0';
+    *out = buf;
+    return (ssize_t)used;
+}
+
+/* Messages name the key and the path, never a byte of the content. */
+int config_secret_file_read(const char *key, const char *path, char **out, char *errbuf,
+                            size_t errlen)
+{
+    char full[4096];
+    secret_path(path, full, sizeof full);
+    int fd = open(full, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0)
+        return errbuf_fail(errbuf, errlen, "%s: cannot read %s: %s", key, full, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return errbuf_fail(errbuf, errlen, "%s: %s is not a regular file", key, full);
+    }
+    /* A secret others can read is no longer one: refuse rather than use it,
+     * so the mistake is fixed before the secret is relied on. */
+    if (st.st_mode & (S_IRGRP | S_IROTH)) {
+        close(fd);
+        return errbuf_fail(errbuf, errlen,
+                           "%s: %s is readable by group or others (mode %04o); make it "
+                           "readable by the relay's user only (chmod 0600 or 0400)",
+                           key, full, (unsigned)(st.st_mode & 07777));
+    }
+    char *text = NULL;
+    ssize_t n = read_all(fd, &text);
+    close(fd);
+    if (n == -ENOMEM)
+        return -ENOMEM;
+    if (n < 0)
+        return errbuf_fail(errbuf, errlen, "%s: cannot read %s: %s", key, full,
+                           n == -EFBIG ? "larger than 64 KiB" : strerror((int)-n));
+    /* Editors and `echo` end a file with a newline that is not part of the
+     * secret. */
+    while (n > 0 && (text[n - 1] == '\n' || text[n - 1] == '\r'))
+        text[--n] = '\0';
+    if (n == 0 || strlen(text) != (size_t)n) {
+        free(text);
+        return errbuf_fail(errbuf, errlen, "%s: %s %s", key, full,
+                           n == 0 ? "is empty" : "contains a NUL byte");
+    }
+    *out = text;
+    return 0;
+}
+
+int config_kafka_file_set(struct relay_config *cfg, const char *key, const char *path,
+                          char *errbuf, size_t errlen)
+{
+    if (!*path)
+        return errbuf_fail(errbuf, errlen, "kafka.%s: empty path", key);
+    for (size_t i = 0; i < cfg->n_kafka_files; i++) {
+        if (!strcmp(cfg->kafka_files[i].key, key)) {
+            char *copy = strdup(path);
+            if (!copy)
+                return -ENOMEM;
+            free(cfg->kafka_files[i].value);
+            cfg->kafka_files[i].value = copy;
+            return 0;
+        }
+    }
+    struct config_kv *grown =
+        realloc(cfg->kafka_files, (cfg->n_kafka_files + 1) * sizeof *grown);
+    if (!grown)
+        return -ENOMEM;
+    cfg->kafka_files = grown;
+    struct config_kv *kv = &cfg->kafka_files[cfg->n_kafka_files];
+    kv->key = strdup(key);
+    kv->value = strdup(path);
+    if (!kv->key || !kv->value) {
+        free(kv->key);
+        free(kv->value);
+        return -ENOMEM;
+    }
+    cfg->n_kafka_files++;
+    return 0;
+}
+
+static bool kafka_has(const struct relay_config *cfg, const char *key)
+{
+    for (size_t i = 0; i < cfg->n_kafka; i++) {
+        if (!strcmp(cfg->kafka[i].key, key))
+            return true;
+    }
+    return false;
+}
+
+static int resolve_kafka(struct relay_config *cfg, char *errbuf, size_t errlen)
+{
+    for (size_t i = 0; i < cfg->n_kafka_files; i++) {
+        const struct config_kv *f = &cfg->kafka_files[i];
+        char base[128], name[160];
+        if (!config_key_is_file_twin(f->key, base, sizeof base))
+            return errbuf_fail(errbuf, errlen, "kafka.%s: not a secret's file", f->key);
+        if (kafka_has(cfg, base))
+            return errbuf_fail(errbuf, errlen,
+                               "kafka.%s and kafka.%s are both set: keep one of them", base,
+                               f->key);
+        snprintf(name, sizeof name, "kafka.%s", f->key);
+        char *secret = NULL;
+        int rc = config_secret_file_read(name, f->value, &secret, errbuf, errlen);
+        if (rc < 0)
+            return rc;
+        rc = config_set(cfg, "kafka", base, secret, errbuf, errlen);
+        /* librdkafka's verdict on a bad value quotes it: say only which key. */
+        if (rc == -EINVAL)
+            errbuf_fail(errbuf, errlen, "%s: librdkafka refuses the file's content as kafka.%s",
+                        name, base);
+        memset(secret, 0, strlen(secret));
+        free(secret);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+int config_resolve_secret_files(struct relay_config *cfg, char *errbuf, size_t errlen)
+{
+    if (cfg->pg_conninfo_file && *cfg->pg_conninfo_file) {
+        if (cfg->pg_conninfo && *cfg->pg_conninfo)
+            return errbuf_fail(errbuf, errlen,
+                               "postgres.conninfo and postgres.conninfo_file are both set: keep "
+                               "one of them");
+        char *conninfo = NULL;
+        int rc = config_secret_file_read("postgres.conninfo_file", cfg->pg_conninfo_file,
+                                         &conninfo, errbuf, errlen);
+        if (rc < 0)
+            return rc;
+        free(cfg->pg_conninfo);
+        cfg->pg_conninfo = conninfo;
+    }
+    return resolve_kafka(cfg, errbuf, errlen);
+}
+
+/* ---- Kafka's security properties ----------------------------------------- */
+
+static const char *kafka_prop(const char *key, void *arg)
+{
+    const struct relay_config *cfg = arg;
+    for (size_t i = 0; i < cfg->n_kafka; i++) {
+        if (!strcmp(cfg->kafka[i].key, key))
+            return cfg->kafka[i].value;
+    }
+    return NULL;
+}
+
+int config_check_kafka_security(const struct relay_config *cfg, char *errbuf, size_t errlen)
+{
+    int rc = kafka_check_security(kafka_prop, (void *)cfg, errbuf, errlen);
+    if (rc < 0)
+        return rc;
+    /* librdkafka reads these when the producer starts and, unreadable, fails
+     * with a TLS error that does not say which file: say it now. */
+    for (size_t i = 0; kafka_security_files[i]; i++) {
+        const char *path = kafka_prop(kafka_security_files[i], (void *)cfg);
+        if (!path || !*path || !strcmp(path, "probe"))
+            continue;
+        int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+        if (fd < 0)
+            return errbuf_fail(errbuf, errlen, "kafka.%s: cannot read %s: %s",
+                               kafka_security_files[i], path, strerror(errno));
+        close(fd);
+    }
+    return 0;
+}

@@ -1,0 +1,120 @@
+/* kafka_security.c — security properties that cannot work together, refused
+ * before the producer starts: librdkafka would otherwise fail at its first
+ * connection, or fall back on a default nobody meant (GSSAPI), and the
+ * relay would retry forever without naming the key at fault. */
+#include "core/kafka_security.h"
+
+#include <errno.h>
+#include <stdbool.h>
+#include <string.h>
+#include <strings.h>
+
+#include "base/errors.h"
+
+/* What librdkafka 2.0 (Debian 12) builds in; a name is compared as
+ * librdkafka compares it, case and all. AWS_MSK_IAM is not among them. */
+static const char *const mechanisms[] = {
+    "GSSAPI", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", NULL,
+};
+
+const char *const kafka_security_files[] = {
+    "ssl.ca.location",      "ssl.certificate.location", "ssl.key.location",
+    "ssl.crl.location",     "ssl.keystore.location",    "sasl.kerberos.keytab",
+    NULL,
+};
+
+static bool set(kafka_prop_fn get, void *arg, const char *key)
+{
+    const char *v = get(key, arg);
+    return v && *v;
+}
+
+/* A mechanism's credentials: PLAIN and SCRAM a user and a password, OIDC
+ * its client and token endpoint. Without a refresh callback (the relay sets
+ * none) OAUTHBEARER has nothing else to get a token from. */
+static int check_credentials(kafka_prop_fn get, void *arg, const char *mkey, const char *mech,
+                             char *errbuf, size_t errlen)
+{
+    static const char *const user_pass[] = {"sasl.username", "sasl.password", NULL};
+    static const char *const oidc[] = {"sasl.oauthbearer.client.id",
+                                       "sasl.oauthbearer.client.secret",
+                                       "sasl.oauthbearer.token.endpoint.url", NULL};
+    const char *const *need = NULL;
+    if (!strcmp(mech, "PLAIN") || !strncmp(mech, "SCRAM-", 6))
+        need = user_pass;
+    if (!strcmp(mech, "OAUTHBEARER")) {
+        const char *method = get("sasl.oauthbearer.method", arg);
+        const char *unsecure = get("enable.sasl.oauthbearer.unsecure.jwt", arg);
+        if (method && !strcasecmp(method, "oidc"))
+            need = oidc;
+        else if (!unsecure || strcasecmp(unsecure, "true") != 0)
+            return errbuf_fail(errbuf, errlen,
+                               "kafka.%s=OAUTHBEARER needs a way to get a token, and the relay "
+                               "sets no token callback: kafka.sasl.oauthbearer.method=oidc with "
+                               "its client id, secret and token endpoint (a librdkafka built "
+                               "with libcurl; Debian 12's 2.0.2 is not), or "
+                               "kafka.enable.sasl.oauthbearer.unsecure.jwt=true (tests only)",
+                               mkey);
+    }
+    for (size_t i = 0; need && need[i]; i++) {
+        if (!set(get, arg, need[i]))
+            return errbuf_fail(errbuf, errlen, "kafka.%s=%s needs kafka.%s%s", mkey, mech,
+                               need[i], strstr(need[i], "secret") || strstr(need[i], "password")
+                                            ? " (or its _file twin)" : "");
+    }
+    return 0;
+}
+
+static int check_sasl(kafka_prop_fn get, void *arg, char *errbuf, size_t errlen)
+{
+    const char *proto = get("security.protocol", arg);
+    bool sasl_proto = proto && !strncasecmp(proto, "sasl_", 5);
+    const char *mkey = "sasl.mechanism";
+    const char *mech = get(mkey, arg);
+    if (!mech || !*mech) {
+        mkey = "sasl.mechanisms";
+        mech = get(mkey, arg);
+    }
+    if (!mech || !*mech) {
+        if (sasl_proto)
+            return errbuf_fail(errbuf, errlen,
+                               "kafka.security.protocol=%s needs kafka.sasl.mechanism (PLAIN, "
+                               "SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER or GSSAPI)",
+                               proto);
+        return 0;
+    }
+    size_t i = 0;
+    while (mechanisms[i] && strcmp(mechanisms[i], mech) != 0)
+        i++;
+    if (!mechanisms[i])
+        return errbuf_fail(errbuf, errlen,
+                           "kafka.%s: unknown mechanism \"%s\" (librdkafka has GSSAPI, PLAIN, "
+                           "SCRAM-SHA-256, SCRAM-SHA-512 and OAUTHBEARER, in upper case)",
+                           mkey, mech);
+    if (!sasl_proto)
+        return errbuf_fail(errbuf, errlen,
+                           "kafka.%s=%s is never used: kafka.security.protocol is %s, not "
+                           "SASL_SSL or SASL_PLAINTEXT",
+                           mkey, mech, proto ? proto : "plaintext (the default)");
+    return check_credentials(get, arg, mkey, mech, errbuf, errlen);
+}
+
+int kafka_check_security(kafka_prop_fn get, void *arg, char *errbuf, size_t errlen)
+{
+    int rc = check_sasl(get, arg, errbuf, errlen);
+    if (rc < 0)
+        return rc;
+    /* A client certificate and its key go together, as files or as PEM. */
+    static const char *const pairs[][2] = {
+        {"ssl.key.location", "ssl.certificate.location"},
+        {"ssl.certificate.location", "ssl.key.location"},
+        {"ssl.key.pem", "ssl.certificate.pem"},
+        {"ssl.certificate.pem", "ssl.key.pem"},
+    };
+    for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
+        if (set(get, arg, pairs[i][0]) && !set(get, arg, pairs[i][1]))
+            return errbuf_fail(errbuf, errlen, "kafka.%s needs kafka.%s: a client key and its "
+                               "certificate go together", pairs[i][0], pairs[i][1]);
+    }
+    return 0;
+}
