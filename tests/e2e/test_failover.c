@@ -152,6 +152,23 @@ static void pair_up(char *standby, size_t len)
     e2e_migrate(&T);
 }
 
+/* WRITERS writers on the relay's conninfo until @p stop; returns once
+ * ROWS_BEFORE rows are committed, T.conn closed (the primary is about to go). */
+static void start_writers(struct writer *ws, atomic_bool *stop, struct e2e_relay *r)
+{
+    for (int i = 0; i < WRITERS; i++) {
+        ws[i] = (struct writer){.id = i, .conninfo = T.pg_conninfo, .stop = stop};
+        atomic_init(&ws[i].committed, 0);
+        atomic_init(&ws[i].n_unanswered, 0);
+        cr_assert_eq(pthread_create(&ws[i].th, NULL, writer_main, &ws[i]), 0);
+    }
+    writers = ws;
+    e2e_unmatched_ok = unanswered_commit;
+    wait_committed(ws, ROWS_BEFORE, r);
+    PQfinish(T.conn);
+    T.conn = NULL;
+}
+
 Test(e2e, failover_under_writers_polling, .fini = fini, .timeout = 300)
 {
     e2e_setup(&T, "failover");
@@ -165,17 +182,7 @@ Test(e2e, failover_under_writers_polling, .fini = fini, .timeout = 300)
 
     atomic_bool stop = false;
     struct writer ws[WRITERS];
-    for (int i = 0; i < WRITERS; i++) {
-        ws[i] = (struct writer){.id = i, .conninfo = T.pg_conninfo, .stop = &stop};
-        atomic_init(&ws[i].committed, 0);
-        atomic_init(&ws[i].n_unanswered, 0);
-        cr_assert_eq(pthread_create(&ws[i].th, NULL, writer_main, &ws[i]), 0);
-    }
-    writers = ws;
-    e2e_unmatched_ok = unanswered_commit;
-    wait_committed(ws, ROWS_BEFORE, r);
-    PQfinish(T.conn);
-    T.conn = NULL;
+    start_writers(ws, &stop, r);
     e2e_pg_pair_stop_primary(&P);
     long at_stop = committed(ws);
     e2e_pg_pair_promote(&P);
@@ -339,17 +346,7 @@ Test(e2e, failover_wal_reconciles_under_writers, .fini = fini, .timeout = 300)
 
     atomic_bool stop = false;
     struct writer ws[WRITERS];
-    for (int i = 0; i < WRITERS; i++) {
-        ws[i] = (struct writer){.id = i, .conninfo = T.pg_conninfo, .stop = &stop};
-        atomic_init(&ws[i].committed, 0);
-        atomic_init(&ws[i].n_unanswered, 0);
-        cr_assert_eq(pthread_create(&ws[i].th, NULL, writer_main, &ws[i]), 0);
-    }
-    writers = ws;
-    e2e_unmatched_ok = unanswered_commit;
-    wait_committed(ws, ROWS_BEFORE, r);
-    PQfinish(T.conn);
-    T.conn = NULL;
+    start_writers(ws, &stop, r);
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     int64_t stopped_us = (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
