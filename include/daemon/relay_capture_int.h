@@ -1,12 +1,14 @@
 /* relay_capture_int.h — relay.capture = wal's own state, private to
- * relay_capture.c, relay_capture_slot.c and relay_capture_dead.c: the rest of
- * the daemon reaches it through the interface in relay_int.h only. */
+ * relay_capture*.c (the stream, the slot's queries, dead rows, a failover's
+ * recovery): the rest of the daemon reaches it through the interface in
+ * relay_int.h only. */
 #ifndef OUTBOX_RELAY_CAPTURE_INT_H
 #define OUTBOX_RELAY_CAPTURE_INT_H
 
 #include "daemon/relay_int.h"
 
 #include "core/capture_ahead.h"
+#include "core/capture_dead.h"
 #include "core/capture_plan.h"
 #include "core/capture_slot.h"
 #include "core/failover_watch.h"
@@ -15,7 +17,6 @@
 #include "core/wal_event.h"
 #include "io/repl.h"
 
-struct capture_dead;
 struct capture_recovery;
 
 /* relay.capture = wal: the stream's rules are the plan's (core/capture_plan.h);
@@ -34,11 +35,7 @@ struct capture {
     char no_reconcile[200];     /* why reconcile acts as stop; "" when it does not */
     struct capture_recovery *recovery; /* a reconcile running, off the loop */
     uint64_t recover_at_ms;     /* a failed one is not tried again before */
-    /* events that can never be produced, to be kept as dead rows (relay_capture_dead.c) */
-    struct capture_dead *dead;
-    size_t n_dead, dead_cap;
-    bool dead_sending;
-    uint64_t dead_retry_ms;
+    struct dead_queue dead;     /* events to keep as dead rows (relay_capture_dead.c) */
     struct capture_ahead ahead; /* read while a commit runs */
 };
 
@@ -61,9 +58,6 @@ void relay_capture_recover_drop(struct relay *r);
 /* relay_capture_dead.c */
 bool relay_capture_dead_queue(struct relay *r, const struct event_row *row, const char *event_id,
                               const char *why);
-bool relay_capture_dead_due(const struct relay *r);
 void relay_capture_dead_record(struct relay *r);
-void relay_capture_dead_clear(struct relay *r);
-void relay_capture_dead_free(struct relay *r);
 
 #endif

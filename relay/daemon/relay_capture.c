@@ -30,7 +30,7 @@ struct capture_env relay_capture_env(const struct relay *r)
         .txn = producer_txn_state(p),
         .txn_doomed = producer_txn_doomed(p),
         .txn_empty = producer_txn_empty(p),
-        .n_dead = c->n_dead,
+        .n_dead = c->dead.n,
         .ahead_left = capture_ahead_left(&c->ahead),
         .server_gap = failover_watch_blocks(&c->failover, uv_now(r->loop)),
         .random = (uint64_t)rand(),
@@ -90,7 +90,7 @@ static void start(struct relay *r)
 {
     struct capture *c = r->cap;
     pgo_relations_free(&c->rels);
-    relay_capture_dead_clear(r); /* unconfirmed: the new stream reads those events again */
+    dead_queue_clear(&c->dead); /* unconfirmed: the new stream reads those events again */
     capture_ahead_clear(&c->ahead);
     char *cmd = sql_capture_start_replication(r->cfg->slot, r->cfg->publication, c->plan.confirmed);
     struct capture_env e = relay_capture_env(r);
@@ -418,7 +418,7 @@ void relay_capture_status(const struct relay *r, struct plan_state *s)
     s->slot_query_due = relay_capture_slot_query_due(r);
     s->capture_streaming = c->plan.state == CAPTURE_STREAMING;
     s->slot_busy = c->plan.slot_busy;
-    s->dead_due = relay_capture_dead_due(r);
+    s->dead_due = dead_queue_due(&c->dead, uv_now(r->loop));
     struct capture_env e = relay_capture_env(r);
     s->capture_unsettled = !capture_plan_settled(&c->plan, &e);
 }
@@ -454,7 +454,7 @@ void relay_capture_free(struct relay *r)
     capture_plan_free(&c->plan);
     pgo_relations_free(&c->rels);
     wal_event_clear(&c->ev);
-    relay_capture_dead_free(r);
+    dead_queue_free(&c->dead);
     capture_ahead_free(&c->ahead);
     sql_capture_free(&c->sql);
     free(c);
