@@ -202,6 +202,9 @@ void relay_capture_free(struct relay *r);
 
 /* relay.c */
 uint64_t relay_now_ms(struct relay *r);
+/* Deletes one batch of rows with statement @p sql ($1 @p bound, $2 the batch
+ * size); retention stays due while batches come back full. */
+void relay_retention_delete(struct relay *r, const char *sql, const char *bound);
 /* The topic of @p row: its own, else relay.topic rendered, checked. @return
  * 0, or -EINVAL with the reason in @p err. */
 int relay_row_topic(const struct relay *r, const struct event_row *row, char *topic, size_t len,

@@ -26,6 +26,37 @@ uint64_t relay_now_ms(struct relay *r)
     return uv_now(r->loop);
 }
 
+/* ---- retention: both modes delete in batches with their own statement ---- */
+
+#define RETENTION_BATCH 1000
+
+static void on_retention(struct pg_conn *pg, PGresult *res, void *arg)
+{
+    (void)pg;
+    struct relay *r = arg;
+    if (!res)
+        return;
+    long deleted = PQresultStatus(res) == PGRES_COMMAND_OK ? strtol(PQcmdTuples(res), NULL, 10) : 0;
+    if (PQresultStatus(res) != PGRES_COMMAND_OK)
+        log_error("retention delete failed", "error=%s", log_quote(PQresultErrorMessage(res)));
+    else if (deleted > 0)
+        log_debug("retention deleted sent rows", "rows=%ld", deleted);
+    /* A full batch: more are due; the next one runs after any pending claim. */
+    if (deleted < RETENTION_BATCH) {
+        r->retention_due = false;
+        r->last_retention_ms = relay_now_ms(r);
+    }
+    relay_step(r);
+}
+
+void relay_retention_delete(struct relay *r, const char *sql, const char *bound)
+{
+    char limit[16];
+    snprintf(limit, sizeof limit, "%d", RETENTION_BATCH);
+    const char *params[] = { bound, limit };
+    pg_query(&r->pg, sql, 2, params, on_retention, r);
+}
+
 /* The row's topic into @p topic, checked. @return 0, or -EINVAL with @p err
  * saying why (the row is poison: its topic never will be valid). */
 int relay_row_topic(const struct relay *r, const struct event_row *row, char *topic, size_t len,

@@ -114,35 +114,16 @@ void relay_capture_take_over(struct relay *r)
  * relay.retention after they were written; on_sent = delete removes those
  * older than the newest confirmed commit (already in the WAL, and relayed or
  * on their way: deleting a row never takes its insert out of the stream). */
-static void on_retention(struct pg_conn *pg, PGresult *res, void *arg)
-{
-    (void)pg;
-    struct relay *r = arg;
-    if (!res)
-        return;
-    long deleted = PQresultStatus(res) == PGRES_COMMAND_OK ? strtol(PQcmdTuples(res), NULL, 10) : 0;
-    if (PQresultStatus(res) != PGRES_COMMAND_OK)
-        log_error("retention delete failed", "error=%s", log_quote(PQresultErrorMessage(res)));
-    else if (deleted > 0)
-        log_debug("retention deleted rows", "rows=%ld", deleted);
-    if (deleted < 1000) {
-        r->retention_due = false;
-        r->last_retention_ms = relay_now_ms(r);
-    }
-    relay_step(r);
-}
-
 void relay_capture_retention(struct relay *r)
 {
-    char bound[64], limit[16] = "1000";
+    char bound[64];
     if (!capture_retention_bound(r->cfg->on_sent == RELAY_ON_SENT_DELETE, r->st.slot.last_commit_time,
                                  stats_now(), r->cfg->retention_ms, bound, sizeof bound)) {
         r->retention_due = false;
         r->last_retention_ms = relay_now_ms(r);
         return;
     }
-    const char *params[] = { bound, limit };
-    pg_query(&r->pg, r->cap->sql.retention, 2, params, on_retention, r);
+    relay_retention_delete(r, r->cap->sql.retention, bound);
 }
 
 void relay_capture_connected(struct relay *r)

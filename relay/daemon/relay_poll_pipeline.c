@@ -614,36 +614,10 @@ void relay_mark(struct relay *r, struct batch *b, unsigned with)
 
 /* ---- retention --------------------------------------------------------- */
 
-#define RETENTION_BATCH 1000
-
-static void on_retention(struct pg_conn *pg, PGresult *res, void *arg)
-{
-    (void)pg;
-    struct relay *r = arg;
-    if (!res)
-        return;
-    if (PQresultStatus(res) != PGRES_COMMAND_OK) {
-        log_error("retention delete failed", "error=%s", log_quote(PQresultErrorMessage(res)));
-        r->retention_due = false;
-        r->last_retention_ms = relay_now_ms(r);
-        return;
-    }
-    long deleted = strtol(PQcmdTuples(res), NULL, 10);
-    if (deleted > 0)
-        log_debug("retention deleted sent rows", "rows=%ld", deleted);
-    /* A full batch: more are due; the next one runs after any pending claim. */
-    if (deleted < RETENTION_BATCH) {
-        r->retention_due = false;
-        r->last_retention_ms = relay_now_ms(r);
-    }
-    relay_step(r);
-}
-
+/* Sent rows older than relay.retention. */
 void relay_retention(struct relay *r)
 {
-    char secs[24], limit[16];
+    char secs[24];
     snprintf(secs, sizeof(secs), "%ld", r->retention_s);
-    snprintf(limit, sizeof(limit), "%d", RETENTION_BATCH);
-    const char *params[] = { secs, limit };
-    pg_query(&r->pg, r->sql.retention, 2, params, on_retention, r);
+    relay_retention_delete(r, r->sql.retention, secs);
 }
