@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "core/sql.h"
+#include "io/pg.h"
 
 /* A transaction pooler reuses the server session released last, so one
  * round already shows it; a few more catch a pooler that picks otherwise. */
@@ -32,7 +33,9 @@ static PGconn *probe_connect(const char *conninfo, char *why, size_t len)
     const char *vals[] = {"outbox-relay", conninfo, NULL};
     PGconn *c = PQconnectdbParams(keys, vals, 1);
     if (PQstatus(c) != CONNECTION_OK) {
-        snprintf(why, len, "cannot connect to probe the session: %s", PQerrorMessage(c));
+        char clean[512]; /* libpq's message may quote the conninfo, password included */
+        pg_error_text(conninfo, c ? PQerrorMessage(c) : "out of memory", clean, sizeof clean);
+        snprintf(why, len, "cannot connect to probe the session: %s", clean);
         PQfinish(c);
         return NULL;
     }
