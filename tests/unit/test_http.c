@@ -192,6 +192,14 @@ Test(http, readyz_names_each_failing_check)
     cr_assert_eq(exchange("GET /readyz HTTP/1.1\r\n\r\n"), 503);
     cr_assert(strstr(body(), "[-]postgres not connected\n"), "%s", body());
     cr_assert(strstr(body(), "readyz check failed\n"));
+    /* Why it failed, and for a certificate what to change. */
+    snprintf(st.pg_error, sizeof st.pg_error, "connection to server at \"db\" (10.0.0.5), port "
+             "5432 failed: SSL error: certificate verify failed");
+    cr_assert_eq(exchange("GET /readyz?verbose HTTP/1.1\r\n\r\n"), 503);
+    cr_assert(strstr(body(), "[-]postgres not connected: connection to server at \"db\" (10.0.0.5), "
+                             "port 5432 failed: SSL error: certificate verify failed; the server's "
+                             "certificate does not come from a CA in sslrootcert"), "%s", body());
+    st.pg_error[0] = '\0';
     st.pg_up = true;
 
     st.role = STATS_ROLE_UNKNOWN;
