@@ -48,6 +48,19 @@ static const char *secret_file(const char *name, const char *text)
     return path;
 }
 
+/* A copy of @p from as @p to, of mode @p mode. */
+static void copy_file(const char *from, const char *to, mode_t mode)
+{
+    FILE *in = fopen(from, "r"), *out = fopen(to, "w");
+    cr_assert(in && out, "%s -> %s: %s", from, to, strerror(errno));
+    int c;
+    while ((c = fgetc(in)) != EOF)
+        fputc(c, out);
+    fclose(in);
+    fclose(out);
+    cr_assert_eq(chmod(to, mode), 0);
+}
+
 /* A verify-full conninfo to the test's server: @p host is "host=..." (and
  * perhaps hostaddr), @p ca a file of S.tls, @p auth the rest. */
 static void conninfo(char *out, size_t len, const char *host, const char *ca, const char *auth)
@@ -275,6 +288,25 @@ Test(e2e, pg_tls_each_mistake_is_named_soon_in_a_few_lines, .fini = fini, .timeo
     cr_expect_eq(rc, 69, "migrate with a foreign CA exited %d: %s", rc, err);
     cr_expect(err && strstr(err, "certificate verify failed") && strstr(err, w[0].hint),
               "migrate does not say why: %s", err);
+    free(out);
+    free(err);
+
+    /* A client key others may read: libpq would refuse it at every connect;
+     * check-config says so at once, exit 78. */
+    char key[800], open_key[800], conf[1100];
+    FMT(key, sizeof key, "%s/client.key", S.tls);
+    FMT(open_key, sizeof open_key, "%s/open-client.key", S.dir);
+    copy_file(key, open_key, 0644);
+    FMT(auth, sizeof auth, "dbname=certs user=relay_cert sslcert=%s/client.pem sslkey=%s", S.tls,
+        open_key);
+    conninfo(ci, sizeof ci, "host=localhost", "ca.pem", auth);
+    FMT(conf, sizeof conf, "postgres.conninfo=%s", ci);
+    const char *check[] = {"check-config", "-c", T.empty_conf, "-X", conf, "-X",
+                           "kafka.bootstrap.servers=127.0.0.1:9", NULL};
+    rc = e2e_run_relay(check, 30000, &out, &err);
+    cr_expect_eq(rc, 78, "check-config with a key others may read exited %d: %s", rc, err);
+    cr_expect(err && strstr(err, "sslkey") && strstr(err, "may be read by group or others"),
+              "check-config does not name the key: %s", err);
     free(out);
     free(err);
 
