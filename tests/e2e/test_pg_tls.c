@@ -232,6 +232,11 @@ static void check_wrong(struct wrong *w)
                   strstr(body, w->hint),
               "%s: /readyz does not say why: %s", w->what, body);
     free(body);
+    body = NULL;
+    code = e2e_relay_http_get(w->r, "/status", &body);
+    cr_expect(code == 200 && strstr(body, "\"hint\":") && strstr(body, w->hint),
+              "%s: /status does not say why (%d): %s", w->what, code, body);
+    free(body);
     cr_expect_not(e2e_relay_log_contains(w->r, SCRAM_PASSWORD), "%s: the password is in %s",
                   w->what, w->r->log_path);
     cr_expect_not(e2e_relay_log_contains(w->r, WRONG_PASSWORD), "%s: the password is in %s",

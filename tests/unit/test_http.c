@@ -318,6 +318,31 @@ Test(http, readyz_says_why_relaying_was_refused)
     cr_assert(strstr(body(), "\noutbox_relay_refused 1\n"), "%s", body());
 }
 
+Test(http, status_says_why_postgres_is_not_connected)
+{
+    st.pg_up = false;
+    snprintf(st.pg_error, sizeof st.pg_error, "connection to server at \"db\" (10.0.0.5), port "
+             "5432 failed: FATAL:  connection requires a valid client certificate");
+    cr_assert_eq(exchange("GET /status HTTP/1.1\r\n\r\n"), 200);
+    cJSON *doc = cJSON_Parse(body());
+    cr_assert_not_null(doc);
+    cJSON *pg = cJSON_GetObjectItem(doc, "postgres");
+    cr_assert_str_eq(cJSON_GetObjectItem(pg, "state")->valuestring, "down");
+    cr_assert_str_eq(cJSON_GetObjectItem(pg, "error")->valuestring, st.pg_error);
+    cr_assert_str_eq(cJSON_GetObjectItem(pg, "hint")->valuestring,
+                     "the server requires a client certificate for this role: set sslcert and "
+                     "sslkey");
+    cJSON_Delete(doc);
+    /* Connected: neither, whatever the last failure was. */
+    st.pg_up = true;
+    cr_assert_eq(exchange("GET /status HTTP/1.1\r\n\r\n"), 200);
+    doc = cJSON_Parse(body());
+    pg = cJSON_GetObjectItem(doc, "postgres");
+    cr_assert(cJSON_IsNull(cJSON_GetObjectItem(pg, "error")));
+    cr_assert(cJSON_IsNull(cJSON_GetObjectItem(pg, "hint")));
+    cJSON_Delete(doc);
+}
+
 Test(http, a_stuck_standby_names_the_lock_holder)
 {
     st.role = STATS_ROLE_STANDBY;
