@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# pg_tls.sh — a PostgreSQL 15 server of one test's own that takes TCP
-# connections over TLS only, with certificates made here with openssl, for
-# the tests of secure connections (the stack's server takes plain TCP).
+# pg_tls.sh — a PostgreSQL 15 server, besides the stack's (which takes plain
+# TCP), that takes TCP connections over TLS only, with certificates made here
+# with openssl, for the tests of secure connections.
 #
 #   pg_tls.sh start DIR [TEMPLATE]
 #                         certificates in DIR/tls, a cluster in DIR/data (a copy
@@ -12,7 +12,7 @@
 #
 # DIR/tls holds:
 #   ca.pem                the CA of the server's and the clients' certificates
-#   foreign-ca.pem        another CA, which signed nothing the server shows
+#   foreign-ca.pem        another CA, whose certificates the server neither shows nor trusts
 #   server.pem/.key       the server's, for DNS:localhost and IP:127.0.0.1
 #   client.pem/.key       CN=relay_cert, from ca.pem
 #   expired.pem/.key      CN=relay_cert, from ca.pem, valid only in 2020
