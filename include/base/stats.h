@@ -135,6 +135,8 @@ struct relay_stats {
     /* the daemon (relay/daemon/relay_*.c): the state machine, its batches and its session. */
     enum stats_role role;
     bool pg_up;
+    char pg_error[512];            /* why the connection failed or was lost, on one line and
+                                      without secrets; "" while connected */
     bool quiet;                    /* the quiet lock is held: writers send no NOTIFY (schema/004) */
     bool halted;                   /* on_poison=halt tripped */
     bool stopping;                 /* SIGTERM/SIGINT received: draining */

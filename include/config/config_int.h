@@ -65,6 +65,12 @@ int config_resolve_secret_files(struct relay_config *cfg, char *errbuf, size_t e
  *  which must be readable. @return 0 or -EINVAL naming the key. */
 int config_check_kafka_security(const struct relay_config *cfg, char *errbuf, size_t errlen);
 
+/** The files postgres.conninfo names (sslrootcert, sslcert, sslkey, sslcrl,
+ *  passfile) must be readable, and a key or password file not open to group
+ *  or others, as libpq demands. @return 0 or -EINVAL naming the keyword and
+ *  the file (never its content). */
+int config_check_pg_files(const struct relay_config *cfg, char *errbuf, size_t errlen);
+
 /** @return whether [@p section] exists. */
 bool config_section_known(const char *section);
 

@@ -45,6 +45,9 @@ struct pg_conn {
     char *conninfo;
 };
 
+/** Why pg_connect failed at once (-EIO), as it may be logged. */
+const char *pg_connect_failure(const struct pg_conn *pg);
+
 /** From a result callback only: the callback owns the result now and
  *  PQclears it when done with it. */
 void pg_result_keep(struct pg_conn *pg);

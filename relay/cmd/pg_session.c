@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "base/log.h"
+#include "core/pg_failure.h"
 
 /* The conninfo is parsed here, not handed over as an expandable dbname: that
  * would take a conninfo without "=" (a mistyped URI) for a database name,
@@ -40,8 +41,12 @@ static PGconn *connect_parsed(const PQconninfoOption *opts, const char *app_name
 static void report(const char *conninfo, const char *message, char *err, size_t errlen)
 {
     const char *quoted = log_quote_pq(conninfo, message);
+    const char *hint = pg_failure_hint(message);
     if (err)
-        snprintf(err, errlen, "cannot connect to postgres: %s", quoted);
+        snprintf(err, errlen, "cannot connect to postgres: %s%s%s", quoted, hint ? "; hint: " : "",
+                 hint ? hint : "");
+    else if (hint)
+        log_error("cannot connect to postgres", "error=%s hint=%s", quoted, log_quote(hint));
     else
         log_error("cannot connect to postgres", "error=%s", quoted);
 }

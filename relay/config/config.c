@@ -590,6 +590,9 @@ int config_validate(const struct relay_config *cfg, char *errbuf, size_t errlen)
     int src = config_check_kafka_security(cfg, errbuf, errlen);
     if (src < 0)
         return src;
+    src = config_check_pg_files(cfg, errbuf, errlen);
+    if (src < 0)
+        return src;
     /* Every batch in flight must fit the producer's queue at once; otherwise
      * each one stops early and the relay crawls at a fraction of a batch. */
     if ((long)cfg->batch_size * RELAY_BATCHES_IN_FLIGHT > queue)

@@ -15,6 +15,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <libpq-fe.h>
+
 #include "base/errors.h"
 #include "core/kafka_security.h"
 
@@ -233,4 +235,58 @@ int config_check_kafka_security(const struct relay_config *cfg, char *errbuf, si
         close(fd);
     }
     return 0;
+}
+
+/* ---- the files PostgreSQL's conninfo names ------------------------------- */
+
+/* libpq's own rule for a client key: anything more open and it refuses the
+ * key at every connect, in an error that repeats for ever. */
+static bool key_too_open(const struct stat *st)
+{
+    if (st->st_uid == geteuid())
+        return st->st_mode & (S_IRWXG | S_IRWXO);
+    if (st->st_uid == 0)
+        return st->st_mode & (S_IWGRP | S_IXGRP | S_IRWXO);
+    return false;
+}
+
+/* One file keyword of the conninfo: readable, and a secret one not open to
+ * others (libpq would refuse a key and ignore a password file). */
+static int check_pg_file(const char *key, const char *path, char *errbuf, size_t errlen)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0)
+        return errbuf_fail(errbuf, errlen, "postgres.conninfo: %s: cannot read %s: %s", key, path,
+                           strerror(errno));
+    struct stat st;
+    int rc = fstat(fd, &st);
+    close(fd);
+    if (rc == 0 && !strcmp(key, "sslkey") && key_too_open(&st))
+        return errbuf_fail(errbuf, errlen, "postgres.conninfo: sslkey: %s may be read by group or "
+                           "others (mode %04o): libpq refuses such a key; chmod 0600 (0640 if "
+                           "root owns it)", path, (unsigned)(st.st_mode & 07777));
+    if (rc == 0 && !strcmp(key, "passfile") && (st.st_mode & (S_IRWXG | S_IRWXO)))
+        return errbuf_fail(errbuf, errlen, "postgres.conninfo: passfile: %s may be read by group "
+                           "or others (mode %04o): libpq ignores such a file; chmod 0600", path,
+                           (unsigned)(st.st_mode & 07777));
+    return 0;
+}
+
+int config_check_pg_files(const struct relay_config *cfg, char *errbuf, size_t errlen)
+{
+    static const char *const keys[] = {"sslrootcert", "sslcert", "sslkey", "sslcrl", "passfile"};
+    /* A conninfo libpq cannot parse is its own error, said at connect. */
+    PQconninfoOption *opts = PQconninfoParse(cfg->pg_conninfo ? cfg->pg_conninfo : "", NULL);
+    int rc = 0;
+    for (PQconninfoOption *o = opts; o && o->keyword && rc == 0; o++) {
+        for (size_t i = 0; i < sizeof keys / sizeof keys[0] && rc == 0; i++) {
+            /* "system": libpq 16's system CA store; "engine:key": an OpenSSL engine's key. */
+            if (strcmp(o->keyword, keys[i]) || !o->val || !*o->val ||
+                (i == 0 && !strcmp(o->val, "system")) || (i == 2 && strchr(o->val, ':')))
+                continue;
+            rc = check_pg_file(keys[i], o->val, errbuf, errlen);
+        }
+    }
+    PQconninfoFree(opts);
+    return rc;
 }

@@ -79,7 +79,8 @@ const size_t config_n_sections = sizeof config_section_names / sizeof config_sec
  * all come from here. Sorted by section, then key. */
 const struct param config_params[] = {
     STR("postgres", "conninfo", pg_conninfo, "", NULL, RESTART,
-        "libpq connection string or URI (\"\" = PG* environment variables)"),
+        "libpq connection string or URI (\"\" = PG* environment variables); the files it names "
+        "must be readable, sslkey and passfile not by others"),
     STR("postgres", "conninfo_file", pg_conninfo_file, "", NULL, RESTART,
         "a file holding the conninfo instead (mode 0600 or stricter; a relative path is read "
         "from $CREDENTIALS_DIRECTORY when systemd sets it)"),

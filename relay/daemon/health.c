@@ -10,10 +10,11 @@
 #include <string.h>
 
 #include "core/kafka_rules.h"
+#include "core/pg_failure.h"
 
-/* Longer than any reason a check gives: the longest is a refusal's
- * "refused: " and stats' refused_reason. */
-#define WHY_MAX 768
+/* Longer than any reason a check gives: the longest is PostgreSQL's
+ * "not connected: " with stats' pg_error and a hint. */
+#define WHY_MAX 1024
 
 /* What a check looks at. */
 struct health_in {
@@ -31,11 +32,18 @@ static bool schema_fit(const struct relay_stats *s)
     return s->schema_problem[0] == '\0';
 }
 
+/* Not connected names why, and what to change when libpq's words name only
+ * its own side (a certificate, a password). */
 static bool check_postgres(const struct health_in *in, char *why, size_t len)
 {
     const struct relay_stats *s = in->s;
-    snprintf(why, len, "%s",
-             s->refused ? "not connected (relaying refused; see database)" : "not connected");
+    const char *hint = pg_failure_hint(s->pg_error);
+    if (s->refused)
+        snprintf(why, len, "not connected (relaying refused; see database)");
+    else if (s->pg_error[0])
+        snprintf(why, len, "not connected: %s%s%s", s->pg_error, hint ? "; " : "", hint ? hint : "");
+    else
+        snprintf(why, len, "not connected");
     return s->pg_up;
 }
 

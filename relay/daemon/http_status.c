@@ -10,6 +10,7 @@
 
 #include "build_config.h"
 #include "core/kafka_rules.h"
+#include "core/pg_failure.h"
 #include "core/pgoutput.h"
 #include "daemon/health.h"
 
@@ -86,6 +87,8 @@ static void add_postgres(cJSON *root, const struct relay_stats *s)
     if (!pg)
         return;
     cJSON_AddStringToObject(pg, "state", s->pg_up ? "up" : "down");
+    add_string_or_null(pg, "error", s->pg_up ? NULL : s->pg_error);
+    add_string_or_null(pg, "hint", s->pg_up ? NULL : pg_failure_hint(s->pg_error));
     add_number_or_null(pg, "backend_pid", s->backend_pid > 0, s->backend_pid);
     cJSON_AddBoolToObject(pg, "via_proxy", s->via_proxy);
     cJSON_AddBoolToObject(pg, "row_security", s->row_security);

@@ -8,6 +8,8 @@
  * are there, in engine.c and in batch.c, without I/O. See relay_int.h for the files. */
 #include "daemon/relay_int.h"
 
+#include "core/pg_failure.h"
+
 /* The capture modes, by relay.capture: the one place that tells them apart. */
 static const struct capture_ops *const capture_modes[] = {
     [RELAY_CAPTURE_POLL] = &relay_poll_ops,
@@ -100,10 +102,23 @@ static void schedule_reconnect(struct relay *r)
     uv_timer_start(&r->reconnect, on_reconnect_timer, delay, 0);
 }
 
+/* Why PostgreSQL is not connected, for /readyz and /status: libpq's
+ * message (secrets already out) on one line, as readiness lines are. */
+static void set_pg_error(struct relay *r, const char *why)
+{
+    char *e = r->st.pg_error;
+    snprintf(e, sizeof r->st.pg_error, "%s", why ? why : "");
+    for (char *p = e; *p; p++)
+        if (*p == '\n' || *p == '\r' || *p == '\t')
+            *p = ' ';
+}
+
 static void start_connect(struct relay *r)
 {
-    if (pg_connect(&r->pg) < 0)
+    if (pg_connect(&r->pg) < 0) {
+        set_pg_error(r, pg_connect_failure(&r->pg));
         schedule_reconnect(r);
+    }
 }
 
 static void on_pg_connected(struct pg_conn *pg, void *arg)
@@ -116,6 +131,7 @@ static void on_pg_connected(struct pg_conn *pg, void *arg)
     r->backoff = false;
     r->reconnect_attempt = 0;
     r->st.pg_up = true;
+    r->st.pg_error[0] = '\0';
     relay_quiet_reset(r); /* a new session holds no lock */
     r->ops->connected(r);
     relay_step(r);
@@ -125,10 +141,16 @@ static void on_pg_lost(struct pg_conn *pg, const char *why, void *arg)
 {
     (void)pg;
     struct relay *r = arg;
+    /* What libpq says names its own side only: which certificate, which
+     * keyword to change, is the hint's. */
+    const char *hint = pg_failure_hint(why);
     if (r->st.role == STATS_ROLE_LEADER)
         log_warn("postgres connection lost; leadership released", "error=%s", log_quote(why));
+    else if (hint)
+        log_warn("postgres connection failed", "error=%s hint=%s", log_quote(why), log_quote(hint));
     else
         log_warn("postgres connection failed", "error=%s", log_quote(why));
+    set_pg_error(r, why);
     relay_set_role(r, STATS_ROLE_UNKNOWN);
     r->may_hold_lock = false; /* the server ends the session, and the lock with it */
     r->st.pg_up = false;

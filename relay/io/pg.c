@@ -100,6 +100,11 @@ int pg_connect(struct pg_conn *pg)
     return 0;
 }
 
+const char *pg_connect_failure(const struct pg_conn *pg)
+{
+    return pg->att.why;
+}
+
 /* A host of the list took the connection, or none did. */
 static void on_attempt_done(PGconn *conn, const char *why, void *arg)
 {

@@ -268,6 +268,8 @@ cmd_stop() {
     for pair in "$dir"/logs/*/pair; do
         if [ -d "$pair" ]; then "$(dirname "$SELF")/pg_pair.sh" stop "$pair" || true; fi
     done
+    # The TLS tests' server, started by the first of them.
+    if [ -d "$dir/pgtls" ]; then "$(dirname "$SELF")/pg_tls.sh" stop "$dir/pgtls" || true; fi
 
     if [ -f "$dir/pg/postmaster.pid" ]; then
         if ! as_pg "$PG_BINDIR/pg_ctl" -D "$dir/pg" -m fast -w -t "$PG_STOP_TIMEOUT" stop >/dev/null 2>&1; then

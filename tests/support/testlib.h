@@ -3,7 +3,7 @@
  * helpers (postgres.c), running the outbox-relay binary (process.c), a
  * relay's status endpoint (relay_http.c), a real Kafka broker (brokers.c),
  * PgBouncer in front of PostgreSQL (pgbouncer.c), a primary and its standby of
- * a test's own (pg_pair.c), reading every message of a set of topics back with a real Kafka consumer
+ * a test's own (pg_pair.c), a TLS-only PostgreSQL (pg_tls.c), reading every message of a set of topics back with a real Kafka consumer
  * (consume.c) and checking it against the rows (check.c).
  *
  * Every helper asserts (Criterion) on the errors it cannot recover from, so a
@@ -425,6 +425,28 @@ void e2e_pg_pair_conninfo(const struct e2e_pg_pair *p, int which, const char *ex
  *  listening) or accepted by the kernel and never answered (true).
  *  @return the socket, to close when done; the port into *@p port. */
 int e2e_dead_port(bool accepting, int *port);
+
+/* ---- a TLS-only PostgreSQL, tests/support/pg_tls.sh (pg_tls.c) ------------ */
+
+struct e2e_pg_tls {
+    const struct e2e_env *env;
+    char script[600];
+    char dir[600];
+    char tls[640];              /* ca.pem, foreign-ca.pem, client.pem/.key, expired.pem/.key */
+    int port;                   /* on 127.0.0.1; its certificate names localhost and 127.0.0.1 */
+    bool up;
+};
+
+/** Starts a server in the stack's directory (or finds it running: the stack
+ *  stops it) that takes TCP connections only over TLS: role relay_scram (password "scram-secret-7",
+ *  SCRAM-SHA-256) in database postgres and role relay_cert (a client
+ *  certificate) in database certs, both with REPLICATION; wal_level =
+ *  logical. A few seconds. */
+void e2e_pg_tls_start(const struct e2e_ctx *t, struct e2e_pg_tls *s);
+
+/** @return a superuser connection to its database @p dbname over its unix
+ *  socket (asserts it works). */
+PGconn *e2e_pg_tls_admin(const struct e2e_pg_tls *s, const char *dbname);
 
 /* ---- PgBouncer, tests/support/pgbouncer.sh (pgbouncer.c) ------------------- */
 

@@ -252,3 +252,49 @@ Test(config_secret, unreadable_tls_files_are_named)
         cr_assert_not_null(strstr(err, "kafka.ssl.ca.location: cannot read"), "%s", err);
     }
 }
+
+/* -X postgres.conninfo=@p head@p file; @return config_load's status. */
+static int load_conninfo(const char *head, const char *file)
+{
+    char ov[512];
+    snprintf(ov, sizeof ov, "postgres.conninfo=%s%s", head, file);
+    return load_override(ov);
+}
+
+Test(config_secret, postgres_tls_files_are_named)
+{
+    cr_assert_eq(load_conninfo("host=db password=PgSecret5 sslmode=verify-full "
+                               "sslrootcert=", "/nonexistent/ca.pem"), -EINVAL);
+    assert_err_has("postgres.conninfo: sslrootcert: cannot read /nonexistent/ca.pem");
+    cr_assert_null(strstr(err, "PgSecret5"), "%s", err);
+    cr_assert_eq(load_conninfo("postgresql://db/app?sslmode=verify-full&"
+                               "sslcert=", "/nonexistent/client.pem"), -EINVAL);
+    assert_err_has("postgres.conninfo: sslcert: cannot read /nonexistent/client.pem");
+    /* libpq 16's word for the system's CA store; an OpenSSL engine's key */
+    cr_assert_eq(load_conninfo("host=db sslrootcert=", "system"), 0, "%s", err);
+    cr_assert_eq(load_conninfo("host=db sslkey=", "pkcs11:id"), 0, "%s", err);
+    write_secret("ca.pem", "ca", 0644);
+    cr_assert_eq(load_conninfo("host=db sslmode=verify-full sslrootcert=",
+                               secret_path), 0, "%s", err);
+}
+
+Test(config_secret, postgres_key_and_passfile_others_may_read_are_refused)
+{
+    write_secret("client.key", "key", 0644);
+    cr_assert_eq(load_conninfo("host=db sslcert=/dev/null sslkey=", secret_path),
+                 -EINVAL);
+    assert_err_has("postgres.conninfo: sslkey: ");
+    assert_err_has("may be read by group or others (mode 0644)");
+    cr_assert_eq(chmod(secret_path, 0600), 0);
+    cr_assert_eq(load_conninfo("host=db sslcert=/dev/null sslkey=", secret_path),
+                 0, "%s", err);
+    unlink(secret_path);
+
+    write_secret("pgpass", "*:*:*:relay:PassSecret6\n", 0640);
+    cr_assert_eq(load_conninfo("host=db passfile=", secret_path), -EINVAL);
+    assert_err_has("postgres.conninfo: passfile: ");
+    assert_err_has("(mode 0640): libpq ignores such a file");
+    cr_assert_null(strstr(err, "PassSecret6"), "%s", err);
+    cr_assert_eq(chmod(secret_path, 0600), 0);
+    cr_assert_eq(load_conninfo("host=db passfile=", secret_path), 0, "%s", err);
+}

@@ -192,6 +192,14 @@ Test(http, readyz_names_each_failing_check)
     cr_assert_eq(exchange("GET /readyz HTTP/1.1\r\n\r\n"), 503);
     cr_assert(strstr(body(), "[-]postgres not connected\n"), "%s", body());
     cr_assert(strstr(body(), "readyz check failed\n"));
+    /* Why it failed, and for a certificate what to change. */
+    snprintf(st.pg_error, sizeof st.pg_error, "connection to server at \"db\" (10.0.0.5), port "
+             "5432 failed: SSL error: certificate verify failed");
+    cr_assert_eq(exchange("GET /readyz?verbose HTTP/1.1\r\n\r\n"), 503);
+    cr_assert(strstr(body(), "[-]postgres not connected: connection to server at \"db\" (10.0.0.5), "
+                             "port 5432 failed: SSL error: certificate verify failed; the server's "
+                             "certificate does not come from a CA in sslrootcert"), "%s", body());
+    st.pg_error[0] = '\0';
     st.pg_up = true;
 
     st.role = STATS_ROLE_UNKNOWN;
@@ -308,6 +316,31 @@ Test(http, readyz_says_why_relaying_was_refused)
     cJSON_Delete(doc);
     cr_assert_eq(exchange("GET /metrics HTTP/1.1\r\n\r\n"), 200);
     cr_assert(strstr(body(), "\noutbox_relay_refused 1\n"), "%s", body());
+}
+
+Test(http, status_says_why_postgres_is_not_connected)
+{
+    st.pg_up = false;
+    snprintf(st.pg_error, sizeof st.pg_error, "connection to server at \"db\" (10.0.0.5), port "
+             "5432 failed: FATAL:  connection requires a valid client certificate");
+    cr_assert_eq(exchange("GET /status HTTP/1.1\r\n\r\n"), 200);
+    cJSON *doc = cJSON_Parse(body());
+    cr_assert_not_null(doc);
+    cJSON *pg = cJSON_GetObjectItem(doc, "postgres");
+    cr_assert_str_eq(cJSON_GetObjectItem(pg, "state")->valuestring, "down");
+    cr_assert_str_eq(cJSON_GetObjectItem(pg, "error")->valuestring, st.pg_error);
+    cr_assert_str_eq(cJSON_GetObjectItem(pg, "hint")->valuestring,
+                     "the server requires a client certificate for this role: set sslcert and "
+                     "sslkey");
+    cJSON_Delete(doc);
+    /* Connected: neither, whatever the last failure was. */
+    st.pg_up = true;
+    cr_assert_eq(exchange("GET /status HTTP/1.1\r\n\r\n"), 200);
+    doc = cJSON_Parse(body());
+    pg = cJSON_GetObjectItem(doc, "postgres");
+    cr_assert(cJSON_IsNull(cJSON_GetObjectItem(pg, "error")));
+    cr_assert(cJSON_IsNull(cJSON_GetObjectItem(pg, "hint")));
+    cJSON_Delete(doc);
 }
 
 Test(http, a_stuck_standby_names_the_lock_holder)
