@@ -35,8 +35,9 @@ static bool check_postgres(const struct health_in *in, char *why, size_t len)
 {
     const struct relay_stats *s = in->s;
     snprintf(why, len, "%s",
-             s->refused ? "not connected (relaying refused; see database)" : "not connected");
-    return s->pg_up;
+             s->refused ? "not connected (relaying refused; see database)"
+             : s->server.problem[0] ? s->server.problem : "not connected");
+    return s->pg_up && !s->server.problem[0];
 }
 
 /* The connection is a session of its own and this role sees every row. */
