@@ -111,6 +111,8 @@ struct stats_slot {
     /* daemon/relay_capture_recover.c: failovers reconciled (relay.slot_recovery = reconcile) */
     uint64_t recoveries_total;     /* gaps closed: the slot made, the rows Kafka lacked published */
     uint64_t recovered_events_total; /* rows those published */
+    double last_recovery_time;     /* unix seconds the last recovery ended, 0 = none */
+    uint64_t last_recovery_events; /* rows it published */
     double lag_seconds;            /* now - commit time of the oldest transaction read and not
                                       yet confirmed; 0 when none waits */
     double last_commit_time;       /* unix seconds: commit time of the last confirmed transaction */
@@ -127,6 +129,21 @@ struct stats_slot {
     int64_t lag_bytes;             /* current WAL LSN - confirmed_flush_lsn */
     char problem[384];             /* why capture cannot go on (no slot, lost, wrong plugin,
                                       no publication, no REPLICATION); "" when fine */
+};
+
+/** The PostgreSQL server of the relay's session, and its connection's
+ *  history. Written by core/server_watch.c only (the daemon feeds it). */
+struct stats_server {
+    char host[256];                /* where the session connected (libpq's PQhost); "" = none */
+    char port[16];
+    char system_id[24];            /* pg_control_system().system_identifier; "" = not known */
+    uint32_t timeline;             /* the server's current timeline; 0 = not known */
+    double connected_since;        /* unix seconds; 0 while down */
+    double disconnected_since;     /* unix seconds; 0 while connected */
+    uint64_t failovers_total;      /* a later timeline of the same system seen */
+    uint64_t reconnect_attempts_total; /* connects tried after a loss (rounds of the host list) */
+    double last_failover_time;     /* unix seconds, 0 = none */
+    char problem[512];             /* why this server is refused (a stale primary); "" = none */
 };
 
 struct relay_stats {
@@ -213,6 +230,7 @@ struct relay_stats {
 
     struct stats_verify verify;    /* verify_task.c */
     struct stats_slot slot;        /* relay.capture = wal */
+    struct stats_server server;    /* core/server_watch.c */
 
     /* producer.c, through stats_count_published() at each acknowledgement
      * and stats_settle_published() when a Kafka transaction ends: a row of a

@@ -114,6 +114,8 @@ enum sql_session_col {
     SESSION_USER,
     SESSION_LEDGER_EXISTS,    /* the schema's "outbox_relay_migrations" exists */
     SESSION_LEDGER_READABLE,  /* and this role may read it */
+    SESSION_SYSTEM_ID,        /* pg_control_system().system_identifier, as text */
+    SESSION_WALFILE,          /* the current WAL file's name (its timeline); NULL in recovery */
     SESSION_NCOLS
 };
 

@@ -53,6 +53,7 @@
 #include "core/wal_event.h"
 #include "io/repl.h"
 #include "core/standby_watch.h"
+#include "core/server_watch.h"
 #include "base/stats.h"
 #include "base/strbuf.h"
 #include "daemon/verify_task.h"
@@ -117,6 +118,7 @@ struct relay {
     struct progress *progress;  /* the publish rate; NULL when out of memory */
     struct log_limit failures;  /* per-row failure lines: a few in full, then summaries */
     struct standby_watch watch; /* standby: does a leader make progress? */
+    struct server_watch server; /* which server, and a failover or a stale primary */
 
     /* The quiet lock (schema/004): see enum plan_quiet. */
     enum plan_quiet quiet;

@@ -380,6 +380,26 @@ static void print_capture(const cJSON *st)
         printf("  PROBLEM     %s\n", str(c, "problem", ""));
 }
 
+/* "up on HOST:PORT, timeline T (N failovers seen)", or since when it is down. */
+static void print_postgres(const cJSON *pg)
+{
+    const cJSON *sv = item(pg, "server");
+    printf("  postgres    %s", str(pg, "state", "?"));
+    if (sv && str(sv, "host", NULL))
+        printf(" on %s:%s", str(sv, "host", "?"), str(sv, "port", "?"));
+    if (num(sv, "timeline", 0) > 0)
+        printf(", timeline %.0f", num(sv, "timeline", 0));
+    if (num(sv, "disconnected_seconds", 0) > 0)
+        printf(", for %.0f s (%.0f connects tried)", num(sv, "disconnected_seconds", 0),
+               num(sv, "reconnect_attempts_total", 0));
+    if (num(sv, "failovers_total", 0) > 0)
+        printf(" (%.0f failover%s seen)", num(sv, "failovers_total", 0),
+               num(sv, "failovers_total", 0) > 1 ? "s" : "");
+    printf("\n");
+    if (sv && str(sv, "problem", NULL))
+        printf("  PROBLEM     %s\n", str(sv, "problem", ""));
+}
+
 static void print_summary(const char *url, const cJSON *st, bool ready, const char *readyz)
 {
     printf("outbox-relay %s at %s: %s\n", str(st, "version", "?"), url,
@@ -394,7 +414,7 @@ static void print_summary(const char *url, const cJSON *st, bool ready, const ch
     }
 
     printf("  role        %s\n", str(st, "role", "?"));
-    printf("  postgres    %s\n", str(item(st, "postgres"), "state", "?"));
+    print_postgres(item(st, "postgres"));
 
     const cJSON *kafka = item(st, "kafka");
     double up = num(kafka, "brokers_up", -1), total = num(kafka, "brokers_total", -1);

@@ -449,7 +449,10 @@ static int build_session_check(char **out, const char *schema, const char *table
                  "COALESCE(c.relrowsecurity, false), COALESCE(c.relforcerowsecurity, false), "
                  "r.rolbypassrls, r.rolsuper, COALESCE(pg_has_role(c.relowner, 'USAGE'), false), "
                  "current_user::text, to_regclass(%s) IS NOT NULL, "
-                 "COALESCE(has_table_privilege(to_regclass(%s), 'SELECT'), false) "
+                 "COALESCE(has_table_privilege(to_regclass(%s), 'SELECT'), false), "
+                 "(SELECT system_identifier::text FROM pg_catalog.pg_control_system()), "
+                 "CASE WHEN pg_catalog.pg_is_in_recovery() THEN NULL "
+                 "ELSE pg_catalog.pg_walfile_name(pg_catalog.pg_current_wal_lsn()) END "
                  "FROM pg_catalog.pg_roles AS r "
                  "LEFT JOIN pg_catalog.pg_class AS c ON c.oid = to_regclass(%s) "
                  "WHERE r.rolname = current_user",

@@ -40,11 +40,13 @@ static bool check_postgres(const struct health_in *in, char *why, size_t len)
     const char *hint = pg_failure_hint(s->pg_error);
     if (s->refused)
         snprintf(why, len, "not connected (relaying refused; see database)");
+    else if (s->server.problem[0])
+        snprintf(why, len, "%s", s->server.problem);
     else if (s->pg_error[0])
         snprintf(why, len, "not connected: %s%s%s", s->pg_error, hint ? "; " : "", hint ? hint : "");
     else
         snprintf(why, len, "not connected");
-    return s->pg_up;
+    return s->pg_up && !s->server.problem[0];
 }
 
 /* The connection is a session of its own and this role sees every row. */

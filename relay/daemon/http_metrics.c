@@ -18,6 +18,7 @@
 
 #include "build_config.h"
 #include "core/kafka_rules.h"
+#include "core/server_watch.h"
 #include "daemon/health.h"
 
 const int http_status_codes[HTTP_STATUS_CODES] = {200, 400, 404, 405, 431, 500, 503, 505};
@@ -206,6 +207,10 @@ static void slot_metrics(const struct stats_slot *sl, struct strbuf *out)
     counter(out, "outbox_relay_slot_recovered_events_total",
             "Rows those recoveries published because Kafka did not hold them.",
             sl->recovered_events_total);
+    gauge(out, "outbox_relay_slot_last_recovery_timestamp_seconds",
+          "When the last recovery ended, since the unix epoch (0 = none).", sl->last_recovery_time);
+    gauge(out, "outbox_relay_slot_last_recovery_events",
+          "Rows the last recovery published.", (double)sl->last_recovery_events);
     bool known = sl->query_time > 0 && sl->known;
     head(out, "outbox_relay_slot_active", "gauge",
          "1 while a walsender uses the replication slot (pg_replication_slots.active).");
@@ -228,6 +233,46 @@ static void slot_metrics(const struct stats_slot *sl, struct strbuf *out)
         label_value(out, sl->wal_status);
         strbuf_printf(out, "\"} 1\n");
     }
+}
+
+/* ---- the PostgreSQL server and the connection to it ---------------------- */
+
+/* Which server, what happened to the connection: an alert on how long it has
+ * been down, a panel of failovers. The identity is absent until read. */
+static void server_metrics_pg(const struct stats_server *sv, double now, struct strbuf *out)
+{
+    head(out, "outbox_relay_postgres_server_info", "gauge",
+         "Always 1; the labels name the PostgreSQL server of the session (host and port it "
+         "connected to, system identifier).");
+    if (sv->connected_since > 0) {
+        strbuf_printf(out, "outbox_relay_postgres_server_info{host=\"");
+        label_value(out, sv->host);
+        strbuf_printf(out, "\",port=\"");
+        label_value(out, sv->port);
+        strbuf_printf(out, "\",system_identifier=\"");
+        label_value(out, sv->system_id);
+        strbuf_printf(out, "\"} 1\n");
+    }
+    head(out, "outbox_relay_postgres_timeline", "gauge",
+         "The timeline of the session's server (it grows by one at each promotion).");
+    if (sv->timeline)
+        strbuf_printf(out, "outbox_relay_postgres_timeline %u\n", sv->timeline);
+    counter(out, "outbox_relay_postgres_failovers_total",
+            "Failovers seen: a session's server on a later timeline of the same system.",
+            sv->failovers_total);
+    gauge(out, "outbox_relay_postgres_last_failover_timestamp_seconds",
+          "When the last failover was seen, since the unix epoch (0 = none).",
+          sv->last_failover_time);
+    counter(out, "outbox_relay_postgres_reconnect_attempts_total",
+            "Connects tried without a session (each a round of the conninfo's hosts).",
+            sv->reconnect_attempts_total);
+    gauge(out, "outbox_relay_postgres_disconnected_seconds",
+          "Seconds without a PostgreSQL session (0 while connected).",
+          server_watch_down_for(sv, now));
+    gauge(out, "outbox_relay_postgres_stale_primary",
+          "1 while the session's server is an old primary on an earlier timeline than one this "
+          "relay saw (split brain): nothing is relayed from it.",
+          sv->problem[0] ? 1 : 0);
 }
 
 /* ---- what runs, and in which state -------------------------------------- */
@@ -412,6 +457,7 @@ void http_metrics(const struct http_context *ctx, struct strbuf *out)
     build_info(out);
     process_metrics(s, out);
     state_metrics(ctx, out);
+    server_metrics_pg(&s->server, ctx->now, out);
     kafka_metrics(ctx, out);
     event_metrics(s, out);
     batch_metrics(s, out);

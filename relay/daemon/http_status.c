@@ -12,6 +12,7 @@
 #include "core/kafka_rules.h"
 #include "core/pg_failure.h"
 #include "core/pgoutput.h"
+#include "core/server_watch.h"
 #include "daemon/health.h"
 
 /* Durations and ages are given to the millisecond. */
@@ -98,6 +99,26 @@ static void add_postgres(cJSON *root, const struct relay_stats *s)
     add_time(pg, "refused_at", s->refused ? s->refused_time : 0);
     add_number_or_null(pg, "schema_version", s->schema_version >= 0, s->schema_version);
     add_string_or_null(pg, "schema_problem", s->schema_problem);
+}
+
+/* "server": which PostgreSQL server, and what the connection went through. */
+static void add_server(cJSON *root, const struct stats_server *sv, double now)
+{
+    cJSON *o = cJSON_AddObjectToObject(cJSON_GetObjectItem(root, "postgres"), "server");
+    if (!o)
+        return;
+    bool up = sv->connected_since > 0;
+    add_string_or_null(o, "host", up ? sv->host : NULL);
+    add_string_or_null(o, "port", up ? sv->port : NULL);
+    add_string_or_null(o, "system_identifier", up ? sv->system_id : NULL);
+    add_number_or_null(o, "timeline", up && sv->timeline, sv->timeline);
+    add_time(o, "connected_since", sv->connected_since);
+    add_time(o, "disconnected_since", sv->disconnected_since);
+    cJSON_AddNumberToObject(o, "disconnected_seconds", ms_round(server_watch_down_for(sv, now)));
+    cJSON_AddNumberToObject(o, "reconnect_attempts_total", (double)sv->reconnect_attempts_total);
+    cJSON_AddNumberToObject(o, "failovers_total", (double)sv->failovers_total);
+    add_time(o, "last_failover", sv->last_failover_time);
+    add_string_or_null(o, "problem", sv->problem);
 }
 
 /* "holder": who holds the leader lock a standby waits for. */
@@ -286,6 +307,9 @@ static void add_capture(cJSON *root, const struct stats_slot *sl, const struct r
     cJSON_AddNumberToObject(c, "heartbeats_total", (double)sl->heartbeats_total);
     cJSON_AddNumberToObject(c, "recoveries_total", (double)sl->recoveries_total);
     cJSON_AddNumberToObject(c, "recovered_events_total", (double)sl->recovered_events_total);
+    add_time(c, "last_recovery", sl->last_recovery_time);
+    add_number_or_null(c, "last_recovery_events", sl->last_recovery_time > 0,
+                       (double)sl->last_recovery_events);
     bool known = sl->query_time > 0 && sl->known;
     cJSON_AddBoolToObject(c, "slot_found", known);
     add_time(c, "queried_at", sl->query_time);
@@ -315,6 +339,7 @@ static cJSON *status_json(const struct http_context *ctx)
         return NULL;
     add_summary(root, ctx);
     add_postgres(root, s);
+    add_server(root, &s->server, ctx->now);
     add_leader_lock(root, s, ctx->now);
     add_kafka(root, s, ctx->mono_now);
     /* rows/s over the last minute, from the counters sampled every second */

@@ -115,6 +115,7 @@ static void set_pg_error(struct relay *r, const char *why)
 
 static void start_connect(struct relay *r)
 {
+    server_watch_attempt(&r->server, &r->st.server);
     if (pg_connect(&r->pg) < 0) {
         set_pg_error(r, pg_connect_failure(&r->pg));
         schedule_reconnect(r);
@@ -126,6 +127,7 @@ static void on_pg_connected(struct pg_conn *pg, void *arg)
     struct relay *r = arg;
     log_info("postgres connected", "host=%s port=%s server_version=%d", pg_host(pg), pg_port(pg),
              pg_server_version(pg));
+    server_watch_connected(&r->server, &r->st.server, pg_host(pg), pg_port(pg), stats_now());
     relay_set_role(r, STATS_ROLE_UNKNOWN);
     relay_session_reset(r);
     r->backoff = false;
@@ -154,6 +156,7 @@ static void on_pg_lost(struct pg_conn *pg, const char *why, void *arg)
     relay_set_role(r, STATS_ROLE_UNKNOWN);
     r->may_hold_lock = false; /* the server ends the session, and the lock with it */
     r->st.pg_up = false;
+    server_watch_lost(&r->server, &r->st.server, stats_now());
     relay_quiet_reset(r);
     relay_notify_status(r);
     schedule_reconnect(r);
@@ -366,6 +369,7 @@ int relay_run(struct relay_config *cfg, relay_reload_fn reload, void *reload_arg
     r.ops = capture_modes[cfg->capture];
     r.loop = uv_default_loop();
     stats_init(&r.st);
+    server_watch_init(&r.server, &r.st.server, stats_now());
     log_limit_init(&r.failures, LOG_LIMIT_INTERVAL_S, LOG_LIMIT_BURST);
     r.poison = poison_rules_of(cfg->on_poison);
     r.retention_s = cfg->on_sent == RELAY_ON_SENT_DELETE ? 0 : (long)(cfg->retention_ms / 1000);

@@ -44,6 +44,8 @@ static void after(uv_work_t *w, int status)
     if (status == 0 && rec->rc == 0) {
         r->st.slot.recoveries_total++;
         r->st.slot.recovered_events_total += rec->gap.published;
+        r->st.slot.last_recovery_time = stats_now();
+        r->st.slot.last_recovery_events = rec->gap.published;
         failover_watch_recovered(&c->failover);
         capture_plan_new_slot(&c->plan);
         log_warn("postgres failover reconciled: the rows Kafka lacked are published; streaming "

@@ -134,6 +134,24 @@ static bool col_true(const PGresult *res, int col)
     return !PQgetisnull(res, 0, col) && PQgetvalue(res, 0, col)[0] == 't';
 }
 
+/* Which server answered: a failover is counted, a stale primary refused
+ * (the check runs again next tick, in case the server changes). */
+static bool server_identified(struct relay *r, const PGresult *res)
+{
+    const char *sys = PQgetisnull(res, 0, SESSION_SYSTEM_ID) ? NULL : PQgetvalue(res, 0, SESSION_SYSTEM_ID);
+    const char *wal = PQgetisnull(res, 0, SESSION_WALFILE) ? NULL : PQgetvalue(res, 0, SESSION_WALFILE);
+    struct server_news n = server_watch_identified(&r->server, &r->st.server, sys, wal, stats_now());
+    const struct stats_server *s = &r->st.server;
+    if (n.say)
+        log_write((enum log_level)n.level, n.say, "host=%s port=%s system_identifier=%s timeline=%u%s%s", s->host,
+                  s->port, s->system_id, s->timeline, n.refuse ? " error=" : "",
+                  n.refuse ? log_quote(s->problem) : "");
+    if (!n.refuse)
+        return true;
+    r->backoff = true;
+    return false;
+}
+
 static void on_session_checked(struct pg_conn *pg, PGresult *res, void *arg)
 {
     struct relay *r = arg;
@@ -145,6 +163,8 @@ static void on_session_checked(struct pg_conn *pg, PGresult *res, void *arg)
         r->backoff = true;
         return;
     }
+    if (!server_identified(r, res))
+        return;
     r->session_checked = true;
     r->table_exists = col_true(res, SESSION_TABLE_EXISTS);
     r->ledger_exists = col_true(res, SESSION_LEDGER_EXISTS);

@@ -54,6 +54,21 @@ void e2e_pg_pair_stop_primary(struct e2e_pg_pair *p)
     pair_run(p, "stop-primary", 60000);
 }
 
+void e2e_pg_pair_stop_primary_fast(struct e2e_pg_pair *p)
+{
+    pair_run(p, "stop-primary-fast", 90000);
+}
+
+void e2e_pg_pair_rejoin(struct e2e_pg_pair *p)
+{
+    pair_run(p, "rejoin", 90000);
+}
+
+void e2e_pg_pair_start_old_primary(struct e2e_pg_pair *p)
+{
+    pair_run(p, "start-old-primary", 90000);
+}
+
 void e2e_pg_pair_promote(struct e2e_pg_pair *p)
 {
     pair_run(p, "promote", 90000);

@@ -12,7 +12,17 @@
 #   pg_pair.sh stop-primary DIR
 #                             stops the primary immediately (no shutdown checkpoint,
 #                             as a crash would)
+#   pg_pair.sh stop-primary-fast DIR
+#                             stops the primary cleanly (fast: its walsender sends the
+#                             standby every byte of WAL first), as a planned switchover does
 #   pg_pair.sh promote DIR    promotes the standby and waits until it accepts writes
+#   pg_pair.sh rejoin DIR     starts the old primary again as a standby of the promoted
+#                             one (standby.signal, primary_conninfo; no pg_rewind, which
+#                             a clean stop does not need) and waits until it streams
+#   pg_pair.sh start-old-primary DIR
+#                             starts the old primary again as it was, writable: a second
+#                             primary on the old timeline (split brain), committing
+#                             without a synchronous standby
 #   pg_pair.sh stop DIR       stops both; safe twice, or on a half-started DIR
 #
 # Runs the servers as `postgres` when root (initdb refuses root). A start
@@ -117,6 +127,30 @@ cmd_stop_primary() {
     as_pg "$PG_BINDIR/pg_ctl" -D "$1/primary" -m immediate -w -t 30 stop >/dev/null
 }
 
+cmd_rejoin() {
+    local dir=$1 sport
+    sport=$(cut -d' ' -f2 "$dir/ports")
+    as_pg touch "$dir/primary/standby.signal"
+    printf "primary_conninfo = 'host=127.0.0.1 port=%s user=postgres application_name=old_primary'\n" \
+        "$sport" | as_pg tee -a "$dir/primary/postgresql.auto.conf" >/dev/null
+    start_server "$dir/primary" "$dir/primary.log"
+    for _ in $(seq 1 300); do
+        if [ "$("$PG_BINDIR/psql" -X -A -t -h 127.0.0.1 -p "$sport" -U postgres -d postgres \
+                -c "SELECT count(*) FROM pg_stat_replication WHERE application_name = 'old_primary' AND state = 'streaming'")" = 1 ]; then
+            return 0
+        fi
+        sleep 0.1
+    done
+    die "the old primary does not stream from the promoted one (logs in $dir)"
+}
+
+# No standby follows it: with its synchronous_standby_names its commits would
+# wait for ever (which would keep writers off it; this one takes them).
+cmd_start_old_primary() {
+    echo "synchronous_standby_names = ''" | as_pg tee -a "$1/primary/postgresql.auto.conf" >/dev/null
+    start_server "$1/primary" "$1/primary.log"
+}
+
 cmd_promote() {
     as_pg "$PG_BINDIR/pg_ctl" -D "$1/standby" -w -t 60 promote >/dev/null
 }
@@ -130,11 +164,14 @@ cmd_stop() {
     done
 }
 
-[ $# -ge 2 ] || { sed -n '2,21p' "$SELF" | sed 's/^# \{0,1\}//' >&2; exit 64; }
+[ $# -ge 2 ] || { sed -n '2,31p' "$SELF" | sed 's/^# \{0,1\}//' >&2; exit 64; }
 case $1 in
     start) cmd_start "$2" "${3:-}" ;;
     stop-primary) cmd_stop_primary "$2" ;;
+    stop-primary-fast) as_pg "$PG_BINDIR/pg_ctl" -D "$2/primary" -m fast -w -t 60 stop >/dev/null ;;
     promote) cmd_promote "$2" ;;
+    rejoin) cmd_rejoin "$2" ;;
+    start-old-primary) cmd_start_old_primary "$2" ;;
     stop) cmd_stop "$2" ;;
     *) exit 64 ;;
 esac

@@ -410,6 +410,18 @@ void e2e_pg_pair_start(const struct e2e_ctx *t, struct e2e_pg_pair *p);
 /** Stops the primary immediately, as a crash would. */
 void e2e_pg_pair_stop_primary(struct e2e_pg_pair *p);
 
+/** Stops the primary cleanly (fast), as a planned switchover does: the
+ *  standby has every byte of its WAL. */
+void e2e_pg_pair_stop_primary_fast(struct e2e_pg_pair *p);
+
+/** After a promotion: the old primary started again as a standby of the
+ *  promoted one; returns once it streams. */
+void e2e_pg_pair_rejoin(struct e2e_pg_pair *p);
+
+/** After a promotion: the old primary started again as it was, writable, on
+ *  the old timeline (split brain). */
+void e2e_pg_pair_start_old_primary(struct e2e_pg_pair *p);
+
 /** Promotes the standby; returns once it accepts writes. */
 void e2e_pg_pair_promote(struct e2e_pg_pair *p);
 
