@@ -73,6 +73,8 @@ struct failure_verdict {
                                  is charged; charged nothing meanwhile */
     bool counted;             /* counts in the failed deliveries metric */
     bool permanent;           /* the metric's reason: permanent, else retriable */
+    bool denied;              /* a right refused: nothing more is produced until a back-off
+                                 (plan_denied_delay) has passed */
     enum attempt_limit limit; /* when charged */
 };
 

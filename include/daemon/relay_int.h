@@ -152,6 +152,11 @@ void relay_on_quiet_check(struct pg_conn *pg, PGresult *res, void *arg);
 
 /* relay_fence.c */
 bool relay_replace_producer(struct relay *r);
+/** A delivery failed for a right Kafka refuses on the topic (code: the
+ *  report's error): named once, nothing claimed until a back-off passes. */
+void relay_topic_denied(struct relay *r, int code);
+/** A delivery succeeded: a refused topic right is granted again. */
+void relay_topic_granted(struct relay *r);
 void relay_fence_step(struct relay *r, const struct plan_state *s);
 
 /* The two capture modes behind one interface, as libuv's loop calls

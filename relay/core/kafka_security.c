@@ -99,9 +99,32 @@ static int check_sasl(kafka_prop_fn get, void *arg, char *errbuf, size_t errlen)
     return check_credentials(get, arg, mkey, mech, errbuf, errlen);
 }
 
+/* TLS settings under a protocol without TLS: librdkafka ignores them, and an
+ * operator who set them believes the connection is encrypted (or proves
+ * who it is) when it is neither. */
+static int check_tls_unused(kafka_prop_fn get, void *arg, char *errbuf, size_t errlen)
+{
+    static const char *const tls_keys[] = {
+        "ssl.certificate.location", "ssl.key.location", "ssl.certificate.pem", "ssl.key.pem",
+        "ssl.keystore.location", "ssl.ca.location", "ssl.ca.pem", NULL,
+    };
+    const char *proto = get("security.protocol", arg);
+    if (proto && (!strcasecmp(proto, "ssl") || !strcasecmp(proto, "sasl_ssl")))
+        return 0;
+    for (size_t i = 0; tls_keys[i]; i++)
+        if (set(get, arg, tls_keys[i]))
+            return errbuf_fail(errbuf, errlen,
+                               "kafka.%s is never used: kafka.security.protocol is %s, not SSL "
+                               "or SASL_SSL",
+                               tls_keys[i], proto && *proto ? proto : "plaintext (the default)");
+    return 0;
+}
+
 int kafka_check_security(kafka_prop_fn get, void *arg, char *errbuf, size_t errlen)
 {
     int rc = check_sasl(get, arg, errbuf, errlen);
+    if (rc == 0)
+        rc = check_tls_unused(get, arg, errbuf, errlen);
     if (rc < 0)
         return rc;
     /* A client certificate and its key go together, as files or as PEM. */

@@ -9,20 +9,11 @@
 
 /* A right Kafka refuses (core/kafka_rules.c) stays refused until someone
  * changes an ACL or the credentials: it is named once, when it starts or
- * changes, and the next producer waits out a back-off (plan_denied_delay),
- * so that a principal without its ACLs costs a few lines a minute, not
- * dozens of replacements a second. @return whether the relay is denied. */
-static bool note_denial(struct relay *r, int code)
+ * changes, and the next producer (or claim) waits out a back-off
+ * (plan_denied_delay), so that a principal without its ACLs costs a few
+ * lines a minute, not dozens of replacements a second. */
+static void denied(struct relay *r, enum kafka_denial d, int code)
 {
-    enum kafka_denial d = kafka_denial_of(code);
-    /* The broker answered the last producer: a refusal now is a new one. */
-    if (r->st.kafka_answered || d == KAFKA_DENIAL_NONE)
-        r->denied_attempt = 0;
-    if (d == KAFKA_DENIAL_NONE) {
-        r->st.kafka_denial = 0;
-        r->producer_retry_at_ms = 0;
-        return false;
-    }
     uint64_t delay = plan_denied_delay(r->denied_attempt, (uint64_t)rand());
     if (r->denied_attempt == 0 || r->st.kafka_denial != (int)d)
         log_error("kafka refuses the relay's principal a right; retrying with a back-off until "
@@ -38,7 +29,43 @@ static bool note_denial(struct relay *r, int code)
              rd_kafka_err2name((rd_kafka_resp_err_t)code));
     r->denied_attempt++;
     r->producer_retry_at_ms = relay_now_ms(r) + delay;
+}
+
+/* @return whether the relay is denied. */
+static bool note_denial(struct relay *r, int code)
+{
+    enum kafka_denial d = kafka_denial_of(code);
+    /* The broker answered the last producer: a refusal now is a new one. */
+    if (r->st.kafka_answered || d == KAFKA_DENIAL_NONE)
+        r->denied_attempt = 0;
+    if (d == KAFKA_DENIAL_NONE) {
+        r->st.kafka_denial = 0;
+        r->producer_retry_at_ms = 0;
+        return false;
+    }
+    denied(r, d, code);
     return true;
+}
+
+/* The broker answers every attempt here (the producer stays usable), so the
+ * back-off grows for as long as the same right is refused. */
+void relay_topic_denied(struct relay *r, int code)
+{
+    enum kafka_denial d = kafka_denial_of(code);
+    if (r->st.kafka_denial != (int)d)
+        r->denied_attempt = 0;
+    denied(r, d, code);
+}
+
+void relay_topic_granted(struct relay *r)
+{
+    if (r->st.kafka_denial != KAFKA_DENIAL_TOPIC)
+        return;
+    log_info("kafka grants the relay's principal its rights again", "was_denied=%s",
+             kafka_denial_name(r->st.kafka_denial));
+    r->st.kafka_denial = 0;
+    r->denied_attempt = 0;
+    r->producer_retry_at_ms = 0;
 }
 
 /* A fatal error (e.g. the idempotent producer's epoch cannot be bumped)

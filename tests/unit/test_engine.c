@@ -34,6 +34,23 @@ Test(engine, a_shared_failure_charges_nobody_until_the_row_fails_alone)
     cr_assert(!engine_judge_failure(KAFKA_FAULT_RETRIABLE, true).permanent);
 }
 
+/* A right refused on the topic costs no row anything, alone or not, and no
+ * attempt either (a missing ACL would otherwise dead-letter every row of the
+ * topic); it is counted, and asks for the back-off before the next claim. */
+Test(engine, a_refused_topic_right_charges_nobody_and_backs_off)
+{
+    for (int alone = 0; alone <= 1; alone++) {
+        struct failure_verdict v = engine_judge_failure(
+            kafka_fault_of(RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED, false), alone);
+        cr_assert(!v.charged && !v.suspect && v.counted && v.denied && !v.permanent,
+                  "alone=%d: charged %d suspect %d counted %d denied %d", alone, v.charged,
+                  v.suspect, v.counted, v.denied);
+        cr_assert_eq(v.limit, LIMIT_NONE);
+    }
+    cr_assert_not(engine_judge_failure(KAFKA_FAULT_OUTAGE, true).denied);
+    cr_assert_not(engine_judge_failure(KAFKA_FAULT_RETRIABLE, true).denied);
+}
+
 /* An outage and the relay's own failures cost no row anything, alone or not;
  * an outage is still a failed delivery to count, the relay's own is not. */
 Test(engine, outages_and_our_own_failures_charge_nobody)
@@ -72,7 +89,8 @@ Test(kafka_rules, errors_fall_in_the_right_class)
         {RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE, false, KAFKA_FAULT_PERMANENT},
         {RD_KAFKA_RESP_ERR_INVALID_RECORD, false, KAFKA_FAULT_PERMANENT},
         {RD_KAFKA_RESP_ERR_INVALID_TIMESTAMP, false, KAFKA_FAULT_PERMANENT},
-        {RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED, false, KAFKA_FAULT_PERMANENT},
+        /* A missing topic ACL is no row's fault: every row of the topic fails alike. */
+        {RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED, false, KAFKA_FAULT_DENIED},
         /* The cause of a fatal error stays a suspect: it may be the row's. */
         {RD_KAFKA_RESP_ERR_INVALID_RECORD, true, KAFKA_FAULT_PERMANENT},
         {RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART, false, KAFKA_FAULT_RETRIABLE},
