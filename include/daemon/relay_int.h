@@ -96,6 +96,7 @@ struct relay {
     uint64_t txn_start_ms;      /* the running transaction call began */
     bool lead_unverified;       /* fencing: a replaced producer waits for the lock check */
     unsigned denied_attempt;    /* producers Kafka refused a right in a row: drives the back-off */
+    bool renew_producer;        /* a topic right refused: a new producer after the back-off */
     uint64_t producer_retry_at_ms; /* a denied producer is replaced no earlier (relay_fence.c) */
 
     struct relay_stats st;

@@ -103,6 +103,10 @@ enum send_verdict engine_send_verdict(int rc, bool queue_empty)
         return queue_empty ? SEND_TOO_LARGE : SEND_CUT;
     if (rc == -EIO)
         return SEND_CUT;
+    /* librdkafka keeps a topic it was refused in an error state and fails
+     * every produce to it at once: the same refusal as a delivery report's. */
+    if (rc == -EACCES)
+        return SEND_DENIED;
     return SEND_REFUSED;
 }
 

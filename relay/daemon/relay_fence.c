@@ -48,13 +48,17 @@ static bool note_denial(struct relay *r, int code)
 }
 
 /* The broker answers every attempt here (the producer stays usable), so the
- * back-off grows for as long as the same right is refused. */
+ * back-off grows for as long as the same right is refused. librdkafka keeps
+ * the topic in its error state until its next periodic metadata refresh
+ * (topic.metadata.refresh.interval.ms, minutes): the next attempt is a new
+ * producer, which asks for the topic afresh. */
 void relay_topic_denied(struct relay *r, int code)
 {
     enum kafka_denial d = kafka_denial_of(code);
     if (r->st.kafka_denial != (int)d)
         r->denied_attempt = 0;
     denied(r, d, code);
+    r->renew_producer = true;
 }
 
 void relay_topic_granted(struct relay *r)
@@ -74,8 +78,11 @@ void relay_topic_granted(struct relay *r)
 bool relay_replace_producer(struct relay *r)
 {
     char err[512];
-    if (!note_denial(r, producer_fatal_code(&r->prod)))
+    if (r->renew_producer)
+        log_debug("a new kafka producer, to ask for the refused topic afresh", "");
+    else if (!note_denial(r, producer_fatal_code(&r->prod)))
         log_warn("replacing the kafka producer after a fatal error", "");
+    r->renew_producer = false;
     producer_stop(&r->prod);
     if (producer_start(&r->prod, r->loop, r->cfg, relay_on_report, r, &r->st, err, sizeof(err)) < 0) {
         log_error("cannot recreate the kafka producer", "error=%s", log_quote(err));

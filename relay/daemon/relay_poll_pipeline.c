@@ -78,8 +78,8 @@ void relay_poll_on_report(struct relay *r, void *opaque, rd_kafka_resp_err_t err
         if (verdict.counted)
             r->st.failed_total[kind]++;
         if (verdict.denied) {
-            /* Named once, not per row: the batch's other rows follow alike. */
-            if (!r->st.kafka_denial || r->producer_retry_at_ms <= relay_now_ms(r))
+            /* Once per batch, not per row: the batch's other rows follow alike. */
+            if (r->producer_retry_at_ms <= relay_now_ms(r))
                 relay_topic_denied(r, err);
         } else if (verdict.suspect) {
             r->poll->isolating = true;
@@ -200,10 +200,13 @@ void relay_produce_rows(struct relay *r, struct batch *b, PGresult *res)
             rc = producer_send(&r->prod, &row, topic, opaque, err, sizeof(err));
         }
         enum send_verdict v = rc == 0 ? SEND_QUEUED : engine_send_verdict(rc, relay_in_flight(r) == 0);
-        if (v == SEND_CUT) {
+        if (v == SEND_CUT || v == SEND_DENIED) {
             b->state[i] = ROW_SKIPPED;
-            log_warn("producer cannot take more now", "rows_queued=%d reason=%s", i,
-                     log_quote(err));
+            if (v == SEND_DENIED)
+                relay_topic_denied(r, RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED);
+            else
+                log_warn("producer cannot take more now", "rows_queued=%d reason=%s", i,
+                         log_quote(err));
             batch_cut(r, b, i, rc == -ENOBUFS);
             break;
         }

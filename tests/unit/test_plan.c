@@ -496,6 +496,9 @@ Test(plan, what_a_refused_hand_over_means_for_the_row)
     cr_assert_eq(engine_send_verdict(-ENOBUFS, false), SEND_CUT);
     cr_assert_eq(engine_send_verdict(-ENOBUFS, true), SEND_TOO_LARGE);
     cr_assert_eq(engine_send_verdict(-EIO, false), SEND_CUT);
+    /* a topic the principal may not write: nobody's row, the relay backs off */
+    cr_assert_eq(engine_send_verdict(-EACCES, false), SEND_DENIED);
+    cr_assert_eq(engine_send_verdict(-EACCES, true), SEND_DENIED);
     cr_assert_eq(engine_send_verdict(-EIO, true), SEND_CUT, "an unusable producer: nobody's fault");
     /* A cut batch: the rows from the cut on stay unsent, claimable again. */
     struct batch *b = load(0, 1, 6, PHASE_PRODUCING);
