@@ -141,3 +141,36 @@ int kafka_check_security(kafka_prop_fn get, void *arg, char *errbuf, size_t errl
     }
     return 0;
 }
+
+const char *kafka_tls_hint(const char *reason)
+{
+    static const struct {
+        const char *says, *hint;
+    } hints[] = {
+        {"certificate verify failed",
+         "the brokers' certificate is not from a CA of kafka.ssl.ca.location (or of the system's "
+         "store without it), has expired, or does not name the host the relay connected to (the "
+         "name in kafka.bootstrap.servers or the broker's advertised listener)"},
+        /* The broker's answers to a client certificate it refuses: Java
+         * sends "certificate unknown" for an expired one and for one of a
+         * CA it does not trust alike, "bad certificate" for none at all. */
+        {"alert certificate unknown",
+         "the broker refuses the client certificate of kafka.ssl.certificate.location: expired, "
+         "or not from a CA the broker trusts"},
+        {"alert certificate expired",
+         "the client certificate of kafka.ssl.certificate.location has expired"},
+        {"alert unknown ca",
+         "the broker does not trust the CA of the client certificate of "
+         "kafka.ssl.certificate.location"},
+        {"alert bad certificate",
+         "the broker requires a client certificate: kafka.ssl.certificate.location and "
+         "kafka.ssl.key.location, or the one given is not acceptable"},
+        {"certificate required",
+         "the broker requires a client certificate: kafka.ssl.certificate.location and "
+         "kafka.ssl.key.location"},
+    };
+    for (size_t i = 0; reason && i < sizeof hints / sizeof hints[0]; i++)
+        if (strstr(reason, hints[i].says))
+            return hints[i].hint;
+    return NULL;
+}

@@ -13,6 +13,7 @@
 #include "config/config.h"
 #include "core/engine.h"
 #include "core/kafka_rules.h"
+#include "core/kafka_security.h"
 
 /* ---- a failed delivery ---------------------------------------------------- */
 
@@ -327,4 +328,31 @@ Test(batch, a_reason_cut_inside_a_character_is_trimmed)
     batch_row_failed(&b, 0, LIMIT_MAX, "abc\xc3\xa9");
     cr_assert_str_eq(b.reason[0], "abc\xc3\xa9", "a whole character stays");
     batch_free(&b);
+}
+
+/* librdkafka's TLS failures, as it words them with OpenSSL 3 against Kafka
+ * 3.9 (read in the relay's logs of test_kafka_tls): each gets the settings
+ * to check; other errors get none. */
+Test(kafka_rules, tls_failures_name_the_settings_to_check)
+{
+    static const struct {
+        const char *reason, *names;
+    } cases[] = {
+        {"ssl://localhost:38837/bootstrap: SSL handshake failed: error:0A000086:SSL routines::"
+         "certificate verify failed: broker certificate could not be verified",
+         "does not name the host"},
+        {"ssl://127.0.0.1:38837/bootstrap: Receive failed: error:0A000416:SSL routines::sslv3 "
+         "alert certificate unknown: SSL alert number 46", "expired, or not from a CA"},
+        {"ssl://127.0.0.1:38837/bootstrap: Receive failed: error:0A000412:SSL routines::sslv3 "
+         "alert bad certificate: SSL alert number 42", "requires a client certificate"},
+        {"tlsv13 alert certificate required", "requires a client certificate"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *hint = kafka_tls_hint(cases[i].reason);
+        cr_assert(hint && strstr(hint, cases[i].names), "%s: %s", cases[i].reason,
+                  hint ? hint : "(none)");
+        cr_assert(strstr(hint, "kafka.ssl."), "%s", hint);
+    }
+    cr_assert_null(kafka_tls_hint("1/1 brokers are down"));
+    cr_assert_null(kafka_tls_hint(NULL));
 }
