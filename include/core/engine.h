@@ -73,6 +73,8 @@ struct failure_verdict {
                                  is charged; charged nothing meanwhile */
     bool counted;             /* counts in the failed deliveries metric */
     bool permanent;           /* the metric's reason: permanent, else retriable */
+    bool denied;              /* a right refused: nothing more is produced until a back-off
+                                 (plan_denied_delay) has passed */
     enum attempt_limit limit; /* when charged */
 };
 
@@ -92,11 +94,13 @@ enum send_verdict {
     SEND_TOO_LARGE,     /* larger than the whole producer queue, which is empty: refused too */
     SEND_CUT,           /* the producer cannot take it now (queue full, producer unusable):
                            not the row's fault; the batch ends before it */
+    SEND_DENIED,        /* the principal lacks a right on its topic (-EACCES): not the row's
+                           fault; the batch ends before it and the relay backs off */
 };
 
 /** The verdict on a hand-over that returned @p rc (0 or a negative errno as
- *  producer_send returns them; -EINVAL also for a topic that cannot be
- *  rendered), @p queue_empty: nothing of the relay's is in the producer. */
+ *  producer_send returns them, -EACCES for a topic the principal may not
+ *  write; -EINVAL also for a topic that cannot be rendered), @p queue_empty: nothing of the relay's is in the producer. */
 enum send_verdict engine_send_verdict(int rc, bool queue_empty);
 
 /** What the error of a SEND_TOO_LARGE hand-over says after the producer's words. */

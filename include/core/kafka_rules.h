@@ -38,6 +38,8 @@ enum kafka_fault {
     KAFKA_FAULT_OUTAGE,      /* Kafka (partly) unavailable: produced again, charged nothing */
     KAFKA_FAULT_PERMANENT,   /* the message can never be accepted as it is */
     KAFKA_FAULT_RETRIABLE,   /* anything else: may be the row's own, may pass on retry */
+    KAFKA_FAULT_DENIED,      /* the principal lacks a right on the topic (kafka_denial_of):
+                                nobody's row; produced again after a back-off, charged nothing */
 };
 
 /** The class of delivery error @p err (an rd_kafka_resp_err_t, not 0).

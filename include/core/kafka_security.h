@@ -16,6 +16,13 @@ typedef const char *(*kafka_prop_fn)(const char *key, void *arg);
  *  (as kafka.KEY) and what it needs; never a secret's value. */
 int kafka_check_security(kafka_prop_fn get, void *arg, char *errbuf, size_t errlen);
 
+/** What to check for a TLS failure librdkafka reports with OpenSSL's
+ *  @p reason (a connection's error string): OpenSSL names the symptom, not
+ *  the setting, and a host name the brokers' certificate lacks reads as an
+ *  unknown CA. @return the keys to look at, or NULL when @p reason is no TLS
+ *  failure the relay knows. */
+const char *kafka_tls_hint(const char *reason);
+
 /** The properties that name a file librdkafka reads at start (CA, client
  *  certificate and key, CRL, keystore, keytab); NULL-terminated. */
 extern const char *const kafka_security_files[];

@@ -99,8 +99,9 @@ struct plan_state {
 
     /* Kafka */
     bool producer_fatal;        /* the producer instance is unusable */
-    uint64_t producer_retry_at_ms; /* Kafka refused a right: a fatal producer is replaced
-                                      no earlier than this (plan_denied_delay) */
+    uint64_t producer_retry_at_ms; /* Kafka refused a right: a fatal producer is replaced,
+                                      or rows claimed again, no earlier than this
+                                      (plan_denied_delay) */
     enum producer_txn_state txn;
     bool txn_doomed;            /* a report of the open transaction failed: it can only abort */
     bool txn_empty;             /* nothing was produced into the open transaction */

@@ -97,6 +97,7 @@ struct relay {
     uint64_t txn_start_ms;      /* the running transaction call began */
     bool lead_unverified;       /* fencing: a replaced producer waits for the lock check */
     unsigned denied_attempt;    /* producers Kafka refused a right in a row: drives the back-off */
+    bool renew_producer;        /* a topic right refused: a new producer after the back-off */
     uint64_t producer_retry_at_ms; /* a denied producer is replaced no earlier (relay_fence.c) */
 
     struct relay_stats st;
@@ -154,6 +155,11 @@ void relay_on_quiet_check(struct pg_conn *pg, PGresult *res, void *arg);
 
 /* relay_fence.c */
 bool relay_replace_producer(struct relay *r);
+/** A delivery failed for a right Kafka refuses on the topic (code: the
+ *  report's error): named once, nothing claimed until a back-off passes. */
+void relay_topic_denied(struct relay *r, int code);
+/** A delivery succeeded: a refused topic right is granted again. */
+void relay_topic_granted(struct relay *r);
 void relay_fence_step(struct relay *r, const struct plan_state *s);
 
 /* The two capture modes behind one interface, as libuv's loop calls

@@ -232,7 +232,9 @@ enum capture_send capture_plan_sent(struct capture_plan *p, const struct capture
     bool empty = !p->committing && (transactional(e) ? p->txn_msgs == 0 : p->unacked == 0);
     enum send_verdict v = engine_send_verdict(rc, empty);
     *too_large = v == SEND_TOO_LARGE;
-    if (v == SEND_TOO_LARGE || v == SEND_REFUSED)
+    /* capture = wal has no back-off for a refused topic right yet: the
+     * event is kept as a dead row, as any refused one. */
+    if (v == SEND_TOO_LARGE || v == SEND_REFUSED || v == SEND_DENIED)
         return CAPTURE_SEND_POISON;
     if (v == SEND_CUT) {
         /* A full queue empties as Kafka acknowledges: a commit (which

@@ -61,7 +61,9 @@ struct failure_verdict engine_judge_failure(enum kafka_fault fault, bool alone)
 {
     struct failure_verdict v = {0};
     v.permanent = fault == KAFKA_FAULT_PERMANENT;
-    v.limit = v.permanent ? LIMIT_ONE : fault == KAFKA_FAULT_OUTAGE ? LIMIT_NONE : LIMIT_MAX;
+    v.limit = v.permanent ? LIMIT_ONE
+              : fault == KAFKA_FAULT_OUTAGE || fault == KAFKA_FAULT_DENIED ? LIMIT_NONE
+                                                                           : LIMIT_MAX;
     switch (fault) {
     case KAFKA_FAULT_OURS:
         /* Purged at shutdown, or caught in a fatal error the relay recovers
@@ -70,6 +72,12 @@ struct failure_verdict engine_judge_failure(enum kafka_fault fault, bool alone)
     case KAFKA_FAULT_OUTAGE:
         /* Counted as a failed delivery, charged to nobody. */
         v.counted = true;
+        break;
+    case KAFKA_FAULT_DENIED:
+        /* Every row of the topic fails alike until an ACL changes: charged
+         * to nobody, and retried only after a back-off, not in a loop. */
+        v.counted = true;
+        v.denied = true;
         break;
     case KAFKA_FAULT_PERMANENT:
     case KAFKA_FAULT_RETRIABLE:
@@ -95,6 +103,10 @@ enum send_verdict engine_send_verdict(int rc, bool queue_empty)
         return queue_empty ? SEND_TOO_LARGE : SEND_CUT;
     if (rc == -EIO)
         return SEND_CUT;
+    /* librdkafka keeps a topic it was refused in an error state and fails
+     * every produce to it at once: the same refusal as a delivery report's. */
+    if (rc == -EACCES)
+        return SEND_DENIED;
     return SEND_REFUSED;
 }
 

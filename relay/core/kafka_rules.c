@@ -146,7 +146,6 @@ static bool err_is_permanent(rd_kafka_resp_err_t err)
      * message.timestamp.before.max.ms / after.max.ms: produced again, it is
      * refused again (one dated ahead only once the clock has caught up). */
     case RD_KAFKA_RESP_ERR_INVALID_TIMESTAMP:
-    case RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED:
     case RD_KAFKA_RESP_ERR_TOPIC_EXCEPTION:
     case RD_KAFKA_RESP_ERR_INVALID_REQUIRED_ACKS:
     case RD_KAFKA_RESP_ERR__INVALID_ARG:
@@ -186,6 +185,11 @@ enum kafka_fault kafka_fault_of(int code, bool producer_fatal)
     rd_kafka_resp_err_t err = (rd_kafka_resp_err_t)code;
     if (err_is_ours(err) || (producer_fatal && err_is_outage(err)))
         return KAFKA_FAULT_OURS;
+    /* A missing topic ACL refuses every row of the topic alike until someone
+     * grants it: charging the rows would dead-letter them all for want of a
+     * right, so it is a refusal like the producer's (kafka_denial_of). */
+    if (kafka_denial_of(code) == KAFKA_DENIAL_TOPIC)
+        return KAFKA_FAULT_DENIED;
     if (err_is_permanent(err))
         return KAFKA_FAULT_PERMANENT;
     return err_is_outage(err) ? KAFKA_FAULT_OUTAGE : KAFKA_FAULT_RETRIABLE;

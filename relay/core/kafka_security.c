@@ -99,9 +99,32 @@ static int check_sasl(kafka_prop_fn get, void *arg, char *errbuf, size_t errlen)
     return check_credentials(get, arg, mkey, mech, errbuf, errlen);
 }
 
+/* TLS settings under a protocol without TLS: librdkafka ignores them, and an
+ * operator who set them believes the connection is encrypted (or proves
+ * who it is) when it is neither. */
+static int check_tls_unused(kafka_prop_fn get, void *arg, char *errbuf, size_t errlen)
+{
+    static const char *const tls_keys[] = {
+        "ssl.certificate.location", "ssl.key.location", "ssl.certificate.pem", "ssl.key.pem",
+        "ssl.keystore.location", "ssl.ca.location", "ssl.ca.pem", NULL,
+    };
+    const char *proto = get("security.protocol", arg);
+    if (proto && (!strcasecmp(proto, "ssl") || !strcasecmp(proto, "sasl_ssl")))
+        return 0;
+    for (size_t i = 0; tls_keys[i]; i++)
+        if (set(get, arg, tls_keys[i]))
+            return errbuf_fail(errbuf, errlen,
+                               "kafka.%s is never used: kafka.security.protocol is %s, not SSL "
+                               "or SASL_SSL",
+                               tls_keys[i], proto && *proto ? proto : "plaintext (the default)");
+    return 0;
+}
+
 int kafka_check_security(kafka_prop_fn get, void *arg, char *errbuf, size_t errlen)
 {
     int rc = check_sasl(get, arg, errbuf, errlen);
+    if (rc == 0)
+        rc = check_tls_unused(get, arg, errbuf, errlen);
     if (rc < 0)
         return rc;
     /* A client certificate and its key go together, as files or as PEM. */
@@ -117,4 +140,37 @@ int kafka_check_security(kafka_prop_fn get, void *arg, char *errbuf, size_t errl
                                "certificate go together", pairs[i][0], pairs[i][1]);
     }
     return 0;
+}
+
+const char *kafka_tls_hint(const char *reason)
+{
+    static const struct {
+        const char *says, *hint;
+    } hints[] = {
+        {"certificate verify failed",
+         "the brokers' certificate is not from a CA of kafka.ssl.ca.location (or of the system's "
+         "store without it), has expired, or does not name the host the relay connected to (the "
+         "name in kafka.bootstrap.servers or the broker's advertised listener)"},
+        /* The broker's answers to a client certificate it refuses: Java
+         * sends "certificate unknown" for an expired one and for one of a
+         * CA it does not trust alike, "bad certificate" for none at all. */
+        {"alert certificate unknown",
+         "the broker refuses the client certificate of kafka.ssl.certificate.location: expired, "
+         "or not from a CA the broker trusts"},
+        {"alert certificate expired",
+         "the client certificate of kafka.ssl.certificate.location has expired"},
+        {"alert unknown ca",
+         "the broker does not trust the CA of the client certificate of "
+         "kafka.ssl.certificate.location"},
+        {"alert bad certificate",
+         "the broker requires a client certificate: kafka.ssl.certificate.location and "
+         "kafka.ssl.key.location, or the one given is not acceptable"},
+        {"certificate required",
+         "the broker requires a client certificate: kafka.ssl.certificate.location and "
+         "kafka.ssl.key.location"},
+    };
+    for (size_t i = 0; reason && i < sizeof hints / sizeof hints[0]; i++)
+        if (strstr(reason, hints[i].says))
+            return hints[i].hint;
+    return NULL;
 }

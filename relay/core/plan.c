@@ -269,8 +269,10 @@ static struct plan_step claim(const struct plan_state *s)
     if (s->isolating && !all_empty(s))
         busy = true;
     struct plan_step p = act(PLAN_WAIT);
+    /* A right refused on the topic: the rows wait out the back-off. */
+    bool denied = s->now_ms < s->producer_retry_at_ms;
     if (s->wake && !s->halted && !s->halt_pending && (!s->queue_full || drained) &&
-        free_slot >= 0 && !busy && plan_txn_may_claim(s)) {
+        free_slot >= 0 && !busy && !denied && plan_txn_may_claim(s)) {
         p.act = PLAN_CLAIM;
         p.slot = free_slot;
         p.alone = s->isolating;

@@ -9,20 +9,11 @@
 
 /* A right Kafka refuses (core/kafka_rules.c) stays refused until someone
  * changes an ACL or the credentials: it is named once, when it starts or
- * changes, and the next producer waits out a back-off (plan_denied_delay),
- * so that a principal without its ACLs costs a few lines a minute, not
- * dozens of replacements a second. @return whether the relay is denied. */
-static bool note_denial(struct relay *r, int code)
+ * changes, and the next producer (or claim) waits out a back-off
+ * (plan_denied_delay), so that a principal without its ACLs costs a few
+ * lines a minute, not dozens of replacements a second. */
+static void denied(struct relay *r, enum kafka_denial d, int code)
 {
-    enum kafka_denial d = kafka_denial_of(code);
-    /* The broker answered the last producer: a refusal now is a new one. */
-    if (r->st.kafka_answered || d == KAFKA_DENIAL_NONE)
-        r->denied_attempt = 0;
-    if (d == KAFKA_DENIAL_NONE) {
-        r->st.kafka_denial = 0;
-        r->producer_retry_at_ms = 0;
-        return false;
-    }
     uint64_t delay = plan_denied_delay(r->denied_attempt, (uint64_t)rand());
     if (r->denied_attempt == 0 || r->st.kafka_denial != (int)d)
         log_error("kafka refuses the relay's principal a right; retrying with a back-off until "
@@ -38,7 +29,47 @@ static bool note_denial(struct relay *r, int code)
              rd_kafka_err2name((rd_kafka_resp_err_t)code));
     r->denied_attempt++;
     r->producer_retry_at_ms = relay_now_ms(r) + delay;
+}
+
+/* @return whether the relay is denied. */
+static bool note_denial(struct relay *r, int code)
+{
+    enum kafka_denial d = kafka_denial_of(code);
+    /* The broker answered the last producer: a refusal now is a new one. */
+    if (r->st.kafka_answered || d == KAFKA_DENIAL_NONE)
+        r->denied_attempt = 0;
+    if (d == KAFKA_DENIAL_NONE) {
+        r->st.kafka_denial = 0;
+        r->producer_retry_at_ms = 0;
+        return false;
+    }
+    denied(r, d, code);
     return true;
+}
+
+/* The broker answers every attempt here (the producer stays usable), so the
+ * back-off grows for as long as the same right is refused. librdkafka keeps
+ * the topic in its error state until its next periodic metadata refresh
+ * (topic.metadata.refresh.interval.ms, minutes): the next attempt is a new
+ * producer, which asks for the topic afresh. */
+void relay_topic_denied(struct relay *r, int code)
+{
+    enum kafka_denial d = kafka_denial_of(code);
+    if (r->st.kafka_denial != (int)d)
+        r->denied_attempt = 0;
+    denied(r, d, code);
+    r->renew_producer = true;
+}
+
+void relay_topic_granted(struct relay *r)
+{
+    if (r->st.kafka_denial != KAFKA_DENIAL_TOPIC)
+        return;
+    log_info("kafka grants the relay's principal its rights again", "was_denied=%s",
+             kafka_denial_name(r->st.kafka_denial));
+    r->st.kafka_denial = 0;
+    r->denied_attempt = 0;
+    r->producer_retry_at_ms = 0;
 }
 
 /* A fatal error (e.g. the idempotent producer's epoch cannot be bumped)
@@ -47,8 +78,11 @@ static bool note_denial(struct relay *r, int code)
 bool relay_replace_producer(struct relay *r)
 {
     char err[512];
-    if (!note_denial(r, producer_fatal_code(&r->prod)))
+    if (r->renew_producer)
+        log_debug("a new kafka producer, to ask for the refused topic afresh", "");
+    else if (!note_denial(r, producer_fatal_code(&r->prod)))
         log_warn("replacing the kafka producer after a fatal error", "");
+    r->renew_producer = false;
     producer_stop(&r->prod);
     if (producer_start(&r->prod, r->loop, r->cfg, relay_on_report, r, &r->st, err, sizeof(err)) < 0) {
         log_error("cannot recreate the kafka producer", "error=%s", log_quote(err));

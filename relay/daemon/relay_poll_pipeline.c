@@ -63,6 +63,7 @@ void relay_poll_on_report(struct relay *r, void *opaque, rd_kafka_resp_err_t err
     bool last;
     if (err == RD_KAFKA_RESP_ERR_NO_ERROR) {
         last = batch_reported(b, i, NULL, NULL);
+        relay_topic_granted(r);
         r->st.published_total++;
         stats_observe(&r->st.delivery_latency, stats_now() - (double)b->created_ms[i] / 1000.0);
     } else {
@@ -76,7 +77,11 @@ void relay_poll_on_report(struct relay *r, void *opaque, rd_kafka_resp_err_t err
         last = batch_reported(b, i, &verdict, rd_kafka_err2name(err));
         if (verdict.counted)
             r->st.failed_total[kind]++;
-        if (verdict.suspect) {
+        if (verdict.denied) {
+            /* Once per batch, not per row: the batch's other rows follow alike. */
+            if (r->producer_retry_at_ms <= relay_now_ms(r))
+                relay_topic_denied(r, err);
+        } else if (verdict.suspect) {
             r->poll->isolating = true;
             r->poll->wake = true;
             if (b->ids[i] > r->poll->isolate_until_id)
@@ -195,10 +200,13 @@ void relay_produce_rows(struct relay *r, struct batch *b, PGresult *res)
             rc = producer_send(&r->prod, &row, topic, opaque, err, sizeof(err));
         }
         enum send_verdict v = rc == 0 ? SEND_QUEUED : engine_send_verdict(rc, relay_in_flight(r) == 0);
-        if (v == SEND_CUT) {
+        if (v == SEND_CUT || v == SEND_DENIED) {
             b->state[i] = ROW_SKIPPED;
-            log_warn("producer cannot take more now", "rows_queued=%d reason=%s", i,
-                     log_quote(err));
+            if (v == SEND_DENIED)
+                relay_topic_denied(r, RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED);
+            else
+                log_warn("producer cannot take more now", "rows_queued=%d reason=%s", i,
+                         log_quote(err));
             batch_cut(r, b, i, rc == -ENOBUFS);
             break;
         }

@@ -51,7 +51,7 @@ void relay_snapshot(const struct relay *r, struct plan_state *s)
         .halted = r->st.halted,
         .retention_due = r->retention_due,
         .row_security = r->st.row_security,
-        .producer_fatal = producer_fatal(p),
+        .producer_fatal = producer_fatal(p) || r->renew_producer,
         .producer_retry_at_ms = r->producer_retry_at_ms,
         .txn = producer_txn_state(p),
         .txn_doomed = producer_txn_doomed(p),

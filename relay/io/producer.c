@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "core/connect_json.h"
+#include "core/kafka_security.h"
 #include "core/kafka_rules.h"
 #include "base/log.h"
 
@@ -115,8 +116,13 @@ static void on_error(struct producer *p, rd_kafka_event_t *ev)
         snprintf(p->stats->kafka_denial_error, sizeof p->stats->kafka_denial_error, "%s",
                  rd_kafka_err2name(err));
     }
-    log_warn("kafka error", "error=%s reason=%s", rd_kafka_err2name(rd_kafka_event_error(ev)),
-             log_quote(rd_kafka_event_error_string(ev)));
+    const char *reason = rd_kafka_event_error_string(ev);
+    const char *hint = kafka_tls_hint(reason);
+    if (hint)
+        log_warn("kafka error", "error=%s reason=%s check=%s", rd_kafka_err2name(err),
+                 log_quote(reason), log_quote(hint));
+    else
+        log_warn("kafka error", "error=%s reason=%s", rd_kafka_err2name(err), log_quote(reason));
 }
 
 /* librdkafka's statistics JSON, served on the loop thread by producer_poll. */
@@ -436,6 +442,8 @@ int producer_send(struct producer *p, const struct event_row *row, const char *t
     case RD_KAFKA_RESP_ERR__STATE:
         /* No transaction open (failed, or being ended): not the row's fault. */
         return -EIO;
+    case RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED:
+        return -EACCES;
     default:
         /* MSG_SIZE_TOO_LARGE, invalid topic, …: this row will never go. */
         return -EINVAL;

@@ -32,6 +32,14 @@
 # DIR/tls/users), the StandardAuthorizer: `relay` may write every topic and
 # transactional id and write idempotently, `noacl` may do nothing; PLAINTEXT
 # clients are ANONYMOUS, a super user, so the other tests see no ACL.
+#
+# And an SSL listener that requires a client certificate (DIR/ssl_bootstrap):
+# the principal is the certificate's CN. Client certificates, each with its
+# key in DIR/tls: client-relay (User:relay, the same ACLs), client-notopic
+# (IdempotentWrite but no topic right), client-expired
+# (CN relay, expired) and client-foreign (CN relay, from the foreign CA). The
+# brokers' certificate names IP 127.0.0.1 only: connecting by `localhost` is
+# a host name the certificate does not carry.
 set -euo pipefail
 
 SELF=$(readlink -f "${BASH_SOURCE[0]}")
@@ -69,10 +77,14 @@ write_config() {
 process.roles=broker,controller
 node.id=$node
 controller.quorum.voters=$voters
-listeners=PLAINTEXT://127.0.0.1:$(cat "$dir/node-$node/port"),CONTROLLER://127.0.0.1:$(cat "$dir/node-$node/controller_port"),SASL_SSL://127.0.0.1:$(cat "$dir/node-$node/sasl_port")
-advertised.listeners=PLAINTEXT://127.0.0.1:$(cat "$dir/node-$node/port"),SASL_SSL://127.0.0.1:$(cat "$dir/node-$node/sasl_port")
+listeners=PLAINTEXT://127.0.0.1:$(cat "$dir/node-$node/port"),CONTROLLER://127.0.0.1:$(cat "$dir/node-$node/controller_port"),SASL_SSL://127.0.0.1:$(cat "$dir/node-$node/sasl_port"),SSL://127.0.0.1:$(cat "$dir/node-$node/ssl_port")
+advertised.listeners=PLAINTEXT://127.0.0.1:$(cat "$dir/node-$node/port"),SASL_SSL://127.0.0.1:$(cat "$dir/node-$node/sasl_port"),SSL://127.0.0.1:$(cat "$dir/node-$node/ssl_port")
 controller.listener.names=CONTROLLER
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_SSL:SASL_SSL
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_SSL:SASL_SSL,SSL:SSL
+listener.name.ssl.ssl.client.auth=required
+listener.name.ssl.ssl.truststore.type=PEM
+listener.name.ssl.ssl.truststore.location=$dir/tls/ca.pem
+ssl.principal.mapping.rules=RULE:^CN=([^,]+).*$/\$1/,DEFAULT
 sasl.enabled.mechanisms=SCRAM-SHA-512
 listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
 ssl.keystore.type=PEM
@@ -143,7 +155,19 @@ start_nodes() {
     wait_started "$dir" "$@"
 }
 
-# A CA and the brokers' certificate (127.0.0.1), and a CA nobody uses, in DIR/tls.
+# A client certificate DIR/tls/client-$2.{crt,key} with CN $3, from CA $4
+# (ca or foreign-ca), valid for $5 days (-1: expired). EC keys: a fraction of
+# RSA's cost at start-up.
+client_cert() {
+    local tls=$1/tls
+    openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj "/CN=$3" \
+        -keyout "$tls/client-$2.key" -out "$tls/client-$2.csr" &&
+    openssl x509 -req -in "$tls/client-$2.csr" -CA "$tls/$4.pem" -CAkey "$tls/$4.key" \
+        -CAcreateserial -days "$5" -out "$tls/client-$2.crt"
+}
+
+# A CA and the brokers' certificate (127.0.0.1), a CA nobody uses, and the
+# client certificates of the SSL listener, in DIR/tls.
 make_tls() {
     local tls=$1/tls
     mkdir -p "$tls"
@@ -155,18 +179,25 @@ make_tls() {
             -keyout "$tls/foreign-ca.key" -out "$tls/foreign-ca.pem"
         openssl req -newkey rsa:2048 -nodes -subj /CN=127.0.0.1 -keyout "$tls/server.key" \
             -out "$tls/server.csr"
-        printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\n' > "$tls/san.ext"
+        printf 'subjectAltName=IP:127.0.0.1\n' > "$tls/san.ext"
         openssl x509 -req -in "$tls/server.csr" -CA "$tls/ca.pem" -CAkey "$tls/ca.key" \
             -CAcreateserial -days 2 -extfile "$tls/san.ext" -out "$tls/server.crt"
         # Kafka's PEM keystore: the PKCS#8 key, then the chain.
         openssl pkcs8 -topk8 -nocrypt -in "$tls/server.key" > "$tls/server.pem"
         cat "$tls/server.crt" "$tls/ca.pem" >> "$tls/server.pem"
+        client_cert "$1" relay relay ca 2
+        client_cert "$1" notopic notopic ca 2
+        client_cert "$1" expired relay ca -1
+        client_cert "$1" foreign relay foreign-ca 2
     } > "$tls/openssl.log" 2>&1 || { cat "$tls/openssl.log" >&2; die "openssl failed"; }
     printf 'relay relay-secret-1\nnoacl noacl-secret-2\n' > "$tls/users"
-    chmod 0644 "$tls"/*.pem "$tls/users"
+    chmod 0644 "$tls"/*.pem "$tls"/client-*.crt "$tls/users"
 }
 
-# The ACLs of the `relay` user, over PLAINTEXT (ANONYMOUS is a super user).
+# The ACLs, over PLAINTEXT (ANONYMOUS is a super user): `relay` every topic
+# and transactional id and IdempotentWrite, `notopic` IdempotentWrite only
+# (an idempotent producer without a topic right). Each command is a JVM
+# start, the most of this function's cost: `notopic` shares the second.
 add_acls() {
     local dir=$1 libs=$2
     java -cp "$libs/*" -Dlog4j.configuration="file:$dir/log4j.properties" kafka.admin.AclCommand \
@@ -174,7 +205,7 @@ add_acls() {
         --operation All --topic '*' --transactional-id '*' >"$dir/acls.log" 2>&1 &&
     java -cp "$libs/*" -Dlog4j.configuration="file:$dir/log4j.properties" kafka.admin.AclCommand \
         --bootstrap-server "127.0.0.1:$(cat "$dir/node-1/port")" --add --allow-principal User:relay \
-        --operation IdempotentWrite --cluster >>"$dir/acls.log" 2>&1 ||
+        --allow-principal User:notopic --operation IdempotentWrite --cluster >>"$dir/acls.log" 2>&1 ||
         { cat "$dir/acls.log" >&2; die "adding the ACLs failed"; }
 }
 
@@ -192,6 +223,7 @@ cmd_start() {
         free_port > "$dir/node-$node/port" || die "no free port"
         free_port > "$dir/node-$node/controller_port" || die "no free port"
         free_port > "$dir/node-$node/sasl_port" || die "no free port"
+        free_port > "$dir/node-$node/ssl_port" || die "no free port"
         voters="$voters${voters:+,}$node@127.0.0.1:$(cat "$dir/node-$node/controller_port")"
     done
     install -m 0644 "$HERE/kafka/log4j.properties" "$dir/log4j.properties"
@@ -218,6 +250,9 @@ cmd_start() {
     local sbs=""
     for node in $(seq 1 "$n"); do sbs="$sbs${sbs:+,}127.0.0.1:$(cat "$dir/node-$node/sasl_port")"; done
     echo "$sbs" > "$dir/sasl_bootstrap"
+    sbs=""
+    for node in $(seq 1 "$n"); do sbs="$sbs${sbs:+,}127.0.0.1:$(cat "$dir/node-$node/ssl_port")"; done
+    echo "$sbs" > "$dir/ssl_bootstrap"
     echo "$bs" > "$dir/bootstrap"
     echo "$((SECONDS - t0))" > "$dir/startup_seconds"
     note "Kafka $(kafka_version), $n node(s) at $bs, up in $((SECONDS - t0)) s"

@@ -234,6 +234,29 @@ Test(config_secret, client_key_needs_its_certificate)
                        "%s", err);
 }
 
+/* TLS files under a protocol without TLS, which librdkafka would silently
+ * ignore, are named with the protocol in use. */
+Test(config_secret, tls_settings_without_a_tls_protocol_are_named)
+{
+    cr_assert_eq(LOAD("kafka.ssl.ca.location=probe"), -EINVAL);
+    cr_assert_not_null(strstr(err, "kafka.ssl.ca.location is never used: kafka.security.protocol "
+                                   "is plaintext (the default)"), "%s", err);
+    write_secret("client.crt", "crt", 0644);
+    char crt[256];
+    snprintf(crt, sizeof crt, "kafka.ssl.certificate.location=%s", secret_path);
+    cr_assert_eq(LOAD("kafka.security.protocol=SASL_PLAINTEXT", "kafka.sasl.mechanism=PLAIN",
+                      "kafka.sasl.username=relay", "kafka.sasl.password=Pw3", crt),
+                 -EINVAL);
+    cr_assert_not_null(strstr(err, "kafka.ssl.certificate.location is never used: "
+                                   "kafka.security.protocol is SASL_PLAINTEXT"), "%s", err);
+    cr_assert_null(strstr(err, "Pw3"), "%s", err);
+    cr_assert_eq(LOAD("kafka.security.protocol=SSL", "kafka.ssl.ca.location=probe"), 0, "%s", err);
+    cr_assert_eq(LOAD("kafka.security.protocol=sasl_ssl", "kafka.sasl.mechanism=PLAIN",
+                      "kafka.sasl.username=relay", "kafka.sasl.password=Pw3",
+                      "kafka.ssl.ca.location=probe"),
+                 0, "%s", err);
+}
+
 Test(config_secret, unreadable_tls_files_are_named)
 {
     cr_assert_eq(LOAD("kafka.security.protocol=SSL", "kafka.ssl.ca.location=/nonexistent/ca.pem"),

@@ -13,6 +13,7 @@
 #include "config/config.h"
 #include "core/engine.h"
 #include "core/kafka_rules.h"
+#include "core/kafka_security.h"
 
 /* ---- a failed delivery ---------------------------------------------------- */
 
@@ -32,6 +33,23 @@ Test(engine, a_shared_failure_charges_nobody_until_the_row_fails_alone)
     cr_assert_eq(engine_judge_failure(KAFKA_FAULT_RETRIABLE, true).limit, LIMIT_MAX);
     cr_assert(engine_judge_failure(KAFKA_FAULT_PERMANENT, true).permanent);
     cr_assert(!engine_judge_failure(KAFKA_FAULT_RETRIABLE, true).permanent);
+}
+
+/* A right refused on the topic costs no row anything, alone or not, and no
+ * attempt either (a missing ACL would otherwise dead-letter every row of the
+ * topic); it is counted, and asks for the back-off before the next claim. */
+Test(engine, a_refused_topic_right_charges_nobody_and_backs_off)
+{
+    for (int alone = 0; alone <= 1; alone++) {
+        struct failure_verdict v = engine_judge_failure(
+            kafka_fault_of(RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED, false), alone);
+        cr_assert(!v.charged && !v.suspect && v.counted && v.denied && !v.permanent,
+                  "alone=%d: charged %d suspect %d counted %d denied %d", alone, v.charged,
+                  v.suspect, v.counted, v.denied);
+        cr_assert_eq(v.limit, LIMIT_NONE);
+    }
+    cr_assert_not(engine_judge_failure(KAFKA_FAULT_OUTAGE, true).denied);
+    cr_assert_not(engine_judge_failure(KAFKA_FAULT_RETRIABLE, true).denied);
 }
 
 /* An outage and the relay's own failures cost no row anything, alone or not;
@@ -72,7 +90,8 @@ Test(kafka_rules, errors_fall_in_the_right_class)
         {RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE, false, KAFKA_FAULT_PERMANENT},
         {RD_KAFKA_RESP_ERR_INVALID_RECORD, false, KAFKA_FAULT_PERMANENT},
         {RD_KAFKA_RESP_ERR_INVALID_TIMESTAMP, false, KAFKA_FAULT_PERMANENT},
-        {RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED, false, KAFKA_FAULT_PERMANENT},
+        /* A missing topic ACL is no row's fault: every row of the topic fails alike. */
+        {RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED, false, KAFKA_FAULT_DENIED},
         /* The cause of a fatal error stays a suspect: it may be the row's. */
         {RD_KAFKA_RESP_ERR_INVALID_RECORD, true, KAFKA_FAULT_PERMANENT},
         {RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART, false, KAFKA_FAULT_RETRIABLE},
@@ -309,4 +328,31 @@ Test(batch, a_reason_cut_inside_a_character_is_trimmed)
     batch_row_failed(&b, 0, LIMIT_MAX, "abc\xc3\xa9");
     cr_assert_str_eq(b.reason[0], "abc\xc3\xa9", "a whole character stays");
     batch_free(&b);
+}
+
+/* librdkafka's TLS failures, as it words them with OpenSSL 3 against Kafka
+ * 3.9 (read in the relay's logs of test_kafka_tls): each gets the settings
+ * to check; other errors get none. */
+Test(kafka_rules, tls_failures_name_the_settings_to_check)
+{
+    static const struct {
+        const char *reason, *names;
+    } cases[] = {
+        {"ssl://localhost:38837/bootstrap: SSL handshake failed: error:0A000086:SSL routines::"
+         "certificate verify failed: broker certificate could not be verified",
+         "does not name the host"},
+        {"ssl://127.0.0.1:38837/bootstrap: Receive failed: error:0A000416:SSL routines::sslv3 "
+         "alert certificate unknown: SSL alert number 46", "expired, or not from a CA"},
+        {"ssl://127.0.0.1:38837/bootstrap: Receive failed: error:0A000412:SSL routines::sslv3 "
+         "alert bad certificate: SSL alert number 42", "requires a client certificate"},
+        {"tlsv13 alert certificate required", "requires a client certificate"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *hint = kafka_tls_hint(cases[i].reason);
+        cr_assert(hint && strstr(hint, cases[i].names), "%s: %s", cases[i].reason,
+                  hint ? hint : "(none)");
+        cr_assert(strstr(hint, "kafka.ssl."), "%s", hint);
+    }
+    cr_assert_null(kafka_tls_hint("1/1 brokers are down"));
+    cr_assert_null(kafka_tls_hint(NULL));
 }

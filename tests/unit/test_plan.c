@@ -93,6 +93,21 @@ Test(plan, back_off_sends_nothing_until_the_tick)
     assert_act(&s, PLAN_WAIT); /* no lock statement and no claim either */
 }
 
+/* A right refused on the topic: nothing is claimed until the back-off has
+ * passed, then the rows are claimed again. */
+Test(plan, a_refused_topic_right_holds_the_claim_until_its_back_off)
+{
+    struct plan_state s = leader();
+    s.wake = true;
+    s.now_ms = 10000;
+    s.producer_retry_at_ms = 40000;
+    assert_act(&s, PLAN_WAIT);
+    s.now_ms = 39999;
+    assert_act(&s, PLAN_WAIT);
+    s.now_ms = 40000;
+    assert_act(&s, PLAN_CLAIM);
+}
+
 /* Refused: the batches in flight are marked first, then the lock is given
  * back and the connection closed; at the deadline, even with marks pending. */
 Test(plan, a_refused_relay_marks_then_winds_down)
@@ -481,6 +496,9 @@ Test(plan, what_a_refused_hand_over_means_for_the_row)
     cr_assert_eq(engine_send_verdict(-ENOBUFS, false), SEND_CUT);
     cr_assert_eq(engine_send_verdict(-ENOBUFS, true), SEND_TOO_LARGE);
     cr_assert_eq(engine_send_verdict(-EIO, false), SEND_CUT);
+    /* a topic the principal may not write: nobody's row, the relay backs off */
+    cr_assert_eq(engine_send_verdict(-EACCES, false), SEND_DENIED);
+    cr_assert_eq(engine_send_verdict(-EACCES, true), SEND_DENIED);
     cr_assert_eq(engine_send_verdict(-EIO, true), SEND_CUT, "an unusable producer: nobody's fault");
     /* A cut batch: the rows from the cut on stay unsent, claimable again. */
     struct batch *b = load(0, 1, 6, PHASE_PRODUCING);

@@ -1,0 +1,278 @@
+/* test_kafka_tls.c — the relay over TLS with client certificates (mTLS) to a
+ * real Kafka node (the SSL listener of tests/support/kafka.sh: client
+ * certificates required, the principal the certificate's CN, ACLs): rows
+ * arrive with the right certificate; each wrong setting an operator can
+ * make is named within 20 s in a few log lines, with /readyz false and
+ * nothing marked sent; a topic right granted while the relay waits lets it
+ * deliver everything, in order; a secret file that does not exist is
+ * refused with exit 78. The negatives run side by side, each on a table of
+ * its own, so that their 20 s are spent once. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <criterion/criterion.h>
+#include <librdkafka/rdkafka.h>
+
+#include "testlib.h"
+
+enum { N_CTX = 7 };
+static struct e2e_ctx C[N_CTX];
+
+static void fini(void)
+{
+    for (int i = 0; i < N_CTX; i++)
+        if (C[i].env)
+            e2e_teardown(&C[i]);
+}
+
+/* The first line of DIR/@p file of the stack's Kafka node into @p out. */
+static void read_line(const struct e2e_ctx *t, const char *file, char *out, size_t len)
+{
+    char path[700];
+    snprintf(path, sizeof path, "%s/%s", t->env->kafka_dir, file);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        cr_skip_test("no TLS listeners: %s", path);
+    cr_assert_not_null(fgets(out, (int)len, f));
+    fclose(f);
+    out[strcspn(out, "\n")] = '\0';
+}
+
+static void setup(struct e2e_ctx *t, const char *name)
+{
+    e2e_setup(t, name);
+    if (!t->env->kafka_dir)
+        cr_skip_test("needs the stack's own Kafka node (kafka.sh)");
+    e2e_migrate(t);
+}
+
+/* How a relay reaches Kafka: the -X settings of one case. */
+struct way {
+    const char *what;      /* the case, in failure messages */
+    const char *listener;  /* ssl_bootstrap or sasl_bootstrap */
+    const char *host;      /* replaces 127.0.0.1 in the bootstrap when set */
+    const char *client;    /* client certificate DIR/tls/client-NAME.{crt,key}, or NULL */
+    const char *user;      /* SASL user (password from a 0600 file), or NULL */
+    const char *says;      /* what the log must name within 20 s */
+    const char *says_too;  /* and this */
+};
+
+static struct e2e_relay *start(struct e2e_ctx *t, const struct way *w, const char *fencing)
+{
+    char bs[512], *colon;
+    static char x[N_CTX][8][800];
+    static int next;
+    char (*o)[800] = x[next++ % N_CTX];
+    read_line(t, w->listener, bs, sizeof bs);
+    colon = strchr(bs, ':');
+    snprintf(o[0], 800, "kafka.bootstrap.servers=%s%s", w->host ? w->host : "127.0.0.1", colon);
+    snprintf(o[1], 800, "kafka.security.protocol=%s", w->user ? "SASL_SSL" : "SSL");
+    snprintf(o[2], 800, "kafka.ssl.ca.location=%s/tls/ca.pem", t->env->kafka_dir);
+    snprintf(o[3], 800, "relay.fencing=%s", fencing);
+    const char *extra[10] = {o[0], o[1], o[2], o[3]};
+    int n = 4;
+    if (w->client) {
+        snprintf(o[4], 800, "kafka.ssl.certificate.location=%s/tls/client-%s.crt",
+                 t->env->kafka_dir, w->client);
+        snprintf(o[5], 800, "kafka.ssl.key.location=%s/tls/client-%s.key", t->env->kafka_dir,
+                 w->client);
+        extra[n++] = o[4];
+        extra[n++] = o[5];
+    }
+    if (w->user) {
+        char path[700];
+        snprintf(path, sizeof path, "%s/password-%s", t->logdir, w->user);
+        FILE *f = fopen(path, "w");
+        cr_assert_not_null(f, "%s: %s", path, strerror(errno));
+        fprintf(f, "some-password-9\n");
+        fclose(f);
+        cr_assert_eq(chmod(path, 0600), 0);
+        snprintf(o[4], 800, "kafka.sasl.username=%s", w->user);
+        snprintf(o[5], 800, "kafka.sasl.password_file=%s", path);
+        extra[n++] = "kafka.sasl.mechanism=SCRAM-SHA-512";
+        extra[n++] = o[4];
+        extra[n++] = o[5];
+    }
+    extra[n] = NULL;
+    return e2e_relay_start(t, extra);
+}
+
+static void enqueue(struct e2e_ctx *t, int n)
+{
+    for (int i = 0; i < n; i++)
+        e2e_exec(t->conn, "SELECT %s('order', '%d', 'Created', '{}', NULL, NULL)", t->qenqueue,
+                 i % 5);
+}
+
+Test(e2e, mtls_with_a_valid_client_certificate_delivers_every_row, .fini = fini, .timeout = 120)
+{
+    setup(&C[0], "mtlsok");
+    enqueue(&C[0], 50);
+    static const struct way ok = {"valid client certificate", "ssl_bootstrap", NULL, "relay",
+                                  NULL, NULL, NULL};
+    struct e2e_relay *relay = start(&C[0], &ok, "transactional");
+    e2e_wait_all_sent(&C[0], 60000);
+    e2e_verify_sent_once(&C[0], "over mTLS");
+    cr_assert_eq(e2e_relay_stop(relay, 30000), 0);
+}
+
+/* The topic named by the test's template for aggregate type "order", created
+ * over PLAINTEXT (a super user) as an operator creates it before granting a
+ * right on it; with @p grant_to, Write on it granted to that principal. */
+static void admin(const struct e2e_ctx *t, const char *grant_to)
+{
+    char topic[200], errstr[256];
+    snprintf(topic, sizeof topic, "%s.order", t->table);
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    rd_kafka_conf_set(conf, "bootstrap.servers", t->kafka, errstr, sizeof errstr);
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof errstr);
+    cr_assert(rk, "rd_kafka_new: %s", errstr);
+    rd_kafka_queue_t *q = rd_kafka_queue_new(rk);
+    rd_kafka_event_t *ev;
+    if (!grant_to) {
+        rd_kafka_NewTopic_t *nt = rd_kafka_NewTopic_new(topic, 4, 1, errstr, sizeof errstr);
+        rd_kafka_CreateTopics(rk, &nt, 1, NULL, q);
+        ev = rd_kafka_queue_poll(q, 30000);
+        cr_assert(ev && !rd_kafka_event_error(ev), "CreateTopics %s", topic);
+        size_t n = 0;
+        const rd_kafka_topic_result_t **tr =
+            rd_kafka_CreateTopics_result_topics(rd_kafka_event_CreateTopics_result(ev), &n);
+        cr_assert(n == 1 && !rd_kafka_topic_result_error(tr[0]), "CreateTopics %s: %s", topic,
+                  n ? rd_kafka_topic_result_error_string(tr[0]) : "no result");
+        rd_kafka_NewTopic_destroy(nt);
+    } else {
+        rd_kafka_AclBinding_t *acl = rd_kafka_AclBinding_new(
+            RD_KAFKA_RESOURCE_TOPIC, topic, RD_KAFKA_RESOURCE_PATTERN_LITERAL, grant_to, "*",
+            RD_KAFKA_ACL_OPERATION_WRITE, RD_KAFKA_ACL_PERMISSION_TYPE_ALLOW, errstr, sizeof errstr);
+        cr_assert(acl, "AclBinding: %s", errstr);
+        rd_kafka_CreateAcls(rk, &acl, 1, NULL, q);
+        ev = rd_kafka_queue_poll(q, 30000);
+        cr_assert(ev && !rd_kafka_event_error(ev), "CreateAcls on %s", topic);
+        size_t n = 0;
+        const rd_kafka_acl_result_t **ar =
+            rd_kafka_CreateAcls_result_acls(rd_kafka_event_CreateAcls_result(ev), &n);
+        cr_assert(n == 1 && !rd_kafka_acl_result_error(ar[0]), "CreateAcls on %s", topic);
+        rd_kafka_AclBinding_destroy(acl);
+    }
+    rd_kafka_event_destroy(ev);
+    rd_kafka_queue_destroy(q);
+    rd_kafka_destroy(rk);
+}
+
+/* TLS failures: OpenSSL's words, and the settings the relay says to check. */
+static const struct way negatives[] = {
+    {"unknown SCRAM user", "sasl_bootstrap", NULL, NULL, "ghost", "error=_AUTHENTICATION",
+     "invalid credentials with SASL mechanism SCRAM-SHA-512"},
+    {"server certificate for another host name", "ssl_bootstrap", "localhost", "relay", NULL,
+     "certificate verify failed", "does not name the host the relay connected to"},
+    {"expired client certificate", "ssl_bootstrap", NULL, "expired", NULL,
+     "alert certificate unknown", "refuses the client certificate of "
+     "kafka.ssl.certificate.location: expired"},
+    {"client certificate from a foreign CA", "ssl_bootstrap", NULL, "foreign", NULL,
+     "alert certificate unknown", "or not from a CA the broker trusts"},
+    {"no client certificate", "ssl_bootstrap", NULL, NULL, NULL, "alert bad certificate",
+     "requires a client certificate"},
+    /* an idempotent producer: the principal has IdempotentWrite and no topic right */
+    {"missing topic Write ACL", "ssl_bootstrap", NULL, "notopic", NULL, "denied=topic_write",
+     "needs=\"Write and Describe on the topic\""},
+};
+#define N_NEG (sizeof negatives / sizeof negatives[0])
+
+/* Each case's relay: named within 20 s, at most 60 log lines by then,
+ * /readyz 503, nothing marked. */
+static void check_named(struct e2e_ctx *t, struct e2e_relay *r, const struct way *w,
+                        int64_t deadline)
+{
+    int64_t left = deadline - e2e_now_ms();
+    bool named = e2e_relay_wait_log(r, w->says, left > 0 ? (int)left : 0);
+    cr_expect(named, "%s: \"%s\" not in the log within 20 s: %s", w->what, w->says, r->log_path);
+    cr_expect(e2e_relay_log_contains(r, w->says_too), "%s: \"%s\" not in the log: %s", w->what,
+              w->says_too, r->log_path);
+    char *body = NULL;
+    int code = e2e_relay_http_get(r, "/readyz?verbose", &body);
+    cr_expect_eq(code, 503, "%s: /readyz %d %s", w->what, code, body ? body : "");
+    free(body);
+    cr_expect_eq(e2e_count_where(t, "sent_at IS NOT NULL"), 0, "%s: rows marked sent", w->what);
+}
+
+Test(e2e, mtls_and_sasl_mistakes_are_named_and_a_granted_topic_right_recovers, .fini = fini,
+     .timeout = 180)
+{
+    static const char *const names[N_NEG] = {"tlsuser", "tlshost", "tlsexp", "tlsforeign",
+                                             "tlsnocert", "tlsnotopic"};
+    struct e2e_relay *relay[N_NEG];
+    for (size_t i = 0; i < N_NEG; i++) {
+        setup(&C[i], names[i]);
+        enqueue(&C[i], i == N_NEG - 1 ? 40 : 3);
+    }
+    admin(&C[N_NEG - 1], NULL);
+    int64_t t0 = e2e_now_ms();
+    for (size_t i = 0; i < N_NEG; i++)
+        relay[i] = start(&C[i], &negatives[i], i == N_NEG - 1 ? "none" : "transactional");
+    for (size_t i = 0; i < N_NEG; i++)
+        check_named(&C[i], relay[i], &negatives[i], t0 + 20000);
+    int64_t wait = t0 + 20000 - e2e_now_ms();
+    if (wait > 0)
+        e2e_sleep_ms((int)wait);
+    for (size_t i = 0; i < N_NEG; i++) {
+        int lines = e2e_relay_log_count(relay[i], "\n");
+        cr_expect_leq(lines, 60, "%s: %d log lines in 20 s: %s", negatives[i].what, lines,
+                      relay[i]->log_path);
+        if (i < N_NEG - 1)
+            e2e_relay_kill(relay[i]);
+    }
+
+    /* The topic right: named once, no row charged, and granted, every row
+     * delivered in order with nothing lost. */
+    struct e2e_ctx *t = &C[N_NEG - 1];
+    struct e2e_relay *r = relay[N_NEG - 1];
+    cr_expect_eq(e2e_relay_log_count(r, "msg=\"kafka refuses the relay's principal a right"), 1,
+                 "named once: %s", r->log_path);
+    cr_expect_eq(e2e_count_where(t, "attempts > 0 OR last_error IS NOT NULL"), 0,
+                 "rows charged for a missing ACL: %s", r->log_path);
+    char *body = NULL;
+    cr_expect_eq(e2e_relay_http_get(r, "/readyz?verbose", &body), 503);
+    cr_expect(body && strstr(body, "Write and Describe on the topic"), "/readyz: %s",
+              body ? body : "");
+    free(body);
+    admin(t, "User:notopic");
+    cr_assert(e2e_relay_wait_log(r, "msg=\"kafka grants the relay's principal its rights again\"",
+                                 75000),
+              "log %s", r->log_path);
+    e2e_wait_all_sent(t, 30000);
+    e2e_verify_sent_once(t, "after the topic ACL was granted");
+    cr_expect_eq(e2e_count_where(t, "attempts > 0"), 0, "rows charged: %s", r->log_path);
+    cr_assert_eq(e2e_relay_stop(r, 30000), 0);
+}
+
+Test(e2e, a_secret_file_that_does_not_exist_is_refused_with_exit_78, .fini = fini,
+     .timeout = 60)
+{
+    setup(&C[0], "tlsnofile");
+    char twin[800];
+    snprintf(twin, sizeof twin, "kafka.sasl.password_file=%s/no-such-secret", C[0].logdir);
+    static const char *const words[] = {"check-config", "run"};
+    for (int w = 0; w < 2; w++) {
+        const char *args[E2E_MAX_ARGS] = {words[w]};
+        int n = 1;
+        e2e_base_args(&C[0], args, &n);
+        const char *extra[] = {"kafka.security.protocol=SASL_SSL",
+                               "kafka.sasl.mechanism=SCRAM-SHA-512", "kafka.sasl.username=relay",
+                               twin};
+        for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++) {
+            args[n++] = "-X";
+            args[n++] = extra[i];
+        }
+        args[n] = NULL;
+        char *out = NULL, *err = NULL;
+        int rc = e2e_run_relay(args, 30000, &out, &err);
+        cr_expect_eq(rc, 78, "%s: exit %d: %s", words[w], rc, err);
+        cr_expect(err && strstr(err, "kafka.sasl.password_file"), "%s: %s", words[w], err);
+        free(out);
+        free(err);
+    }
+}
