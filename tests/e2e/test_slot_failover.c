@@ -68,7 +68,8 @@ static long long slot_count(PGconn *conn)
 }
 
 /* On the stack's own server, which has no standby: below 17 the version is
- * refused, from 17 on the missing synchronized_standby_slots; no slot either way. */
+ * refused (and the relay says so at connect), from 17 on the missing
+ * synchronized_standby_slots; no slot either way. */
 Test(e2e, slot_failover_migrate_names_what_is_missing, .fini = fini, .timeout = 120)
 {
     e2e_setup(&T, "slotfomig");
@@ -87,6 +88,13 @@ Test(e2e, slot_failover_migrate_names_what_is_missing, .fini = fini, .timeout = 
                   "stderr: %s", err);
     cr_assert_eq(slot_count(T.conn), 0, "a slot was created although migrate refused");
     free(err);
+    if (version >= 170000)
+        return;
+    /* The relay itself says it at connect: its slot would not follow a failover. */
+    const char *extra[] = {"relay.slot_failover=on", NULL};
+    struct e2e_relay *r = e2e_relay_start(&T, extra);
+    cr_assert(e2e_relay_wait_log(r, "relay.slot_failover = on needs PostgreSQL 17 or later", 20000),
+              "the relay did not say its slot cannot follow a failover (log %s)", r->log_path);
 }
 
 /* Waits until the standby holds the relay's slot as a synchronised,
