@@ -153,9 +153,13 @@ static void pair_up(char *standby, size_t len)
 Test(e2e, slot_failover_streams_on_after_promotion, .fini = fini, .timeout = 300)
 {
     int major = bindir_major();
-    if (major < 17)
+    if (major < 17) {
+        /* criterion shows a skip's reason only when verbose: the test log says it too */
+        fprintf(stderr, "e2e: slot_failover_streams_on_after_promotion skipped: needs PostgreSQL "
+                        "17 or later in PG_BINDIR (it is %d): tests/matrix-pg 17 18 runs it\n", major);
         cr_skip_test("needs PostgreSQL 17 or later in PG_BINDIR (it is %d): run "
                      "tests/matrix-pg 17 18, which fetches them", major);
+    }
     e2e_setup(&T, "slotfo");
     e2e_wal_enable(&T);
     char standby[256];
