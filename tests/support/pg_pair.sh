@@ -116,9 +116,11 @@ cmd_start() {
         as_pg tee -a "$dir/standby/postgresql.auto.conf" >/dev/null
     if [ "${PG_PAIR_SLOT_SYNC:-0}" = 1 ]; then
         # What a standby needs to keep the failover slots of its primary
-        # (PostgreSQL 17+); promoted, it has no standby slot to wait for.
+        # (PostgreSQL 17+; pg_basebackup -R writes no dbname); promoted, it
+        # has no standby slot to wait for.
         printf "%s\n" "primary_slot_name = '$STANDBY_SLOT'" "sync_replication_slots = on" \
-            "hot_standby_feedback = on" "synchronized_standby_slots = ''" |
+            "hot_standby_feedback = on" "synchronized_standby_slots = ''" \
+            "primary_conninfo = 'host=127.0.0.1 port=$pport user=postgres dbname=postgres application_name=standby'" |
             as_pg tee -a "$dir/standby/postgresql.auto.conf" >/dev/null
     fi
     start_server "$dir/standby" "$dir/standby.log"
