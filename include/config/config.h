@@ -60,6 +60,12 @@ enum relay_capture {
     RELAY_CAPTURE_WAL,          /* a pgoutput logical replication slot: rows are only read */
 };
 
+/** Whether the slot is made a failover slot, kept by standbys (relay.slot_failover). */
+enum relay_slot_failover {
+    RELAY_SLOT_FAILOVER_OFF = 0,
+    RELAY_SLOT_FAILOVER_ON,     /* PostgreSQL 17+: created with failover => true */
+};
+
 /** What the relay does when a failover left its slot behind (relay.slot_recovery). */
 enum relay_slot_recovery {
     /* The slot made again if missing, the rows Kafka lacks published from
@@ -120,6 +126,7 @@ struct relay_config {
     char *publication;          /* relay.capture=wal: the publication, "outbox_relay" */
     char *message_prefix;       /* relay.capture=wal: prefix of pg_logical_emit_message events */
     enum relay_slot_recovery slot_recovery; /* relay.capture=wal: default reconcile */
+    enum relay_slot_failover slot_failover; /* relay.capture=wal: default off */
     int64_t heartbeat_ms;       /* relay.capture=wal: default 10 s; 0 = never */
     enum relay_profile profile; /* default outbox; debezium changes the defaults of the keys below */
     char *column_event_id;      /* capture=wal: the columns an Insert is read from */

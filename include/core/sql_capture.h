@@ -5,6 +5,7 @@
 #ifndef OUTBOX_SQL_CAPTURE_H
 #define OUTBOX_SQL_CAPTURE_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 /** Columns of sql_capture.slot_status, one row, whether the slot exists or not. */
@@ -31,6 +32,8 @@ struct sql_capture {
     char *create_publication; /* idempotent: a DO block; no parameter */
     char *create_slot;        /* $1 slot name: creates it with pgoutput unless it exists;
                                  returns one row: created (bool) */
+    char *create_failover_slot; /* the same, with failover => true (PostgreSQL 17+) */
+    char *failover_state;     /* $1 slot name: one row of enum failover_col */
     char *drop_slot;          /* $1 slot name: pg_drop_replication_slot, one row (bool dropped) */
     char *take_over;          /* $1 slot name: ends the walsender of another session reading
                                  the slot; rows: pid, application_name, terminated */
@@ -54,6 +57,17 @@ enum capture_req_col {
     REQ_SUPERUSER,        /* bool */
     REQ_REPLICATION,      /* bool: the role has REPLICATION */
     REQ_NCOLS
+};
+
+/** Columns of sql_capture.failover_state: what a failover slot needs of the primary. */
+enum failover_col {
+    FO_SERVER_VERSION = 0, /* int: server_version_num */
+    FO_STANDBY_SLOTS,      /* text: synchronized_standby_slots, "" when unset or unknown (< 17) */
+    FO_SLOT_FAILOVER,      /* bool: the slot is a failover slot; NULL when absent or < 17 */
+    FO_STANDBY_MISSING,    /* text: names in synchronized_standby_slots that are no physical
+                              slot here, comma-separated; NULL when none */
+    FO_STANDBY_INACTIVE,   /* text: those that exist but no standby streams from; NULL */
+    FO_NCOLS
 };
 
 /** The parameters of sql_capture.record_dead. */
@@ -92,9 +106,10 @@ int sql_capture_slot_valid(const char *name);
 char *sql_capture_start_replication(const char *slot, const char *publication, uint64_t lsn);
 
 /** The capture part of `migrate --print-sql`: the publication's DO block, then
- *  the slot's creation with @p slot written as a literal (its own statement).
- *  @return a newly allocated script, or NULL (slot name not valid, no memory). */
-char *sql_capture_script(const struct sql_capture *s, const char *slot);
+ *  the slot's creation with @p slot written as a literal (its own statement),
+ *  a failover slot when @p failover. @return a newly allocated script, or NULL
+ *  (slot name not valid, no memory). */
+char *sql_capture_script(const struct sql_capture *s, const char *slot, bool failover);
 
 void sql_capture_free(struct sql_capture *s);
 

@@ -17,6 +17,7 @@
 #include "base/log.h"
 #include "core/sql.h"
 #include "core/sql_floor.h"
+#include "core/slot_failover.h"
 #include "core/sql_capture.h"
 
 static bool is_true(const PGresult *res, int col)
@@ -138,13 +139,48 @@ static int drop_claim_index(PGconn *conn, const struct relay_config *cfg, const 
     return 0;
 }
 
+/* relay.slot_failover = on: what the primary shows of a failover slot's
+ * needs, judged before the slot is made (@p slot_made false) and after. */
+static int check_failover(PGconn *conn, const struct relay_config *cfg, const struct sql_capture *q,
+                          bool slot_made)
+{
+    if (cfg->slot_failover != RELAY_SLOT_FAILOVER_ON)
+        return 0;
+    PGresult *res = query(conn, "failover state", q->failover_state, cfg->slot, NULL);
+    if (!res)
+        return -EIO;
+    const char *v[FO_NCOLS];
+    for (int i = 0; i < FO_NCOLS; i++)
+        v[i] = PQgetisnull(res, 0, i) ? NULL : PQgetvalue(res, 0, i);
+    char why[1024];
+    enum slot_failover_verdict verdict = slot_failover_judge(v, cfg->slot, slot_made, why, sizeof why);
+    PQclear(res);
+    if (verdict == SLOT_FAILOVER_REFUSE) {
+        log_error("relay.slot_failover = on cannot be honoured", "slot=%s problem=%s", cfg->slot,
+                  log_quote(why));
+        return -EIO;
+    }
+    if (slot_made) {
+        if (verdict == SLOT_FAILOVER_WARN)
+            log_warn("failover slot not yet kept by a standby", "slot=%s problem=%s", cfg->slot,
+                     log_quote(why));
+        else
+            log_info("failover slot", "slot=%s needs=%s", cfg->slot, log_quote(why));
+    }
+    return 0;
+}
+
 /* The slot, in a transaction that takes migrate's lock and writes nothing. */
 static int apply_slot(PGconn *conn, const struct relay_config *cfg, const struct sql_capture *q,
                       const char *lock_sql)
 {
+    bool failover = cfg->slot_failover == RELAY_SLOT_FAILOVER_ON;
+    if (check_failover(conn, cfg, q, false) < 0)
+        return -EIO;
     PGresult *res = NULL;
     bool ok = run(conn, "begin", "BEGIN") && run(conn, "lock", lock_sql) &&
-              (res = query(conn, "slot", q->create_slot, cfg->slot, NULL)) != NULL &&
+              (res = query(conn, "slot", failover ? q->create_failover_slot : q->create_slot,
+                           cfg->slot, NULL)) != NULL &&
               run(conn, "commit", "COMMIT");
     bool created = ok && is_true(res, 0);
     PQclear(res);
@@ -153,9 +189,9 @@ static int apply_slot(PGconn *conn, const struct relay_config *cfg, const struct
         log_error("cannot create the replication slot", "slot=%s", cfg->slot);
         return -EIO;
     }
-    log_info(created ? "replication slot created" : "replication slot exists", "slot=%s plugin=pgoutput",
-             cfg->slot);
-    return 0;
+    log_info(created ? "replication slot created" : "replication slot exists",
+             "slot=%s plugin=pgoutput failover=%s", cfg->slot, failover ? "on" : "off");
+    return check_failover(conn, cfg, q, true);
 }
 
 /* What makes the slot unusable for this relay, or NULL. */
@@ -206,7 +242,7 @@ int migrate_capture_print(const struct relay_config *cfg, FILE *out)
     struct sql_capture q;
     if (sql_capture_init(&q, cfg->schema, cfg->table, cfg->publication) < 0)
         return -EINVAL;
-    char *script = sql_capture_script(&q, cfg->slot);
+    char *script = sql_capture_script(&q, cfg->slot, cfg->slot_failover == RELAY_SLOT_FAILOVER_ON);
     sql_capture_free(&q);
     char *drop = cfg->profile == RELAY_PROFILE_OUTBOX ? sql_floor_drop_claim_index(cfg->schema, cfg->table) : NULL;
     if (!script || (cfg->profile == RELAY_PROFILE_OUTBOX && !drop)) {

@@ -24,7 +24,10 @@ static int make_slot(const struct relay_config *cfg, bool *created, char *err, s
     int rc = conn ? 0 : -EHOSTUNREACH;
     if (conn) {
         const char *params[] = {cfg->slot};
-        PGresult *res = PQexecParams(conn, q.create_slot, 1, NULL, params, NULL, NULL, 0);
+        /* Remade on a promoted server, the slot is again one its standbys keep. */
+        const char *create = cfg->slot_failover == RELAY_SLOT_FAILOVER_ON ? q.create_failover_slot
+                                                                           : q.create_slot;
+        PGresult *res = PQexecParams(conn, create, 1, NULL, params, NULL, NULL, 0);
         if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)
             *created = !PQgetisnull(res, 0, 0) && PQgetvalue(res, 0, 0)[0] != 'f';
         else {

@@ -37,6 +37,8 @@ static const char *const capture_modes[] = {"poll", "wal", NULL};
 _Static_assert(RELAY_CAPTURE_WAL == 1, "capture_modes must follow enum relay_capture");
 static const char *const slot_recoveries[] = {"reconcile", "stop", NULL};
 _Static_assert(RELAY_SLOT_RECOVERY_STOP == 1, "slot_recoveries must follow enum relay_slot_recovery");
+static const char *const slot_failovers[] = {"off", "on", NULL};
+_Static_assert(RELAY_SLOT_FAILOVER_ON == 1, "slot_failovers must follow enum relay_slot_failover");
 static const char *const profiles[] = {"outbox", "debezium", NULL};
 _Static_assert(RELAY_PROFILE_DEBEZIUM == 1, "profiles must follow enum relay_profile");
 static const char *const converters[] = {"string", "json", "json_with_schema", NULL};
@@ -163,6 +165,9 @@ const struct param config_params[] = {
         "how long to wait for in-flight messages on shutdown"),
     STR("relay", "slot", slot, "outbox_relay", check_slot, RESTART,
         "capture=wal: the logical replication slot (created by migrate)"),
+    ENUM("relay", "slot_failover", slot_failover, "off", slot_failovers, RESTART,
+         "capture=wal, PostgreSQL 17+: on creates the slot with failover, kept by standbys with "
+         "sync_replication_slots = on (see operations: failover slots)"),
     ENUM("relay", "slot_recovery", slot_recovery, "reconcile", slot_recoveries, RESTART,
          "capture=wal, a failover left the slot missing or behind: reconcile (publish the rows "
          "Kafka lacks, then stream; as stop unless the table keeps every event) or stop (not ready)"),

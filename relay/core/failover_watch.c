@@ -87,6 +87,11 @@ struct failover_news failover_watch_seen(struct failover_watch *w, const char *w
     struct failover_news n = { 0 };
     uint32_t timeline = failover_timeline_of(walfile);
     w->checked = true;
+    /* Slot queries are periodic; what the relay confirmed after the last one
+     * moved the slot too, and a standby that synchronises the slot may hold
+     * it there when promoted: that position is not a gap. */
+    if (w->timeline && !w->blocked && confirmed > w->confirmed)
+        w->confirmed = confirmed;
     enum failover_verdict v = n.verdict = failover_judge(w, timeline, slot_exists, slot_confirmed);
     failover_describe(v, w, timeline, slot, slot_confirmed, n.text, sizeof n.text);
     if (v == FAILOVER_NONE) {

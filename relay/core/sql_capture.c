@@ -105,14 +105,34 @@ static int build_create_publication(char **dst, const struct names *n)
  * statement must run in a transaction that has written nothing (PostgreSQL
  * refuses to create a logical slot in one that has). @p name is an SQL
  * expression: a parameter, or a quoted literal for the script. */
-static int build_create_slot(char **dst, const char *name)
+static int build_create_slot(char **dst, const char *name, bool failover)
 {
     return sql_build(dst,
                  "SELECT CASE WHEN EXISTS (SELECT 1 FROM pg_catalog.pg_replication_slots "
                  "WHERE slot_name = %s) THEN false "
-                 "ELSE (pg_catalog.pg_create_logical_replication_slot(%s, 'pgoutput')).slot_name "
+                 "ELSE (pg_catalog.pg_create_logical_replication_slot(%s, 'pgoutput'%s)).slot_name "
                  "IS NOT NULL END",
-                 name, name);
+                 name, name, failover ? ", failover => true" : "");
+}
+
+/* What a failover slot needs of the primary. The slot's failover flag is
+ * read through to_jsonb: the column exists from PostgreSQL 17 on only, and
+ * the same statement also serves older servers (to be refused by name). */
+static int build_failover_state(char **dst)
+{
+    return sql_build(dst,
+                 "WITH w AS (SELECT NULLIF(pg_catalog.btrim(n, ' \"'), '') AS n "
+                 "FROM pg_catalog.unnest(pg_catalog.string_to_array(COALESCE("
+                 "pg_catalog.current_setting('synchronized_standby_slots', true), ''), ',')) AS n) "
+                 "SELECT pg_catalog.current_setting('server_version_num')::int, "
+                 "COALESCE(pg_catalog.current_setting('synchronized_standby_slots', true), ''), "
+                 "(SELECT (pg_catalog.to_jsonb(s) ->> 'failover')::bool "
+                 "FROM pg_catalog.pg_replication_slots AS s WHERE s.slot_name = $1::name), "
+                 "(SELECT pg_catalog.string_agg(w.n, ',') FROM w WHERE w.n IS NOT NULL AND NOT EXISTS "
+                 "(SELECT 1 FROM pg_catalog.pg_replication_slots AS p WHERE p.slot_name = w.n "
+                 "AND p.slot_type = 'physical')), "
+                 "(SELECT pg_catalog.string_agg(w.n, ',') FROM w JOIN pg_catalog.pg_replication_slots "
+                 "AS p ON p.slot_name = w.n AND p.slot_type = 'physical' WHERE NOT p.active)");
 }
 
 /* What migrate checks before it creates anything: the server's wal_level and
@@ -146,7 +166,9 @@ int sql_capture_init(struct sql_capture *s, const char *schema, const char *tabl
 
     int rc = build_slot_status(&s->slot_status, &n);
     rc |= build_create_publication(&s->create_publication, &n);
-    rc |= build_create_slot(&s->create_slot, "$1::name");
+    rc |= build_create_slot(&s->create_slot, "$1::name", false);
+    rc |= build_create_slot(&s->create_failover_slot, "$1::name", true);
+    rc |= build_failover_state(&s->failover_state);
     rc |= build_requirements(&s->requirements);
     rc |= build_publication_state(&s->publication_state, &n);
     /* The lateral call runs only for the slot's row: none when it is absent. */
@@ -237,14 +259,14 @@ void sql_capture_dead_params_free(char *params[SQL_CAPTURE_DEAD_NPARAMS])
     }
 }
 
-char *sql_capture_script(const struct sql_capture *s, const char *slot)
+char *sql_capture_script(const struct sql_capture *s, const char *slot, bool failover)
 {
     if (!s->create_publication || !sql_capture_slot_valid(slot))
         return NULL;
     char lslot[QIDENT_MAX];
     sql_quote_literal(slot, lslot, sizeof lslot);
     char *create = NULL, *out = NULL;
-    if (build_create_slot(&create, lslot) == 0 &&
+    if (build_create_slot(&create, lslot, failover) == 0 &&
         sql_build(&out,
               "%s;\n\n"
               "-- The slot: PostgreSQL refuses to create it in a transaction that has written\n"
@@ -262,6 +284,8 @@ void sql_capture_free(struct sql_capture *s)
     free(s->slot_status);
     free(s->create_publication);
     free(s->create_slot);
+    free(s->create_failover_slot);
+    free(s->failover_state);
     free(s->drop_slot);
     free(s->heartbeat);
     free(s->take_over);

@@ -7,6 +7,7 @@
  * engine (plan.c) what to do next and carries it out; the decisions themselves
  * are there, in engine.c and in batch.c, without I/O. See relay_int.h for the files. */
 #include "daemon/relay_int.h"
+#include "core/slot_failover.h"
 
 #include "core/pg_failure.h"
 
@@ -128,6 +129,11 @@ static void on_pg_connected(struct pg_conn *pg, void *arg)
     log_info("postgres connected", "host=%s port=%s server_version=%d", pg_host(pg), pg_port(pg),
              pg_server_version(pg));
     server_watch_connected(&r->server, &r->st.server, pg_host(pg), pg_port(pg), stats_now());
+    if (r->cfg->capture == RELAY_CAPTURE_WAL && r->cfg->slot_failover == RELAY_SLOT_FAILOVER_ON &&
+        pg_server_version(pg) < SLOT_FAILOVER_MIN_VERSION)
+        log_error("relay.slot_failover = on needs PostgreSQL 17 or later: this server keeps no "
+                  "slot across a failover (relay.slot_recovery applies)",
+                  "host=%s server_version=%d", pg_host(pg), pg_server_version(pg));
     relay_set_role(r, STATS_ROLE_UNKNOWN);
     relay_session_reset(r);
     r->backoff = false;

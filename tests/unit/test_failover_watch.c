@@ -89,6 +89,22 @@ Test(failover_watch, a_slot_that_followed_streams_on)
     cr_assert_not(failover_watch_blocks(&w, 1u << 30));
 }
 
+/* The slot query before the failover saw an older position than the relay
+ * confirmed last; the standby synchronised the slot up to the later one. */
+Test(failover_watch, a_position_confirmed_after_the_last_query_is_no_gap)
+{
+    struct failover_watch w = {0};
+    failover_watch_seen(&w, "000000010000000000000003", true, 0x3000000, 0x3000060, "s1");
+    struct failover_news n = failover_watch_seen(&w, "000000020000000000000004", true, 0x3000168,
+                                                 0x3000168, "s1");
+    cr_assert_eq(n.verdict, FAILOVER_FOLLOWED, "%s", n.text);
+    cr_assert_not(failover_watch_blocks(&w, 1u << 30));
+    /* A slot past even that is still a gap. */
+    failover_watch_connected(&w, 0);
+    n = failover_watch_seen(&w, "000000030000000000000005", true, 0x3000200, 0x3000168, "s1");
+    cr_assert_eq(n.verdict, FAILOVER_GAP, "%s", n.text);
+}
+
 Test(failover_watch, a_gap_is_provable_only_from_a_table_that_keeps_every_event)
 {
     char why[256];

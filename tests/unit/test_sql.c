@@ -431,13 +431,21 @@ Test(sql_capture, statements_quote_names_and_take_values_as_parameters)
                                   "\"app\".\"Outbox\" WHERE \"created_at\" < $1::timestamptz"));
     cr_assert(strstr(s.retention, "LIMIT $2::int))"));
 
-    char *script = sql_capture_script(&s, "outbox_slot");
+    cr_assert(strstr(s.create_failover_slot,
+                     "pg_create_logical_replication_slot($1::name, 'pgoutput', failover => true)"));
+    cr_assert(strstr(s.failover_state, "current_setting('synchronized_standby_slots', true)"));
+    cr_assert(strstr(s.failover_state, "WHERE s.slot_name = $1::name"));
+
+    char *script = sql_capture_script(&s, "outbox_slot", false);
     cr_assert_not_null(script);
     cr_assert(strstr(script, s.create_publication));
     cr_assert(strstr(script, "pg_create_logical_replication_slot('outbox_slot', 'pgoutput')"));
     cr_assert_null(strstr(script, "$1"));
     free(script);
-    cr_assert_null(sql_capture_script(&s, "bad'slot"));
+    script = sql_capture_script(&s, "outbox_slot", true);
+    cr_assert(strstr(script, "pg_create_logical_replication_slot('outbox_slot', 'pgoutput', failover => true)"));
+    free(script);
+    cr_assert_null(sql_capture_script(&s, "bad'slot", false));
     sql_capture_free(&s);
     cr_assert_null(s.create_slot);
 }
