@@ -13,7 +13,7 @@
 #   kafka.sh resume DIR NODE        SIGCONT
 #   kafka.sh status DIR             exit 0 if every node runs
 #
-# The version is pinned in tests/support/kafka/pom.xml; OUTBOX_RELAY_KAFKA_VERSION
+# The version is pinned in tests/support/kafka/pom.xml; OUTBOX_RELAY_TEST_KAFKA_VERSION
 # picks another (4.x: the pom's profile kafka4 adds the tools jar, where 4.0 moved
 # AclCommand). The jars of each version come from Maven
 # Central through `mvn dependency:copy-dependencies` into the cache directory
@@ -49,7 +49,7 @@ note() { echo "kafka.sh: $*" >&2; }
 usage() { sed -n '2,24p' "$SELF" | sed 's/^# \{0,1\}//' >&2; exit 64; }
 
 kafka_version() {
-    [ -n "${OUTBOX_RELAY_KAFKA_VERSION:-}" ] && { echo "$OUTBOX_RELAY_KAFKA_VERSION"; return; }
+    [ -n "${OUTBOX_RELAY_TEST_KAFKA_VERSION:-}" ] && { echo "$OUTBOX_RELAY_TEST_KAFKA_VERSION"; return; }
     sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' "$HERE/kafka/pom.xml"
 }
 kafka_major() { local v; v=$(kafka_version); echo "${v%%.*}"; }
@@ -58,7 +58,7 @@ cache_dir() { echo "$(cache_base)/kafka-$(kafka_version)"; }
 
 cmd_fetch() {
     local v; v=$(kafka_version)
-    [[ $v =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] || die "OUTBOX_RELAY_KAFKA_VERSION: not a version: $v"
+    [[ $v =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] || die "OUTBOX_RELAY_TEST_KAFKA_VERSION: not a version: $v"
     local args=(-Dkafka.version="$v")
     [ "$(kafka_major)" -ge 4 ] && args+=(-Dkafka4)
     maven_fetch "$HERE/kafka/pom.xml" "$(cache_dir)" "Kafka $v" "${args[@]}"

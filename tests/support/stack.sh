@@ -16,7 +16,7 @@
 #   OUTBOX_RELAY_TEST_KAFKA    if set, that (external) broker is used and none is started
 #   OUTBOX_RELAY_TEST_KAFKA_NODES  nodes of the real Kafka: 1 (default) or 3 (replication
 #                              factor 3, min.insync.replicas 2)
-#   OUTBOX_RELAY_KAFKA_VERSION its version (default: tests/support/kafka/pom.xml's)
+#   OUTBOX_RELAY_TEST_KAFKA_VERSION its version (default: tests/support/kafka/pom.xml's)
 #   OUTBOX_RELAY_MOCK_BROKER   path of outbox-relay-mock-broker
 #                              (default: build/tests/outbox-relay-mock-broker of this repo)
 #   PG_BINDIR                  PostgreSQL programs (default /usr/lib/postgresql/15/bin)
