@@ -115,8 +115,11 @@ static void on_error(struct producer *p, rd_kafka_event_t *ev)
         snprintf(p->stats->kafka_denial_error, sizeof p->stats->kafka_denial_error, "%s",
                  rd_kafka_err2name(err));
     }
-    log_warn("kafka error", "error=%s reason=%s", rd_kafka_err2name(rd_kafka_event_error(ev)),
-             log_quote(rd_kafka_event_error_string(ev)));
+    /* A broker restarting is refused on every reconnect until it is back:
+     * one warning per broker and cause, the repeats at debug level. */
+    const char *reason = rd_kafka_event_error_string(ev);
+    log_write(kafka_notice_error(&p->notice, err, reason) ? LOG_LVL_WARN : LOG_LVL_DEBUG,
+              "kafka error", "error=%s reason=%s", rd_kafka_err2name(err), log_quote(reason));
 }
 
 /* librdkafka's statistics JSON, served on the loop thread by producer_poll. */
@@ -137,6 +140,9 @@ static void on_stats(struct producer *p, const char *json)
     cJSON_ArrayForEach(b, brokers) {
         const cJSON *nodeid = cJSON_GetObjectItemCaseSensitive(b, "nodeid");
         const cJSON *state = cJSON_GetObjectItemCaseSensitive(b, "state");
+        const cJSON *bname = cJSON_GetObjectItemCaseSensitive(b, "name");
+        if (cJSON_IsString(state) && !strcmp(state->valuestring, "UP") && cJSON_IsString(bname))
+            kafka_notice_broker_up(&p->notice, bname->valuestring);
         /* Bootstrap entries (nodeid -1) are addresses, not brokers. */
         if (!cJSON_IsNumber(nodeid) || nodeid->valuedouble < 0)
             continue;
@@ -167,13 +173,8 @@ static void on_stats(struct producer *p, const char *json)
 static void on_log(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
 {
     (void)rk;
-    enum log_level l = level <= 3 ? LOG_LVL_ERROR : level <= 5 ? LOG_LVL_WARN
-                     : level == 6 ? LOG_LVL_INFO : LOG_LVL_DEBUG;
-    /* librdkafka warns that a property the relay sets on purpose is
-     * experimental (enable.gapless.guarantee): not the operator's concern. */
-    if (!strcmp(fac, "CONFWARN") && strstr(buf, "enable.gapless.guarantee is experimental"))
-        l = LOG_LVL_DEBUG;
-    log_write(l, "librdkafka", "facility=%s detail=%s", fac, log_quote(buf));
+    log_write(kafka_log_level(level, fac, buf), "librdkafka", "facility=%s detail=%s", fac,
+              log_quote(buf));
 }
 
 static rd_kafka_conf_t *conf_build(const struct relay_config *cfg, bool transactional, char *errbuf,
