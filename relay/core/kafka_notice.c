@@ -23,15 +23,34 @@ enum log_level kafka_log_level(int syslog_level, const char *fac, const char *bu
     return l;
 }
 
-/* "127.0.0.1:9092/1: Connect to ... failed" names its broker before ": ";
- * "3/3 brokers are down" names none. */
+/* "127.0.0.1:9092/1: Connect to ... failed" names its broker before ": ",
+ * "TxnCoordinator: 127.0.0.1:9092: Disconnected" the coordinator's address
+ * after its role; "3/3 brokers are down" names none. */
 static void broker_of(const char *reason, char *out, size_t len)
 {
-    const char *colon = reason ? strstr(reason, ": ") : NULL;
-    const char *slash = reason ? strchr(reason, '/') : NULL;
     out[0] = '\0';
-    if (colon && slash && slash < colon && (size_t)(colon - reason) < len)
+    if (!reason)
+        return;
+    const char *colon = strstr(reason, ": ");
+    const char *slash = strchr(reason, '/');
+    if (colon && strstr(reason, "Coordinator: ") == colon - strlen("Coordinator"))
+        colon = strstr(colon + 2, ": ");
+    else if (!slash || !colon || slash > colon)
+        return;
+    if (colon && (size_t)(colon - reason) < len)
         snprintf(out, len, "%.*s", (int)(colon - reason), reason);
+}
+
+/* Whether remembered key @p key is broker @p name ("host:port/id") or a
+ * coordinator role at its address ("TxnCoordinator: host:port"). */
+static bool same_broker(const char *key, const char *name)
+{
+    if (!strcmp(key, name))
+        return true;
+    const char *slash = strchr(name, '/');
+    size_t hp = slash ? (size_t)(slash - name) : strlen(name);
+    size_t kl = strlen(key);
+    return strstr(key, "Coordinator: ") && kl >= hp && !strncmp(key + kl - hp, name, hp);
 }
 
 bool kafka_notice_error(struct kafka_notice *k, int err, const char *reason)
@@ -56,7 +75,7 @@ void kafka_notice_broker_up(struct kafka_notice *k, const char *name)
 {
     int kept = 0;
     for (int i = 0; i < k->n; i++) {
-        if (!strcmp(k->seen[i].broker, name) || !k->seen[i].broker[0])
+        if (same_broker(k->seen[i].broker, name) || !k->seen[i].broker[0])
             continue;
         k->seen[kept++] = k->seen[i];
     }

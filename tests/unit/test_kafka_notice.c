@@ -58,3 +58,19 @@ Test(kafka_notice, a_full_table_forgets_the_oldest_not_the_newest)
     }
     cr_assert_not(kafka_notice_error(&k, RD_KAFKA_RESP_ERR__TRANSPORT, reason), "the newest is remembered");
 }
+
+Test(kafka_notice, the_coordinator_is_its_broker_address)
+{
+    /* librdkafka's logical coordinator broker names its role and address. */
+    struct kafka_notice k = {0};
+    const char *gone = "TxnCoordinator: 127.0.0.1:9092: Disconnected (after 2985ms in state UP)";
+    const char *refused = "TxnCoordinator: 127.0.0.1:9092: Connect to ipv4#127.0.0.1:9092 failed: "
+                          "Connection refused (after 0ms in state CONNECT)";
+    cr_assert(kafka_notice_error(&k, RD_KAFKA_RESP_ERR__TRANSPORT, gone));
+    cr_assert_not(kafka_notice_error(&k, RD_KAFKA_RESP_ERR__TRANSPORT, refused));
+    /* Another broker up says nothing of this one; its own broker up does. */
+    kafka_notice_broker_up(&k, "127.0.0.1:9093/3");
+    cr_assert_not(kafka_notice_error(&k, RD_KAFKA_RESP_ERR__TRANSPORT, refused));
+    kafka_notice_broker_up(&k, "127.0.0.1:9092/1");
+    cr_assert(kafka_notice_error(&k, RD_KAFKA_RESP_ERR__TRANSPORT, refused));
+}
