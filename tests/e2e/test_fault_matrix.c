@@ -8,14 +8,14 @@
  * committed event is on Kafka and marked, and that the first deliveries of
  * each aggregate are in order (but where the partition count changes), and
  * counts the duplicates. It prints one line, appended to
- * OUTBOX_RELAY_FAULT_RESULTS when set, with the time the relay took to mark
+ * OUTBOX_RELAY_TEST_FAULT_RESULTS when set, with the time the relay took to mark
  * rows again: the end of the longest stretch without a row marked, counted
  * from the fault (or from the brokers' return where it waits for them),
  * sampled every 200 ms.
  *
- * OUTBOX_RELAY_FAULT_ROWS: the backlog (default 3000); OUTBOX_RELAY_FAULT_ONLY:
- * a comma-separated list of rows to run; OUTBOX_RELAY_FAULT_CAPTURE=wal for
- * log-based capture; OUTBOX_RELAY_FAULT_FENCING=none for no fencing. */
+ * OUTBOX_RELAY_TEST_FAULT_ROWS: the backlog (default 3000); OUTBOX_RELAY_TEST_FAULT_ONLY:
+ * a comma-separated list of rows to run; OUTBOX_RELAY_TEST_FAULT_CAPTURE=wal for
+ * log-based capture; OUTBOX_RELAY_TEST_FAULT_FENCING=none for no fencing. */
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
@@ -269,12 +269,12 @@ static int env_int(const char *name, int dflt)
 
 static int backlog(void)
 {
-    return env_int("OUTBOX_RELAY_FAULT_ROWS", 3000);
+    return env_int("OUTBOX_RELAY_TEST_FAULT_ROWS", 3000);
 }
 
 static const char *fencing(void)
 {
-    const char *v = getenv("OUTBOX_RELAY_FAULT_FENCING");
+    const char *v = getenv("OUTBOX_RELAY_TEST_FAULT_FENCING");
     return v && *v ? v : "transactional";
 }
 
@@ -293,19 +293,19 @@ static void fini(void)
  * returns once half the backlog is marked. */
 static void row_begin(const char *name)
 {
-    const char *only = getenv("OUTBOX_RELAY_FAULT_ONLY");
+    const char *only = getenv("OUTBOX_RELAY_TEST_FAULT_ONLY");
     if (only && *only) {
         char list[512];
         snprintf(list, sizeof list, ",%s,", only);
         char me[80];
         snprintf(me, sizeof me, ",%s,", name);
         if (!strstr(list, me))
-            cr_skip_test("not in OUTBOX_RELAY_FAULT_ONLY");
+            cr_skip_test("not in OUTBOX_RELAY_TEST_FAULT_ONLY");
     }
     e2e_setup(&T, name);
     if (!T.env->kafka_dir || node_count() != 3)
         cr_skip_test("needs the stack's own three-node Kafka (OUTBOX_RELAY_TEST_KAFKA_NODES=3)");
-    const char *capture = getenv("OUTBOX_RELAY_FAULT_CAPTURE");
+    const char *capture = getenv("OUTBOX_RELAY_TEST_FAULT_CAPTURE");
     if (capture && !strcmp(capture, "wal"))
         e2e_wal_enable(&T);
     e2e_migrate(&T);
@@ -353,7 +353,7 @@ static void row_end(const char *name, const char *what, double resumed, const ch
              "\tduplicates=%zu\torder=%s\tresumed_s=%.1f\n",
              name, version, T.wal ? "wal" : "poll", fencing(), rows, written, dups, order_note, resumed);
     fputs(line, stderr);
-    const char *out = getenv("OUTBOX_RELAY_FAULT_RESULTS");
+    const char *out = getenv("OUTBOX_RELAY_TEST_FAULT_RESULTS");
     FILE *f = out && *out ? fopen(out, "a") : NULL;
     if (f) {
         fputs(line, f);

@@ -222,6 +222,7 @@ cmd_start() {
             { cat "$dir/node-$node/format.log" >&2; die "formatting node $node failed"; }
     done
     echo "$n" > "$dir/nodes"
+    kafka_version > "$dir/version"
     if [ "$(id -u)" = 0 ]; then
         chmod 0755 "$dir"
         chown -R "$RUN_AS" "$dir"/node-*
