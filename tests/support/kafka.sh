@@ -134,7 +134,16 @@ wait_started() {
             pid_alive "$(cat "$dir/node-$node/pid")" ||
                 { tail -n 30 "$dir/node-$node/kafka.log" >&2; die "node $node exited at start (log: $dir/node-$node/kafka.log)"; }
         done
-        [ -z "$pending" ] && return 0
+        # A node can log STARTED and exit at once (a listener's port taken
+        # meanwhile: "Fatal error during broker startup"): alive a second later.
+        if [ -z "$pending" ]; then
+            sleep 1
+            for node in "$@"; do
+                pid_alive "$(cat "$dir/node-$node/pid")" ||
+                    { tail -n 30 "$dir/node-$node/kafka.log" >&2; die "node $node exited after it started (log: $dir/node-$node/kafka.log)"; }
+            done
+            return 0
+        fi
         [ $SECONDS -lt $deadline ] || die "node(s)$pending did not start within ${START_TIMEOUT}s (logs in $dir)"
         sleep 0.2
     done
