@@ -242,7 +242,8 @@ static long long marked_now(void)
 }
 
 /* Seconds from @p from_ms to the end of the longest stretch without a new
- * mark that ends after it (a stretch that began before counts from it). */
+ * mark after it (a stretch that began before counts from it; one not over
+ * yet ends at the last sample). */
 static double resumed_after(int64_t from_ms)
 {
     int n = atomic_load(&n_samples);
@@ -258,6 +259,13 @@ static double resumed_after(int64_t from_ms)
             }
         }
         last_change = sample_ms[i];
+    }
+    /* A stretch still going on at the last sample: the relay has not marked
+     * rows again yet, and the longest stretch may be this one. */
+    if (n > 0) {
+        int64_t begin = last_change > from_ms ? last_change : from_ms;
+        if (sample_ms[n - 1] - begin > best_len)
+            best_end = sample_ms[n - 1];
     }
     return (double)(best_end - from_ms) / 1000.0;
 }
