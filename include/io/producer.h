@@ -19,6 +19,7 @@
 #include "config/config.h"
 #include "base/strbuf.h"
 #include "core/event.h"
+#include "core/kafka_notice.h"
 #include "core/kafka_rules.h"
 #include "base/stats.h"
 
@@ -64,6 +65,7 @@ struct producer {
     const struct relay_config *cfg; /* the live configuration (relay.ack_timeout_ms) */
     int64_t in_flight;         /* produced, no delivery report yet */
     bool ack_stalled;          /* the stall was logged; its end will be */
+    struct kafka_notice notice; /* broker failures already logged */
     bool started;
     enum producer_txn_state txn;
     unsigned txn_gen;          /* counts transactions begun on this instance */

@@ -43,6 +43,23 @@ static const struct kafka_setting producer_defaults[] = {
      * With this, librdkafka raises a fatal error instead of sending on; the
      * relay replaces the producer and produces the failed rows alone first. */
     { "enable.gapless.guarantee", "true", DEFAULT },
+    /* A broker that keeps its connections open and answers nothing (hung,
+     * stopped, cut off without a reset) holds every request sent to it this
+     * long, and with relay.fencing=transactional that one request holds the
+     * batch's transaction, so every partition. Kafka fences a silent broker
+     * after broker.session.timeout.ms (9 s by default) and moves its
+     * leadership: cut at 10 s (librdkafka: 60 s), the request is retried on
+     * the new leader, with the same sequence numbers (no duplicate). */
+    { "socket.timeout.ms", "10000", DEFAULT },
+    /* How long a leader waits for its in-sync replicas (acks=all) before it
+     * answers REQUEST_TIMED_OUT, which is retried: below socket.timeout.ms,
+     * so a leader waiting for a fenced follower answers before the relay
+     * gives up on the connection (librdkafka: 30 s). */
+    { "request.timeout.ms", "8000", DEFAULT },
+    /* A broker that went away is tried again at most 1 s apart (librdkafka:
+     * 10 s): a broker restarting, or the new coordinator or leader on a
+     * broker the relay had lost, is back in use within a second of being up. */
+    { "reconnect.backoff.max.ms", "1000", DEFAULT },
     { "client.id", "outbox-relay", DEFAULT },
     /* Broker states and queue depth for readiness and metrics. */
     { "statistics.interval.ms", "1000", DEFAULT },

@@ -116,13 +116,17 @@ static void on_error(struct producer *p, rd_kafka_event_t *ev)
         snprintf(p->stats->kafka_denial_error, sizeof p->stats->kafka_denial_error, "%s",
                  rd_kafka_err2name(err));
     }
+    /* A broker restarting is refused on every reconnect until it is back:
+     * one warning per broker and cause, the repeats at debug level. */
     const char *reason = rd_kafka_event_error_string(ev);
     const char *hint = kafka_tls_hint(reason);
+    int level = kafka_notice_error(&p->notice, err, reason) ? LOG_LVL_WARN : LOG_LVL_DEBUG;
     if (hint)
-        log_warn("kafka error", "error=%s reason=%s check=%s", rd_kafka_err2name(err),
-                 log_quote(reason), log_quote(hint));
+        log_write(level, "kafka error", "error=%s reason=%s check=%s", rd_kafka_err2name(err),
+                  log_quote(reason), log_quote(hint));
     else
-        log_warn("kafka error", "error=%s reason=%s", rd_kafka_err2name(err), log_quote(reason));
+        log_write(level, "kafka error", "error=%s reason=%s", rd_kafka_err2name(err),
+                  log_quote(reason));
 }
 
 /* librdkafka's statistics JSON, served on the loop thread by producer_poll. */
@@ -143,6 +147,9 @@ static void on_stats(struct producer *p, const char *json)
     cJSON_ArrayForEach(b, brokers) {
         const cJSON *nodeid = cJSON_GetObjectItemCaseSensitive(b, "nodeid");
         const cJSON *state = cJSON_GetObjectItemCaseSensitive(b, "state");
+        const cJSON *bname = cJSON_GetObjectItemCaseSensitive(b, "name");
+        if (cJSON_IsString(state) && !strcmp(state->valuestring, "UP") && cJSON_IsString(bname))
+            kafka_notice_broker_up(&p->notice, bname->valuestring);
         /* Bootstrap entries (nodeid -1) are addresses, not brokers. */
         if (!cJSON_IsNumber(nodeid) || nodeid->valuedouble < 0)
             continue;
@@ -173,13 +180,8 @@ static void on_stats(struct producer *p, const char *json)
 static void on_log(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
 {
     (void)rk;
-    enum log_level l = level <= 3 ? LOG_LVL_ERROR : level <= 5 ? LOG_LVL_WARN
-                     : level == 6 ? LOG_LVL_INFO : LOG_LVL_DEBUG;
-    /* librdkafka warns that a property the relay sets on purpose is
-     * experimental (enable.gapless.guarantee): not the operator's concern. */
-    if (!strcmp(fac, "CONFWARN") && strstr(buf, "enable.gapless.guarantee is experimental"))
-        l = LOG_LVL_DEBUG;
-    log_write(l, "librdkafka", "facility=%s detail=%s", fac, log_quote(buf));
+    log_write(kafka_log_level(level, fac, buf), "librdkafka", "facility=%s detail=%s", fac,
+              log_quote(buf));
 }
 
 static rd_kafka_conf_t *conf_build(const struct relay_config *cfg, bool transactional, char *errbuf,

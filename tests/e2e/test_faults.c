@@ -248,6 +248,38 @@ Test(e2e, kafka_outage_longer_than_message_timeout, .fini = fini, .timeout = 200
     cr_assert_eq(e2e_relay_stop(relay, 30000), 0, "relay did not exit 0 on SIGTERM");
 }
 
+/* Lines of the relay's log at warn or error level that name broker @p id
+ * (librdkafka's "host:port/ID: " prefix), and all lines at error level. */
+static void broker_lines(const struct e2e_relay *r, int id, int *named, int *errors)
+{
+    char *log = e2e_relay_log(r), prefix[16];
+    snprintf(prefix, sizeof prefix, "/%d: ", id);
+    *named = *errors = 0;
+    for (char *line = strtok(log, "\n"); line; line = strtok(NULL, "\n")) {
+        bool loud = strstr(line, " level=warn ") || strstr(line, " level=error ");
+        if (loud && strstr(line, prefix))
+            (*named)++;
+        if (strstr(line, " level=error "))
+            (*errors)++;
+    }
+    free(log);
+}
+
+/* A broker that is down refuses every reconnect until it is back: an
+ * expected event of a replicated cluster, logged as one warning, not as an
+ * error and not again at each reconnect (nor twice, by librdkafka's log
+ * callback and the error event of the same text). */
+static void assert_broker_down_logged_once(const struct e2e_relay *r, int id)
+{
+    int named, errors;
+    broker_lines(r, id, &named, &errors);
+    fprintf(stderr, "e2e: broker %d down: %d warning(s) naming it, %d error line(s)\n", id, named, errors);
+    cr_assert_eq(errors, 0, "%d line(s) at level=error while one broker was down (log %s)", errors,
+                 r->log_path);
+    cr_assert_eq(named, 1, "broker %d down: %d warnings naming it, expected one (log %s)", id, named,
+                 r->log_path);
+}
+
 /* One broker of three down for longer than message.timeout.ms: the messages
  * for the partitions it leads time out. Still an outage, not the rows' fault:
  * no attempt may be counted, no row dead-lettered (max_attempts=3 makes that
@@ -285,6 +317,7 @@ static void one_broker_down(const char *fencing, bool others_flow)
     cr_assert(e2e_mock_command(&T, "up 2"));
     e2e_wait_all_sent(&T, 60000);
     verify_at_least_once("one broker down");
+    assert_broker_down_logged_once(relay, 2);
     cr_assert_eq(e2e_relay_stop(relay, 30000), 0, "relay did not exit 0 on SIGTERM");
 }
 

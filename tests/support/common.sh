@@ -41,11 +41,12 @@ cache_base() {
     fi
 }
 
-# maven_fetch POM DIR WHAT: the runtime dependencies of POM copied into
-# DIR/libs by Maven, once (DIR/complete marks it); prints DIR/libs. Needs the
-# caller's die and note.
+# maven_fetch POM DIR WHAT [MVN ARG...]: the runtime dependencies of POM copied
+# into DIR/libs by Maven, once (DIR/complete marks it); prints DIR/libs. Needs
+# the caller's die and note.
 maven_fetch() {
     local pom=$1 dir=$2 what=$3 tmp lock
+    shift 3
     if [ -f "$dir/complete" ]; then echo "$dir/libs"; return 0; fi
     # Stacks start at the same time: one fetches, the others wait for it.
     mkdir -p "$(dirname "$dir")"
@@ -57,7 +58,7 @@ maven_fetch() {
     note "fetching $what with Maven into $dir"
     mkdir -p "$dir"
     tmp=$(mktemp -d "$dir/fetch.XXXXXX")
-    if ! mvn -B -q -f "$pom" dependency:copy-dependencies \
+    if ! mvn -B -q -f "$pom" "$@" dependency:copy-dependencies \
             -DincludeScope=runtime -DoutputDirectory="$tmp/libs" >"$tmp/mvn.log" 2>&1; then
         tail -n 30 "$tmp/mvn.log" >&2
         rm -rf "$tmp"

@@ -13,7 +13,9 @@
 #   kafka.sh resume DIR NODE        SIGCONT
 #   kafka.sh status DIR             exit 0 if every node runs
 #
-# The version is pinned in tests/support/kafka/pom.xml. The jars come from Maven
+# The version is pinned in tests/support/kafka/pom.xml; OUTBOX_RELAY_TEST_KAFKA_VERSION
+# picks another (4.x: the pom's profile kafka4 adds the tools jar, where 4.0 moved
+# AclCommand). The jars of each version come from Maven
 # Central through `mvn dependency:copy-dependencies` into the cache directory
 # (OUTBOX_RELAY_KAFKA_CACHE; default /var/cache/outbox-relay-tests as root, else
 # ~/.cache/outbox-relay), once. As root the nodes run as `nobody`.
@@ -54,11 +56,24 @@ die() { echo "kafka.sh: error: $*" >&2; exit 1; }
 note() { echo "kafka.sh: $*" >&2; }
 usage() { sed -n '2,24p' "$SELF" | sed 's/^# \{0,1\}//' >&2; exit 64; }
 
-kafka_version() { sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' "$HERE/kafka/pom.xml"; }
+kafka_version() {
+    [ -n "${OUTBOX_RELAY_TEST_KAFKA_VERSION:-}" ] && { echo "$OUTBOX_RELAY_TEST_KAFKA_VERSION"; return; }
+    sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' "$HERE/kafka/pom.xml"
+}
+kafka_major() { local v; v=$(kafka_version); echo "${v%%.*}"; }
 
 cache_dir() { echo "$(cache_base)/kafka-$(kafka_version)"; }
 
-cmd_fetch() { maven_fetch "$HERE/kafka/pom.xml" "$(cache_dir)" "Kafka $(kafka_version)"; }
+cmd_fetch() {
+    local v; v=$(kafka_version)
+    [[ $v =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] || die "OUTBOX_RELAY_TEST_KAFKA_VERSION: not a version: $v"
+    local args=(-Dkafka.version="$v")
+    [ "$(kafka_major)" -ge 4 ] && args+=(-Dkafka4)
+    maven_fetch "$HERE/kafka/pom.xml" "$(cache_dir)" "Kafka $v" "${args[@]}"
+}
+
+# AclCommand left the core jar for the tools jar in 4.0.
+acl_class() { if [ "$(kafka_major)" -ge 4 ]; then echo org.apache.kafka.tools.AclCommand; else echo kafka.admin.AclCommand; fi; }
 
 # The JVM's command line for jars $1 and cluster $2, into the array JAVA (the
 # class path stays one word). The logging config is the cluster's copy: the
@@ -131,7 +146,16 @@ wait_started() {
             pid_alive "$(cat "$dir/node-$node/pid")" ||
                 { tail -n 30 "$dir/node-$node/kafka.log" >&2; die "node $node exited at start (log: $dir/node-$node/kafka.log)"; }
         done
-        [ -z "$pending" ] && return 0
+        # A node can log STARTED and exit at once (a listener's port taken
+        # meanwhile: "Fatal error during broker startup"): alive a second later.
+        if [ -z "$pending" ]; then
+            sleep 1
+            for node in "$@"; do
+                pid_alive "$(cat "$dir/node-$node/pid")" ||
+                    { tail -n 30 "$dir/node-$node/kafka.log" >&2; die "node $node exited after it started (log: $dir/node-$node/kafka.log)"; }
+            done
+            return 0
+        fi
         [ $SECONDS -lt $deadline ] || die "node(s)$pending did not start within ${START_TIMEOUT}s (logs in $dir)"
         sleep 0.2
     done
@@ -200,10 +224,10 @@ make_tls() {
 # start, the most of this function's cost: `notopic` shares the second.
 add_acls() {
     local dir=$1 libs=$2
-    java -cp "$libs/*" -Dlog4j.configuration="file:$dir/log4j.properties" kafka.admin.AclCommand \
+    java -cp "$libs/*" -Dlog4j.configuration="file:$dir/log4j.properties" "$(acl_class)" \
         --bootstrap-server "127.0.0.1:$(cat "$dir/node-1/port")" --add --allow-principal User:relay \
         --operation All --topic '*' --transactional-id '*' >"$dir/acls.log" 2>&1 &&
-    java -cp "$libs/*" -Dlog4j.configuration="file:$dir/log4j.properties" kafka.admin.AclCommand \
+    java -cp "$libs/*" -Dlog4j.configuration="file:$dir/log4j.properties" "$(acl_class)" \
         --bootstrap-server "127.0.0.1:$(cat "$dir/node-1/port")" --add --allow-principal User:relay \
         --allow-principal User:notopic --operation IdempotentWrite --cluster >>"$dir/acls.log" 2>&1 ||
         { cat "$dir/acls.log" >&2; die "adding the ACLs failed"; }
@@ -239,6 +263,7 @@ cmd_start() {
             { cat "$dir/node-$node/format.log" >&2; die "formatting node $node failed"; }
     done
     echo "$n" > "$dir/nodes"
+    kafka_version > "$dir/version"
     if [ "$(id -u)" = 0 ]; then
         chmod 0755 "$dir"
         chown -R "$RUN_AS" "$dir"/node-*

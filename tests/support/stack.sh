@@ -14,6 +14,9 @@
 #   OUTBOX_RELAY_TEST_BROKERS  which brokers to start: `mock` (default), `kafka` (a real
 #                              one-node Apache Kafka, tests/support/kafka.sh) or `mock kafka`
 #   OUTBOX_RELAY_TEST_KAFKA    if set, that (external) broker is used and none is started
+#   OUTBOX_RELAY_TEST_KAFKA_NODES  nodes of the real Kafka: 1 (default) or 3 (replication
+#                              factor 3, min.insync.replicas 2)
+#   OUTBOX_RELAY_TEST_KAFKA_VERSION its version (default: tests/support/kafka/pom.xml's)
 #   OUTBOX_RELAY_MOCK_BROKER   path of outbox-relay-mock-broker
 #                              (default: build/tests/outbox-relay-mock-broker of this repo)
 #   PG_BINDIR                  PostgreSQL programs (default /usr/lib/postgresql/15/bin)
@@ -42,7 +45,7 @@ die() { echo "stack.sh: error: $*" >&2; exit 1; }
 note() { echo "stack.sh: $*" >&2; }
 
 usage() {
-    sed -n '2,22p' "$SELF" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,25p' "$SELF" | sed 's/^# \{0,1\}//' >&2
     exit 64
 }
 
@@ -234,7 +237,10 @@ cmd_start() {
                     control="$dir/mock.ctl" ;;
                 kafka)
                     kafka_dir="$dir/kafka"
-                    real=$("$(dirname "$SELF")/kafka.sh" start "$kafka_dir" 1 | tail -n 1) ||
+                    case ${OUTBOX_RELAY_TEST_KAFKA_NODES:-1} in 1|3) ;;
+                        *) die "OUTBOX_RELAY_TEST_KAFKA_NODES: 1 or 3" ;; esac
+                    real=$("$(dirname "$SELF")/kafka.sh" start "$kafka_dir" \
+                           "${OUTBOX_RELAY_TEST_KAFKA_NODES:-1}" | tail -n 1) ||
                         die "the Kafka broker did not start (logs in $kafka_dir)" ;;
                 *) die "OUTBOX_RELAY_TEST_BROKERS: unknown broker '$b' (mock, kafka)" ;;
             esac

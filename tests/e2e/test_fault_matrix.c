@@ -1,0 +1,501 @@
+/* test_fault_matrix.c — the relay on a three-broker Kafka cluster (replication
+ * factor 3, min.insync.replicas 2) through the faults such a cluster has in
+ * production, one row each, under load: a backlog being drained while four
+ * writers commit one event per transaction. Run by tests/fault-matrix
+ * (docs/guarantees.md), outside CI's time budget: suite fault-matrix only.
+ *
+ * Each row checks at the end, with a read_committed consumer, that every
+ * committed event is on Kafka and marked, and that the first deliveries of
+ * each aggregate are in order (but where the partition count changes), and
+ * counts the duplicates. It prints one line, appended to
+ * OUTBOX_RELAY_TEST_FAULT_RESULTS when set, with the time the relay took to mark
+ * rows again: the end of the longest stretch without a row marked, counted
+ * from the fault (or from the brokers' return where it waits for them),
+ * sampled every 200 ms.
+ *
+ * OUTBOX_RELAY_TEST_FAULT_ROWS: the backlog (default 3000); OUTBOX_RELAY_TEST_FAULT_ONLY:
+ * a comma-separated list of rows to run; OUTBOX_RELAY_TEST_FAULT_CAPTURE=wal for
+ * log-based capture; OUTBOX_RELAY_TEST_FAULT_FENCING=none for no fencing. */
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <criterion/criterion.h>
+
+#include "testlib.h"
+
+#define WRITERS 4
+#define WRITER_RATE 25          /* events/s per writer */
+#define AGGREGATES 40           /* of the backlog */
+#define SAMPLE_MS 200
+#define MAX_SAMPLES 6000        /* 20 minutes */
+
+static struct e2e_ctx T;
+static struct e2e_relay *R;
+
+/* ---- the cluster --------------------------------------------------------- */
+
+static int node_count(void)
+{
+    char path[700];
+    snprintf(path, sizeof path, "%s/nodes", T.env->kafka_dir);
+    FILE *f = fopen(path, "r");
+    int n = 0;
+    if (f) {
+        if (fscanf(f, "%d", &n) != 1)
+            n = 0;
+        fclose(f);
+    }
+    return n;
+}
+
+static void kafka_version(char *out, size_t len)
+{
+    char path[700];
+    snprintf(path, sizeof path, "%s/version", T.env->kafka_dir);
+    FILE *f = fopen(path, "r");
+    snprintf(out, len, "?");
+    if (f) {
+        if (fscanf(f, "%31s", out) != 1)
+            snprintf(out, len, "?");
+        fclose(f);
+    }
+}
+
+static pid_t node_pid(int node)
+{
+    char path[700];
+    snprintf(path, sizeof path, "%s/node-%d/pid", T.env->kafka_dir, node);
+    FILE *f = fopen(path, "r");
+    int pid = 0;
+    if (f) {
+        if (fscanf(f, "%d", &pid) != 1)
+            pid = 0;
+        fclose(f);
+    }
+    return (pid_t)pid;
+}
+
+static bool node_alive(int node)
+{
+    pid_t pid = node_pid(node);
+    return pid > 0 && kill(pid, 0) == 0;
+}
+
+/* As an upgrade stops a broker: SIGTERM, a controlled shutdown. */
+static void node_stop(int node)
+{
+    pid_t pid = node_pid(node);
+    cr_assert(pid > 0 && kill(pid, SIGTERM) == 0, "node %d: no process to stop", node);
+    for (int i = 0; i < 600 && kill(pid, 0) == 0; i++)
+        e2e_sleep_ms(100);
+    cr_assert(kill(pid, 0) != 0, "node %d still runs 60 s after SIGTERM", node);
+}
+
+/* The active KRaft controller: the leader of the highest epoch any node's
+ * quorum-state file records (clients' metadata names no controller in KRaft). */
+static int active_controller(void)
+{
+    int best = -1, best_epoch = -1;
+    for (int node = 1; node <= 3; node++) {
+        char path[700], buf[512];
+        snprintf(path, sizeof path, "%s/node-%d/data/__cluster_metadata-0/quorum-state", T.env->kafka_dir,
+                 node);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue;
+        size_t n = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[n] = '\0';
+        const char *l = strstr(buf, "\"leaderId\":"), *e = strstr(buf, "\"leaderEpoch\":");
+        if (!l || !e)
+            continue;
+        int leader = atoi(l + 11), epoch = atoi(e + 14);
+        if (epoch > best_epoch && leader >= 1) {
+            best = leader;
+            best_epoch = epoch;
+        }
+    }
+    return best;
+}
+
+/* The broker coordinating the relay's transactional.id: the leader of the
+ * __transaction_state partition Kafka hashes the id to (Java's
+ * String.hashCode, made non-negative, modulo the 4 partitions kafka.sh sets). */
+static int transaction_coordinator(void)
+{
+    char id[160];
+    snprintf(id, sizeof id, "outbox-relay.public.%s", T.table);
+    int32_t h = 0;
+    for (const char *c = id; *c; c++)
+        h = (int32_t)((uint32_t)h * 31u + (uint32_t)(unsigned char)*c);
+    int32_t a = h == INT32_MIN ? 0 : (h < 0 ? -h : h);
+    return e2e_partition_leader(T.kafka, "__transaction_state", a % 4);
+}
+
+static int topic_leader(int partition)
+{
+    char topic[128];
+    snprintf(topic, sizeof topic, "%s.order", T.table);
+    return e2e_partition_leader(T.kafka, topic, partition);
+}
+
+static void *restart_main(void *arg)
+{
+    char dir[700], node[8];
+    snprintf(dir, sizeof dir, "%s", T.env->kafka_dir);
+    snprintf(node, sizeof node, "%d", (int)(intptr_t)arg);
+    const char *argv[] = {T.env->kafka_sh, "restart", dir, node, NULL};
+    char *out = NULL, *err = NULL;
+    int rc = e2e_run_cmd(argv, 180000, &out, &err);
+    if (rc != 0)
+        fprintf(stderr, "fault-matrix: kafka.sh restart %s: exit %d\n%s", node, rc, err ? err : "");
+    free(out);
+    free(err);
+    return NULL;
+}
+
+/* Every node that is down started again, at the same time: a node waits for
+ * a controller quorum (two of three) before it is up. Stopped ones resumed. */
+static void restart_dead_nodes(void)
+{
+    pthread_t th[3];
+    bool started[3] = {false};
+    for (int node = 1; node <= 3; node++) {
+        if (node_pid(node) > 0)
+            kill(node_pid(node), SIGCONT);
+        if (!node_alive(node))
+            started[node - 1] = pthread_create(&th[node - 1], NULL, restart_main, (void *)(intptr_t)node) == 0;
+    }
+    for (int i = 0; i < 3; i++)
+        if (started[i])
+            pthread_join(th[i], NULL);
+    for (int node = 1; node <= 3; node++)
+        cr_assert(node_alive(node), "node %d did not start again", node);
+}
+
+/* ---- load: writers, and the marks sampled ------------------------------- */
+
+struct writer {
+    pthread_t th;
+    int id;
+    atomic_long committed;
+};
+
+static struct writer W[WRITERS];
+static atomic_bool stop_writers, stop_sampler;
+static pthread_t sampler_th;
+static int64_t sample_ms[MAX_SAMPLES];
+static long long sample_sent[MAX_SAMPLES];
+static atomic_int n_samples;
+
+static void *writer_main(void *arg)
+{
+    struct writer *w = arg;
+    char sql[512];
+    PGconn *c = e2e_pg_connect();
+    int64_t start = e2e_now_ms();
+    for (long seq = 1; !atomic_load(&stop_writers); seq++) {
+        snprintf(sql, sizeof sql, "SELECT %s('order', 'w%d', 'created', jsonb_build_object('i', %ld))",
+                 T.qenqueue, w->id, seq);
+        PGresult *res = PQexec(c, sql);
+        if (PQresultStatus(res) == PGRES_TUPLES_OK)
+            atomic_fetch_add(&w->committed, 1);
+        PQclear(res);
+        int64_t due = start + seq * 1000 / WRITER_RATE - e2e_now_ms();
+        if (due > 0)
+            e2e_sleep_ms((int)due);
+    }
+    PQfinish(c);
+    return NULL;
+}
+
+static void *sampler_main(void *arg)
+{
+    (void)arg;
+    PGconn *c = e2e_pg_connect();
+    char sql[256];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM %s WHERE sent_at IS NOT NULL", T.qtable);
+    while (!atomic_load(&stop_sampler)) {
+        PGresult *res = PQexec(c, sql);
+        int i = atomic_load(&n_samples);
+        if (PQresultStatus(res) == PGRES_TUPLES_OK && i < MAX_SAMPLES) {
+            sample_ms[i] = e2e_now_ms();
+            sample_sent[i] = atoll(PQgetvalue(res, 0, 0));
+            atomic_store(&n_samples, i + 1);
+        }
+        PQclear(res);
+        e2e_sleep_ms(SAMPLE_MS);
+    }
+    PQfinish(c);
+    return NULL;
+}
+
+static long long marked_now(void)
+{
+    return e2e_query_int(T.conn, "SELECT count(*) FROM %s WHERE sent_at IS NOT NULL", T.qtable);
+}
+
+/* Seconds from @p from_ms to the end of the longest stretch without a new
+ * mark after it (a stretch that began before counts from it; one not over
+ * yet ends at the last sample). */
+static double resumed_after(int64_t from_ms)
+{
+    int n = atomic_load(&n_samples);
+    int64_t last_change = n > 0 ? sample_ms[0] : from_ms, best_end = from_ms, best_len = -1;
+    for (int i = 1; i < n; i++) {
+        if (sample_sent[i] == sample_sent[i - 1])
+            continue;
+        if (sample_ms[i] >= from_ms) {
+            int64_t begin = last_change > from_ms ? last_change : from_ms;
+            if (sample_ms[i] - begin > best_len) {
+                best_len = sample_ms[i] - begin;
+                best_end = sample_ms[i];
+            }
+        }
+        last_change = sample_ms[i];
+    }
+    /* A stretch still going on at the last sample: the relay has not marked
+     * rows again yet, and the longest stretch may be this one. */
+    if (n > 0) {
+        int64_t begin = last_change > from_ms ? last_change : from_ms;
+        if (sample_ms[n - 1] - begin > best_len)
+            best_end = sample_ms[n - 1];
+    }
+    return (double)(best_end - from_ms) / 1000.0;
+}
+
+static int env_int(const char *name, int dflt)
+{
+    const char *v = getenv(name);
+    return v && *v ? atoi(v) : dflt;
+}
+
+static int backlog(void)
+{
+    return env_int("OUTBOX_RELAY_TEST_FAULT_ROWS", 3000);
+}
+
+static const char *fencing(void)
+{
+    const char *v = getenv("OUTBOX_RELAY_TEST_FAULT_FENCING");
+    return v && *v ? v : "transactional";
+}
+
+/* ---- one row -------------------------------------------------------------- */
+
+static void fini(void)
+{
+    atomic_store(&stop_writers, true);
+    atomic_store(&stop_sampler, true);
+    if (T.env && T.env->kafka_dir)
+        restart_dead_nodes();
+    e2e_teardown(&T);
+}
+
+/* The table, the backlog, the relay draining it and the writers writing;
+ * returns once half the backlog is marked. */
+static void row_begin(const char *name)
+{
+    const char *only = getenv("OUTBOX_RELAY_TEST_FAULT_ONLY");
+    if (only && *only) {
+        char list[512];
+        snprintf(list, sizeof list, ",%s,", only);
+        char me[80];
+        snprintf(me, sizeof me, ",%s,", name);
+        if (!strstr(list, me))
+            cr_skip_test("not in OUTBOX_RELAY_TEST_FAULT_ONLY");
+    }
+    e2e_setup(&T, name);
+    if (!T.env->kafka_dir || node_count() != 3)
+        cr_skip_test("needs the stack's own three-node Kafka (OUTBOX_RELAY_TEST_KAFKA_NODES=3)");
+    /* A node lost outside the rows (its start failed) would make every row
+     * a two-node one. */
+    restart_dead_nodes();
+    const char *capture = getenv("OUTBOX_RELAY_TEST_FAULT_CAPTURE");
+    if (capture && !strcmp(capture, "wal"))
+        e2e_wal_enable(&T);
+    e2e_migrate(&T);
+    e2e_enqueue_series(&T, "order", "a", AGGREGATES, "changed", 1, backlog(), 0);
+    char fence[64];
+    snprintf(fence, sizeof fence, "relay.fencing=%s", fencing());
+    const char *extra[] = {fence, NULL};
+    R = e2e_relay_start(&T, extra);
+    atomic_store(&n_samples, 0);
+    atomic_store(&stop_sampler, false);
+    atomic_store(&stop_writers, false);
+    cr_assert_eq(pthread_create(&sampler_th, NULL, sampler_main, NULL), 0);
+    for (int i = 0; i < WRITERS; i++) {
+        W[i].id = i;
+        atomic_store(&W[i].committed, 0);
+        cr_assert_eq(pthread_create(&W[i].th, NULL, writer_main, &W[i]), 0);
+    }
+    cr_assert(e2e_wait_sql(&T, 180000, "SELECT count(*) >= %d FROM %s WHERE sent_at IS NOT NULL",
+                           backlog() / 2, T.qtable),
+              "half the backlog not marked within 180 s (log %s)", R->log_path);
+}
+
+/* Writers stopped, the brokers all up again, every row marked; then the check
+ * and the result line. @p resumed: seconds until the relay marked rows again. */
+static void row_end(const char *name, const char *what, double resumed, const char *order_note)
+{
+    e2e_sleep_ms(5000); /* load after the recovery too */
+    atomic_store(&stop_writers, true);
+    long written = 0;
+    for (int i = 0; i < WRITERS; i++) {
+        pthread_join(W[i].th, NULL);
+        written += atomic_load(&W[i].committed);
+    }
+    restart_dead_nodes();
+    e2e_wait_all_sent(&T, 300000);
+    atomic_store(&stop_sampler, true);
+    pthread_join(sampler_th, NULL);
+    size_t dups = e2e_check_delivered(&T, what, true, false, 0);
+    long long rows = e2e_query_int(T.conn, "SELECT count(*) FROM %s", T.qtable);
+    char version[32];
+    kafka_version(version, sizeof version);
+    char line[512];
+    snprintf(line, sizeof line,
+             "fault-matrix\t%s\tkafka=%s\tcapture=%s\tfencing=%s\trows=%lld\twritten=%ld\tlost=0"
+             "\tduplicates=%zu\torder=%s\tresumed_s=%.1f\n",
+             name, version, T.wal ? "wal" : "poll", fencing(), rows, written, dups, order_note, resumed);
+    fputs(line, stderr);
+    const char *out = getenv("OUTBOX_RELAY_TEST_FAULT_RESULTS");
+    FILE *f = out && *out ? fopen(out, "a") : NULL;
+    if (f) {
+        fputs(line, f);
+        fclose(f);
+    }
+    if (R && R->pid)
+        cr_assert_eq(e2e_relay_stop(R, 30000), 0, "the relay did not exit 0 on SIGTERM");
+}
+
+/* @p node killed -9 and left dead for @p dead_s seconds: the relay must go on
+ * with the two others. */
+static void kill_and_wait(const char *name, const char *what, int node, int dead_s)
+{
+    cr_assert(node >= 1 && node <= 3, "%s: no such node (%d)", name, node);
+    fprintf(stderr, "fault-matrix: %s: killing node %d\n", name, node);
+    int64_t at = e2e_now_ms();
+    e2e_kafka_node(&T, "kill", node);
+    e2e_sleep_ms(dead_s * 1000);
+    double resumed = resumed_after(at);
+    cr_assert(resumed < dead_s - 1, "%s: nothing marked for %.1f s with node %d dead (log %s)", name,
+              resumed, node, R->log_path);
+    row_end(name, what, resumed, "kept");
+}
+
+Test(fault_matrix, partition_leader_killed, .fini = fini, .timeout = 900)
+{
+    row_begin("leader");
+    kill_and_wait("leader", "partition leader killed -9", topic_leader(0), 30);
+}
+
+Test(fault_matrix, transaction_coordinator_killed, .fini = fini, .timeout = 900)
+{
+    row_begin("coordinator");
+    kill_and_wait("coordinator", "transaction coordinator killed -9", transaction_coordinator(), 30);
+}
+
+Test(fault_matrix, active_controller_killed, .fini = fini, .timeout = 900)
+{
+    row_begin("controller");
+    kill_and_wait("controller", "active controller killed -9", active_controller(), 30);
+}
+
+Test(fault_matrix, broker_stopped_30s, .fini = fini, .timeout = 900)
+{
+    row_begin("hung");
+    int node = topic_leader(0);
+    cr_assert(node >= 1 && node <= 3, "no leader of partition 0");
+    fprintf(stderr, "fault-matrix: hung: SIGSTOP to node %d for 30 s\n", node);
+    int64_t at = e2e_now_ms();
+    e2e_kafka_node(&T, "pause", node);
+    e2e_sleep_ms(30000);
+    double resumed = resumed_after(at);
+    e2e_kafka_node(&T, "resume", node);
+    cr_assert(resumed < 29, "hung: nothing marked for %.1f s with node %d stopped (log %s)", resumed, node,
+              R->log_path);
+    row_end("hung", "broker stopped (SIGSTOP) 30 s", resumed, "kept");
+}
+
+/* Kills @p n nodes (the last ones), holds @p hold_s: nothing may be marked and
+ * /readyz must fail; then starts them again. @return seconds from their
+ * return to marks again. */
+static double nodes_down(int n, int hold_s, const char *name)
+{
+    for (int node = 3; node > 3 - n; node--)
+        e2e_kafka_node(&T, "kill", node);
+    e2e_sleep_ms(5000); /* what was acknowledged before is marked */
+    long long before = marked_now();
+    e2e_sleep_ms((hold_s - 5) * 1000);
+    long long after = marked_now();
+    char *body = NULL;
+    int status = e2e_relay_http_get(R, "/readyz?verbose", &body);
+    cr_assert_eq(after, before, "%s: %lld rows marked while %d of 3 brokers were down", name, after - before,
+                 n);
+    cr_assert_eq(status, 503, "%s: /readyz answered %d with %d of 3 brokers down:\n%s", name, status, n,
+                 body ? body : "");
+    free(body);
+    cr_assert(e2e_relay_alive(R), "%s: the relay exited (log %s)", name, R->log_path);
+    int64_t back = e2e_now_ms();
+    if (n == 3) {
+        restart_dead_nodes();
+    } else {
+        e2e_kafka_node(&T, "restart", 3 - n + 1);
+    }
+    e2e_sleep_ms(20000);
+    return resumed_after(back);
+}
+
+Test(fault_matrix, two_of_three_down, .fini = fini, .timeout = 900)
+{
+    row_begin("twodown");
+    double resumed = nodes_down(2, 20, "twodown");
+    row_end("twodown", "two of three brokers down 20 s, one back", resumed, "kept");
+}
+
+Test(fault_matrix, all_down_60s, .fini = fini, .timeout = 900)
+{
+    row_begin("alldown");
+    double resumed = nodes_down(3, 60, "alldown");
+    row_end("alldown", "all brokers down 60 s", resumed, "kept");
+}
+
+Test(fault_matrix, rolling_restart, .fini = fini, .timeout = 900)
+{
+    row_begin("rolling");
+    int64_t at = e2e_now_ms();
+    for (int node = 1; node <= 3; node++) {
+        fprintf(stderr, "fault-matrix: rolling: stopping node %d\n", node);
+        node_stop(node);
+        e2e_sleep_ms(3000);
+        e2e_kafka_node(&T, "restart", node);
+        e2e_sleep_ms(10000); /* back in the ISRs before the next */
+    }
+    row_end("rolling", "rolling restart (SIGTERM, start) of the three brokers", resumed_after(at), "kept");
+}
+
+Test(fault_matrix, relay_and_coordinator_killed, .fini = fini, .timeout = 900)
+{
+    row_begin("relaycoord");
+    int node = transaction_coordinator();
+    cr_assert(node >= 1 && node <= 3, "no transaction coordinator known");
+    fprintf(stderr, "fault-matrix: relaycoord: killing the relay and node %d\n", node);
+    int64_t at = e2e_now_ms();
+    e2e_relay_kill(R);
+    e2e_kafka_node(&T, "kill", node);
+    char fence[64];
+    snprintf(fence, sizeof fence, "relay.fencing=%s", fencing());
+    const char *extra[] = {fence, NULL};
+    R = e2e_relay_start(&T, extra);
+    e2e_sleep_ms(30000);
+    double resumed = resumed_after(at);
+    cr_assert(resumed < 29, "relaycoord: nothing marked for %.1f s (log %s)", resumed, R->log_path);
+    row_end("relaycoord", "relay and transaction coordinator killed -9, relay started again", resumed, "kept");
+}
