@@ -90,7 +90,8 @@ stages = []
 for line in cf_lines:
     if line.startswith("FROM "):
         stages.append([])
-    stages[-1].append(line)
+    if stages:  # an ARG before the first FROM (the Debian release) is global
+        stages[-1].append(line)
 runtime = stages[-1]
 
 user = [l.split()[1] for l in runtime if l.startswith("USER ")]
@@ -150,7 +151,13 @@ if shutil.which("dpkg") and shutil.which("readelf"):
         if owner.returncode != 0:
             owner = subprocess.run(["dpkg", "-S", m.group(1)], capture_output=True, text=True)
         pkg = owner.stdout.split(":")[0].strip()
-        if pkg and pkg not in pkgs:
+        # A renamed library package (Debian 13's libuv1t64) provides the old
+        # name, which apt installs it for: the Containerfile names one list
+        # for both releases.
+        provides = subprocess.run(["dpkg-query", "-W", "-f=${Provides}", pkg],
+                                  capture_output=True, text=True).stdout if pkg else ""
+        provided = {p.split()[0] for p in provides.split(",") if p.strip()}
+        if pkg and pkg not in pkgs and not provided & pkgs:
             fail(f"Containerfile: the runtime stage does not install {pkg} ({lib}, needed by the binary)")
 else:
     print("check_kubernetes: no dpkg/readelf: runtime libraries not checked", file=sys.stderr)

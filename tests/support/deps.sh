@@ -1,6 +1,14 @@
-# deps.sh — sourced by tests/run and tests/demo: installs the Debian 12
+# deps.sh — sourced by tests/run and tests/demo: installs the Debian 12 or 13
 # packages the build, the tests and the demo need, when any is missing.
 # Only root may install; anyone else is told what to install.
+# packaging/debian-root reads the same list for another release's root, naming
+# it in OUTBOX_RELAY_DEBS_DIST (default: this machine's release).
+
+# Each release has one OpenJDK: Debian 13 has no 17.
+case ${OUTBOX_RELAY_DEBS_DIST:-$(. /etc/os-release 2>/dev/null && echo "${VERSION_CODENAME:-}")} in
+bookworm) OUTBOX_RELAY_JRE=openjdk-17-jre-headless ;;
+*) OUTBOX_RELAY_JRE=openjdk-21-jre-headless ;;
+esac
 
 OUTBOX_RELAY_DEBS=(
     meson ninja-build pkg-config gcc python3
@@ -10,7 +18,7 @@ OUTBOX_RELAY_DEBS=(
     libhttp-parser-dev prometheus   # prometheus: for promtool (the only package that has it)
     python3-yaml groff-base         # the manifest and man page checks (tests/packaging)
     debhelper dpkg-dev lintian rpm systemd
-    openjdk-17-jre-headless maven   # the real Kafka broker (tests/support/kafka.sh)
+    "$OUTBOX_RELAY_JRE" maven       # the real Kafka broker (tests/support/kafka.sh)
     python3-psycopg2 python3-confluent-kafka   # the benchmark's peers (tests/bench/peer_*.py)
 )
 

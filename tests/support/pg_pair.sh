@@ -38,6 +38,8 @@
 # cluster.
 set -euo pipefail
 
+# The newest PostgreSQL installed (Debian 12: 15, Debian 13: 17) unless PG_BINDIR names one.
+PG_BINDIR=${PG_BINDIR:-$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)}
 PG_BINDIR=${PG_BINDIR:-/usr/lib/postgresql/15/bin}
 SELF=$(readlink -f "${BASH_SOURCE[0]}")
 # shellcheck source=tests/support/common.sh

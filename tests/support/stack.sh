@@ -19,7 +19,8 @@
 #   OUTBOX_RELAY_TEST_KAFKA_VERSION its version (default: tests/support/kafka/pom.xml's)
 #   OUTBOX_RELAY_MOCK_BROKER   path of outbox-relay-mock-broker
 #                              (default: build/tests/outbox-relay-mock-broker of this repo)
-#   PG_BINDIR                  PostgreSQL programs (default /usr/lib/postgresql/15/bin)
+#   PG_BINDIR                  PostgreSQL programs (default: the newest in
+#                              /usr/lib/postgresql, 15 on Debian 12, 17 on 13)
 #   OUTBOX_RELAY_TEST_PG_DURABLE=1
 #                              PostgreSQL with fsync, synchronous_commit and
 #                              full_page_writes on, as in production (default: off, for speed)
@@ -29,9 +30,11 @@
 # mock; OUTBOX_RELAY_TEST_REAL_KAFKA with a real broker (started or external), and
 # OUTBOX_RELAY_TEST_KAFKA_DIR and _KAFKA_SH when the stack started it (fault tests
 # kill, restart and pause its node with `kafka.sh CMD DIR NODE`);
-# OUTBOX_RELAY_TEST_STACK_DIR and OUTBOX_RELAY_TEST_STACK_SH (this script).
+# OUTBOX_RELAY_TEST_STACK_DIR and OUTBOX_RELAY_TEST_STACK_SH (this script); PG_BINDIR.
 set -euo pipefail
 
+# The newest PostgreSQL installed (Debian 12: 15, Debian 13: 17) unless PG_BINDIR names one.
+PG_BINDIR=${PG_BINDIR:-$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)}
 PG_BINDIR=${PG_BINDIR:-/usr/lib/postgresql/15/bin}
 SELF=$(readlink -f "${BASH_SOURCE[0]}")
 REPO_ROOT=$(cd "$(dirname "$SELF")/../.." && pwd)
@@ -85,6 +88,7 @@ write_env() {
     {
         echo "# written by tests/support/stack.sh start $dir"
         printf 'export OUTBOX_RELAY_TEST_PG=%q\n' "$conninfo"
+        printf 'export PG_BINDIR=%q\n' "$PG_BINDIR"
         printf 'export OUTBOX_RELAY_TEST_KAFKA=%q\n' "${mock:-$real}"
         if [ -n "$mock" ]; then
             printf 'export OUTBOX_RELAY_TEST_MOCK_KAFKA=%q\n' "$mock"
