@@ -72,3 +72,11 @@ maven_fetch() {
     exec {lock}>&-
     echo "$dir/libs"
 }
+
+# The test JVMs (Kafka nodes, Kafka Connect, Kafka's tools) live for seconds
+# to minutes on a 2-core machine shared with the suite's other lanes: C2, the
+# optimising JIT, spent about a tenth of a whole CI run's CPU compiling code
+# these short runs never repay (process accounting of one run). The client
+# (C1) compiler alone and the serial collector are enough for test loads.
+# shellcheck disable=SC2034  # used by the scripts that source this one
+JVM_LEAN=(-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xshare:auto -Djava.awt.headless=true)

@@ -119,7 +119,7 @@ log4j.appender.file.layout=org.apache.log4j.PatternLayout
 log4j.appender.file.layout.ConversionPattern=[%d] %p %m (%c)%n
 L4J
     : > "$dir/connect.log"
-    java -Xms64m -XX:+UseSerialGC -Djava.awt.headless=true \
+    java -Xms64m "${JVM_LEAN[@]}" \
         -Dlog4j.configuration="file:$dir/log4j.properties" -Dconnect.log.file="$dir/connect.log" \
         -cp "$libs/*" org.apache.kafka.connect.cli.ConnectStandalone \
         "$dir/worker.properties" "$dir/connector.properties" >"$dir/stdout.log" 2>&1 &

@@ -80,7 +80,7 @@ acl_class() { if [ "$(kafka_major)" -ge 4 ]; then echo org.apache.kafka.tools.Ac
 # nodes' user may not be able to read the checkout (a clone in a 0700 folder),
 # and without it the line that says a node started is never logged.
 java_cmd() {
-    JAVA=(java -Xmx"$HEAP" -Xms64m -XX:+UseSerialGC -Djava.awt.headless=true
+    JAVA=(java -Xmx"$HEAP" -Xms64m "${JVM_LEAN[@]}"
           -Dlog4j.configuration="file:$2/log4j.properties" -cp "$1/*")
 }
 
@@ -224,10 +224,10 @@ make_tls() {
 # start, the most of this function's cost: `notopic` shares the second.
 add_acls() {
     local dir=$1 libs=$2
-    java -cp "$libs/*" -Dlog4j.configuration="file:$dir/log4j.properties" "$(acl_class)" \
+    java "${JVM_LEAN[@]}" -cp "$libs/*" -Dlog4j.configuration="file:$dir/log4j.properties" "$(acl_class)" \
         --bootstrap-server "127.0.0.1:$(cat "$dir/node-1/port")" --add --allow-principal User:relay \
         --operation All --topic '*' --transactional-id '*' >"$dir/acls.log" 2>&1 &&
-    java -cp "$libs/*" -Dlog4j.configuration="file:$dir/log4j.properties" "$(acl_class)" \
+    java "${JVM_LEAN[@]}" -cp "$libs/*" -Dlog4j.configuration="file:$dir/log4j.properties" "$(acl_class)" \
         --bootstrap-server "127.0.0.1:$(cat "$dir/node-1/port")" --add --allow-principal User:relay \
         --allow-principal User:notopic --operation IdempotentWrite --cluster >>"$dir/acls.log" 2>&1 ||
         { cat "$dir/acls.log" >&2; die "adding the ACLs failed"; }
@@ -252,10 +252,10 @@ cmd_start() {
     done
     install -m 0644 "$HERE/kafka/log4j.properties" "$dir/log4j.properties"
     make_tls "$dir"
-    cluster_id=$(java -cp "$libs/*" kafka.tools.StorageTool random-uuid 2>/dev/null | tail -n 1)
+    cluster_id=$(java "${JVM_LEAN[@]}" -cp "$libs/*" kafka.tools.StorageTool random-uuid 2>/dev/null | tail -n 1)
     for node in $(seq 1 "$n"); do
         write_config "$dir" "$node" "$n" "$voters"
-        java -cp "$libs/*" -Dlog4j.configuration="file:$dir/log4j.properties" \
+        java "${JVM_LEAN[@]}" -cp "$libs/*" -Dlog4j.configuration="file:$dir/log4j.properties" \
             kafka.tools.StorageTool format --ignore-formatted -t "$cluster_id" \
             --add-scram 'SCRAM-SHA-512=[name=relay,password=relay-secret-1]' \
             --add-scram 'SCRAM-SHA-512=[name=noacl,password=noacl-secret-2]' \
