@@ -65,7 +65,8 @@ static void usage(FILE *out)
     fputs("usage: outbox-relay-mock-broker [--brokers N] [--partitions P]\n"
           "                                [--bootstrap-file PATH] [--control FIFO]\n"
           "Prints the bootstrap servers on stdout, then serves until SIGTERM/SIGINT.\n"
-          "Control commands (one per line on the FIFO):\n"
+          "Control commands (one per line on the FIFO; a line \"@TOKEN command\"\n"
+          "appends TOKEN to FIFO.ack once the command is applied):\n"
           "  down <broker_id|-1>              disconnect a broker, refuse connections\n"
           "  up <broker_id|-1>                accept connections again\n"
           "  rtt <broker_id|-1> <ms>          add round-trip delay\n"
@@ -160,6 +161,7 @@ struct ctx {
     rd_kafka_mock_cluster_t *mc;
     int default_partitions;
     int broker_cnt;
+    const char *ack_path; /* where "@TOKEN command" lines are acknowledged */
 };
 
 static void report(const char *cmd, rd_kafka_resp_err_t err)
@@ -170,7 +172,7 @@ static void report(const char *cmd, rd_kafka_resp_err_t err)
         logf_("command \"%s\" ok", cmd);
 }
 
-static void run_command(struct ctx *c, char *line)
+static void apply_command(struct ctx *c, char *line)
 {
     char copy[1024];
     char *argv[MAX_ARGS];
@@ -205,9 +207,11 @@ static void run_command(struct ctx *c, char *line)
         rd_kafka_resp_err_t *errs = malloc((size_t)n * sizeof(*errs));
         if (!errs)
             BAD("out of memory");
+        /* the last name repeats up to n: each word is parsed once */
         for (long i = 0; i < n; i++) {
-            int k = 3 + (int)i < argc ? 3 + (int)i : argc - 1;
-            if (parse_err(argv[k], &errs[i])) {
+            if (i > 0 && 3 + i >= argc) {
+                errs[i] = errs[i - 1];
+            } else if (parse_err(argv[3 + i], &errs[i])) {
                 free(errs);
                 BAD("unknown error name");
             }
@@ -257,6 +261,35 @@ static void run_command(struct ctx *c, char *line)
         BAD("unknown command");
     }
 #undef BAD
+}
+
+/* A line "@TOKEN command" is acknowledged once applied: TOKEN is appended to
+ * the acknowledgement file, so a test knows the fault is in place before it
+ * starts the relay (a FIFO write returns before the broker has read it). */
+static void run_command(struct ctx *c, char *line)
+{
+    char token[64] = "";
+    if (line[0] == '@') {
+        size_t len = strcspn(line + 1, " \t");
+        if (len == 0 || len >= sizeof(token)) {
+            logf_("command \"%s\" rejected: bad acknowledgement token", line);
+            return;
+        }
+        memcpy(token, line + 1, len);
+        token[len] = '\0';
+        line += 1 + len;
+        line += strspn(line, " \t");
+    }
+    apply_command(c, line);
+    if (!token[0] || !c->ack_path)
+        return;
+    int fd = open(c->ack_path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0660);
+    if (fd < 0) {
+        logf_("open %s: %s", c->ack_path, strerror(errno));
+        return;
+    }
+    dprintf(fd, "%s\n", token);
+    close(fd);
 }
 
 /* ---- control FIFO ------------------------------------------------------ */
@@ -435,7 +468,11 @@ int main(int argc, char **argv)
         }
     }
 
-    struct ctx c = {.mc = mc, .default_partitions = (int)partitions, .broker_cnt = (int)brokers};
+    char ack_path[PATH_MAX];
+    if (control_path)
+        snprintf(ack_path, sizeof(ack_path), "%s.ack", control_path);
+    struct ctx c = {.mc = mc, .default_partitions = (int)partitions, .broker_cnt = (int)brokers,
+                    .ack_path = control_path ? ack_path : NULL};
     struct control ctl = {.path = control_path, .rfd = -1, .keep_wfd = -1};
     if (control_path && control_open(&ctl) != 0) {
         rd_kafka_mock_cluster_destroy(mc);

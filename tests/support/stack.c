@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -176,10 +177,28 @@ bool e2e_mock_command(const struct e2e_ctx *t, const char *fmt, ...)
     va_start(ap, fmt);
     char *cmd = tl_vfmt(fmt, ap);
     va_end(ap);
+    /* The broker reads the FIFO when it next wakes; the token it writes back
+     * once the command is applied keeps a test from starting the relay
+     * before its fault is in place. */
+    static unsigned seq;
+    char token[48], ack[PATH_MAX];
+    snprintf(token, sizeof(token), "%ld.%u\n", (long)getpid(), ++seq);
+    snprintf(ack, sizeof(ack), "%s.ack", t->env->mock_control);
     int fd = open(t->env->mock_control, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
     cr_assert(fd >= 0, "open mock control %s: %s", t->env->mock_control, strerror(errno));
-    dprintf(fd, "%s\n", cmd);
+    dprintf(fd, "@%.*s %s\n", (int)strlen(token) - 1, token, cmd);
     close(fd);
+    bool applied = false;
+    for (int64_t deadline = e2e_now_ms() + 10000; !applied && e2e_now_ms() < deadline;) {
+        char *seen = tl_read_file(ack, NULL);
+        for (const char *p = seen; p && *p && !applied; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : "")
+            applied = strncmp(p, token, strlen(token)) == 0;
+        free(seen);
+        if (!applied)
+            e2e_sleep_ms(5);
+    }
+    if (!applied)
+        fprintf(stderr, "e2e: mock broker did not apply \"%s\" within 10 s\n", cmd);
     free(cmd);
-    return true;
+    return applied;
 }

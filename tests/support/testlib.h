@@ -93,7 +93,8 @@ void e2e_teardown(struct e2e_ctx *t);
  *  without OUTBOX_RELAY_TEST_STACK_SH/_DIR. */
 void e2e_pg_restart(struct e2e_ctx *t);
 
-/** Sends one control command to the mock broker. @return false without a mock. */
+/** Sends one control command to the mock broker and waits (10 s at most) until
+ *  the broker has applied it. @return false without a mock or on time-out. */
 bool e2e_mock_command(const struct e2e_ctx *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* ---- PostgreSQL (postgres.c) --------------------------------------------- */
