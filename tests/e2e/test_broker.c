@@ -1,7 +1,8 @@
 /* test_broker.c — the relay against a real Kafka broker that fails the way
  * brokers do: killed (SIGKILL) and restarted, hung (SIGSTOP: connections open,
- * no answers) and resumed, and, in a three-node cluster, the leader of a
- * partition killed so that another replica takes over.
+ * no answers) and resumed. Faults of a three-node cluster (a partition
+ * leader, the coordinator, the controller killed, ...) are the fault matrix's
+ * (tests/fault-matrix): three JVMs are more than CI's two cores can spare.
  *
  * Through each, a consumer checks every row: none lost, none duplicated (the
  * idempotent producer dedupes the retries the broker did persist), first and
@@ -23,7 +24,6 @@
 #define FAULT_AT 2000     /* rows marked before the fault */
 
 static struct e2e_ctx T;
-static struct e2e_kafka_cluster C;
 
 static void fini(void)
 {
@@ -31,7 +31,6 @@ static void fini(void)
         e2e_kafka_node(&T, "resume", 1);
         e2e_kafka_node(&T, "restart", 1);
     }
-    e2e_kafka_cluster_stop(&C);
     e2e_teardown(&T);
 }
 
@@ -131,35 +130,4 @@ Test(e2e, broker_killed_and_restarted, .fini = fini, .timeout = 500)
 Test(e2e, broker_hung_and_resumed, .fini = fini, .timeout = 500)
 {
     single_node_fault("brokerhang", "pause", "resume", 1000, 11000, "broker hung 12 s and resumed");
-}
-
-Test(e2e, partition_leader_killed, .fini = fini, .timeout = 600)
-{
-    e2e_setup(&T, "leaderkill");
-    if (!T.env->real_kafka)
-        cr_skip_test("needs a real Kafka broker");
-    e2e_kafka_cluster_start(&T, &C, 3);
-    T.kafka = C.bootstrap;
-    e2e_migrate(&T);
-    struct e2e_relay *r = start_and_drain_a_little();
-
-    char topic[128];
-    snprintf(topic, sizeof(topic), "%s.order", T.table);
-    int leader = e2e_partition_leader(C.bootstrap, topic, 0);
-    cr_assert(leader >= 1 && leader <= 3, "no leader known for %s[0]", topic);
-    fprintf(stderr, "killing node %d, leader of %s[0]\n", leader, topic);
-    e2e_kafka_cluster_node(&C, "kill", leader);
-    enqueue_range(ROWS + 1, ROWS + DURING);
-
-    /* Another replica leads within the broker session timeout; the relay
-     * follows the metadata and goes on without the dead node. */
-    int now = leader;
-    for (int i = 0; i < 300 && (now == leader || now < 0); i++) {
-        e2e_sleep_ms(100);
-        now = e2e_partition_leader(C.bootstrap, topic, 0);
-    }
-    cr_assert(now != leader && now >= 1, "partition 0 still led by the dead node %d", leader);
-    e2e_wait_all_sent(&T, 240000);
-    e2e_kafka_cluster_node(&C, "restart", leader);
-    check_everything("partition leader killed in a three-node cluster", r);
 }

@@ -1,5 +1,6 @@
 /* brokers.c — driving a real Kafka broker from the tests: faults on the
- * stack's own node and clusters of a test's own (tests/support/kafka.sh). */
+ * stack's own nodes (tests/support/kafka.sh), topics deleted, partition
+ * leaders looked up. */
 #include <criterion/criterion.h>
 #include <librdkafka/rdkafka.h>
 #include <stdio.h>
@@ -27,51 +28,6 @@ bool e2e_kafka_node(const struct e2e_ctx *t, const char *cmd, int node)
     snprintf(n, sizeof(n), "%d", node);
     kafka_sh(t, cmd, t->env->kafka_dir, n);
     return true;
-}
-
-void e2e_kafka_cluster_start(const struct e2e_ctx *t, struct e2e_kafka_cluster *c, int n)
-{
-    memset(c, 0, sizeof(*c));
-    if (!t->env->kafka_sh)
-        cr_skip_test("needs tests/support/kafka.sh (OUTBOX_RELAY_TEST_KAFKA_SH) to start a cluster");
-    snprintf(c->dir, sizeof(c->dir), "%s/kafka%d", t->logdir, n);
-    char nodes[16];
-    snprintf(nodes, sizeof(nodes), "%d", n);
-    const char *argv[] = {t->env->kafka_sh, "start", c->dir, nodes, NULL};
-    char *out = NULL, *err = NULL;
-    int rc = e2e_run_cmd(argv, 240000, &out, &err);
-    cr_assert(rc == 0, "kafka.sh start %s %d: exit %d\n%s", c->dir, n, rc, err ? err : "");
-    fprintf(stderr, "%s", err ? err : "");
-    size_t len = out ? strcspn(out, "\n") : 0;
-    cr_assert(len > 0 && len < sizeof(c->bootstrap), "kafka.sh start printed no bootstrap servers");
-    memcpy(c->bootstrap, out, len);
-    c->bootstrap[len] = '\0';
-    c->n = n;
-    free(out);
-    free(err);
-}
-
-void e2e_kafka_cluster_node(const struct e2e_kafka_cluster *c, const char *cmd, int node)
-{
-    const struct e2e_env *env = e2e_env();
-    const char *argv[] = {env->kafka_sh, cmd, c->dir, NULL, NULL};
-    char n[16];
-    snprintf(n, sizeof(n), "%d", node);
-    argv[3] = n;
-    char *err = NULL;
-    int rc = e2e_run_cmd(argv, 180000, NULL, &err);
-    cr_assert(rc == 0, "kafka.sh %s %s %d: exit %d\n%s", cmd, c->dir, node, rc, err ? err : "");
-    free(err);
-}
-
-void e2e_kafka_cluster_stop(struct e2e_kafka_cluster *c)
-{
-    if (!c->n)
-        return;
-    const struct e2e_env *env = e2e_env();
-    const char *argv[] = {env->kafka_sh, "stop", c->dir, NULL};
-    e2e_run_cmd(argv, 120000, NULL, NULL);
-    c->n = 0;
 }
 
 int e2e_partition_leader(const char *bootstrap, const char *topic, int partition)

@@ -229,23 +229,6 @@ void e2e_assert_readyz(struct e2e_relay *r, int code, const char *needle);
  *  @return false (doing nothing) when this run has no Kafka node of its own. */
 bool e2e_kafka_node(const struct e2e_ctx *t, const char *cmd, int node);
 
-/** A cluster of its own for one test: @p n nodes started with kafka.sh in the
- *  test's log directory. */
-struct e2e_kafka_cluster {
-    char dir[600];
-    char bootstrap[256];
-    int n;
-};
-
-/** Starts @p c with @p n nodes (asserts it started). Skips the test without kafka.sh. */
-void e2e_kafka_cluster_start(const struct e2e_ctx *t, struct e2e_kafka_cluster *c, int n);
-
-/** `kafka.sh CMD DIR NODE` on the test's own cluster; asserts success. */
-void e2e_kafka_cluster_node(const struct e2e_kafka_cluster *c, const char *cmd, int node);
-
-/** Stops every node of @p c (safe on a cluster never started). */
-void e2e_kafka_cluster_stop(struct e2e_kafka_cluster *c);
-
 /** Deletes @p topic on @p t's broker with the admin API (a real broker: the
  *  mock has no DeleteTopics) and waits until the metadata no longer lists it;
  *  asserts both within @p timeout_ms. */
