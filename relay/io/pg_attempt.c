@@ -184,8 +184,10 @@ static void host_end(struct pg_attempt *a)
 static void host_failed(struct pg_attempt *a, const char *why)
 {
     pg_error_text(a->conninfo, why, a->why, sizeof a->why);
-    log_warn("postgres host failed", "%s connection=%s pass=%d error=%s", a->label,
-             a->replication ? "replication" : "session", a->pass + 1, log_quote(a->why));
+    /* With one host the owner's "connection failed" line says the same. */
+    if (a->n_hosts > 1)
+        log_warn("postgres host failed", "%s connection=%s pass=%d error=%s", a->label,
+                 a->replication ? "replication" : "session", a->pass + 1, log_quote(a->why));
     host_end(a);
     a->host++;
 }
