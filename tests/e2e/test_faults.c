@@ -152,7 +152,6 @@ static void create_topic_with_leaders(char *topic, size_t len)
     cr_assert(e2e_mock_command(&T, "topic %s 4 3", topic));
     for (int p = 0; p < 4; p++)
         cr_assert(e2e_mock_command(&T, "leader %s %d %d", topic, p, p % 3 + 1));
-    e2e_sleep_ms(300); /* the FIFO is read every 200 ms */
 }
 
 /* PostgreSQL goes away while a batch is in flight (acknowledgements slowed
@@ -390,7 +389,6 @@ Test(e2e, fatal_producer_error_recreates_producer, .fini = fini, .timeout = 200)
     e2e_wait_all_sent(&T, 60000);
 
     cr_assert(e2e_mock_command(&T, "errors Produce 1 OUT_OF_ORDER_SEQUENCE_NUMBER"));
-    e2e_sleep_ms(300);
     enqueue_range(301, 800);
     cr_assert(e2e_relay_wait_log(relay, "msg=\"kafka producer fatal error\"", 30000),
               "no fatal producer error was raised (log %s)", relay->log_path);
