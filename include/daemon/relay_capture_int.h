@@ -29,7 +29,6 @@ struct capture {
     struct wal_event ev;
     struct wal_columns cols;    /* relay.column_*: what an Insert is read from */
     struct event_placement placement;
-    uint64_t slot_query_ms;     /* next slot query */
     struct failover_watch failover; /* has the server changed under the stream? */
     bool reconcile;             /* relay.slot_recovery = reconcile, and the table proves a gap */
     char no_reconcile[200];     /* why reconcile acts as stop; "" when it does not */
@@ -44,9 +43,7 @@ struct capture_env relay_capture_env(const struct relay *r);
 void relay_capture_carry(struct relay *r, struct capture_acts a);
 
 /* relay_capture_slot.c */
-bool relay_capture_heartbeat_due(const struct relay *r);
 void relay_capture_heartbeat(struct relay *r);
-bool relay_capture_slot_query_due(const struct relay *r);
 void relay_capture_slot_query(struct relay *r);
 void relay_capture_retention(struct relay *r);
 void relay_capture_take_over(struct relay *r);

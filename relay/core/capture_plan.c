@@ -377,9 +377,19 @@ void capture_plan_new_slot(struct capture_plan *p)
     p->acks.confirmed = 0;
 }
 
-void capture_plan_retry_at(struct capture_plan *p, uint64_t at_ms)
+void capture_plan_taken_over(struct capture_plan *p, uint64_t now_ms)
 {
-    p->restart_at_ms = at_ms;
+    p->restart_at_ms = now_ms + CAPTURE_TAKE_OVER_WAIT_MS;
+}
+
+void capture_plan_slot_queried(struct capture_plan *p, uint64_t now_ms)
+{
+    p->slot_query_at_ms = now_ms + CAPTURE_SLOT_QUERY_EVERY_MS;
+}
+
+void capture_plan_connected(struct capture_plan *p)
+{
+    p->slot_query_at_ms = 0;
 }
 
 void capture_plan_taking_over(struct capture_plan *p)
@@ -531,4 +541,17 @@ double capture_plan_lag(const struct capture_plan *p, double now, double epoch_u
         return 0;
     double lag = now - ((double)p->oldest_commit_us / 1e6 + epoch_unix_s);
     return lag > 0 ? lag : 0;
+}
+
+void capture_plan_status(const struct capture_plan *p, const struct capture_env *e,
+                         long heartbeat_ms, bool dead_due, struct plan_state *s)
+{
+    s->n_hot = 0; /* nothing claimed or marked */
+    s->capture_wal = true;
+    s->heartbeat_due = capture_plan_heartbeat_due(p, e->now_ms, heartbeat_ms);
+    s->slot_query_due = e->now_ms >= p->slot_query_at_ms;
+    s->capture_streaming = p->state == CAPTURE_STREAMING;
+    s->slot_busy = p->slot_busy;
+    s->dead_due = dead_due;
+    s->capture_unsettled = !capture_plan_settled(p, e);
 }

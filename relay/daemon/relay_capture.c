@@ -412,15 +412,8 @@ int relay_capture_start(struct relay *r)
 void relay_capture_status(const struct relay *r, struct plan_state *s)
 {
     const struct capture *c = r->cap;
-    s->n_hot = 0; /* nothing claimed or marked */
-    s->capture_wal = true;
-    s->heartbeat_due = relay_capture_heartbeat_due(r);
-    s->slot_query_due = relay_capture_slot_query_due(r);
-    s->capture_streaming = c->plan.state == CAPTURE_STREAMING;
-    s->slot_busy = c->plan.slot_busy;
-    s->dead_due = dead_queue_due(&c->dead, uv_now(r->loop));
     struct capture_env e = relay_capture_env(r);
-    s->capture_unsettled = !capture_plan_settled(&c->plan, &e);
+    capture_plan_status(&c->plan, &e, r->cfg->heartbeat_ms, dead_queue_due(&c->dead, e.now_ms), s);
 }
 
 int relay_capture_act(struct relay *r, const struct plan_step *p)

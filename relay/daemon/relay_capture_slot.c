@@ -5,15 +5,7 @@
  * the relay only reads. */
 #include "daemon/relay_capture_int.h"
 
-/* The slot's row is read this often, whatever the role. */
-#define CAPTURE_SLOT_QUERY_EVERY_MS 5000
-
 /* ---- what the main connection does for the capture ------------------------ */
-
-bool relay_capture_heartbeat_due(const struct relay *r)
-{
-    return capture_plan_heartbeat_due(&r->cap->plan, uv_now(r->loop), r->cfg->heartbeat_ms);
-}
 
 static void on_heartbeat(struct pg_conn *pg, PGresult *res, void *arg)
 {
@@ -35,11 +27,6 @@ void relay_capture_heartbeat(struct relay *r)
     const char *params[] = { SQL_CAPTURE_HEARTBEAT_PREFIX };
     capture_plan_heartbeat_sent(&r->cap->plan, relay_now_ms(r));
     pg_query(&r->pg, r->cap->sql.heartbeat, 1, params, on_heartbeat, r);
-}
-
-bool relay_capture_slot_query_due(const struct relay *r)
-{
-    return relay_now_ms((struct relay *)r) >= r->cap->slot_query_ms;
 }
 
 static void on_slot(struct pg_conn *pg, PGresult *res, void *arg)
@@ -82,7 +69,7 @@ static void on_slot(struct pg_conn *pg, PGresult *res, void *arg)
 void relay_capture_slot_query(struct relay *r)
 {
     const char *params[] = { r->cfg->slot, r->cfg->publication };
-    r->cap->slot_query_ms = relay_now_ms(r) + CAPTURE_SLOT_QUERY_EVERY_MS;
+    capture_plan_slot_queried(&r->cap->plan, relay_now_ms(r));
     pg_query(&r->pg, r->cap->sql.slot_status, 2, params, on_slot, r);
 }
 
@@ -99,7 +86,7 @@ static void on_taken_over(struct pg_conn *pg, PGresult *res, void *arg)
         log_warn("ended the session that read the replication slot: this relay leads",
                  "slot=%s pid=%s application_name=%s", r->cfg->slot, PQgetvalue(res, i, 0),
                  log_quote(PQgetvalue(res, i, 1)));
-    capture_plan_retry_at(&r->cap->plan, relay_now_ms(r) + 100); /* its walsender needs a moment to exit */
+    capture_plan_taken_over(&r->cap->plan, relay_now_ms(r));
     relay_step(r);
 }
 
@@ -129,5 +116,5 @@ void relay_capture_retention(struct relay *r)
 void relay_capture_connected(struct relay *r)
 {
     failover_watch_connected(&r->cap->failover, relay_now_ms(r));
-    r->cap->slot_query_ms = 0; /* the timeline is read before anything streams */
+    capture_plan_connected(&r->cap->plan);
 }
