@@ -374,22 +374,16 @@ static int capture_setup(struct relay *r, struct capture *c)
     return repl_init(&c->repl, r->loop, cfg->pg_conninfo, &cb) < 0 ? -ENOMEM : 0;
 }
 
-/* relay.slot_recovery: reconcile only where the table holds every event; a
- * relay that cannot must say so before a failover, not after. */
+/* relay.slot_recovery: a relay that cannot reconcile must say so before a failover, not after. */
 static void recovery_setup(struct relay *r, struct capture *c)
 {
     const struct relay_config *cfg = r->cfg;
-    bool provable = failover_gap_provable(cfg->on_sent == RELAY_ON_SENT_DELETE,
-                                          cfg->message_prefix[0] != '\0',
-                                          cfg->profile == RELAY_PROFILE_DEBEZIUM, c->no_reconcile,
-                                          sizeof c->no_reconcile);
-    c->reconcile = cfg->slot_recovery == RELAY_SLOT_RECOVERY_RECONCILE && provable;
-    if (cfg->slot_recovery == RELAY_SLOT_RECOVERY_RECONCILE && !provable)
+    if (capture_recover_setup(&c->rec, cfg->slot_recovery == RELAY_SLOT_RECOVERY_RECONCILE,
+                              cfg->on_sent == RELAY_ON_SENT_DELETE, cfg->message_prefix[0] != '\0',
+                              cfg->profile == RELAY_PROFILE_DEBEZIUM))
         log_warn("relay.slot_recovery = reconcile cannot prove a failover's gap closed: after a "
                  "failover that leaves the slot behind this relay stops as with stop",
-                 "slot=%s why=%s", cfg->slot, log_quote(c->no_reconcile));
-    else if (cfg->slot_recovery == RELAY_SLOT_RECOVERY_STOP)
-        c->no_reconcile[0] = '\0';
+                 "slot=%s why=%s", cfg->slot, log_quote(c->rec.no_reconcile));
 }
 
 int relay_capture_start(struct relay *r)

@@ -58,9 +58,9 @@ static void on_slot(struct pg_conn *pg, PGresult *res, void *arg)
         snprintf(s->problem, sizeof s->problem, "%s", n.text);
     if (n.say)
         log_write(n.level, n.say, "slot=%s slot_recovery=%s detail=%s%s%s",
-                  r->cfg->slot, r->cap->reconcile ? "reconcile" : "stop", log_quote(n.text),
-                  r->cap->no_reconcile[0] ? " reconcile_not_possible=" : "",
-                  r->cap->no_reconcile[0] ? log_quote(r->cap->no_reconcile) : "");
+                  r->cfg->slot, capture_recover_mode(&r->cap->rec), log_quote(n.text),
+                  r->cap->rec.no_reconcile[0] ? " reconcile_not_possible=" : "",
+                  r->cap->rec.no_reconcile[0] ? log_quote(r->cap->rec.no_reconcile) : "");
     if (n.gap)
         relay_capture_recover(r);
     relay_step(r);
