@@ -186,26 +186,21 @@ static enum capture_send produce(struct relay *r, const struct event_row *row, c
  * @return true when the stream goes on. */
 static bool poison(struct relay *r, const struct event_row *row, uint64_t lsn, const char *why)
 {
-    char at[PGO_LSN_TEXT], lsn_id[PGB_UUID_TEXT];
-    pgo_lsn_text(lsn, at);
-    wal_event_lsn_id(lsn, lsn_id);
-    const char *event_id = row && row->event_id && *row->event_id ? row->event_id : lsn_id;
+    struct capture_poison p;
+    capture_poison_name(&p, row ? row->event_id : NULL, lsn, why);
     r->st.failed_total[STATS_FAIL_INVALID]++;
     if (!capture_plan_poison_halts(r->poison->halts, r->cfg->profile == RELAY_PROFILE_OUTBOX)) {
-        char reason[600];
-        snprintf(reason, sizeof reason, "%s (at LSN %s)", why, at);
-        if (relay_capture_dead_queue(r, row, event_id, reason))
+        if (relay_capture_dead_queue(r, row, p.event_id, p.reason))
             return true;
         why = "out of memory keeping it as a dead row";
     }
     r->st.halted = true;
-    snprintf(r->st.halt_reason, sizeof r->st.halt_reason,
-             "event at LSN %s (outbox_id %" PRId64 ", event_id %s) cannot be produced: %s", at,
-             row ? row->id : 0, event_id, why);
+    capture_poison_halt_reason(&p, row ? row->id : 0, why, r->st.halt_reason,
+                               sizeof r->st.halt_reason);
     log_error("relaying halted: an event cannot be produced (on_poison=halt); fix it (or skip it "
               "by advancing the slot past it) and restart",
-              "lsn=%s outbox_id=%" PRId64 " event_id=%s error=%s", at, row ? row->id : 0, event_id,
-              log_quote(why));
+              "lsn=%s outbox_id=%" PRId64 " event_id=%s error=%s", p.at, row ? row->id : 0,
+              p.event_id, log_quote(why));
     struct capture_env e = relay_capture_env(r);
     relay_capture_carry(r, capture_plan_halt(&r->cap->plan, &e));
     relay_notify_status(r);
