@@ -1,6 +1,7 @@
 /* capture_slot.c — relay.capture = wal: the slot as pg_replication_slots
  * shows it, read into what the relay reports, and what an operator is told
- * to do about the server's refusals and a dead row it would not keep. */
+ * to do about the server's refusals, a lost stream and a dead row it would
+ * not keep. */
 #include "core/capture_slot.h"
 
 #include <stdio.h>
@@ -65,6 +66,19 @@ void capture_explain(const char *why, const char *sqlstate, char *out, size_t le
     else if (strcmp(sqlstate, "42501") == 0 || strcmp(sqlstate, "28000") == 0)
         hint = "; the role needs the REPLICATION attribute";
     snprintf(out, len, "%s%s", why, hint);
+}
+
+struct capture_loss capture_lost(enum capture_state state, const char *why, const char *sqlstate,
+                                 char *problem, size_t len)
+{
+    struct capture_loss l = { .busy = strcmp(sqlstate, "55006") == 0 };
+    if (state == CAPTURE_ENDING)
+        return l; /* ended as asked: nothing to say */
+    if (*sqlstate || state != CAPTURE_STREAMING)
+        capture_explain(why, sqlstate, problem, len);
+    l.say = state == CAPTURE_STREAMING ? "replication stream lost"
+                                       : "cannot stream from the replication slot";
+    return l;
 }
 
 bool capture_dead_refused(const char *sqlstate, const char *event_id, const char *why,

@@ -321,16 +321,12 @@ static void on_lost(struct repl_conn *rc, const char *why, const char *sqlstate,
 {
     (void)rc;
     struct relay *r = arg;
-    enum capture_state state = r->cap->plan.state;
-    if (state != CAPTURE_ENDING) { /* ended as asked: nothing to say */
-        if (*sqlstate || state != CAPTURE_STREAMING)
-            capture_explain(why, sqlstate, r->st.slot.problem, sizeof r->st.slot.problem);
-        log_warn(state == CAPTURE_STREAMING ? "replication stream lost"
-                                            : "cannot stream from the replication slot",
-                 "slot=%s error=%s sqlstate=%s", r->cfg->slot, log_quote(why), sqlstate);
-    }
+    struct capture_loss l = capture_lost(r->cap->plan.state, why, sqlstate, r->st.slot.problem,
+                                         sizeof r->st.slot.problem);
+    if (l.say)
+        log_warn(l.say, "slot=%s error=%s sqlstate=%s", r->cfg->slot, log_quote(why), sqlstate);
     struct capture_env e = relay_capture_env(r);
-    relay_capture_carry(r, capture_plan_lost(&r->cap->plan, &e, strcmp(sqlstate, "55006") == 0));
+    relay_capture_carry(r, capture_plan_lost(&r->cap->plan, &e, l.busy));
 }
 
 void relay_capture_step(struct relay *r)

@@ -1,10 +1,12 @@
-/* test_capture_status.c — what the capture plan tells the rest of the relay
- * and asks of the main connection, without PostgreSQL or a broker: the
- * planner's view of the stream, when the slot's row is read, how long a
- * taken-over slot is left to its old reader. */
+/* test_capture_status.c — what the capture tells the rest of the relay and
+ * asks of the main connection, without PostgreSQL or a broker: the planner's
+ * view of the stream, when the slot's row is read, how long a taken-over slot
+ * is left to its old reader, what a lost stream is said to be. */
 #include <criterion/criterion.h>
+#include <string.h>
 
 #include "core/capture_plan.h"
+#include "core/capture_slot.h"
 #include "core/plan.h"
 
 static struct capture_env leader_env(void)
@@ -93,4 +95,31 @@ Test(capture_status, a_slot_taken_over_is_streamed_from_once_its_reader_had_a_mo
     cr_assert(capture_plan_step(&p, &e).what & CAP_DO_START,
               "the walsender's moment replaces the failure's back-off");
     capture_plan_free(&p);
+}
+
+Test(capture_status, a_lost_stream_is_said_and_a_refusal_explained_unless_it_ended_as_asked)
+{
+    char problem[384] = "kept";
+    struct capture_loss l = capture_lost(CAPTURE_ENDING, "server closed the connection", "",
+                                         problem, sizeof problem);
+    cr_assert_null(l.say);
+    cr_assert_not(l.busy);
+    cr_assert_str_eq(problem, "kept");
+
+    l = capture_lost(CAPTURE_STREAMING, "server closed the connection", "", problem, sizeof problem);
+    cr_assert_str_eq(l.say, "replication stream lost");
+    cr_assert_str_eq(problem, "kept", "a stream that ran and broke off is no refusal");
+
+    l = capture_lost(CAPTURE_STREAMING, "slot is active", "55006", problem, sizeof problem);
+    cr_assert_str_eq(l.say, "replication stream lost");
+    cr_assert(l.busy);
+    cr_assert(strstr(problem, "another client reads the slot"), "%s", problem);
+
+    l = capture_lost(CAPTURE_STARTING, "could not connect", "", problem, sizeof problem);
+    cr_assert_str_eq(l.say, "cannot stream from the replication slot");
+    cr_assert_str_eq(problem, "could not connect", "a stream that never started says why");
+
+    l = capture_lost(CAPTURE_STARTING, "slot does not exist", "42704", problem, sizeof problem);
+    cr_assert_not(l.busy);
+    cr_assert(strstr(problem, "outbox-relay migrate"), "%s", problem);
 }
