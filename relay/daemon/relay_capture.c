@@ -213,7 +213,6 @@ static bool on_change(struct relay *r, const struct pgo_msg *m, uint64_t lsn)
     struct capture *c = r->cap;
     struct capture_env e = relay_capture_env(r);
     char err[512];
-    int rc = 0;
     if (m->kind == PGO_BEGIN)
         return capture_plan_begin(&c->plan, m->commit_time_us);
     if (m->kind == PGO_COMMIT) {
@@ -225,10 +224,7 @@ static bool on_change(struct relay *r, const struct pgo_msg *m, uint64_t lsn)
      * that an application inserts as sent are not events. */
     if (!wal_event_wanted(m, r->cfg->schema, r->cfg->table, r->cfg->message_prefix))
         return true;
-    if (m->kind == PGO_INSERT)
-        rc = wal_event_from_insert_cols(m, c->plan.commit_time_us, &c->cols, &c->ev, err, sizeof err);
-    else
-        rc = wal_event_from_message(m, lsn, c->plan.commit_time_us, &c->ev, err, sizeof err);
+    int rc = wal_event_from_change(m, lsn, c->plan.commit_time_us, &c->cols, &c->ev, err, sizeof err);
     enum capture_send v = rc == 0 ? produce(r, &c->ev.row, err, sizeof err) : CAPTURE_SEND_POISON;
     if (v == CAPTURE_SEND_LATER) {
         wal_event_clear(&c->ev);
