@@ -254,6 +254,10 @@ bool capture_plan_heartbeat_due(const struct capture_plan *p, uint64_t now_ms, l
  *  @p epoch_unix_s its unix seconds); 0 when none waits. */
 double capture_plan_lag(const struct capture_plan *p, double now, double epoch_unix_s);
 
+/** Whether the stream's lag is shown: a leader relaying (not stopping,
+ *  refused, halted or done) whose stream is not closed. */
+bool capture_plan_lag_shown(const struct capture_plan *p, const struct capture_env *e);
+
 /** A status update is due while streaming. */
 bool capture_plan_status_due(const struct capture_plan *p, uint64_t now_ms);
 

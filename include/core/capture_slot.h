@@ -11,6 +11,7 @@
 
 #include "base/stats.h"
 #include "core/capture_plan.h"
+#include "core/failover_watch.h"
 #include "core/sql_capture.h"
 
 /** The names the slot is checked against (relay.slot, relay.publication,
@@ -25,6 +26,15 @@ struct capture_names {
  *  relay does not lead; otherwise a problem the stream was told is kept. */
 void capture_slot_read(struct stats_slot *s, const char *const v[SLOT_NCOLS],
                        const struct capture_names *n, double now, bool clear);
+
+/** A slot query's answer (@p v, as capture_slot_read) at @p now, for a relay
+ *  streaming as @p p says, the @p leader or not: read into @p s, and what it
+ *  says of a failover (failover_watch_seen on @p w). Readiness names a gap
+ *  unless a reconcile is @p recovering, which says so itself. */
+struct failover_news capture_slot_seen(struct stats_slot *s, const char *const v[SLOT_NCOLS],
+                                       const struct capture_names *n, double now,
+                                       const struct capture_plan *p, bool leader,
+                                       struct failover_watch *w, bool recovering);
 
 /** What a refusal of the server (@p sqlstate) means for the operator: a hint
  *  appended to @p why in @p out. */

@@ -530,6 +530,12 @@ bool capture_plan_heartbeat_due(const struct capture_plan *p, uint64_t now_ms, l
            now_ms - p->last_progress_ms >= (uint64_t)every_ms;
 }
 
+bool capture_plan_lag_shown(const struct capture_plan *p, const struct capture_env *e)
+{
+    return e->leader && !e->stopping && !e->refused && !e->halted && !e->finished &&
+           p->state != CAPTURE_OFF;
+}
+
 bool capture_plan_status_due(const struct capture_plan *p, uint64_t now_ms)
 {
     return p->state == CAPTURE_STREAMING && now_ms - p->status_sent_ms >= CAPTURE_STATUS_EVERY_MS;

@@ -51,6 +51,19 @@ void capture_slot_read(struct stats_slot *s, const char *const v[SLOT_NCOLS],
         s->problem[0] = '\0'; /* a leader not streaming keeps what its stream was told */
 }
 
+struct failover_news capture_slot_seen(struct stats_slot *s, const char *const v[SLOT_NCOLS],
+                                       const struct capture_names *n, double now,
+                                       const struct capture_plan *p, bool leader,
+                                       struct failover_watch *w, bool recovering)
+{
+    capture_slot_read(s, v, n, now, p->state == CAPTURE_STREAMING || !leader);
+    struct failover_news news = failover_watch_seen(w, v[SLOT_WALFILE], s->known, s->confirmed_lsn,
+                                                    p->confirmed, n->slot);
+    if (news.gap && !recovering)
+        snprintf(s->problem, sizeof s->problem, "%s", news.text);
+    return news;
+}
+
 void capture_explain(const char *why, const char *sqlstate, char *out, size_t len)
 {
     const char *hint = "";

@@ -335,8 +335,7 @@ void relay_capture_step(struct relay *r)
         e = relay_capture_env(r);
     }
     relay_capture_carry(r, capture_plan_step(&c->plan, &e));
-    if (e.leader && !e.stopping && !e.refused && !e.halted && !e.finished &&
-        c->plan.state != CAPTURE_OFF)
+    if (capture_plan_lag_shown(&c->plan, &e))
         r->st.slot.lag_seconds = capture_plan_lag(&c->plan, stats_now(), PGB_EPOCH_UNIX_S);
 }
 

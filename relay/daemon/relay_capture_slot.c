@@ -50,12 +50,9 @@ static void on_slot(struct pg_conn *pg, PGresult *res, void *arg)
         return;
     }
     struct capture_names names = { r->cfg->slot, r->cfg->publication, r->cfg->schema, r->cfg->table };
-    capture_slot_read(s, v, &names, stats_now(),
-                      r->cap->plan.state == CAPTURE_STREAMING || r->st.role != STATS_ROLE_LEADER);
-    struct failover_news n = failover_watch_seen(&r->cap->failover, v[SLOT_WALFILE], s->known,
-                                                 s->confirmed_lsn, r->cap->plan.confirmed, r->cfg->slot);
-    if (n.gap && !r->cap->recovery) /* a reconcile running says so instead */
-        snprintf(s->problem, sizeof s->problem, "%s", n.text);
+    struct failover_news n = capture_slot_seen(s, v, &names, stats_now(), &r->cap->plan,
+                                               r->st.role == STATS_ROLE_LEADER, &r->cap->failover,
+                                               r->cap->recovery != NULL);
     if (n.say)
         log_write(n.level, n.say, "slot=%s slot_recovery=%s detail=%s%s%s",
                   r->cfg->slot, capture_recover_mode(&r->cap->rec), log_quote(n.text),

@@ -1,8 +1,10 @@
 /* test_capture_status.c — what the capture tells the rest of the relay and
  * asks of the main connection, without PostgreSQL or a broker: the planner's
- * view of the stream, when the slot's row is read, how long a taken-over slot
- * is left to its old reader, what a lost stream is said to be. */
+ * view of the stream, when its lag is shown, when the slot's row is read and
+ * what readiness makes of it, how long a taken-over slot is left to its old
+ * reader, what a lost stream is said to be. */
 #include <criterion/criterion.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "core/capture_plan.h"
@@ -122,4 +124,78 @@ Test(capture_status, a_lost_stream_is_said_and_a_refusal_explained_unless_it_end
     l = capture_lost(CAPTURE_STARTING, "slot does not exist", "42704", problem, sizeof problem);
     cr_assert_not(l.busy);
     cr_assert(strstr(problem, "outbox-relay migrate"), "%s", problem);
+}
+
+Test(capture_status, the_lag_is_shown_only_for_a_leader_relaying_from_an_open_stream)
+{
+    struct capture_env e = leader_env();
+    struct capture_plan p;
+    capture_plan_init(&p);
+    cr_assert_not(capture_plan_lag_shown(&p, &e), "no stream");
+    capture_plan_free(&p);
+    p = streaming(&e);
+    cr_assert(capture_plan_lag_shown(&p, &e));
+    struct capture_env not_leading[] = { e, e, e, e, e };
+    not_leading[0].leader = false;
+    not_leading[1].stopping = true;
+    not_leading[2].refused = true;
+    not_leading[3].halted = true;
+    not_leading[4].finished = true;
+    for (size_t k = 0; k < sizeof not_leading / sizeof not_leading[0]; k++)
+        cr_assert_not(capture_plan_lag_shown(&p, &not_leading[k]), "case %zu", k);
+    capture_plan_free(&p);
+}
+
+/* The slot's row of a healthy slot on timeline @p walfile's. */
+static void healthy_row(const char *v[SLOT_NCOLS], const char *walfile)
+{
+    for (int k = 0; k < SLOT_NCOLS; k++)
+        v[k] = NULL;
+    v[SLOT_EXISTS] = v[SLOT_DATABASE_OK] = v[SLOT_PUBLICATION_OK] = "t";
+    v[SLOT_CONFIRMED_LSN] = "0/3000060";
+    v[SLOT_WALFILE] = walfile;
+}
+
+Test(capture_status, a_slot_query_keeps_the_stream_s_problem_only_for_a_leader_not_streaming)
+{
+    struct capture_env e = leader_env();
+    struct capture_names n = { "outbox_relay", "outbox_pub", "public", "outbox" };
+    struct stats_slot s = { .problem = "replication stream lost" };
+    struct failover_watch w = { 0 };
+    struct capture_plan p;
+    capture_plan_init(&p);
+    const char *v[SLOT_NCOLS];
+    healthy_row(v, "000000010000000000000003");
+    struct failover_news news = capture_slot_seen(&s, v, &n, 5.0, &p, true, &w, false);
+    cr_assert_eq(news.verdict, FAILOVER_NONE);
+    cr_assert_str_eq(s.problem, "replication stream lost", "the leader's stream says why");
+    cr_assert_eq(s.query_time, 5.0);
+    capture_slot_seen(&s, v, &n, 6.0, &p, false, &w, false);
+    cr_assert_str_empty(s.problem, "a relay that does not lead has no stream to speak of");
+    snprintf(s.problem, sizeof s.problem, "replication stream lost");
+    capture_plan_free(&p);
+    p = streaming(&e);
+    capture_slot_seen(&s, v, &n, 7.0, &p, true, &w, false);
+    cr_assert_str_empty(s.problem, "streaming again");
+    capture_plan_free(&p);
+}
+
+Test(capture_status, a_failover_gap_is_named_unless_a_reconcile_says_so_itself)
+{
+    struct capture_names n = { "outbox_relay", "outbox_pub", "public", "outbox" };
+    struct stats_slot s = { 0 };
+    struct failover_watch w = { .timeline = 1, .confirmed = 0x3000060, .checked = true };
+    struct capture_plan p;
+    capture_plan_init(&p);
+    p.confirmed = 0x3000060;
+    const char *v[SLOT_NCOLS];
+    healthy_row(v, "000000020000000000000005");
+    v[SLOT_EXISTS] = "f"; /* the slot did not follow the failover */
+    struct failover_news news = capture_slot_seen(&s, v, &n, 5.0, &p, true, &w, true);
+    cr_assert(news.gap);
+    cr_assert(strstr(s.problem, "does not exist"), "%s", s.problem);
+    news = capture_slot_seen(&s, v, &n, 6.0, &p, true, &w, false);
+    cr_assert(news.gap);
+    cr_assert_str_eq(s.problem, news.text);
+    capture_plan_free(&p);
 }
