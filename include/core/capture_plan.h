@@ -254,6 +254,12 @@ bool capture_plan_heartbeat_due(const struct capture_plan *p, uint64_t now_ms, l
  *  @p epoch_unix_s its unix seconds); 0 when none waits. */
 double capture_plan_lag(const struct capture_plan *p, double now, double epoch_unix_s);
 
+/** The standby status update at @p now (unix seconds) into @p out: how far
+ *  the stream was read as written, what Kafka holds as flushed (the slot
+ *  forgets that much). @return its length. */
+size_t capture_plan_status_update(const struct capture_plan *p, double now,
+                                  uint8_t out[PGO_STATUS_UPDATE_LEN]);
+
 /** Whether the stream's lag is shown: a leader relaying (not stopping,
  *  refused, halted or done) whose stream is not closed. */
 bool capture_plan_lag_shown(const struct capture_plan *p, const struct capture_env *e);

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "core/engine.h"
+#include "core/pg_binary.h"
 #include "core/plan.h"
 
 /* The stream generation in a delivery report's opaque, above the transaction's sequence. */
@@ -528,6 +529,13 @@ bool capture_plan_heartbeat_due(const struct capture_plan *p, uint64_t now_ms, l
 {
     return every_ms > 0 && p->state == CAPTURE_STREAMING &&
            now_ms - p->last_progress_ms >= (uint64_t)every_ms;
+}
+
+size_t capture_plan_status_update(const struct capture_plan *p, double now,
+                                  uint8_t out[PGO_STATUS_UPDATE_LEN])
+{
+    int64_t now_us = (int64_t)((now - (double)PGB_EPOCH_UNIX_S) * 1e6);
+    return pgo_status_update(out, p->received, p->confirmed, now_us, false);
 }
 
 bool capture_plan_lag_shown(const struct capture_plan *p, const struct capture_env *e)

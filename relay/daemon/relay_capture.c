@@ -44,8 +44,7 @@ static void send_status(struct relay *r)
 {
     struct capture *c = r->cap;
     uint8_t msg[PGO_STATUS_UPDATE_LEN];
-    int64_t now_us = (int64_t)((stats_now() - (double)PGB_EPOCH_UNIX_S) * 1e6);
-    size_t n = pgo_status_update(msg, c->plan.received, c->plan.confirmed, now_us, false);
+    size_t n = capture_plan_status_update(&c->plan, stats_now(), msg);
     if (repl_send(&c->repl, msg, n) == 0) {
         char at[PGO_LSN_TEXT];
         pgo_lsn_text(c->plan.confirmed, at);

@@ -1,8 +1,8 @@
-/* test_capture_status.c — what the capture tells the rest of the relay and
- * asks of the main connection, without PostgreSQL or a broker: the planner's
- * view of the stream, when its lag is shown, when the slot's row is read and
- * what readiness makes of it, how long a taken-over slot is left to its old
- * reader, what a lost stream is said to be. */
+/* test_capture_status.c — what the capture tells the rest of the relay, the
+ * server and the main connection, without PostgreSQL or a broker: the
+ * planner's view of the stream, its status update, when its lag is shown,
+ * when the slot's row is read and what readiness makes of it, how long a
+ * taken-over slot is left to its old reader, what a lost stream is said to be. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <string.h>
@@ -197,5 +197,31 @@ Test(capture_status, a_failover_gap_is_named_unless_a_reconcile_says_so_itself)
     news = capture_slot_seen(&s, v, &n, 6.0, &p, true, &w, false);
     cr_assert(news.gap);
     cr_assert_str_eq(s.problem, news.text);
+    capture_plan_free(&p);
+}
+
+static uint64_t get_u64(const uint8_t *b)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v = v << 8 | b[i];
+    return v;
+}
+
+Test(capture_status, a_status_update_reports_what_was_read_as_written_and_what_kafka_holds_as_flushed)
+{
+    struct capture_plan p;
+    capture_plan_init(&p);
+    p.received = 0x3000200;
+    p.confirmed = 0x3000060;
+    uint8_t msg[PGO_STATUS_UPDATE_LEN];
+    /* 2000-01-01 (PostgreSQL's epoch) plus 1.5 s */
+    cr_assert_eq(capture_plan_status_update(&p, 946684801.5, msg), PGO_STATUS_UPDATE_LEN);
+    cr_assert_eq(msg[0], 'r');
+    cr_assert_eq(get_u64(msg + 1), 0x3000200, "written: a stopping server waits for it");
+    cr_assert_eq(get_u64(msg + 9), 0x3000060, "flushed: only what Kafka holds");
+    cr_assert_eq(get_u64(msg + 17), 0x3000060, "applied");
+    cr_assert_eq(get_u64(msg + 25), 1500000);
+    cr_assert_eq(msg[33], 0, "no reply asked for");
     capture_plan_free(&p);
 }
