@@ -120,9 +120,20 @@ enum capture_send {
     CAPTURE_SEND_POISON,        /* it can never be produced */
 };
 
+/** Where a frame just read from the socket goes. */
+enum capture_route {
+    CAPTURE_TAKE = 0,           /* decoded now */
+    CAPTURE_READ_AHEAD,         /* kept until the commit running ends */
+    CAPTURE_OFFER_LATER,        /* offered again: frames read ahead before it go first */
+};
+
 /** A new plan: nothing read, nothing confirmed. */
 void capture_plan_init(struct capture_plan *p);
 void capture_plan_free(struct capture_plan *p);
+
+/** Where a frame read from the socket goes, behind @p ahead_left frames read
+ *  ahead (once those were offered): the stream's order is kept. */
+enum capture_route capture_plan_route(const struct capture_plan *p, bool ahead_left);
 
 /** Whether new messages may go to Kafka now: the leader, a producer with an
  *  open transaction (or none), no commit running; stopping, only the rest

@@ -433,6 +433,13 @@ static void start(struct capture_plan *p, struct capture_acts *a)
     a->what |= CAP_DO_START;
 }
 
+enum capture_route capture_plan_route(const struct capture_plan *p, bool ahead_left)
+{
+    if (p->committing)
+        return CAPTURE_READ_AHEAD; /* nothing is produced until it ends: the socket is read on */
+    return ahead_left ? CAPTURE_OFFER_LATER : CAPTURE_TAKE;
+}
+
 bool capture_plan_may_drain(const struct capture_plan *p, const struct capture_env *e)
 {
     return !e->finished && !e->halted && p->state == CAPTURE_STREAMING &&

@@ -275,16 +275,13 @@ static bool on_data(struct repl_conn *rc, const uint8_t *buf, size_t len, void *
     (void)rc;
     struct relay *r = arg;
     struct capture *c = r->cap;
-    /* Behind what was read ahead, in order. */
-    if (capture_ahead_left(&c->ahead)) {
-        if (!c->plan.committing)
-            ahead_drain(r);
-        if (capture_ahead_left(&c->ahead)) /* a commit began while they were taken */
-            return c->plan.committing && capture_ahead_push(&c->ahead, buf, len);
-    }
-    if (c->plan.committing)
+    /* Behind what was read ahead, in order; a commit may begin while they are taken. */
+    if (capture_ahead_left(&c->ahead) && !c->plan.committing)
+        ahead_drain(r);
+    enum capture_route to = capture_plan_route(&c->plan, capture_ahead_left(&c->ahead));
+    if (to == CAPTURE_READ_AHEAD)
         return capture_ahead_push(&c->ahead, buf, len);
-    return take_frame(r, buf, len);
+    return to == CAPTURE_TAKE && take_frame(r, buf, len);
 }
 
 /* What the socket held is read: commit what came, so that a trickle is
