@@ -24,6 +24,8 @@
 #include "core/kafka_rules.h"
 #include "core/pgoutput.h"
 
+struct plan_state;
+
 /* A Kafka transaction is committed once the stream has nothing more to read
  * right now, or once it carries this many messages (under a backlog). */
 #define CAPTURE_TXN_MAX_MSGS 10000
@@ -32,6 +34,10 @@
 /* The back-off of a failed stream: doubled per failure in a row, up to 32 times. */
 #define CAPTURE_RETRY_MS 1000
 #define CAPTURE_RETRY_MAX_MS (CAPTURE_RETRY_MS << 5)
+/* The slot's row is read this often, whatever the role. */
+#define CAPTURE_SLOT_QUERY_EVERY_MS 5000
+/* The walsender of a session ended to take the slot over needs this long to exit. */
+#define CAPTURE_TAKE_OVER_WAIT_MS 100
 
 enum capture_state { CAPTURE_OFF = 0, CAPTURE_STARTING, CAPTURE_STREAMING, CAPTURE_ENDING };
 
@@ -74,6 +80,7 @@ struct capture_plan {
     uint64_t status_sent_ms;
     uint64_t last_progress_ms;  /* confirmed moved or a heartbeat was sent */
     uint64_t restart_at_ms;     /* a stopped stream starts again after this */
+    uint64_t slot_query_at_ms;  /* the slot's row is read again from this on */
     unsigned failures;          /* consecutive stream failures: the back-off */
     bool slot_busy;             /* START_REPLICATION refused: another session reads the slot */
     long unacked;               /* without transactions: produced by this stream, no report yet */
@@ -113,9 +120,20 @@ enum capture_send {
     CAPTURE_SEND_POISON,        /* it can never be produced */
 };
 
+/** Where a frame just read from the socket goes. */
+enum capture_route {
+    CAPTURE_TAKE = 0,           /* decoded now */
+    CAPTURE_READ_AHEAD,         /* kept until the commit running ends */
+    CAPTURE_OFFER_LATER,        /* offered again: frames read ahead before it go first */
+};
+
 /** A new plan: nothing read, nothing confirmed. */
 void capture_plan_init(struct capture_plan *p);
 void capture_plan_free(struct capture_plan *p);
+
+/** Where a frame read from the socket goes, behind @p ahead_left frames read
+ *  ahead (once those were offered): the stream's order is kept. */
+enum capture_route capture_plan_route(const struct capture_plan *p, bool ahead_left);
 
 /** Whether new messages may go to Kafka now: the leader, a producer with an
  *  open transaction (or none), no commit running; stopping, only the rest
@@ -199,9 +217,15 @@ void capture_plan_status_sent(struct capture_plan *p, uint64_t now_ms);
 /** A heartbeat was sent at @p now_ms: the next one is due a whole interval later. */
 void capture_plan_heartbeat_sent(struct capture_plan *p, uint64_t now_ms);
 
-/** The stream may start again at @p at_ms at the earliest (another session's
- *  walsender was ended and needs a moment to exit). */
-void capture_plan_retry_at(struct capture_plan *p, uint64_t at_ms);
+/** The session that read the slot was ended (or could not be) at @p now_ms:
+ *  the stream starts again CAPTURE_TAKE_OVER_WAIT_MS later at the earliest. */
+void capture_plan_taken_over(struct capture_plan *p, uint64_t now_ms);
+
+/** A slot query was sent at @p now_ms: the next is due CAPTURE_SLOT_QUERY_EVERY_MS later. */
+void capture_plan_slot_queried(struct capture_plan *p, uint64_t now_ms);
+
+/** A new session: the slot, and so the server's timeline, is read before anything streams. */
+void capture_plan_connected(struct capture_plan *p);
 
 /** A failover's gap was closed from the table (relay.slot_recovery =
  *  reconcile) while no stream ran: the next stream starts where the slot on
@@ -241,7 +265,23 @@ bool capture_plan_heartbeat_due(const struct capture_plan *p, uint64_t now_ms, l
  *  @p epoch_unix_s its unix seconds); 0 when none waits. */
 double capture_plan_lag(const struct capture_plan *p, double now, double epoch_unix_s);
 
+/** The standby status update at @p now (unix seconds) into @p out: how far
+ *  the stream was read as written, what Kafka holds as flushed (the slot
+ *  forgets that much). @return its length. */
+size_t capture_plan_status_update(const struct capture_plan *p, double now,
+                                  uint8_t out[PGO_STATUS_UPDATE_LEN]);
+
+/** Whether the stream's lag is shown: a leader relaying (not stopping,
+ *  refused, halted or done) whose stream is not closed. */
+bool capture_plan_lag_shown(const struct capture_plan *p, const struct capture_env *e);
+
 /** A status update is due while streaming. */
 bool capture_plan_status_due(const struct capture_plan *p, uint64_t now_ms);
+
+/** What the relay's planner is told of the stream (@p s's capture fields):
+ *  with heartbeats every @p heartbeat_ms (0: none), and @p dead_due when a
+ *  dead row waits to be written. */
+void capture_plan_status(const struct capture_plan *p, const struct capture_env *e,
+                         long heartbeat_ms, bool dead_due, struct plan_state *s);
 
 #endif

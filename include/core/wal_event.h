@@ -100,6 +100,13 @@ void wal_event_message_context(const struct pgo_msg *m, char *err, size_t len);
 int wal_event_from_message(const struct pgo_msg *m, uint64_t lsn, int64_t commit_time_us,
                            struct wal_event *ev, char *errbuf, size_t errlen);
 
+/** The event of a change the stream wants (wal_event_wanted): an Insert read
+ *  from @p cols (wal_event_from_insert_cols), a logical message read at
+ *  @p lsn (wal_event_from_message). @return as those. */
+int wal_event_from_change(const struct pgo_msg *m, uint64_t lsn, int64_t commit_time_us,
+                          const struct wal_columns *cols, struct wal_event *ev, char *errbuf,
+                          size_t errlen);
+
 /** The event id of a message without one, from the LSN it was read at. */
 void wal_event_lsn_id(uint64_t lsn, char out[PGB_UUID_TEXT]);
 

@@ -10,6 +10,7 @@
 #include "core/capture_ahead.h"
 #include "core/capture_dead.h"
 #include "core/capture_plan.h"
+#include "core/capture_recover.h"
 #include "core/capture_slot.h"
 #include "core/failover_watch.h"
 #include "core/pgoutput.h"
@@ -29,12 +30,9 @@ struct capture {
     struct wal_event ev;
     struct wal_columns cols;    /* relay.column_*: what an Insert is read from */
     struct event_placement placement;
-    uint64_t slot_query_ms;     /* next slot query */
     struct failover_watch failover; /* has the server changed under the stream? */
-    bool reconcile;             /* relay.slot_recovery = reconcile, and the table proves a gap */
-    char no_reconcile[200];     /* why reconcile acts as stop; "" when it does not */
+    struct capture_recover rec; /* relay.slot_recovery: may a gap be closed, and when */
     struct capture_recovery *recovery; /* a reconcile running, off the loop */
-    uint64_t recover_at_ms;     /* a failed one is not tried again before */
     struct dead_queue dead;     /* events to keep as dead rows (relay_capture_dead.c) */
     struct capture_ahead ahead; /* read while a commit runs */
 };
@@ -44,9 +42,7 @@ struct capture_env relay_capture_env(const struct relay *r);
 void relay_capture_carry(struct relay *r, struct capture_acts a);
 
 /* relay_capture_slot.c */
-bool relay_capture_heartbeat_due(const struct relay *r);
 void relay_capture_heartbeat(struct relay *r);
-bool relay_capture_slot_query_due(const struct relay *r);
 void relay_capture_slot_query(struct relay *r);
 void relay_capture_retention(struct relay *r);
 void relay_capture_take_over(struct relay *r);

@@ -1,11 +1,15 @@
 /* capture_dead.c — relay.capture = wal: the queue of events to keep as dead
- * rows (core/capture_dead.h). */
+ * rows, and what such an event is called (core/capture_dead.h). */
 #include "core/capture_dead.h"
 
+#include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/capture_slot.h"
 #include "core/event.h"
+#include "core/wal_event.h"
 
 static void entry_free(struct capture_dead *d)
 {
@@ -38,6 +42,14 @@ bool dead_queue_due(const struct dead_queue *q, uint64_t now_ms)
     return q->n > 0 && !q->sending && now_ms >= q->retry_ms;
 }
 
+bool dead_queue_failed(struct dead_queue *q, const char *sqlstate, uint64_t now_ms, char *reason,
+                       size_t len)
+{
+    q->retry_ms = now_ms + CAPTURE_DEAD_RETRY_MS;
+    return q->n > 0 &&
+           capture_dead_refused(sqlstate, q->v[0].params[0], q->v[0].params[8], reason, len);
+}
+
 void dead_queue_pop(struct dead_queue *q)
 {
     if (q->n == 0)
@@ -61,4 +73,20 @@ void dead_queue_free(struct dead_queue *q)
         entry_free(&q->v[i]);
     free(q->v);
     memset(q, 0, sizeof *q);
+}
+
+void capture_poison_name(struct capture_poison *p, const char *event_id, uint64_t lsn,
+                         const char *why)
+{
+    pgo_lsn_text(lsn, p->at);
+    wal_event_lsn_id(lsn, p->lsn_id);
+    p->event_id = event_id && *event_id ? event_id : p->lsn_id;
+    snprintf(p->reason, sizeof p->reason, "%s (at LSN %s)", why, p->at);
+}
+
+void capture_poison_halt_reason(const struct capture_poison *p, int64_t id, const char *why,
+                                char *out, size_t len)
+{
+    snprintf(out, len, "event at LSN %s (outbox_id %" PRId64 ", event_id %s) cannot be produced: %s",
+             p->at, id, p->event_id, why);
 }

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "core/engine.h"
+#include "core/pg_binary.h"
 #include "core/plan.h"
 
 /* The stream generation in a delivery report's opaque, above the transaction's sequence. */
@@ -377,9 +378,19 @@ void capture_plan_new_slot(struct capture_plan *p)
     p->acks.confirmed = 0;
 }
 
-void capture_plan_retry_at(struct capture_plan *p, uint64_t at_ms)
+void capture_plan_taken_over(struct capture_plan *p, uint64_t now_ms)
 {
-    p->restart_at_ms = at_ms;
+    p->restart_at_ms = now_ms + CAPTURE_TAKE_OVER_WAIT_MS;
+}
+
+void capture_plan_slot_queried(struct capture_plan *p, uint64_t now_ms)
+{
+    p->slot_query_at_ms = now_ms + CAPTURE_SLOT_QUERY_EVERY_MS;
+}
+
+void capture_plan_connected(struct capture_plan *p)
+{
+    p->slot_query_at_ms = 0;
 }
 
 void capture_plan_taking_over(struct capture_plan *p)
@@ -420,6 +431,13 @@ static void start(struct capture_plan *p, struct capture_acts *a)
     p->oldest_commit_us = 0;
     p->state = CAPTURE_STARTING;
     a->what |= CAP_DO_START;
+}
+
+enum capture_route capture_plan_route(const struct capture_plan *p, bool ahead_left)
+{
+    if (p->committing)
+        return CAPTURE_READ_AHEAD; /* nothing is produced until it ends: the socket is read on */
+    return ahead_left ? CAPTURE_OFFER_LATER : CAPTURE_TAKE;
 }
 
 bool capture_plan_may_drain(const struct capture_plan *p, const struct capture_env *e)
@@ -520,6 +538,19 @@ bool capture_plan_heartbeat_due(const struct capture_plan *p, uint64_t now_ms, l
            now_ms - p->last_progress_ms >= (uint64_t)every_ms;
 }
 
+size_t capture_plan_status_update(const struct capture_plan *p, double now,
+                                  uint8_t out[PGO_STATUS_UPDATE_LEN])
+{
+    int64_t now_us = (int64_t)((now - (double)PGB_EPOCH_UNIX_S) * 1e6);
+    return pgo_status_update(out, p->received, p->confirmed, now_us, false);
+}
+
+bool capture_plan_lag_shown(const struct capture_plan *p, const struct capture_env *e)
+{
+    return e->leader && !e->stopping && !e->refused && !e->halted && !e->finished &&
+           p->state != CAPTURE_OFF;
+}
+
 bool capture_plan_status_due(const struct capture_plan *p, uint64_t now_ms)
 {
     return p->state == CAPTURE_STREAMING && now_ms - p->status_sent_ms >= CAPTURE_STATUS_EVERY_MS;
@@ -531,4 +562,17 @@ double capture_plan_lag(const struct capture_plan *p, double now, double epoch_u
         return 0;
     double lag = now - ((double)p->oldest_commit_us / 1e6 + epoch_unix_s);
     return lag > 0 ? lag : 0;
+}
+
+void capture_plan_status(const struct capture_plan *p, const struct capture_env *e,
+                         long heartbeat_ms, bool dead_due, struct plan_state *s)
+{
+    s->n_hot = 0; /* nothing claimed or marked */
+    s->capture_wal = true;
+    s->heartbeat_due = capture_plan_heartbeat_due(p, e->now_ms, heartbeat_ms);
+    s->slot_query_due = e->now_ms >= p->slot_query_at_ms;
+    s->capture_streaming = p->state == CAPTURE_STREAMING;
+    s->slot_busy = p->slot_busy;
+    s->dead_due = dead_due;
+    s->capture_unsettled = !capture_plan_settled(p, e);
 }

@@ -1,6 +1,7 @@
 /* capture_slot.c — relay.capture = wal: the slot as pg_replication_slots
  * shows it, read into what the relay reports, and what an operator is told
- * to do about the server's refusals and a dead row it would not keep. */
+ * to do about the server's refusals, a lost stream and a dead row it would
+ * not keep. */
 #include "core/capture_slot.h"
 
 #include <stdio.h>
@@ -50,6 +51,19 @@ void capture_slot_read(struct stats_slot *s, const char *const v[SLOT_NCOLS],
         s->problem[0] = '\0'; /* a leader not streaming keeps what its stream was told */
 }
 
+struct failover_news capture_slot_seen(struct stats_slot *s, const char *const v[SLOT_NCOLS],
+                                       const struct capture_names *n, double now,
+                                       const struct capture_plan *p, bool leader,
+                                       struct failover_watch *w, bool recovering)
+{
+    capture_slot_read(s, v, n, now, p->state == CAPTURE_STREAMING || !leader);
+    struct failover_news news = failover_watch_seen(w, v[SLOT_WALFILE], s->known, s->confirmed_lsn,
+                                                    p->confirmed, n->slot);
+    if (news.gap && !recovering)
+        snprintf(s->problem, sizeof s->problem, "%s", news.text);
+    return news;
+}
+
 void capture_explain(const char *why, const char *sqlstate, char *out, size_t len)
 {
     const char *hint = "";
@@ -65,6 +79,19 @@ void capture_explain(const char *why, const char *sqlstate, char *out, size_t le
     else if (strcmp(sqlstate, "42501") == 0 || strcmp(sqlstate, "28000") == 0)
         hint = "; the role needs the REPLICATION attribute";
     snprintf(out, len, "%s%s", why, hint);
+}
+
+struct capture_loss capture_lost(enum capture_state state, const char *why, const char *sqlstate,
+                                 char *problem, size_t len)
+{
+    struct capture_loss l = { .busy = strcmp(sqlstate, "55006") == 0 };
+    if (state == CAPTURE_ENDING)
+        return l; /* ended as asked: nothing to say */
+    if (*sqlstate || state != CAPTURE_STREAMING)
+        capture_explain(why, sqlstate, problem, len);
+    l.say = state == CAPTURE_STREAMING ? "replication stream lost"
+                                       : "cannot stream from the replication slot";
+    return l;
 }
 
 bool capture_dead_refused(const char *sqlstate, const char *event_id, const char *why,

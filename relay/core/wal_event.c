@@ -534,6 +534,15 @@ bool wal_event_wanted(const struct pgo_msg *m, const char *schema, const char *t
     return !(sent && sent->text) && !(dead && dead->text);
 }
 
+int wal_event_from_change(const struct pgo_msg *m, uint64_t lsn, int64_t commit_time_us,
+                          const struct wal_columns *cols, struct wal_event *ev, char *errbuf,
+                          size_t errlen)
+{
+    if (m->kind == PGO_INSERT)
+        return wal_event_from_insert_cols(m, commit_time_us, cols, ev, errbuf, errlen);
+    return wal_event_from_message(m, lsn, commit_time_us, ev, errbuf, errlen);
+}
+
 void wal_event_message_context(const struct pgo_msg *m, char *err, size_t len)
 {
     size_t n = strlen(err);

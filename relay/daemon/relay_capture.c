@@ -44,8 +44,7 @@ static void send_status(struct relay *r)
 {
     struct capture *c = r->cap;
     uint8_t msg[PGO_STATUS_UPDATE_LEN];
-    int64_t now_us = (int64_t)((stats_now() - (double)PGB_EPOCH_UNIX_S) * 1e6);
-    size_t n = pgo_status_update(msg, c->plan.received, c->plan.confirmed, now_us, false);
+    size_t n = capture_plan_status_update(&c->plan, stats_now(), msg);
     if (repl_send(&c->repl, msg, n) == 0) {
         char at[PGO_LSN_TEXT];
         pgo_lsn_text(c->plan.confirmed, at);
@@ -186,26 +185,21 @@ static enum capture_send produce(struct relay *r, const struct event_row *row, c
  * @return true when the stream goes on. */
 static bool poison(struct relay *r, const struct event_row *row, uint64_t lsn, const char *why)
 {
-    char at[PGO_LSN_TEXT], lsn_id[PGB_UUID_TEXT];
-    pgo_lsn_text(lsn, at);
-    wal_event_lsn_id(lsn, lsn_id);
-    const char *event_id = row && row->event_id && *row->event_id ? row->event_id : lsn_id;
+    struct capture_poison p;
+    capture_poison_name(&p, row ? row->event_id : NULL, lsn, why);
     r->st.failed_total[STATS_FAIL_INVALID]++;
     if (!capture_plan_poison_halts(r->poison->halts, r->cfg->profile == RELAY_PROFILE_OUTBOX)) {
-        char reason[600];
-        snprintf(reason, sizeof reason, "%s (at LSN %s)", why, at);
-        if (relay_capture_dead_queue(r, row, event_id, reason))
+        if (relay_capture_dead_queue(r, row, p.event_id, p.reason))
             return true;
         why = "out of memory keeping it as a dead row";
     }
     r->st.halted = true;
-    snprintf(r->st.halt_reason, sizeof r->st.halt_reason,
-             "event at LSN %s (outbox_id %" PRId64 ", event_id %s) cannot be produced: %s", at,
-             row ? row->id : 0, event_id, why);
+    capture_poison_halt_reason(&p, row ? row->id : 0, why, r->st.halt_reason,
+                               sizeof r->st.halt_reason);
     log_error("relaying halted: an event cannot be produced (on_poison=halt); fix it (or skip it "
               "by advancing the slot past it) and restart",
-              "lsn=%s outbox_id=%" PRId64 " event_id=%s error=%s", at, row ? row->id : 0, event_id,
-              log_quote(why));
+              "lsn=%s outbox_id=%" PRId64 " event_id=%s error=%s", p.at, row ? row->id : 0,
+              p.event_id, log_quote(why));
     struct capture_env e = relay_capture_env(r);
     relay_capture_carry(r, capture_plan_halt(&r->cap->plan, &e));
     relay_notify_status(r);
@@ -218,7 +212,6 @@ static bool on_change(struct relay *r, const struct pgo_msg *m, uint64_t lsn)
     struct capture *c = r->cap;
     struct capture_env e = relay_capture_env(r);
     char err[512];
-    int rc = 0;
     if (m->kind == PGO_BEGIN)
         return capture_plan_begin(&c->plan, m->commit_time_us);
     if (m->kind == PGO_COMMIT) {
@@ -230,10 +223,7 @@ static bool on_change(struct relay *r, const struct pgo_msg *m, uint64_t lsn)
      * that an application inserts as sent are not events. */
     if (!wal_event_wanted(m, r->cfg->schema, r->cfg->table, r->cfg->message_prefix))
         return true;
-    if (m->kind == PGO_INSERT)
-        rc = wal_event_from_insert_cols(m, c->plan.commit_time_us, &c->cols, &c->ev, err, sizeof err);
-    else
-        rc = wal_event_from_message(m, lsn, c->plan.commit_time_us, &c->ev, err, sizeof err);
+    int rc = wal_event_from_change(m, lsn, c->plan.commit_time_us, &c->cols, &c->ev, err, sizeof err);
     enum capture_send v = rc == 0 ? produce(r, &c->ev.row, err, sizeof err) : CAPTURE_SEND_POISON;
     if (v == CAPTURE_SEND_LATER) {
         wal_event_clear(&c->ev);
@@ -285,16 +275,13 @@ static bool on_data(struct repl_conn *rc, const uint8_t *buf, size_t len, void *
     (void)rc;
     struct relay *r = arg;
     struct capture *c = r->cap;
-    /* Behind what was read ahead, in order. */
-    if (capture_ahead_left(&c->ahead)) {
-        if (!c->plan.committing)
-            ahead_drain(r);
-        if (capture_ahead_left(&c->ahead)) /* a commit began while they were taken */
-            return c->plan.committing && capture_ahead_push(&c->ahead, buf, len);
-    }
-    if (c->plan.committing)
+    /* Behind what was read ahead, in order; a commit may begin while they are taken. */
+    if (capture_ahead_left(&c->ahead) && !c->plan.committing)
+        ahead_drain(r);
+    enum capture_route to = capture_plan_route(&c->plan, capture_ahead_left(&c->ahead));
+    if (to == CAPTURE_READ_AHEAD)
         return capture_ahead_push(&c->ahead, buf, len);
-    return take_frame(r, buf, len);
+    return to == CAPTURE_TAKE && take_frame(r, buf, len);
 }
 
 /* What the socket held is read: commit what came, so that a trickle is
@@ -326,16 +313,12 @@ static void on_lost(struct repl_conn *rc, const char *why, const char *sqlstate,
 {
     (void)rc;
     struct relay *r = arg;
-    enum capture_state state = r->cap->plan.state;
-    if (state != CAPTURE_ENDING) { /* ended as asked: nothing to say */
-        if (*sqlstate || state != CAPTURE_STREAMING)
-            capture_explain(why, sqlstate, r->st.slot.problem, sizeof r->st.slot.problem);
-        log_warn(state == CAPTURE_STREAMING ? "replication stream lost"
-                                            : "cannot stream from the replication slot",
-                 "slot=%s error=%s sqlstate=%s", r->cfg->slot, log_quote(why), sqlstate);
-    }
+    struct capture_loss l = capture_lost(r->cap->plan.state, why, sqlstate, r->st.slot.problem,
+                                         sizeof r->st.slot.problem);
+    if (l.say)
+        log_warn(l.say, "slot=%s error=%s sqlstate=%s", r->cfg->slot, log_quote(why), sqlstate);
     struct capture_env e = relay_capture_env(r);
-    relay_capture_carry(r, capture_plan_lost(&r->cap->plan, &e, strcmp(sqlstate, "55006") == 0));
+    relay_capture_carry(r, capture_plan_lost(&r->cap->plan, &e, l.busy));
 }
 
 void relay_capture_step(struct relay *r)
@@ -348,8 +331,7 @@ void relay_capture_step(struct relay *r)
         e = relay_capture_env(r);
     }
     relay_capture_carry(r, capture_plan_step(&c->plan, &e));
-    if (e.leader && !e.stopping && !e.refused && !e.halted && !e.finished &&
-        c->plan.state != CAPTURE_OFF)
+    if (capture_plan_lag_shown(&c->plan, &e))
         r->st.slot.lag_seconds = capture_plan_lag(&c->plan, stats_now(), PGB_EPOCH_UNIX_S);
 }
 
@@ -374,22 +356,16 @@ static int capture_setup(struct relay *r, struct capture *c)
     return repl_init(&c->repl, r->loop, cfg->pg_conninfo, &cb) < 0 ? -ENOMEM : 0;
 }
 
-/* relay.slot_recovery: reconcile only where the table holds every event; a
- * relay that cannot must say so before a failover, not after. */
+/* relay.slot_recovery: a relay that cannot reconcile must say so before a failover, not after. */
 static void recovery_setup(struct relay *r, struct capture *c)
 {
     const struct relay_config *cfg = r->cfg;
-    bool provable = failover_gap_provable(cfg->on_sent == RELAY_ON_SENT_DELETE,
-                                          cfg->message_prefix[0] != '\0',
-                                          cfg->profile == RELAY_PROFILE_DEBEZIUM, c->no_reconcile,
-                                          sizeof c->no_reconcile);
-    c->reconcile = cfg->slot_recovery == RELAY_SLOT_RECOVERY_RECONCILE && provable;
-    if (cfg->slot_recovery == RELAY_SLOT_RECOVERY_RECONCILE && !provable)
+    if (capture_recover_setup(&c->rec, cfg->slot_recovery == RELAY_SLOT_RECOVERY_RECONCILE,
+                              cfg->on_sent == RELAY_ON_SENT_DELETE, cfg->message_prefix[0] != '\0',
+                              cfg->profile == RELAY_PROFILE_DEBEZIUM))
         log_warn("relay.slot_recovery = reconcile cannot prove a failover's gap closed: after a "
                  "failover that leaves the slot behind this relay stops as with stop",
-                 "slot=%s why=%s", cfg->slot, log_quote(c->no_reconcile));
-    else if (cfg->slot_recovery == RELAY_SLOT_RECOVERY_STOP)
-        c->no_reconcile[0] = '\0';
+                 "slot=%s why=%s", cfg->slot, log_quote(c->rec.no_reconcile));
 }
 
 int relay_capture_start(struct relay *r)
@@ -412,15 +388,8 @@ int relay_capture_start(struct relay *r)
 void relay_capture_status(const struct relay *r, struct plan_state *s)
 {
     const struct capture *c = r->cap;
-    s->n_hot = 0; /* nothing claimed or marked */
-    s->capture_wal = true;
-    s->heartbeat_due = relay_capture_heartbeat_due(r);
-    s->slot_query_due = relay_capture_slot_query_due(r);
-    s->capture_streaming = c->plan.state == CAPTURE_STREAMING;
-    s->slot_busy = c->plan.slot_busy;
-    s->dead_due = dead_queue_due(&c->dead, uv_now(r->loop));
     struct capture_env e = relay_capture_env(r);
-    s->capture_unsettled = !capture_plan_settled(&c->plan, &e);
+    capture_plan_status(&c->plan, &e, r->cfg->heartbeat_ms, dead_queue_due(&c->dead, e.now_ms), s);
 }
 
 int relay_capture_act(struct relay *r, const struct plan_step *p)

@@ -34,17 +34,15 @@ static void on_recorded(struct pg_conn *pg, PGresult *res, void *arg)
         return; /* the connection is gone: the record is sent again on the next */
     struct capture_dead *d = &c->dead.v[0];
     if (PQresultStatus(res) != PGRES_COMMAND_OK) {
-        const char *state = pg_sqlstate(res);
         log_error("cannot record an event that cannot be produced",
                   "event_id=%s error=%s", d->params[0], log_quote(PQresultErrorMessage(res)));
-        if (capture_dead_refused(state, d->params[0], d->params[8], r->st.halt_reason,
-                                 sizeof r->st.halt_reason)) {
+        if (dead_queue_failed(&c->dead, pg_sqlstate(res), relay_now_ms(r), r->st.halt_reason,
+                              sizeof r->st.halt_reason)) {
             r->st.halted = true;
             log_error("relaying halted: an event can neither be produced nor kept as a dead row",
                       "event_id=%s reason=%s", d->params[0], log_quote(r->st.halt_reason));
             relay_notify_status(r);
         }
-        c->dead.retry_ms = relay_now_ms(r) + 1000;
         relay_step(r);
         return;
     }

@@ -2,17 +2,13 @@
  * the slot missing, or one made on the promoted server starts past what this
  * relay confirmed (core/failover_watch.c). The leader closes the gap before
  * anything streams from that server (cmd/reconcile.h: the slot made if
- * missing, the rows Kafka lacks published), then the stream starts. That
- * blocks: it runs on libuv's thread pool, and only its result comes back to
- * the loop thread, which alone writes the stats. */
+ * missing, the rows Kafka lacks published), then the stream starts; when, and
+ * what its end changes, is core/capture_recover.c's. That blocks: it runs on
+ * libuv's thread pool, and only its result comes back to the loop thread,
+ * which alone writes the stats. */
 #include "daemon/relay_capture_int.h"
 
-#include <time.h>
-
 #include "cmd/reconcile.h"
-
-/* A recovery that failed is tried again this much later (at the next slot query after it). */
-#define RECOVERY_RETRY_MS 10000
 
 struct capture_recovery {
     uv_work_t work;
@@ -42,19 +38,14 @@ static void after(uv_work_t *w, int status)
     struct capture *c = r->cap;
     c->recovery = NULL;
     if (status == 0 && rec->rc == 0) {
-        r->st.slot.recoveries_total++;
-        r->st.slot.recovered_events_total += rec->gap.published;
-        r->st.slot.last_recovery_time = stats_now();
-        r->st.slot.last_recovery_events = rec->gap.published;
-        failover_watch_recovered(&c->failover);
-        capture_plan_new_slot(&c->plan);
+        capture_recover_done(&r->st.slot, &c->failover, &c->plan, rec->gap.published, stats_now());
         log_warn("postgres failover reconciled: the rows Kafka lacked are published; streaming "
                  "from the slot",
                  "slot=%s slot_created=%s since=%s rows_kafka_lacked=%zu published=%" PRIu64,
                  r->cfg->slot, rec->gap.created ? "true" : "false", rec->since, rec->gap.absent,
                  rec->gap.published);
     } else {
-        c->recover_at_ms = relay_now_ms(r) + RECOVERY_RETRY_MS;
+        capture_recover_failed(&c->rec, relay_now_ms(r));
         log_error("postgres failover: reconciling failed; tried again soon", "slot=%s since=%s "
                   "error=%s", r->cfg->slot, rec->since, log_quote(status ? uv_strerror(status)
                                                                           : rec->err));
@@ -66,8 +57,8 @@ static void after(uv_work_t *w, int status)
 void relay_capture_recover(struct relay *r)
 {
     struct capture *c = r->cap;
-    if (!c->reconcile || !c->failover.blocked || c->recovery || r->stopping ||
-        r->st.role != STATS_ROLE_LEADER || relay_now_ms(r) < c->recover_at_ms)
+    if (!capture_recover_due(&c->rec, &c->failover, r->st.role == STATS_ROLE_LEADER && !r->stopping,
+                             c->recovery != NULL, relay_now_ms(r)))
         return;
     struct capture_recovery *rec = calloc(1, sizeof *rec);
     if (!rec)
@@ -75,20 +66,15 @@ void relay_capture_recover(struct relay *r)
     rec->r = r;
     rec->cfg = r->cfg;
     rec->work.data = rec;
-    time_t since = (time_t)failover_recovery_since(r->st.slot.last_commit_time, r->st.start_time);
-    struct tm tm;
-    gmtime_r(&since, &tm);
-    strftime(rec->since, sizeof rec->since, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    capture_recover_since(r->st.slot.last_commit_time, r->st.start_time, rec->since,
+                          sizeof rec->since);
     rec->gap = (struct reconcile_gap){.since = rec->since, .stop = &rec->stop};
     if (uv_queue_work(r->loop, &rec->work, work, after) < 0) {
         free(rec);
         return;
     }
     c->recovery = rec;
-    snprintf(r->st.slot.problem, sizeof r->st.slot.problem,
-             "failover: reconciling (relay.slot_recovery = reconcile): the slot made if missing, "
-             "the rows created since %s that Kafka lacks published; the stream starts after",
-             rec->since);
+    capture_recover_problem(rec->since, r->st.slot.problem, sizeof r->st.slot.problem);
     log_warn("postgres failover: reconciling (relay.slot_recovery = reconcile): the slot made if "
              "missing, the rows Kafka lacks published, then the stream",
              "slot=%s since=%s", r->cfg->slot, rec->since);

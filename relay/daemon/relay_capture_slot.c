@@ -5,15 +5,7 @@
  * the relay only reads. */
 #include "daemon/relay_capture_int.h"
 
-/* The slot's row is read this often, whatever the role. */
-#define CAPTURE_SLOT_QUERY_EVERY_MS 5000
-
 /* ---- what the main connection does for the capture ------------------------ */
-
-bool relay_capture_heartbeat_due(const struct relay *r)
-{
-    return capture_plan_heartbeat_due(&r->cap->plan, uv_now(r->loop), r->cfg->heartbeat_ms);
-}
 
 static void on_heartbeat(struct pg_conn *pg, PGresult *res, void *arg)
 {
@@ -37,11 +29,6 @@ void relay_capture_heartbeat(struct relay *r)
     pg_query(&r->pg, r->cap->sql.heartbeat, 1, params, on_heartbeat, r);
 }
 
-bool relay_capture_slot_query_due(const struct relay *r)
-{
-    return relay_now_ms((struct relay *)r) >= r->cap->slot_query_ms;
-}
-
 static void on_slot(struct pg_conn *pg, PGresult *res, void *arg)
 {
     (void)pg;
@@ -63,17 +50,14 @@ static void on_slot(struct pg_conn *pg, PGresult *res, void *arg)
         return;
     }
     struct capture_names names = { r->cfg->slot, r->cfg->publication, r->cfg->schema, r->cfg->table };
-    capture_slot_read(s, v, &names, stats_now(),
-                      r->cap->plan.state == CAPTURE_STREAMING || r->st.role != STATS_ROLE_LEADER);
-    struct failover_news n = failover_watch_seen(&r->cap->failover, v[SLOT_WALFILE], s->known,
-                                                 s->confirmed_lsn, r->cap->plan.confirmed, r->cfg->slot);
-    if (n.gap && !r->cap->recovery) /* a reconcile running says so instead */
-        snprintf(s->problem, sizeof s->problem, "%s", n.text);
+    struct failover_news n = capture_slot_seen(s, v, &names, stats_now(), &r->cap->plan,
+                                               r->st.role == STATS_ROLE_LEADER, &r->cap->failover,
+                                               r->cap->recovery != NULL);
     if (n.say)
         log_write(n.level, n.say, "slot=%s slot_recovery=%s detail=%s%s%s",
-                  r->cfg->slot, r->cap->reconcile ? "reconcile" : "stop", log_quote(n.text),
-                  r->cap->no_reconcile[0] ? " reconcile_not_possible=" : "",
-                  r->cap->no_reconcile[0] ? log_quote(r->cap->no_reconcile) : "");
+                  r->cfg->slot, capture_recover_mode(&r->cap->rec), log_quote(n.text),
+                  r->cap->rec.no_reconcile[0] ? " reconcile_not_possible=" : "",
+                  r->cap->rec.no_reconcile[0] ? log_quote(r->cap->rec.no_reconcile) : "");
     if (n.gap)
         relay_capture_recover(r);
     relay_step(r);
@@ -82,7 +66,7 @@ static void on_slot(struct pg_conn *pg, PGresult *res, void *arg)
 void relay_capture_slot_query(struct relay *r)
 {
     const char *params[] = { r->cfg->slot, r->cfg->publication };
-    r->cap->slot_query_ms = relay_now_ms(r) + CAPTURE_SLOT_QUERY_EVERY_MS;
+    capture_plan_slot_queried(&r->cap->plan, relay_now_ms(r));
     pg_query(&r->pg, r->cap->sql.slot_status, 2, params, on_slot, r);
 }
 
@@ -99,7 +83,7 @@ static void on_taken_over(struct pg_conn *pg, PGresult *res, void *arg)
         log_warn("ended the session that read the replication slot: this relay leads",
                  "slot=%s pid=%s application_name=%s", r->cfg->slot, PQgetvalue(res, i, 0),
                  log_quote(PQgetvalue(res, i, 1)));
-    capture_plan_retry_at(&r->cap->plan, relay_now_ms(r) + 100); /* its walsender needs a moment to exit */
+    capture_plan_taken_over(&r->cap->plan, relay_now_ms(r));
     relay_step(r);
 }
 
@@ -129,5 +113,5 @@ void relay_capture_retention(struct relay *r)
 void relay_capture_connected(struct relay *r)
 {
     failover_watch_connected(&r->cap->failover, relay_now_ms(r));
-    r->cap->slot_query_ms = 0; /* the timeline is read before anything streams */
+    capture_plan_connected(&r->cap->plan);
 }

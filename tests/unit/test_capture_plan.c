@@ -627,3 +627,21 @@ Test(capture_plan, frames_read_ahead_come_back_in_order_within_their_budget)
     cr_assert_not(capture_ahead_left(&q));
     capture_ahead_free(&q);
 }
+
+Test(capture_plan, a_frame_is_read_ahead_during_a_commit_and_otherwise_taken_in_order)
+{
+    struct capture_env e = leader_env(PRODUCER_TXN_OPEN);
+    struct capture_plan p = streaming(&e);
+    cr_assert_eq(capture_plan_route(&p, false), CAPTURE_TAKE);
+    cr_assert_eq(capture_plan_route(&p, true), CAPTURE_OFFER_LATER,
+                 "frames read ahead and not yet taken go first");
+    capture_plan_begin(&p, 1);
+    send_one(&p, &e);
+    capture_plan_commit_seen(&p, &e, 0x100);
+    cr_assert(capture_plan_idle(&p, &e).what & CAP_DO_COMMIT);
+    cr_assert_eq(capture_plan_route(&p, false), CAPTURE_READ_AHEAD);
+    cr_assert_eq(capture_plan_route(&p, true), CAPTURE_READ_AHEAD, "behind the others");
+    capture_plan_committed(&p, &e, true);
+    cr_assert_eq(capture_plan_route(&p, false), CAPTURE_TAKE);
+    capture_plan_free(&p);
+}

@@ -96,7 +96,8 @@ static int read_insert_cols(const char *const *cols, const char *const *vals, in
     }
     cr_assert_eq(pgo_decode(&rels, w.b, w.n, &m), 0);
     err[0] = '\0';
-    int rc = names ? wal_event_from_insert_cols(&m, COMMIT_US, names, ev, err, sizeof err)
+    /* with columns named, as the stream reads a change */
+    int rc = names ? wal_event_from_change(&m, 0, COMMIT_US, names, ev, err, sizeof err)
                    : wal_event_from_insert(&m, COMMIT_US, ev, err, sizeof err);
     memset(w.b, 'X', sizeof w.b);
     pgo_relations_free(&rels);
@@ -297,7 +298,8 @@ static int read_message(const char *content, uint64_t lsn, struct wal_event *ev)
     struct pgo_msg m;
     cr_assert_eq(pgo_decode(NULL, w.b, w.n - 1, &m), 0);
     err[0] = '\0';
-    int rc = wal_event_from_message(&m, lsn, COMMIT_US, ev, err, sizeof err);
+    /* as the stream reads a change: a message needs no columns */
+    int rc = wal_event_from_change(&m, lsn, COMMIT_US, NULL, ev, err, sizeof err);
     memset(w.b, 'X', sizeof w.b);
     return rc;
 }
@@ -507,6 +509,8 @@ Test(wal_event, not_a_message)
     struct pgo_msg m = { .kind = PGO_INSERT };
     struct wal_event ev;
     cr_assert_eq(wal_event_from_message(&m, 1, 0, &ev, err, sizeof err), -EINVAL);
+    m.kind = PGO_BEGIN; /* a change that is neither an Insert nor a message holds no event */
+    cr_assert_eq(wal_event_from_change(&m, 1, 0, NULL, &ev, err, sizeof err), -EINVAL);
 }
 
 /* Debezium's outbox table: a NULL aggregateid is an event without a key, as
