@@ -148,9 +148,11 @@ void relay_capture_on_report(struct relay *r, void *opaque, rd_kafka_resp_err_t 
                             rd_kafka_err2name(err), 0))
             log_warn("delivery failed; the stream restarts from the confirmed position",
                      "error=%s", rd_kafka_err2name(err));
-        r->st.failed_total[kafka_fault_of(err, producer_fatal(&r->prod)) == KAFKA_FAULT_OURS
-                               ? STATS_FAIL_PERMANENT
-                               : STATS_FAIL_RETRIABLE]++;
+        /* Counted as polling counts it: what the relay purged or lost to a
+         * fatal error it recovers from is nobody's failure. */
+        struct failure_verdict v = engine_judge_failure(kafka_fault_of(err, producer_fatal(&r->prod)), true);
+        if (v.counted)
+            r->st.failed_total[v.permanent ? STATS_FAIL_PERMANENT : STATS_FAIL_RETRIABLE]++;
     }
     struct capture_env e = relay_capture_env(r);
     relay_capture_carry(r, capture_plan_report(&r->cap->plan, &e, (uint64_t)(uintptr_t)opaque, ok));
