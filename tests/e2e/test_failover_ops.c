@@ -1,11 +1,13 @@
 /* test_failover_ops.c — failovers as operators live them, against a primary
  * and its synchronous standby of the test's own (tests/support/pg_pair.sh):
  * a planned switchover under writers (the old primary rejoining as a
- * standby), two relays on one two-host conninfo across a failover, and the
- * old primary coming back writable after the promotion (split brain). What
- * is checked is what an operator checks: every row in Kafka, per-aggregate
- * order, duplicates only of rows in flight at the switch, which relay
- * leads, and what /status and /metrics say about the server. */
+ * standby), polled and log-based; two relays on one two-host conninfo across
+ * a failover; the old primary coming back writable after the promotion
+ * (split brain). What is checked is what an operator checks: every row in
+ * Kafka, per-aggregate order, duplicates only of rows in flight at the
+ * switch (or, log-based, read while the recovery ran), with their event's
+ * id, which relay leads, the slot, and what /status and /metrics say about
+ * the server. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -129,36 +131,41 @@ static size_t check_delivered(const char *what, int64_t switch_us, size_t max_du
 
 /* ---- a planned switchover ------------------------------------------------ */
 
-/* Fast stop of the primary (its WAL all on the standby), the standby
- * promoted, the old primary back as a standby of it: the conninfo's first
- * host is now a standby, which target_session_attrs=read-write passes over.
- * Nothing may be lost, and only rows in flight at the switch (produced, not
- * yet marked) may come twice. /status and /metrics name the new server and
- * count the failover. */
-Test(e2e, switchover_under_writers_polling, .fini = fini, .timeout = 300)
+/* The server the relay reports before the switch: the primary, timeline 1. */
+static struct server_seen first_server(struct e2e_relay *r)
 {
-    e2e_setup(&T, "switchover");
-    pair_up();
-    const char *extra[] = {"relay.poll_interval_ms=100", "relay.batch_size=200", NULL};
-    struct e2e_relay *r = e2e_relay_start(&T, extra);
     struct server_seen before = wait_server(r, P.primary_port, 1, 20000);
     cr_assert_eq(before.failovers, 0);
     cr_assert_neq(before.system_id[0], '\0', "no system identifier in /status");
+    return before;
+}
 
+/* Fast stop of the primary (its WAL all on the standby) under writers, the
+ * standby promoted, the old primary back as a standby of it: the conninfo's
+ * first host is now a standby, which target_session_attrs=read-write passes
+ * over. Returns once the writers committed ROWS_AFTER rows more on the
+ * promoted server and stopped, every commit they were answered in its table. */
+static struct e2e_failover switchover(void)
+{
     writers = e2e_writers_start(&T, ROWS_BEFORE, NULL);
     /* Every row created after f.stopped_us is the promoted server's. */
     struct e2e_failover f = e2e_pg_pair_failover(&T, &P, true, writers);
     e2e_pg_pair_rejoin(&P);
     fprintf(stderr, "e2e: the old primary streams from the new one\n");
     e2e_writers_wait(writers, f.committed_at_stop + ROWS_AFTER, NULL);
-    e2e_writers_stop(writers);
-    e2e_wait_all_sent(&T, 60000);
-    fprintf(stderr, "e2e: every row marked %lld ms after the promotion\n",
-            (long long)(e2e_now_ms() - f.promoted_ms));
+    long total = e2e_writers_stop(writers);
+    cr_assert_geq(e2e_query_int(T.conn, "SELECT count(*) FROM %s", T.qtable), total,
+                  "commits the writers were answered are missing on the promoted server");
+    return f;
+}
 
-    /* The relay is on the promoted server, timeline 2 of the same system. */
+/* What an operator reads once the relay is on the promoted server: /status
+ * and /metrics name it (timeline 2 of the same system, one failover seen),
+ * `outbox-relay status` says it in one line, the log says why. */
+static void assert_switched(struct e2e_relay *r, const struct server_seen *before)
+{
     struct server_seen after = wait_server(r, P.standby_port, 2, 10000);
-    cr_assert_str_eq(after.system_id, before.system_id, "another system after a switchover");
+    cr_assert_str_eq(after.system_id, before->system_id, "another system after a switchover");
     cr_assert_eq(after.failovers, 1, "/status counts %d failovers", after.failovers);
     cr_assert_geq(after.reconnects, 2, "/status counts %d connects", after.reconnects);
     cr_assert_eq(metric(r, "outbox_relay_postgres_failovers_total"), 1);
@@ -169,10 +176,9 @@ Test(e2e, switchover_under_writers_polling, .fini = fini, .timeout = 300)
     cr_assert_eq(e2e_relay_http_get(r, "/metrics", &body), 200);
     char info[200];
     snprintf(info, sizeof info, "outbox_relay_postgres_server_info{host=\"127.0.0.1\",port=\"%d\","
-             "system_identifier=\"%s\"} 1\n", P.standby_port, before.system_id);
+             "system_identifier=\"%s\"} 1\n", P.standby_port, before->system_id);
     cr_assert(strstr(body, info), "no %s in /metrics", info);
     free(body);
-    /* `outbox-relay status` says it in one line. */
     char url[64], want[160];
     snprintf(url, sizeof url, "http://127.0.0.1:%d", e2e_relay_http_port(r, 5000));
     const char *status[] = {"status", "--url", url, NULL};
@@ -185,7 +191,69 @@ Test(e2e, switchover_under_writers_polling, .fini = fini, .timeout = 300)
     free(err);
     cr_assert(e2e_relay_log_contains(r, "msg=\"postgres failover: the server is on a later timeline\""),
               "no line says the failover (log %s)", r->log_path);
+}
+
+/* Polling: nothing may be lost, and only rows in flight at the switch
+ * (produced, not yet marked) may come twice. */
+Test(e2e, switchover_under_writers_polling, .fini = fini, .timeout = 300)
+{
+    e2e_setup(&T, "switchover");
+    pair_up();
+    const char *extra[] = {"relay.poll_interval_ms=100", "relay.batch_size=200", NULL};
+    struct e2e_relay *r = e2e_relay_start(&T, extra);
+    struct server_seen before = first_server(r);
+    struct e2e_failover f = switchover();
+    e2e_wait_all_sent(&T, 60000);
+    fprintf(stderr, "e2e: every row marked %lld ms after the promotion\n",
+            (long long)(e2e_now_ms() - f.promoted_ms));
+    assert_switched(r, &before);
     check_delivered("switchover", f.stopped_us, 2 * BATCH);
+}
+
+/* relay.capture = wal on a server without failover slots: the promoted
+ * server has no slot, and relay.slot_recovery = reconcile makes one there,
+ * publishes the rows Kafka lacks, then streams. Every row in Kafka, each
+ * aggregate in order; the slot on the promoted server, streamed from;
+ * /readyz ready again and the recovery counted besides what polling shows.
+ * A row may come twice only as e2e_verify checks every message: with its
+ * row's event_id (the id a consumer deduplicates on), and only a row
+ * committed after the stop began (the promoted server's, while the recovery
+ * read the table): what was relayed before the switch is not sent again. */
+Test(e2e, switchover_under_writers_wal, .fini = fini, .timeout = 300)
+{
+    e2e_setup(&T, "switchwal");
+    e2e_wal_enable(&T);
+    pair_up();
+    /* No logical messages: the table holds every event, so the gap can be proven closed. */
+    const char *extra[] = {"relay.poll_interval_ms=100", "relay.batch_size=200",
+                           "relay.slot_recovery=reconcile", "relay.message_prefix=", NULL};
+    struct e2e_relay *r = e2e_relay_start_capturing(&T, extra, 20000);
+    struct server_seen before = first_server(r);
+    struct e2e_failover f = switchover();
+    cr_assert(e2e_relay_wait_log(r, "postgres failover reconciled", 60000),
+              "the relay did not close the gap (log %s)", r->log_path);
+    cr_assert(e2e_wal_wait_confirmed(&T, 60000), "the new slot was not confirmed (log %s)",
+              r->log_path);
+    fprintf(stderr, "e2e: every row confirmed %lld ms after the promotion\n",
+            (long long)(e2e_now_ms() - f.promoted_ms));
+    cr_assert_eq(e2e_query_int(T.conn, "SELECT count(*) FROM pg_replication_slots WHERE "
+                                       "slot_name = '%s' AND active AND NOT temporary", T.table),
+                 1, "the promoted server has no slot the relay streams from (log %s)", r->log_path);
+    /* The old primary, a standby now, keeps its copy of the slot (docs/operations.md
+     * tells operators to drop it there). */
+    char old_primary[256];
+    e2e_pg_pair_conninfo(&P, E2E_PAIR_PRIMARY, "", old_primary, sizeof old_primary);
+    PGconn *old = PQconnectdb(old_primary);
+    cr_assert_eq(PQstatus(old), CONNECTION_OK, "%s", PQerrorMessage(old));
+    cr_assert_eq(e2e_query_int(old, "SELECT count(*) FROM pg_replication_slots WHERE "
+                                    "slot_name = '%s'", T.table), 1);
+    PQfinish(old);
+    e2e_assert_readyz(r, 200, NULL);
+    cr_assert_eq(metric(r, "outbox_relay_slot_recoveries_total"), 1);
+    assert_switched(r, &before);
+    long after_stop = e2e_writers_committed(writers) - f.committed_at_stop;
+    struct e2e_dups dups = {.from_us = f.stopping_us, .max = (size_t)after_stop};
+    e2e_check_delivered_dups(&T, "switchover, wal", false, dups);
 }
 
 /* ---- two relays ---------------------------------------------------------- */
