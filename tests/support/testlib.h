@@ -4,9 +4,9 @@
  * relay's status endpoint (relay_http.c), a real Kafka broker (brokers.c),
  * PgBouncer in front of PostgreSQL (pgbouncer.c), a primary and its standby of
  * a test's own (pg_pair.c) and writers through their failover (failover.c), a
- * TLS-only PostgreSQL (pg_tls.c), reading every message of a set of topics
- * back with a real Kafka consumer (consume.c) and checking it against the rows
- * (check.c).
+ * proxy whose connections a test resets (proxy.c), a TLS-only PostgreSQL
+ * (pg_tls.c), reading every message of a set of topics back with a real Kafka
+ * consumer (consume.c) and checking it against the rows (check.c).
  *
  * Every helper asserts (Criterion) on the errors it cannot recover from, so a
  * test reads as a script. Each wait is bounded by a timeout in milliseconds.
@@ -508,6 +508,24 @@ struct e2e_failover {
  *  @p ws (may be NULL) are counted once the primary is down. */
 struct e2e_failover e2e_pg_pair_failover(struct e2e_ctx *t, struct e2e_pg_pair *p, bool clean,
                                          struct e2e_writers *ws);
+
+/* ---- a proxy whose connections a test resets (proxy.c) -------------------- */
+
+/** A TCP proxy on 127.0.0.1 in front of one port, run by a thread of its own. */
+struct e2e_proxy;
+
+/** Starts one in front of 127.0.0.1:@p target_port (asserts it listens). */
+struct e2e_proxy *e2e_proxy_start(int target_port);
+
+/** @return the port clients connect to. */
+int e2e_proxy_port(const struct e2e_proxy *p);
+
+/** Resets every connection it carries: the clients get an RST, as from a
+ *  firewall or a load balancer that drops the session; it accepts new ones. */
+void e2e_proxy_reset(struct e2e_proxy *p);
+
+/** Stops it and closes its connections (NULL is fine). */
+void e2e_proxy_stop(struct e2e_proxy *p);
 
 /* ---- a TLS-only PostgreSQL, tests/support/pg_tls.sh (pg_tls.c) ------------ */
 
