@@ -1,8 +1,9 @@
 /* test_failover.c — a relay on a multi-host conninfo: a primary stopped
  * under writers and its synchronous standby promoted, a first host that
- * refuses connections, a first host that accepts and never answers. The
- * relay must follow libpq's host list in every case: connect to the host
- * that works, in bounded time, and relay every row that host has. */
+ * refuses connections, a first host that accepts and never answers, a
+ * session reset by the network. The relay must follow libpq's host list in
+ * every case: connect to the host that works, in bounded time, say why the
+ * others failed, and relay every row that host has. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +21,7 @@ static struct e2e_ctx T;
 static struct e2e_pg_pair P;
 static struct e2e_writers *writers;
 static int dead_fd = -1;
+static struct e2e_proxy *proxy;
 
 static void fini(void)
 {
@@ -30,6 +32,8 @@ static void fini(void)
     if (dead_fd >= 0)
         close(dead_fd);
     dead_fd = -1;
+    e2e_proxy_stop(proxy);
+    proxy = NULL;
 }
 
 /* Every row of the table T.conn reaches is in Kafka, the first deliveries of
@@ -139,6 +143,50 @@ Test(e2e, first_host_refuses_wal, .fini = fini, .timeout = 120)
 Test(e2e, first_host_never_answers_wal, .fini = fini, .timeout = 120)
 {
     bad_first_host("silentwal", true, true);
+}
+
+/* ---- a session reset by the network --------------------------------------- */
+
+/* Both of a wal relay's connections (statements and the replication stream)
+ * through a proxy that resets them, as a firewall or a load balancer does at
+ * a failover: the lines that say a connection was lost must give the reason
+ * libpq reads from the socket, not the event loop's word for a socket in
+ * error ("bad file descriptor", which tells an operator nothing); then the
+ * relay reconnects and relays on. */
+Test(e2e, reset_connections_say_why_wal, .fini = fini, .timeout = 120)
+{
+    e2e_setup(&T, "resetwal");
+    e2e_wal_enable(&T);
+    e2e_migrate(&T);
+    char *host = e2e_conninfo_value(T.env->pg, "host");
+    char *port = e2e_conninfo_value(T.env->pg, "port");
+    char *db = e2e_conninfo_value(T.env->pg, "dbname");
+    proxy = e2e_proxy_start(atoi(port));
+    snprintf(T.pg_conninfo, sizeof T.pg_conninfo, "host=%s port=%d dbname=%s user=postgres",
+             host, e2e_proxy_port(proxy), db);
+    free(host);
+    free(port);
+    free(db);
+    const char *extra[] = {"relay.poll_interval_ms=100", NULL};
+    struct e2e_relay *r = e2e_relay_start_capturing(&T, extra, 20000);
+    e2e_enqueue_series(&T, "order", "k", 10, "created", 1, 100, 0);
+    cr_assert(e2e_wal_wait_confirmed(&T, 30000), "the slot was not confirmed (log %s)", r->log_path);
+
+    e2e_proxy_reset(proxy);
+    cr_assert(e2e_relay_wait_log(r, "postgres connection lost", 10000) &&
+                  e2e_relay_wait_log(r, "replication stream lost", 10000),
+              "the relay did not notice the reset (log %s)", r->log_path);
+    cr_assert(e2e_relay_wait_log(r, "server closed the connection unexpectedly", 5000),
+              "no line gives libpq's reason for the reset (log %s)", r->log_path);
+    cr_assert_not(e2e_relay_log_contains(r, "bad file descriptor"),
+                  "a lost connection is put as \"bad file descriptor\" (log %s)", r->log_path);
+
+    e2e_enqueue_series(&T, "order", "k", 10, "created", 101, 200, 0);
+    cr_assert(e2e_wal_wait_confirmed(&T, 30000), "not confirmed after the reset (log %s)",
+              r->log_path);
+    cr_assert_geq(e2e_relay_log_count(r, "streaming from the replication slot"), 2,
+                  "the relay did not stream again (log %s)", r->log_path);
+    verify_all_delivered("reset", false, 0);
 }
 
 /* ---- relay.capture = wal: the slot does not follow a failover ------------ */
