@@ -37,6 +37,12 @@ void pq_watch_init(struct pq_watch *w, uv_loop_t *loop, uv_poll_cb cb, void *dat
  *  -EBADF without a socket, or a uv error. */
 int pq_watch_set(struct pq_watch *w, PGconn *conn, int events);
 
+/** Why @p conn's socket failed when the loop reported @p status for it:
+ *  libuv puts any error on a socket (a reset, say) as UV_EBADF, which says
+ *  nothing of the cause; libpq reading the socket does.
+ *  @return libpq's message, or uv_strerror(@p status) when it has none. */
+const char *pq_watch_failure(PGconn *conn, int status);
+
 /** Stops and releases the handle. */
 void pq_watch_drop(struct pq_watch *w);
 

@@ -173,7 +173,7 @@ static void on_poll(uv_poll_t *h, int status, int events)
     if (!pg || !pq_watch_is(&pg->w, h))
         return;
     if (status < 0 && pg->state != PG_CONNECTING) {
-        lost(pg, uv_strerror(status));
+        lost(pg, pq_watch_failure(pg->conn, status));
         return;
     }
     if (pg->state == PG_CONNECTING) {

@@ -69,3 +69,13 @@ int pq_watch_set(struct pq_watch *w, PGconn *conn, int events)
         w->events = events;
     return rc < 0 ? rc : renewed;
 }
+
+const char *pq_watch_failure(PGconn *conn, int status)
+{
+    if (conn && !PQconsumeInput(conn)) {
+        const char *why = PQerrorMessage(conn);
+        if (why && *why)
+            return why;
+    }
+    return uv_strerror(status);
+}

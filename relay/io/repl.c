@@ -265,7 +265,7 @@ static void on_poll(uv_poll_t *h, int status, int events)
     if (!rc || !pq_watch_is(&rc->w, h))
         return;
     if (status < 0 && rc->state != REPL_CONNECTING) {
-        lost(rc, uv_strerror(status), NULL);
+        lost(rc, pq_watch_failure(rc->conn, status), NULL);
         return;
     }
     if (rc->state == REPL_CONNECTING) {

@@ -1,129 +1,39 @@
 /* test_failover.c — a relay on a multi-host conninfo: a primary stopped
  * under writers and its synchronous standby promoted, a first host that
- * refuses connections, a first host that accepts and never answers. The
- * relay must follow libpq's host list in every case: connect to the host
- * that works, in bounded time, and relay every row that host has. */
-#include <pthread.h>
-#include <stdatomic.h>
+ * refuses connections, a first host that accepts and never answers, a
+ * session reset by the network. The relay must follow libpq's host list in
+ * every case: connect to the host that works, in bounded time, say why the
+ * others failed, and relay every row that host has. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <criterion/criterion.h>
 
 #include "testlib.h"
 
-#define WRITERS 4
 #define ROWS_BEFORE 1500       /* committed on the primary before it stops */
 #define ROWS_AFTER 1500        /* committed on the promoted server after */
 #define RESUME_MS 30000        /* the relay relays again this soon after a promotion */
 
 static struct e2e_ctx T;
 static struct e2e_pg_pair P;
-static struct writer *writers; /* the running test's, for unanswered_commit() */
+static struct e2e_writers *writers;
 static int dead_fd = -1;
+static struct e2e_proxy *proxy;
 
 static void fini(void)
 {
+    e2e_writers_free(writers);
     writers = NULL;
-    e2e_unmatched_ok = NULL;
     e2e_teardown(&T);
     e2e_pg_pair_stop(&P);
     if (dead_fd >= 0)
         close(dead_fd);
     dead_fd = -1;
-}
-
-/* ---- writers: one aggregate each, one row per transaction, through the
- * two-host conninfo; a lost connection is made again and writing goes on. */
-
-struct writer {
-    pthread_t th;
-    int id;
-    const char *conninfo;
-    atomic_long committed;
-    atomic_bool *stop;
-    atomic_long unanswered[8];  /* the seq of each commit that got no answer */
-    atomic_int n_unanswered;
-};
-
-/* A primary stopped at once loses the transactions it committed locally but
- * whose commit its writers never heard of (the synchronous standby had not
- * confirmed them). Its walsender and its other sessions could see them all
- * the same, so their events may be in Kafka: a message that matches no row
- * of the promoted server is accepted only for a commit that got no answer. */
-static bool unanswered_commit(const struct e2e_msg *m)
-{
-    int wid;
-    long seq;
-    if (!writers || !m->key || sscanf(m->key, "w%d", &wid) != 1 || wid < 0 || wid >= WRITERS ||
-        !m->value || sscanf(m->value, "{\"i\": %ld}", &seq) != 1)
-        return false;
-    const struct writer *w = &writers[wid];
-    for (int i = 0; i < atomic_load(&w->n_unanswered) && i < 8; i++)
-        if (atomic_load(&w->unanswered[i]) == seq)
-            return true;
-    return false;
-}
-
-static PGconn *writer_connect(const char *conninfo, atomic_bool *stop)
-{
-    while (!atomic_load(stop)) {
-        PGconn *c = PQconnectdb(conninfo);
-        if (PQstatus(c) == CONNECTION_OK)
-            return c;
-        PQfinish(c);
-        usleep(100 * 1000);
-    }
-    return NULL;
-}
-
-static void *writer_main(void *arg)
-{
-    struct writer *w = arg;
-    char sql[512];
-    PGconn *c = writer_connect(w->conninfo, w->stop);
-    for (long seq = 1; c && !atomic_load(w->stop); seq++) {
-        snprintf(sql, sizeof sql,
-                 "SELECT %s('order', 'w%d', 'created', jsonb_build_object('i', %ld))", T.qenqueue,
-                 w->id, seq);
-        PGresult *res = PQexec(c, sql);
-        bool ok = PQresultStatus(res) == PGRES_TUPLES_OK;
-        PQclear(res);
-        if (ok) {
-            atomic_fetch_add(&w->committed, 1);
-            continue;
-        }
-        int k = atomic_load(&w->n_unanswered);
-        if (k < 8) {
-            atomic_store(&w->unanswered[k], seq);
-            atomic_store(&w->n_unanswered, k + 1);
-        }
-        PQfinish(c);
-        c = writer_connect(w->conninfo, w->stop);
-    }
-    PQfinish(c);
-    return NULL;
-}
-
-static long committed(struct writer *ws)
-{
-    long n = 0;
-    for (int i = 0; i < WRITERS; i++)
-        n += atomic_load(&ws[i].committed);
-    return n;
-}
-
-static void wait_committed(struct writer *ws, long target, struct e2e_relay *r)
-{
-    int64_t deadline = e2e_now_ms() + 60000;
-    while (committed(ws) < target && e2e_now_ms() < deadline) {
-        cr_assert(e2e_relay_alive(r), "the relay exited (log %s)", r->log_path);
-        e2e_sleep_ms(20);
-    }
-    cr_assert_geq(committed(ws), target, "the writers committed only %ld rows", committed(ws));
+    e2e_proxy_stop(proxy);
+    proxy = NULL;
 }
 
 /* Every row of the table T.conn reaches is in Kafka, the first deliveries of
@@ -135,73 +45,30 @@ static size_t verify_all_delivered(const char *what, bool marked, int64_t dups_f
     return e2e_check_delivered(&T, what, marked, false, dups_from_us);
 }
 
-/* The test's primary and standby, the relay's two-host conninfo in
- * T.pg_conninfo, T.conn on the primary with the table migrated; the standby's
- * own conninfo in @p standby. */
-static void pair_up(char *standby, size_t len)
+/* The pair with the table migrated on its primary (e2e_pg_pair_up). */
+static void pair_up(void)
 {
-    e2e_pg_pair_start(&T, &P);
-    e2e_pg_pair_conninfo(&P, E2E_PAIR_BOTH, "target_session_attrs=read-write connect_timeout=2",
-                         T.pg_conninfo, sizeof T.pg_conninfo);
-    char primary[256];
-    e2e_pg_pair_conninfo(&P, E2E_PAIR_PRIMARY, "", primary, sizeof primary);
-    e2e_pg_pair_conninfo(&P, E2E_PAIR_STANDBY, "", standby, len);
-    PQfinish(T.conn);
-    T.conn = PQconnectdb(primary);
-    cr_assert_eq(PQstatus(T.conn), CONNECTION_OK, "%s", PQerrorMessage(T.conn));
+    e2e_pg_pair_up(&T, &P);
     e2e_migrate(&T);
-}
-
-/* WRITERS writers on the relay's conninfo until @p stop; returns once
- * ROWS_BEFORE rows are committed, T.conn closed (the primary is about to go). */
-static void start_writers(struct writer *ws, atomic_bool *stop, struct e2e_relay *r)
-{
-    for (int i = 0; i < WRITERS; i++) {
-        ws[i] = (struct writer){.id = i, .conninfo = T.pg_conninfo, .stop = stop};
-        atomic_init(&ws[i].committed, 0);
-        atomic_init(&ws[i].n_unanswered, 0);
-        cr_assert_eq(pthread_create(&ws[i].th, NULL, writer_main, &ws[i]), 0);
-    }
-    writers = ws;
-    e2e_unmatched_ok = unanswered_commit;
-    wait_committed(ws, ROWS_BEFORE, r);
-    PQfinish(T.conn);
-    T.conn = NULL;
 }
 
 Test(e2e, failover_under_writers_polling, .fini = fini, .timeout = 300)
 {
     e2e_setup(&T, "failover");
-    char standby[256];
-    pair_up(standby, sizeof standby);
+    pair_up();
 
     const char *extra[] = {"relay.poll_interval_ms=100", "relay.batch_size=200", NULL};
-    struct e2e_relay *r = e2e_relay_start(&T, extra);
-    cr_assert(e2e_relay_wait_log(r, "postgres connected", 20000), "never connected (log %s)",
-              r->log_path);
+    struct e2e_relay *r = e2e_relay_start_capturing(&T, extra, 20000);
 
-    atomic_bool stop = false;
-    struct writer ws[WRITERS];
-    start_writers(ws, &stop, r);
-    e2e_pg_pair_stop_primary(&P);
-    long at_stop = committed(ws);
-    e2e_pg_pair_promote(&P);
-    int64_t promoted_ms = e2e_now_ms();
-    fprintf(stderr, "e2e: primary stopped after %ld commits; standby promoted\n", at_stop);
-    T.conn = PQconnectdb(standby);
-    cr_assert_eq(PQstatus(T.conn), CONNECTION_OK, "%s", PQerrorMessage(T.conn));
-    e2e_exec(T.conn, "SET client_min_messages = warning");
-
-    wait_committed(ws, at_stop + ROWS_AFTER, r);
-    atomic_store(&stop, true);
-    for (int i = 0; i < WRITERS; i++)
-        pthread_join(ws[i].th, NULL);
-    fprintf(stderr, "e2e: %ld commits in all\n", committed(ws));
+    writers = e2e_writers_start(&T, ROWS_BEFORE, r);
+    struct e2e_failover f = e2e_pg_pair_failover(&T, &P, false, writers);
+    e2e_writers_wait(writers, f.committed_at_stop + ROWS_AFTER, r);
+    e2e_writers_stop(writers);
 
     /* Resumed: the last row the writers committed on the promoted server is
      * marked within RESUME_MS of the promotion. */
     long long last = e2e_query_int(T.conn, "SELECT max(id) FROM %s", T.qtable);
-    int64_t left = RESUME_MS - (e2e_now_ms() - promoted_ms);
+    int64_t left = RESUME_MS - (e2e_now_ms() - f.promoted_ms);
     bool resumed = e2e_wait_sql(&T, left > 0 ? (int)left : 1,
                                 "SELECT sent_at IS NOT NULL FROM %s WHERE id = %lld", T.qtable,
                                 last);
@@ -278,6 +145,50 @@ Test(e2e, first_host_never_answers_wal, .fini = fini, .timeout = 120)
     bad_first_host("silentwal", true, true);
 }
 
+/* ---- a session reset by the network --------------------------------------- */
+
+/* Both of a wal relay's connections (statements and the replication stream)
+ * through a proxy that resets them, as a firewall or a load balancer does at
+ * a failover: the lines that say a connection was lost must give the reason
+ * libpq reads from the socket, not the event loop's word for a socket in
+ * error ("bad file descriptor", which tells an operator nothing); then the
+ * relay reconnects and relays on. */
+Test(e2e, reset_connections_say_why_wal, .fini = fini, .timeout = 120)
+{
+    e2e_setup(&T, "resetwal");
+    e2e_wal_enable(&T);
+    e2e_migrate(&T);
+    char *host = e2e_conninfo_value(T.env->pg, "host");
+    char *port = e2e_conninfo_value(T.env->pg, "port");
+    char *db = e2e_conninfo_value(T.env->pg, "dbname");
+    proxy = e2e_proxy_start(atoi(port));
+    snprintf(T.pg_conninfo, sizeof T.pg_conninfo, "host=%s port=%d dbname=%s user=postgres",
+             host, e2e_proxy_port(proxy), db);
+    free(host);
+    free(port);
+    free(db);
+    const char *extra[] = {"relay.poll_interval_ms=100", NULL};
+    struct e2e_relay *r = e2e_relay_start_capturing(&T, extra, 20000);
+    e2e_enqueue_series(&T, "order", "k", 10, "created", 1, 100, 0);
+    cr_assert(e2e_wal_wait_confirmed(&T, 30000), "the slot was not confirmed (log %s)", r->log_path);
+
+    e2e_proxy_reset(proxy);
+    cr_assert(e2e_relay_wait_log(r, "postgres connection lost", 10000) &&
+                  e2e_relay_wait_log(r, "replication stream lost", 10000),
+              "the relay did not notice the reset (log %s)", r->log_path);
+    cr_assert(e2e_relay_wait_log(r, "server closed the connection unexpectedly", 5000),
+              "no line gives libpq's reason for the reset (log %s)", r->log_path);
+    cr_assert_not(e2e_relay_log_contains(r, "bad file descriptor"),
+                  "a lost connection is put as \"bad file descriptor\" (log %s)", r->log_path);
+
+    e2e_enqueue_series(&T, "order", "k", 10, "created", 101, 200, 0);
+    cr_assert(e2e_wal_wait_confirmed(&T, 30000), "not confirmed after the reset (log %s)",
+              r->log_path);
+    cr_assert_geq(e2e_relay_log_count(r, "streaming from the replication slot"), 2,
+                  "the relay did not stream again (log %s)", r->log_path);
+    verify_all_delivered("reset", false, 0);
+}
+
 /* ---- relay.capture = wal: the slot does not follow a failover ------------ */
 
 /* Before PostgreSQL 17 the promoted server has no slot; one created there
@@ -288,19 +199,13 @@ Test(e2e, failover_wal_names_the_gap, .fini = fini, .timeout = 300)
 {
     e2e_setup(&T, "failwal");
     e2e_wal_enable(&T);
-    char standby[256];
-    pair_up(standby, sizeof standby);
+    pair_up();
     const char *extra[] = {"relay.poll_interval_ms=100", "relay.slot_recovery=stop", NULL};
     struct e2e_relay *r = e2e_relay_start(&T, extra);
     e2e_enqueue_series(&T, "order", "k", 10, "created", 1, 200, 0);
     cr_assert(e2e_wal_wait_confirmed(&T, 30000), "the slot was not confirmed (log %s)", r->log_path);
 
-    PQfinish(T.conn);
-    T.conn = NULL;
-    e2e_pg_pair_stop_primary(&P);
-    e2e_pg_pair_promote(&P);
-    T.conn = PQconnectdb(standby);
-    cr_assert_eq(PQstatus(T.conn), CONNECTION_OK, "%s", PQerrorMessage(T.conn));
+    e2e_pg_pair_failover(&T, &P, false, NULL);
     e2e_enqueue_series(&T, "order", "k", 10, "created", 201, 400, 0);
     cr_assert(e2e_relay_wait_log(r, "postgres failover; events may be missing", 30000),
               "the relay did not notice the failover (log %s)", r->log_path);
@@ -335,37 +240,18 @@ Test(e2e, failover_wal_reconciles_under_writers, .fini = fini, .timeout = 300)
 {
     e2e_setup(&T, "failrec");
     e2e_wal_enable(&T);
-    char standby[256];
-    pair_up(standby, sizeof standby);
+    pair_up();
     /* No logical messages: the table holds every event, so the gap can be proven closed. */
     const char *extra[] = {"relay.poll_interval_ms=100", "relay.slot_recovery=reconcile",
                            "relay.message_prefix=", NULL};
-    struct e2e_relay *r = e2e_relay_start(&T, extra);
-    cr_assert(e2e_relay_wait_log(r, "streaming from the replication slot", 20000),
-              "never streamed (log %s)", r->log_path);
+    struct e2e_relay *r = e2e_relay_start_capturing(&T, extra, 20000);
 
-    atomic_bool stop = false;
-    struct writer ws[WRITERS];
-    start_writers(ws, &stop, r);
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    int64_t stopped_us = (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-    e2e_pg_pair_stop_primary(&P);
-    long at_stop = committed(ws);
-    e2e_pg_pair_promote(&P);
-    fprintf(stderr, "e2e: primary stopped after %ld commits; standby promoted\n", at_stop);
-    T.conn = PQconnectdb(standby);
-    cr_assert_eq(PQstatus(T.conn), CONNECTION_OK, "%s", PQerrorMessage(T.conn));
-    e2e_exec(T.conn, "SET client_min_messages = warning");
-
-    wait_committed(ws, at_stop + ROWS_AFTER, r);
+    writers = e2e_writers_start(&T, ROWS_BEFORE, r);
+    struct e2e_failover f = e2e_pg_pair_failover(&T, &P, false, writers);
+    e2e_writers_wait(writers, f.committed_at_stop + ROWS_AFTER, r);
     bool reconciled = e2e_relay_wait_log(r, "postgres failover reconciled", 60000);
-    atomic_store(&stop, true); /* the writers end before any assertion ends the test */
-    for (int i = 0; i < WRITERS; i++)
-        pthread_join(ws[i].th, NULL);
+    long total = e2e_writers_stop(writers); /* before any assertion ends the test */
     cr_assert(reconciled, "the relay did not close the gap (log %s)", r->log_path);
-    long total = committed(ws);
-    fprintf(stderr, "e2e: %ld commits in all\n", total);
     cr_assert(e2e_relay_log_contains(r, "slot_recovery=reconcile"),
               "the gap's line does not say the relay reconciles (log %s)", r->log_path);
     cr_assert(e2e_wal_wait_confirmed(&T, 60000), "the new slot was not confirmed (log %s)",
@@ -379,7 +265,7 @@ Test(e2e, failover_wal_reconciles_under_writers, .fini = fini, .timeout = 300)
     free(body);
     /* What was relayed before the failover is not sent again: the rows that
      * come twice were committed on the promoted server while the recovery ran. */
-    size_t dups = verify_all_delivered("wal failover reconciled", false, stopped_us);
-    cr_assert_lt(dups, (size_t)(total - at_stop), "%zu rows delivered twice (log %s)", dups,
-                 r->log_path);
+    size_t dups = verify_all_delivered("wal failover reconciled", false, f.stopping_us);
+    cr_assert_lt(dups, (size_t)(total - f.committed_at_stop), "%zu rows delivered twice (log %s)",
+                 dups, r->log_path);
 }

@@ -1,177 +1,43 @@
 /* test_failover_ops.c — failovers as operators live them, against a primary
  * and its synchronous standby of the test's own (tests/support/pg_pair.sh):
  * a planned switchover under writers (the old primary rejoining as a
- * standby), two relays on one two-host conninfo across a failover, and the
- * old primary coming back writable after the promotion (split brain). What
- * is checked is what an operator checks: every row in Kafka, per-aggregate
- * order, duplicates only of rows in flight at the switch, which relay
- * leads, and what /status and /metrics say about the server. */
-#include <pthread.h>
-#include <stdatomic.h>
+ * standby), polled and log-based; two relays on one two-host conninfo across
+ * a failover; the old primary coming back writable after the promotion
+ * (split brain). What is checked is what an operator checks: every row in
+ * Kafka, per-aggregate order, duplicates only of rows in flight at the
+ * switch (or, log-based, read while the recovery ran), with their event's
+ * id, which relay leads, the slot, and what /status and /metrics say about
+ * the server. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 
 #include "testlib.h"
 
-#define WRITERS 4
 #define ROWS_BEFORE 1000       /* committed on the primary before the switch */
 #define ROWS_AFTER 1000        /* committed on the promoted server after */
 #define BATCH 200              /* relay.batch_size: two batches are in flight at most */
 
 static struct e2e_ctx T;
 static struct e2e_pg_pair P;
-static struct writer *writers;
+static struct e2e_writers *writers;
 
 static void fini(void)
 {
+    e2e_writers_free(writers);
     writers = NULL;
-    e2e_unmatched_ok = NULL;
     e2e_teardown(&T);
     e2e_pg_pair_stop(&P);
 }
 
-/* ---- writers: one aggregate each, one row per transaction, through the
- * two-host conninfo; a lost connection is made again and writing goes on. */
-
-struct writer {
-    pthread_t th;
-    int id;
-    const char *conninfo;
-    atomic_long committed;
-    atomic_bool *stop;
-    atomic_long unanswered[8]; /* the seq of each commit that got no answer */
-    atomic_int n_unanswered;
-};
-
-/* A commit the stopped primary never answered may be on Kafka (its walsender
- * or sessions saw it) and not on the promoted server: that message, and no
- * other, may match no row. */
-static bool unanswered_commit(const struct e2e_msg *m)
+/* The pair with the table migrated on its primary (e2e_pg_pair_up). */
+static void pair_up(void)
 {
-    int wid;
-    long seq;
-    if (!writers || !m->key || sscanf(m->key, "w%d", &wid) != 1 || wid < 0 || wid >= WRITERS ||
-        !m->value || sscanf(m->value, "{\"i\": %ld}", &seq) != 1)
-        return false;
-    for (int i = 0; i < atomic_load(&writers[wid].n_unanswered) && i < 8; i++)
-        if (atomic_load(&writers[wid].unanswered[i]) == seq)
-            return true;
-    return false;
-}
-
-static PGconn *writer_connect(const char *conninfo, atomic_bool *stop)
-{
-    while (!atomic_load(stop)) {
-        PGconn *c = PQconnectdb(conninfo);
-        if (PQstatus(c) == CONNECTION_OK)
-            return c;
-        PQfinish(c);
-        usleep(100 * 1000);
-    }
-    return NULL;
-}
-
-static void *writer_main(void *arg)
-{
-    struct writer *w = arg;
-    char sql[512];
-    PGconn *c = writer_connect(w->conninfo, w->stop);
-    for (long seq = 1; c && !atomic_load(w->stop); seq++) {
-        snprintf(sql, sizeof sql,
-                 "SELECT %s('order', 'w%d', 'created', jsonb_build_object('i', %ld))", T.qenqueue,
-                 w->id, seq);
-        PGresult *res = PQexec(c, sql);
-        bool ok = PQresultStatus(res) == PGRES_TUPLES_OK;
-        PQclear(res);
-        if (ok) {
-            atomic_fetch_add(&w->committed, 1);
-            continue;
-        }
-        int k = atomic_load(&w->n_unanswered);
-        if (k < 8) {
-            atomic_store(&w->unanswered[k], seq);
-            atomic_store(&w->n_unanswered, k + 1);
-        }
-        PQfinish(c);
-        c = writer_connect(w->conninfo, w->stop);
-    }
-    PQfinish(c);
-    return NULL;
-}
-
-static long committed(struct writer *ws)
-{
-    long n = 0;
-    for (int i = 0; i < WRITERS; i++)
-        n += atomic_load(&ws[i].committed);
-    return n;
-}
-
-static void wait_committed(struct writer *ws, long target)
-{
-    int64_t deadline = e2e_now_ms() + 60000;
-    while (committed(ws) < target && e2e_now_ms() < deadline)
-        e2e_sleep_ms(20);
-    cr_assert_geq(committed(ws), target, "the writers committed only %ld rows", committed(ws));
-}
-
-static void start_writers(struct writer *ws, atomic_bool *stop)
-{
-    for (int i = 0; i < WRITERS; i++) {
-        ws[i] = (struct writer){.id = i, .conninfo = T.pg_conninfo, .stop = stop};
-        atomic_init(&ws[i].committed, 0);
-        atomic_init(&ws[i].n_unanswered, 0);
-        cr_assert_eq(pthread_create(&ws[i].th, NULL, writer_main, &ws[i]), 0);
-    }
-    writers = ws;
-    e2e_unmatched_ok = unanswered_commit;
-    wait_committed(ws, ROWS_BEFORE);
-}
-
-static void stop_writers(struct writer *ws, atomic_bool *stop)
-{
-    atomic_store(stop, true);
-    for (int i = 0; i < WRITERS; i++)
-        pthread_join(ws[i].th, NULL);
-    fprintf(stderr, "e2e: %ld commits in all\n", committed(ws));
-}
-
-/* The pair, the relay's two-host conninfo in T.pg_conninfo, T.conn on the
- * primary with the table migrated; the standby's own conninfo in @p standby. */
-static void pair_up(char *standby, size_t len)
-{
-    e2e_pg_pair_start(&T, &P);
-    e2e_pg_pair_conninfo(&P, E2E_PAIR_BOTH, "target_session_attrs=read-write connect_timeout=2",
-                         T.pg_conninfo, sizeof T.pg_conninfo);
-    char primary[256];
-    e2e_pg_pair_conninfo(&P, E2E_PAIR_PRIMARY, "", primary, sizeof primary);
-    e2e_pg_pair_conninfo(&P, E2E_PAIR_STANDBY, "", standby, len);
-    PQfinish(T.conn);
-    T.conn = PQconnectdb(primary);
-    cr_assert_eq(PQstatus(T.conn), CONNECTION_OK, "%s", PQerrorMessage(T.conn));
+    e2e_pg_pair_up(&T, &P);
     e2e_migrate(&T);
-}
-
-/* T.conn on the promoted standby. */
-static void on_standby(const char *standby)
-{
-    PQfinish(T.conn);
-    T.conn = PQconnectdb(standby);
-    cr_assert_eq(PQstatus(T.conn), CONNECTION_OK, "%s", PQerrorMessage(T.conn));
-    e2e_exec(T.conn, "SET client_min_messages = warning");
-}
-
-static int64_t now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
 /* ---- what the relay says: /metrics and /status --------------------------- */
@@ -259,72 +125,47 @@ static struct server_seen wait_server(struct e2e_relay *r, int port, int timelin
  * @p max_dups rows are. @return how many rows came twice. */
 static size_t check_delivered(const char *what, int64_t switch_us, size_t max_dups)
 {
-    struct e2e_rows rows;
-    struct e2e_msgs msgs;
-    struct e2e_report rep = {0};
-    e2e_read_back(&T, 120000, &rows, &msgs, &rep);
-    size_t dups = 0;
-    for (size_t i = 0; i < rows.n; i++) {
-        const struct e2e_row *row = &rows.v[i];
-        e2e_check(&rep, row->deliveries >= 1, "row %lld lost", (long long)row->id);
-        e2e_check(&rep, T.wal || row->sent, "row %lld has sent_at NULL", (long long)row->id);
-        e2e_check(&rep, row->deliveries < 2 || row->created_us < switch_us,
-                  "row %lld, created after the switch, delivered %d times", (long long)row->id,
-                  row->deliveries);
-        dups += row->deliveries > 1;
-    }
-    e2e_check(&rep, dups <= max_dups, "%zu rows delivered more than once (in flight: %zu at most)",
-              dups, max_dups);
-    fprintf(stderr, "e2e: %s: %zu messages for %zu rows, %zu rows delivered more than once\n", what,
-            msgs.n, rows.n, dups);
-    e2e_report_assert(&rep, what);
-    e2e_msgs_free(&msgs);
-    e2e_rows_free(&rows);
-    return dups;
+    struct e2e_dups dups = {.until_us = switch_us, .max = max_dups};
+    return e2e_check_delivered_dups(&T, what, !T.wal, dups);
 }
 
 /* ---- a planned switchover ------------------------------------------------ */
 
-/* Fast stop of the primary (its WAL all on the standby), the standby
- * promoted, the old primary back as a standby of it: the conninfo's first
- * host is now a standby, which target_session_attrs=read-write passes over.
- * Nothing may be lost, and only rows in flight at the switch (produced, not
- * yet marked) may come twice. /status and /metrics name the new server and
- * count the failover. */
-Test(e2e, switchover_under_writers_polling, .fini = fini, .timeout = 300)
+/* The server the relay reports before the switch: the primary, timeline 1. */
+static struct server_seen first_server(struct e2e_relay *r)
 {
-    e2e_setup(&T, "switchover");
-    char standby[256];
-    pair_up(standby, sizeof standby);
-    const char *extra[] = {"relay.poll_interval_ms=100", "relay.batch_size=200", NULL};
-    struct e2e_relay *r = e2e_relay_start(&T, extra);
     struct server_seen before = wait_server(r, P.primary_port, 1, 20000);
     cr_assert_eq(before.failovers, 0);
     cr_assert_neq(before.system_id[0], '\0', "no system identifier in /status");
+    return before;
+}
 
-    atomic_bool stop = false;
-    struct writer ws[WRITERS];
-    start_writers(ws, &stop);
-    PQfinish(T.conn);
-    T.conn = NULL;
-    e2e_pg_pair_stop_primary_fast(&P);
-    int64_t switch_us = now_us(); /* every row created later is the promoted server's */
-    long at_stop = committed(ws);
-    e2e_pg_pair_promote(&P);
-    int64_t promoted_ms = e2e_now_ms();
+/* Fast stop of the primary (its WAL all on the standby) under writers, the
+ * standby promoted, the old primary back as a standby of it: the conninfo's
+ * first host is now a standby, which target_session_attrs=read-write passes
+ * over. Returns once the writers committed ROWS_AFTER rows more on the
+ * promoted server and stopped, every commit they were answered in its table. */
+static struct e2e_failover switchover(void)
+{
+    writers = e2e_writers_start(&T, ROWS_BEFORE, NULL);
+    /* Every row created after f.stopped_us is the promoted server's. */
+    struct e2e_failover f = e2e_pg_pair_failover(&T, &P, true, writers);
     e2e_pg_pair_rejoin(&P);
-    fprintf(stderr, "e2e: switchover after %ld commits; the old primary streams from the new one\n",
-            at_stop);
-    on_standby(standby);
-    wait_committed(ws, at_stop + ROWS_AFTER);
-    stop_writers(ws, &stop);
-    e2e_wait_all_sent(&T, 60000);
-    fprintf(stderr, "e2e: every row marked %lld ms after the promotion\n",
-            (long long)(e2e_now_ms() - promoted_ms));
+    fprintf(stderr, "e2e: the old primary streams from the new one\n");
+    e2e_writers_wait(writers, f.committed_at_stop + ROWS_AFTER, NULL);
+    long total = e2e_writers_stop(writers);
+    cr_assert_geq(e2e_query_int(T.conn, "SELECT count(*) FROM %s", T.qtable), total,
+                  "commits the writers were answered are missing on the promoted server");
+    return f;
+}
 
-    /* The relay is on the promoted server, timeline 2 of the same system. */
+/* What an operator reads once the relay is on the promoted server: /status
+ * and /metrics name it (timeline 2 of the same system, one failover seen),
+ * `outbox-relay status` says it in one line, the log says why. */
+static void assert_switched(struct e2e_relay *r, const struct server_seen *before)
+{
     struct server_seen after = wait_server(r, P.standby_port, 2, 10000);
-    cr_assert_str_eq(after.system_id, before.system_id, "another system after a switchover");
+    cr_assert_str_eq(after.system_id, before->system_id, "another system after a switchover");
     cr_assert_eq(after.failovers, 1, "/status counts %d failovers", after.failovers);
     cr_assert_geq(after.reconnects, 2, "/status counts %d connects", after.reconnects);
     cr_assert_eq(metric(r, "outbox_relay_postgres_failovers_total"), 1);
@@ -335,10 +176,9 @@ Test(e2e, switchover_under_writers_polling, .fini = fini, .timeout = 300)
     cr_assert_eq(e2e_relay_http_get(r, "/metrics", &body), 200);
     char info[200];
     snprintf(info, sizeof info, "outbox_relay_postgres_server_info{host=\"127.0.0.1\",port=\"%d\","
-             "system_identifier=\"%s\"} 1\n", P.standby_port, before.system_id);
+             "system_identifier=\"%s\"} 1\n", P.standby_port, before->system_id);
     cr_assert(strstr(body, info), "no %s in /metrics", info);
     free(body);
-    /* `outbox-relay status` says it in one line. */
     char url[64], want[160];
     snprintf(url, sizeof url, "http://127.0.0.1:%d", e2e_relay_http_port(r, 5000));
     const char *status[] = {"status", "--url", url, NULL};
@@ -351,7 +191,69 @@ Test(e2e, switchover_under_writers_polling, .fini = fini, .timeout = 300)
     free(err);
     cr_assert(e2e_relay_log_contains(r, "msg=\"postgres failover: the server is on a later timeline\""),
               "no line says the failover (log %s)", r->log_path);
-    check_delivered("switchover", switch_us, 2 * BATCH);
+}
+
+/* Polling: nothing may be lost, and only rows in flight at the switch
+ * (produced, not yet marked) may come twice. */
+Test(e2e, switchover_under_writers_polling, .fini = fini, .timeout = 300)
+{
+    e2e_setup(&T, "switchover");
+    pair_up();
+    const char *extra[] = {"relay.poll_interval_ms=100", "relay.batch_size=200", NULL};
+    struct e2e_relay *r = e2e_relay_start(&T, extra);
+    struct server_seen before = first_server(r);
+    struct e2e_failover f = switchover();
+    e2e_wait_all_sent(&T, 60000);
+    fprintf(stderr, "e2e: every row marked %lld ms after the promotion\n",
+            (long long)(e2e_now_ms() - f.promoted_ms));
+    assert_switched(r, &before);
+    check_delivered("switchover", f.stopped_us, 2 * BATCH);
+}
+
+/* relay.capture = wal on a server without failover slots: the promoted
+ * server has no slot, and relay.slot_recovery = reconcile makes one there,
+ * publishes the rows Kafka lacks, then streams. Every row in Kafka, each
+ * aggregate in order; the slot on the promoted server, streamed from;
+ * /readyz ready again and the recovery counted besides what polling shows.
+ * A row may come twice only as e2e_verify checks every message: with its
+ * row's event_id (the id a consumer deduplicates on), and only a row
+ * committed after the stop began (the promoted server's, while the recovery
+ * read the table): what was relayed before the switch is not sent again. */
+Test(e2e, switchover_under_writers_wal, .fini = fini, .timeout = 300)
+{
+    e2e_setup(&T, "switchwal");
+    e2e_wal_enable(&T);
+    pair_up();
+    /* No logical messages: the table holds every event, so the gap can be proven closed. */
+    const char *extra[] = {"relay.poll_interval_ms=100", "relay.batch_size=200",
+                           "relay.slot_recovery=reconcile", "relay.message_prefix=", NULL};
+    struct e2e_relay *r = e2e_relay_start_capturing(&T, extra, 20000);
+    struct server_seen before = first_server(r);
+    struct e2e_failover f = switchover();
+    cr_assert(e2e_relay_wait_log(r, "postgres failover reconciled", 60000),
+              "the relay did not close the gap (log %s)", r->log_path);
+    cr_assert(e2e_wal_wait_confirmed(&T, 60000), "the new slot was not confirmed (log %s)",
+              r->log_path);
+    fprintf(stderr, "e2e: every row confirmed %lld ms after the promotion\n",
+            (long long)(e2e_now_ms() - f.promoted_ms));
+    cr_assert_eq(e2e_query_int(T.conn, "SELECT count(*) FROM pg_replication_slots WHERE "
+                                       "slot_name = '%s' AND active AND NOT temporary", T.table),
+                 1, "the promoted server has no slot the relay streams from (log %s)", r->log_path);
+    /* The old primary, a standby now, keeps its copy of the slot (docs/operations.md
+     * tells operators to drop it there). */
+    char old_primary[256];
+    e2e_pg_pair_conninfo(&P, E2E_PAIR_PRIMARY, "", old_primary, sizeof old_primary);
+    PGconn *old = PQconnectdb(old_primary);
+    cr_assert_eq(PQstatus(old), CONNECTION_OK, "%s", PQerrorMessage(old));
+    cr_assert_eq(e2e_query_int(old, "SELECT count(*) FROM pg_replication_slots WHERE "
+                                    "slot_name = '%s'", T.table), 1);
+    PQfinish(old);
+    e2e_assert_readyz(r, 200, NULL);
+    cr_assert_eq(metric(r, "outbox_relay_slot_recoveries_total"), 1);
+    assert_switched(r, &before);
+    long after_stop = e2e_writers_committed(writers) - f.committed_at_stop;
+    struct e2e_dups dups = {.from_us = f.stopping_us, .max = (size_t)after_stop};
+    e2e_check_delivered_dups(&T, "switchover, wal", false, dups);
 }
 
 /* ---- two relays ---------------------------------------------------------- */
@@ -382,25 +284,17 @@ static void one_leader(struct e2e_relay *a, struct e2e_relay *b, int timeout_ms,
 Test(e2e, two_relays_one_leader_across_failover, .fini = fini, .timeout = 300)
 {
     e2e_setup(&T, "tworelays");
-    char standby[256];
-    pair_up(standby, sizeof standby);
+    pair_up();
     const char *extra[] = {"relay.poll_interval_ms=100", "relay.batch_size=200", NULL};
     struct e2e_relay *a = e2e_relay_start(&T, extra);
     struct e2e_relay *b = e2e_relay_start(&T, extra);
     one_leader(a, b, 20000, "before the failover");
 
-    atomic_bool stop = false;
-    struct writer ws[WRITERS];
-    start_writers(ws, &stop);
-    PQfinish(T.conn);
-    T.conn = NULL;
-    e2e_pg_pair_stop_primary(&P);
-    int64_t switch_us = now_us(); /* every row created later is the promoted server's */
-    long at_stop = committed(ws);
-    e2e_pg_pair_promote(&P);
-    on_standby(standby);
-    wait_committed(ws, at_stop + ROWS_AFTER);
-    stop_writers(ws, &stop);
+    writers = e2e_writers_start(&T, ROWS_BEFORE, NULL);
+    /* Every row created after f.stopped_us is the promoted server's. */
+    struct e2e_failover f = e2e_pg_pair_failover(&T, &P, false, writers);
+    e2e_writers_wait(writers, f.committed_at_stop + ROWS_AFTER, NULL);
+    e2e_writers_stop(writers);
     e2e_wait_all_sent(&T, 60000);
 
     wait_server(a, P.standby_port, 2, 20000);
@@ -409,7 +303,7 @@ Test(e2e, two_relays_one_leader_across_failover, .fini = fini, .timeout = 300)
     cr_assert_eq(e2e_query_int(T.conn, "SELECT count(DISTINCT pid) FROM pg_locks WHERE locktype = 'advisory' "
                                        "AND granted"), 1,
                  "the promoted server holds no single leader lock");
-    check_delivered("two relays", switch_us, 2 * BATCH);
+    check_delivered("two relays", f.stopped_us, 2 * BATCH);
 }
 
 /* ---- the old primary back, writable ---------------------------------------- */
@@ -423,8 +317,8 @@ Test(e2e, two_relays_one_leader_across_failover, .fini = fini, .timeout = 300)
 Test(e2e, stale_primary_refused, .fini = fini, .timeout = 300)
 {
     e2e_setup(&T, "staleprim");
-    char standby[256], primary[256];
-    pair_up(standby, sizeof standby);
+    char primary[256];
+    pair_up();
     e2e_pg_pair_conninfo(&P, E2E_PAIR_PRIMARY, "", primary, sizeof primary);
     const char *extra[] = {"relay.poll_interval_ms=100", NULL};
     struct e2e_relay *r = e2e_relay_start(&T, extra);
@@ -432,11 +326,7 @@ Test(e2e, stale_primary_refused, .fini = fini, .timeout = 300)
     e2e_enqueue_series(&T, "order", "k", 10, "created", 1, 100, 0);
     e2e_wait_all_sent(&T, 30000);
 
-    PQfinish(T.conn);
-    T.conn = NULL;
-    e2e_pg_pair_stop_primary_fast(&P);
-    e2e_pg_pair_promote(&P);
-    on_standby(standby);
+    e2e_pg_pair_failover(&T, &P, true, NULL);
     e2e_enqueue_series(&T, "order", "k", 10, "created", 101, 200, 0);
     e2e_wait_all_sent(&T, 30000);
     wait_server(r, P.standby_port, 2, 10000);
@@ -472,7 +362,7 @@ Test(e2e, stale_primary_refused, .fini = fini, .timeout = 300)
     cr_assert_eq(metric(r, "outbox_relay_leader"), 1);
     cr_assert_eq(server_of(r).failovers, 1, "a stale primary counted as a failover");
     /* No message of the stale rows: each message matches a row of this server. */
-    check_delivered("stale primary", now_us(), 0);
+    check_delivered("stale primary", e2e_wall_us(), 0);
 }
 
 /* ---- how soon the promoted server's events are published ------------------ */
@@ -500,8 +390,7 @@ static int64_t promotion_to_first_event(bool wal, int round)
     e2e_setup(&T, name);
     if (wal)
         e2e_wal_enable(&T);
-    char standby[256];
-    pair_up(standby, sizeof standby);
+    pair_up();
     /* No logical messages: wal mode's reconcile can prove the gap closed. */
     const char *extra[] = {"relay.poll_interval_ms=100", "relay.message_prefix=", NULL};
     struct e2e_relay *r = e2e_relay_start(&T, extra);
@@ -511,12 +400,7 @@ static int64_t promotion_to_first_event(bool wal, int round)
     else
         e2e_wait_all_sent(&T, 30000);
     cr_assert(metric_is(r, "outbox_relay_events_published_total", 40, 10000));
-    PQfinish(T.conn);
-    T.conn = NULL;
-    e2e_pg_pair_stop_primary(&P);
-    e2e_pg_pair_promote(&P);
-    int64_t promoted_ms = e2e_now_ms();
-    on_standby(standby);
+    int64_t promoted_ms = e2e_pg_pair_failover(&T, &P, false, NULL).promoted_ms;
     e2e_enqueue_series(&T, "order", "k", 4, "created", 41, 41, 0);
     int64_t deadline = promoted_ms + 60000;
     while (published(r) < 41 && e2e_now_ms() < deadline)

@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <criterion/criterion.h>
 
@@ -117,29 +116,12 @@ static void wait_synced(PGconn *standby, const char *lsn)
     }
 }
 
-static int64_t now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
-/* The pair with what failover slots need, T.conn on the primary, the
- * relay's two-host conninfo in T.pg_conninfo, migrated with
- * relay.slot_failover = on; the standby's own conninfo in @p standby. */
-static void pair_up(char *standby, size_t len)
+/* The pair with what failover slots need (e2e_pg_pair_up), migrated with
+ * relay.slot_failover = on. */
+static void pair_up(void)
 {
     setenv("PG_PAIR_SLOT_SYNC", "1", 1);
-    e2e_pg_pair_start(&T, &P);
-    e2e_pg_pair_conninfo(&P, E2E_PAIR_BOTH, "target_session_attrs=read-write connect_timeout=2",
-                         T.pg_conninfo, sizeof T.pg_conninfo);
-    char primary[256];
-    e2e_pg_pair_conninfo(&P, E2E_PAIR_PRIMARY, "", primary, sizeof primary);
-    e2e_pg_pair_conninfo(&P, E2E_PAIR_STANDBY, "", standby, len);
-    PQfinish(T.conn);
-    T.conn = PQconnectdb(primary);
-    cr_assert_eq(PQstatus(T.conn), CONNECTION_OK, "%s", PQerrorMessage(T.conn));
-    e2e_exec(T.conn, "SET client_min_messages = warning");
+    e2e_pg_pair_up(&T, &P);
     char *err = NULL;
     int rc = migrate_failover(&err);
     cr_assert_eq(rc, 0, "migrate with relay.slot_failover = on exited %d: %s", rc, err ? err : "");
@@ -162,15 +144,12 @@ Test(e2e, slot_failover_streams_on_after_promotion, .fini = fini, .timeout = 300
     }
     e2e_setup(&T, "slotfo");
     e2e_wal_enable(&T);
-    char standby[256];
-    pair_up(standby, sizeof standby);
+    pair_up();
     /* slot_recovery = stop: a relay that found no usable slot after the
      * promotion would stop instead of streaming; no logical message events. */
     const char *extra[] = {"relay.slot_failover=on", "relay.slot_recovery=stop",
                            "relay.message_prefix=", NULL};
-    struct e2e_relay *r = e2e_relay_start(&T, extra);
-    cr_assert(e2e_relay_wait_log(r, "streaming from the replication slot", 30000),
-              "never streamed (log %s)", r->log_path);
+    struct e2e_relay *r = e2e_relay_start_capturing(&T, extra, 30000);
 
     e2e_enqueue_series(&T, "order", "k", KEYS, "created", 1, ROWS, 0);
     cr_assert(e2e_wal_wait_confirmed(&T, 60000), "the slot was not confirmed (log %s)", r->log_path);
@@ -179,6 +158,8 @@ Test(e2e, slot_failover_streams_on_after_promotion, .fini = fini, .timeout = 300
                                       "WHERE slot_name = '%s'", T.table);
     snprintf(lsn, sizeof lsn, "%s", PQgetvalue(res, 0, 0));
     PQclear(res);
+    char standby[256];
+    e2e_pg_pair_conninfo(&P, E2E_PAIR_STANDBY, "", standby, sizeof standby);
     PGconn *sb = PQconnectdb(standby);
     cr_assert_eq(PQstatus(sb), CONNECTION_OK, "%s", PQerrorMessage(sb));
     wait_synced(sb, lsn);
@@ -187,16 +168,9 @@ Test(e2e, slot_failover_streams_on_after_promotion, .fini = fini, .timeout = 300
     /* Committed (on both servers: the standby is synchronous) while the
      * relay streams: what it had not confirmed when the primary stops it
      * reads again from the synchronised slot. */
-    int64_t dups_from = now_us();
+    int64_t dups_from = e2e_wall_us();
     e2e_enqueue_series(&T, "order", "k", KEYS, "paid", ROWS + 1, 2 * ROWS, 0);
-    PQfinish(T.conn);
-    T.conn = NULL;
-    e2e_pg_pair_stop_primary(&P);
-    e2e_pg_pair_promote(&P);
-    int64_t promoted = e2e_now_ms();
-    T.conn = PQconnectdb(standby);
-    cr_assert_eq(PQstatus(T.conn), CONNECTION_OK, "%s", PQerrorMessage(T.conn));
-    e2e_exec(T.conn, "SET client_min_messages = warning");
+    int64_t promoted = e2e_pg_pair_failover(&T, &P, false, NULL).promoted_ms;
     cr_assert_eq(e2e_query_int(T.conn, "SELECT count(*) FROM pg_replication_slots WHERE "
                                        "slot_name = '%s' AND synced AND failover", T.table),
                  1, "the promoted server has no synchronised failover slot");

@@ -7,6 +7,7 @@
 #include <inttypes.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -374,6 +375,13 @@ void e2e_read_back(struct e2e_ctx *t, int timeout_ms, struct e2e_rows *rows, str
 size_t e2e_check_delivered(struct e2e_ctx *t, const char *what, bool marked, bool exactly_once,
                            int64_t dups_from_us)
 {
+    struct e2e_dups dups = {.from_us = dups_from_us, .max = exactly_once ? 0 : SIZE_MAX};
+    return e2e_check_delivered_dups(t, what, marked, dups);
+}
+
+size_t e2e_check_delivered_dups(struct e2e_ctx *t, const char *what, bool marked,
+                                struct e2e_dups d)
+{
     struct e2e_rows rows;
     struct e2e_msgs msgs;
     struct e2e_report rep = {0};
@@ -383,13 +391,18 @@ size_t e2e_check_delivered(struct e2e_ctx *t, const char *what, bool marked, boo
         const struct e2e_row *row = &rows.v[i];
         e2e_check(&rep, row->deliveries >= 1, "row %lld lost", (long long)row->id);
         e2e_check(&rep, !marked || row->sent, "row %lld has sent_at NULL", (long long)row->id);
-        e2e_check(&rep, !exactly_once || row->deliveries <= 1, "row %lld published %d times",
+        e2e_check(&rep, d.max > 0 || row->deliveries <= 1, "row %lld published %d times",
                   (long long)row->id, row->deliveries);
-        e2e_check(&rep, !dups_from_us || row->deliveries < 2 || row->created_us >= dups_from_us,
+        e2e_check(&rep, d.max == 0 || row->deliveries < 2 || !d.from_us || row->created_us >= d.from_us,
                   "row %lld, created before the fault, delivered %d times", (long long)row->id,
+                  row->deliveries);
+        e2e_check(&rep, d.max == 0 || row->deliveries < 2 || !d.until_us || row->created_us < d.until_us,
+                  "row %lld, created after the switch, delivered %d times", (long long)row->id,
                   row->deliveries);
         dups += row->deliveries > 1;
     }
+    e2e_check(&rep, d.max == SIZE_MAX || d.max == 0 || dups <= d.max,
+              "%zu rows delivered more than once (in flight: %zu at most)", dups, d.max);
     fprintf(stderr, "e2e: %s: %zu messages for %zu rows, %zu rows delivered more than once\n", what,
             msgs.n, rows.n, dups);
     e2e_report_assert(&rep, what);

@@ -1,4 +1,5 @@
-# common.sh — sourced by stack.sh, kafka.sh and debezium.sh: the small things they share.
+# common.sh — sourced by the scripts of tests/support (stack.sh, kafka.sh,
+# debezium.sh, pg_pair.sh, pg_tls.sh, pg_versions.sh): the small things they share.
 
 pid_alive() { [ -n "${1:-}" ] && kill -0 "$1" 2>/dev/null; }
 
@@ -17,6 +18,46 @@ free_port() {
         fi
     done
     return 1
+}
+
+# Runs a command as the owner of a cluster: `postgres` when we are root
+# (PostgreSQL refuses to run as root), ourselves otherwise.
+as_pg() {
+    if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+}
+
+# pg_initdb DATADIR LOG: initdb for a throwaway cluster. Needs the caller's
+# PG_BINDIR and die.
+pg_initdb() {
+    as_pg "$PG_BINDIR/initdb" -D "$1" -U postgres --auth=trust -E UTF8 --locale=C \
+        --no-sync --no-instructions >"$2" 2>&1 || { cat "$2" >&2; die "initdb failed"; }
+}
+
+# pg_cluster DATADIR LOG [TEMPLATE]: a throwaway cluster in DATADIR; with
+# TEMPLATE a copy of it, initdb'd there the first time (the cluster initdb
+# makes is the same every time, and a copy is much quicker).
+pg_cluster() {
+    local data=$1 log=$2 template=${3:-}
+    if [ -z "$template" ]; then
+        pg_initdb "$data" "$log"
+        return 0
+    fi
+    if [ ! -f "$template/PG_VERSION" ]; then
+        rm -rf "$template.tmp"
+        mkdir -p "$template.tmp"
+        chmod 0700 "$template.tmp"
+        if [ "$(id -u)" = 0 ]; then chown postgres: "$template.tmp"; fi
+        pg_initdb "$template.tmp" "$log"
+        mv "$template.tmp" "$template" 2>/dev/null || rm -rf "$template.tmp"
+    fi
+    cp -a "$template" "$data"
+}
+
+# pg_start DATADIR LOG: pg_ctl start, waiting until it accepts connections.
+# Needs the caller's PG_BINDIR and die.
+pg_start() {
+    as_pg "$PG_BINDIR/pg_ctl" -D "$1" -l "$2" -w -t 60 start >/dev/null ||
+        { tail -n 20 "$2" >&2; die "server in $1 did not start (log $2)"; }
 }
 
 # Stops a process: SIGTERM, up to $2 tenths of a second, then SIGKILL.

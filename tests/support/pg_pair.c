@@ -93,6 +93,24 @@ void e2e_pg_pair_conninfo(const struct e2e_pg_pair *p, int which, const char *ex
                  *extra ? " " : "", extra);
 }
 
+void e2e_pg_pair_use(struct e2e_ctx *t, const struct e2e_pg_pair *p, int which)
+{
+    char conninfo[256];
+    e2e_pg_pair_conninfo(p, which, "", conninfo, sizeof conninfo);
+    PQfinish(t->conn);
+    t->conn = PQconnectdb(conninfo);
+    cr_assert_eq(PQstatus(t->conn), CONNECTION_OK, "%s", PQerrorMessage(t->conn));
+    e2e_exec(t->conn, "SET client_min_messages = warning");
+}
+
+void e2e_pg_pair_up(struct e2e_ctx *t, struct e2e_pg_pair *p)
+{
+    e2e_pg_pair_start(t, p);
+    e2e_pg_pair_conninfo(p, E2E_PAIR_BOTH, "target_session_attrs=read-write connect_timeout=2",
+                         t->pg_conninfo, sizeof t->pg_conninfo);
+    e2e_pg_pair_use(t, p, E2E_PAIR_PRIMARY);
+}
+
 int e2e_dead_port(bool accepting, int *port)
 {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);

@@ -48,10 +48,6 @@ SELF=$(readlink -f "${BASH_SOURCE[0]}")
 STANDBY_SLOT=pair_standby
 die() { echo "pg_pair.sh: error: $*" >&2; exit 1; }
 
-as_pg() {
-    if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
-}
-
 # Settings both servers share; the standby's own port follows.
 write_conf() {
     local datadir=$1 port=$2 sock=$3
@@ -73,18 +69,6 @@ log_line_prefix = '%m [%p] %a '
 EOF
 }
 
-# start_server DATADIR LOG: pg_ctl start, waiting until it accepts connections.
-start_server() {
-    as_pg "$PG_BINDIR/pg_ctl" -D "$1" -l "$2" -w -t 60 start >/dev/null ||
-        { tail -n 20 "$2" >&2; die "server in $1 did not start (log $2)"; }
-}
-
-# make_cluster DATADIR LOG: initdb for a throwaway cluster.
-make_cluster() {
-    as_pg "$PG_BINDIR/initdb" -D "$1" -U postgres --auth=trust -E UTF8 --locale=C \
-        --no-sync --no-instructions >"$2" 2>&1 || { cat "$2" >&2; die "initdb failed"; }
-}
-
 cmd_start() {
     local dir=$1 template=${2:-} pport sport
     mkdir -p "$dir/s"
@@ -94,19 +78,7 @@ cmd_start() {
         chown postgres: "$dir" "$dir/s"
         chmod 0755 "$dir"
     fi
-    if [ -z "$template" ]; then
-        make_cluster "$dir/primary" "$dir/initdb.log"
-    else
-        if [ ! -f "$template/PG_VERSION" ]; then
-            rm -rf "$template.tmp"
-            mkdir -p "$template.tmp"
-            chmod 0700 "$template.tmp"
-            if [ "$(id -u)" = 0 ]; then chown postgres: "$template.tmp"; fi
-            make_cluster "$template.tmp" "$dir/initdb.log"
-            mv "$template.tmp" "$template" 2>/dev/null || rm -rf "$template.tmp"
-        fi
-        cp -a "$template" "$dir/primary"
-    fi
+    pg_cluster "$dir/primary" "$dir/initdb.log" "$template"
     echo "host replication all 127.0.0.1/32 trust" | as_pg tee -a "$dir/primary/pg_hba.conf" >/dev/null
     pport=$(free_port) || die "no free port"
     write_conf "$dir/primary" "$pport" "$dir/s"
@@ -114,7 +86,7 @@ cmd_start() {
         echo "synchronized_standby_slots = '$STANDBY_SLOT'" |
             as_pg tee -a "$dir/primary/postgresql.auto.conf" >/dev/null
     fi
-    start_server "$dir/primary" "$dir/primary.log"
+    pg_start "$dir/primary" "$dir/primary.log"
     if [ "${PG_PAIR_SLOT_SYNC:-0}" = 1 ]; then
         "$PG_BINDIR/psql" -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$pport" -U postgres -d postgres \
             -c "SELECT pg_create_physical_replication_slot('$STANDBY_SLOT', true)" >/dev/null ||
@@ -135,7 +107,7 @@ cmd_start() {
             "primary_conninfo = 'host=127.0.0.1 port=$pport user=postgres dbname=postgres application_name=standby'" |
             as_pg tee -a "$dir/standby/postgresql.auto.conf" >/dev/null
     fi
-    start_server "$dir/standby" "$dir/standby.log"
+    pg_start "$dir/standby" "$dir/standby.log"
     echo "$pport $sport" > "$dir/ports"
     # Until the standby streams, synchronous commits would wait.
     for _ in $(seq 1 100); do
@@ -170,7 +142,7 @@ make_standby() {
     as_pg touch "$dir/standby/standby.signal"
     echo "primary_conninfo = 'host=127.0.0.1 port=$pport user=postgres dbname=postgres application_name=standby'" |
         as_pg tee -a "$dir/standby/postgresql.auto.conf" >/dev/null
-    start_server "$dir/primary" "$dir/primary.log"
+    pg_start "$dir/primary" "$dir/primary.log"
 }
 
 cmd_stop_primary() {
@@ -183,7 +155,7 @@ cmd_rejoin() {
     as_pg touch "$dir/primary/standby.signal"
     printf "primary_conninfo = 'host=127.0.0.1 port=%s user=postgres application_name=old_primary'\n" \
         "$sport" | as_pg tee -a "$dir/primary/postgresql.auto.conf" >/dev/null
-    start_server "$dir/primary" "$dir/primary.log"
+    pg_start "$dir/primary" "$dir/primary.log"
     for _ in $(seq 1 300); do
         if [ "$("$PG_BINDIR/psql" -X -A -t -h 127.0.0.1 -p "$sport" -U postgres -d postgres \
                 -c "SELECT count(*) FROM pg_stat_replication WHERE application_name = 'old_primary' AND state = 'streaming'")" = 1 ]; then
@@ -198,7 +170,7 @@ cmd_rejoin() {
 # wait for ever (which would keep writers off it; this one takes them).
 cmd_start_old_primary() {
     echo "synchronous_standby_names = ''" | as_pg tee -a "$1/primary/postgresql.auto.conf" >/dev/null
-    start_server "$1/primary" "$1/primary.log"
+    pg_start "$1/primary" "$1/primary.log"
 }
 
 cmd_promote() {

@@ -40,10 +40,6 @@ SELF=$(readlink -f "${BASH_SOURCE[0]}")
 
 die() { echo "pg_tls.sh: error: $*" >&2; exit 1; }
 
-as_pg() {
-    if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
-}
-
 SSL() { openssl "$@" >/dev/null 2>&1 || { openssl "$@" >&2 || true; die "openssl $1 failed"; }; }
 
 # key NAME: a P-256 key (fast to make, and every libpq and OpenSSL takes it).
@@ -106,12 +102,6 @@ make_certs() {
     )
 }
 
-# make_cluster DATADIR LOG: initdb for a throwaway cluster.
-make_cluster() {
-    as_pg "$PG_BINDIR/initdb" -D "$1" -U postgres --auth=trust -E UTF8 --locale=C \
-        --no-sync --no-instructions >"$2" 2>&1 || { cat "$2" >&2; die "initdb failed"; }
-}
-
 cmd_start() {
     local dir=$1 template=${2:-} port data
     if [ -f "$dir/port" ] && as_pg "$PG_BINDIR/pg_ctl" -D "$dir/data" status >/dev/null 2>&1; then
@@ -125,19 +115,7 @@ cmd_start() {
     [ ${#dir} -le 80 ] || die "directory path too long for a unix socket: $dir"
     data=$dir/data
     make_certs "$dir/tls"
-    if [ -z "$template" ]; then
-        make_cluster "$data" "$dir/initdb.log"
-    else
-        if [ ! -f "$template/PG_VERSION" ]; then
-            rm -rf "$template.tmp"
-            mkdir -p "$template.tmp"
-            chmod 0700 "$template.tmp"
-            if [ "$(id -u)" = 0 ]; then chown postgres: "$template.tmp"; fi
-            make_cluster "$template.tmp" "$dir/initdb.log"
-            mv "$template.tmp" "$template" 2>/dev/null || rm -rf "$template.tmp"
-        fi
-        cp -a "$template" "$data"
-    fi
+    pg_cluster "$data" "$dir/initdb.log" "$template"
     # The server reads its own copies: the caller keeps the keys it owns.
     cp "$dir/tls/server.pem" "$dir/tls/server.key" "$dir/tls/ca.pem" "$data/"
     if [ "$(id -u)" = 0 ]; then
@@ -171,8 +149,7 @@ log_min_messages = warning
 log_connections = on
 log_line_prefix = '%m [%p] %u %a '
 EOF
-    as_pg "$PG_BINDIR/pg_ctl" -D "$data" -l "$dir/server.log" -w -t 60 start >/dev/null ||
-        { tail -n 20 "$dir/server.log" >&2; die "server in $data did not start (log $dir/server.log)"; }
+    pg_start "$data" "$dir/server.log"
     as_pg "$PG_BINDIR/psql" -X -q -v ON_ERROR_STOP=1 -h "$dir/s" -p "$port" -U postgres -d postgres \
         >"$dir/roles.log" 2>&1 <<'EOF' || { cat "$dir/roles.log" >&2; die "cannot create the roles"; }
 CREATE ROLE relay_scram LOGIN REPLICATION PASSWORD 'scram-secret-7';

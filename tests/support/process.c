@@ -206,6 +206,16 @@ struct e2e_relay *e2e_relay_start(struct e2e_ctx *t, const char *const *extra)
     return launch(t, "relay", argv);
 }
 
+struct e2e_relay *e2e_relay_start_capturing(struct e2e_ctx *t, const char *const *extra,
+                                            int timeout_ms)
+{
+    struct e2e_relay *r = e2e_relay_start(t, extra);
+    const char *line = t->wal ? "streaming from the replication slot" : "postgres connected";
+    cr_assert(e2e_relay_wait_log(r, line, timeout_ms), "no \"%s\" within %d ms (log %s)", line,
+              timeout_ms, r->log_path);
+    return r;
+}
+
 bool e2e_relay_alive(struct e2e_relay *r)
 {
     if (r->pid <= 0)

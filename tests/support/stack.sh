@@ -52,16 +52,6 @@ usage() {
     exit 64
 }
 
-# Runs a command as the owner of the cluster: `postgres` when we are root
-# (PostgreSQL refuses to run as root), ourselves otherwise.
-as_pg() {
-    if [ "$(id -u)" = 0 ]; then
-        runuser -u postgres -- "$@"
-    else
-        "$@"
-    fi
-}
-
 # Every directory above DIR must be searchable by `postgres`.
 make_reachable_for_postgres() {
     local d=$1

@@ -3,8 +3,10 @@
  * helpers (postgres.c), running the outbox-relay binary (process.c), a
  * relay's status endpoint (relay_http.c), a real Kafka broker (brokers.c),
  * PgBouncer in front of PostgreSQL (pgbouncer.c), a primary and its standby of
- * a test's own (pg_pair.c), a TLS-only PostgreSQL (pg_tls.c), reading every message of a set of topics back with a real Kafka consumer
- * (consume.c) and checking it against the rows (check.c).
+ * a test's own (pg_pair.c) and writers through their failover (failover.c), a
+ * proxy whose connections a test resets (proxy.c), a TLS-only PostgreSQL
+ * (pg_tls.c), reading every message of a set of topics back with a real Kafka
+ * consumer (consume.c) and checking it against the rows (check.c).
  *
  * Every helper asserts (Criterion) on the errors it cannot recover from, so a
  * test reads as a script. Each wait is bounded by a timeout in milliseconds.
@@ -165,6 +167,12 @@ void e2e_migrate(struct e2e_ctx *t);
 /** Starts `outbox-relay run` with the base args plus @p extra ("section.key=value"
  *  strings, each passed after -X; NULL-terminated, may be NULL). @return the relay. */
 struct e2e_relay *e2e_relay_start(struct e2e_ctx *t, const char *const *extra);
+
+/** e2e_relay_start, then waits up to @p timeout_ms (asserting) until the relay
+ *  captures: connected to PostgreSQL when it polls, streaming from its slot
+ *  with t->wal. @return the relay. */
+struct e2e_relay *e2e_relay_start_capturing(struct e2e_ctx *t, const char *const *extra,
+                                            int timeout_ms);
 
 /** @return true once @p needle appears in the relay's log, false after @p timeout_ms
  *  (or if the relay exited without logging it). */
@@ -345,6 +353,18 @@ void e2e_read_back(struct e2e_ctx *t, int timeout_ms, struct e2e_rows *rows, str
 size_t e2e_check_delivered(struct e2e_ctx *t, const char *what, bool marked, bool exactly_once,
                            int64_t dups_from_us);
 
+/** Which rows e2e_check_delivered_dups lets come more than once. */
+struct e2e_dups {
+    int64_t from_us;            /* created at this time or later (0: any time) */
+    int64_t until_us;           /* ... and before this time (0: any time) */
+    size_t max;                 /* at most this many rows (SIZE_MAX: any number) */
+};
+
+/** e2e_check_delivered with duplicates bounded by @p dups: a failover's
+ *  rows in flight at the switch, say (created before it, a batch or two). */
+size_t e2e_check_delivered_dups(struct e2e_ctx *t, const char *what, bool marked,
+                                struct e2e_dups dups);
+
 /** e2e_verify checks per-key order unless a test clears this (see the one
  *  test that does, and why). */
 extern bool e2e_check_order;
@@ -417,10 +437,78 @@ void e2e_pg_pair_stop(struct e2e_pg_pair *p);
 void e2e_pg_pair_conninfo(const struct e2e_pg_pair *p, int which, const char *extra, char *out,
                           size_t len);
 
+/** @p t's connection moved to the pair's E2E_PAIR_PRIMARY or _STANDBY
+ *  (client_min_messages = warning). */
+void e2e_pg_pair_use(struct e2e_ctx *t, const struct e2e_pg_pair *p, int which);
+
+/** e2e_pg_pair_start, then the relay's conninfo in t->pg_conninfo (both hosts,
+ *  target_session_attrs=read-write, connect_timeout=2) and t->conn on the
+ *  primary. Migrating is the test's. */
+void e2e_pg_pair_up(struct e2e_ctx *t, struct e2e_pg_pair *p);
+
 /** A loopback port where a connect is refused (@p accepting false: bound, not
  *  listening) or accepted by the kernel and never answered (true).
  *  @return the socket, to close when done; the port into *@p port. */
 int e2e_dead_port(bool accepting, int *port);
+
+/* ---- writers through a failover of the pair (failover.c) ------------------ */
+
+#define E2E_WRITERS 4
+
+/** E2E_WRITERS threads on one test's two-host conninfo, each committing one
+ *  event a transaction to aggregate "w<i>" (payload {"i": seq}); a lost
+ *  connection is made again and writing goes on. */
+struct e2e_writers;
+
+/** Starts them on t->pg_conninfo and returns once @p first rows are
+ *  committed (@p r as e2e_writers_wait has it). Until e2e_writers_free, e2e_unmatched_ok accepts a message of
+ *  a commit that got no answer (lost with a primary stopped at once). */
+struct e2e_writers *e2e_writers_start(struct e2e_ctx *t, long first, struct e2e_relay *r);
+
+/** @return the rows committed so far. */
+long e2e_writers_committed(struct e2e_writers *ws);
+
+/** Waits (60 s at most) until @p target rows are committed, asserting that
+ *  @p r (may be NULL) stays alive; asserts that they were. */
+void e2e_writers_wait(struct e2e_writers *ws, long target, struct e2e_relay *r);
+
+/** Stops and joins them. @return the rows committed in all. */
+long e2e_writers_stop(struct e2e_writers *ws);
+
+/** Stops them if still running and frees them (a test's fini; NULL is fine). */
+void e2e_writers_free(struct e2e_writers *ws);
+
+/** What e2e_pg_pair_failover saw. */
+struct e2e_failover {
+    int64_t stopping_us;        /* wall clock when the primary's stop began */
+    int64_t stopped_us;         /* ... once it was down: later rows are the promoted server's */
+    long committed_at_stop;     /* the writers' commits then (0 without writers) */
+    int64_t promoted_ms;        /* monotonic, once the promoted server takes writes */
+};
+
+/** t->conn closed, the primary stopped (@p clean: fast, its WAL all on the
+ *  standby; else immediate, as a crash), the standby promoted, t->conn on it.
+ *  @p ws (may be NULL) are counted once the primary is down. */
+struct e2e_failover e2e_pg_pair_failover(struct e2e_ctx *t, struct e2e_pg_pair *p, bool clean,
+                                         struct e2e_writers *ws);
+
+/* ---- a proxy whose connections a test resets (proxy.c) -------------------- */
+
+/** A TCP proxy on 127.0.0.1 in front of one port, run by a thread of its own. */
+struct e2e_proxy;
+
+/** Starts one in front of 127.0.0.1:@p target_port (asserts it listens). */
+struct e2e_proxy *e2e_proxy_start(int target_port);
+
+/** @return the port clients connect to. */
+int e2e_proxy_port(const struct e2e_proxy *p);
+
+/** Resets every connection it carries: the clients get an RST, as from a
+ *  firewall or a load balancer that drops the session; it accepts new ones. */
+void e2e_proxy_reset(struct e2e_proxy *p);
+
+/** Stops it and closes its connections (NULL is fine). */
+void e2e_proxy_stop(struct e2e_proxy *p);
 
 /* ---- a TLS-only PostgreSQL, tests/support/pg_tls.sh (pg_tls.c) ------------ */
 
@@ -473,6 +561,9 @@ char *e2e_conninfo_value(const char *conninfo, const char *key);
 
 /** Monotonic milliseconds. */
 int64_t e2e_now_ms(void);
+
+/** Wall-clock microseconds since the epoch, as a row's created_at counts them. */
+int64_t e2e_wall_us(void);
 
 void e2e_sleep_ms(int ms);
 
