@@ -97,6 +97,34 @@ def describe(m):
         m.topic(), m.partition(), m.offset(), m.key(), m.value(), m.headers(), m.timestamp())
 
 
+def _canon(v, loose, key=None):
+    """@p v (objects as ("obj", pairs)) with the member order of objects in
+    arrays, and the field order of an array's element schema ("items"),
+    made canonical; everything else keeps its order."""
+    if isinstance(v, tuple):
+        pairs = [(k, _canon(x, loose or k == "items", k)) for k, x in v[1]]
+        return ("obj", sorted(pairs, key=repr) if loose else pairs)
+    if isinstance(v, list):
+        elems = [_canon(e, True) for e in v]
+        return sorted(elems, key=repr) if loose and key == "fields" else elems
+    return v
+
+
+def same_but_merged_order(a, b):
+    """True if JSON values @p a and @p b differ at most in the member order of
+    objects in arrays. The Event Router merges the schemas of an array's
+    objects in a HashSet's order, and a Connect schema's hash includes an
+    enum's identity hash: when an array's objects have different members,
+    the merged order changes from one Connect process to the next, so no
+    byte-exact copy of it exists."""
+    try:
+        hook = lambda pairs: ("obj", pairs)
+        x, y = json.loads(a, object_pairs_hook=hook), json.loads(b, object_pairs_hook=hook)
+    except (TypeError, ValueError):
+        return False
+    return _canon(x, False) == _canon(y, False)
+
+
 def compare(dbz, rly):
     """The first difference, or None."""
     for where in sorted(set(dbz) | set(rly)):
@@ -105,8 +133,8 @@ def compare(dbz, rly):
             x = a[i] if i < len(a) else None
             y = b[i] if i < len(b) else None
             same = x is not None and y is not None and x.key() == y.key() and \
-                x.value() == y.value() and (x.headers() or []) == (y.headers() or []) and \
-                x.timestamp() == y.timestamp()
+                (x.value() == y.value() or same_but_merged_order(x.value(), y.value())) and \
+                (x.headers() or []) == (y.headers() or []) and x.timestamp() == y.timestamp()
             if not same:
                 part = "partition %d" % where[1] if where[1] >= 0 else "(no key)"
                 return "message %d of %s %s differs:\n  debezium: %s\n  relay:    %s" % (
