@@ -32,7 +32,7 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../.." && pwd)
-say() { echo "test_packages: $*" >&2; }
+say() { echo "test_packages: [${SECONDS} s] $*" >&2; }
 fail() { say "FAIL: $*"; exit 1; }
 skip() { say "SKIP: $*"; exit 77; }
 
