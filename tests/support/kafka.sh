@@ -42,6 +42,11 @@
 # (CN relay, expired) and client-foreign (CN relay, from the foreign CA). The
 # brokers' certificate names IP 127.0.0.1 only: connecting by `localhost` is
 # a host name the certificate does not carry.
+#
+# OUTBOX_RELAY_TEST_JVM_LEAN=0 starts the nodes without the lean test JVM's
+# flags (common.sh: JVM_LEAN), with the JVM's own compilers and collector:
+# the broker's TLS is then as fast as a production broker's (the C1 compiler
+# alone has no AES-GCM intrinsics).
 set -euo pipefail
 
 SELF=$(readlink -f "${BASH_SOURCE[0]}")
@@ -80,7 +85,9 @@ acl_class() { if [ "$(kafka_major)" -ge 4 ]; then echo org.apache.kafka.tools.Ac
 # nodes' user may not be able to read the checkout (a clone in a 0700 folder),
 # and without it the line that says a node started is never logged.
 java_cmd() {
-    JAVA=(java -Xmx"$HEAP" -Xms64m "${JVM_LEAN[@]}"
+    local lean=("${JVM_LEAN[@]}")
+    [ "${OUTBOX_RELAY_TEST_JVM_LEAN:-1}" = 0 ] && lean=()
+    JAVA=(java -Xmx"$HEAP" -Xms64m "${lean[@]}"
           -Dlog4j.configuration="file:$2/log4j.properties" -cp "$1/*")
 }
 
