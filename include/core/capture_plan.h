@@ -118,6 +118,9 @@ enum capture_send {
     CAPTURE_SENT = 0,           /* in Kafka's hands */
     CAPTURE_SEND_LATER,         /* offered again once Kafka acknowledges what it holds */
     CAPTURE_SEND_POISON,        /* it can never be produced */
+    CAPTURE_SEND_DENIED,        /* the principal lacks a right on its topic: the stream
+                                   stopped and reads it again once the producer's
+                                   back-off is over (nobody's fault, not poison) */
 };
 
 /** Where a frame just read from the socket goes. */

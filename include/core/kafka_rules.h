@@ -55,7 +55,9 @@ enum kafka_denial {
     KAFKA_DENIAL_AUTHENTICATION,   /* SASL authentication failed: the credentials */
     KAFKA_DENIAL_TOPIC,            /* Write and Describe on a topic */
     KAFKA_DENIAL_TRANSACTIONAL_ID, /* Write and Describe on the TransactionalId */
-    KAFKA_DENIAL_CLUSTER,          /* IdempotentWrite on the cluster */
+    KAFKA_DENIAL_CLUSTER,          /* the idempotent producer id: IdempotentWrite, or a topic Write */
+    KAFKA_DENIAL_TLS,              /* a TLS handshake failed: certificates, CA, host name */
+    KAFKA_DENIAL_COUNT
 };
 
 /** @return the right whose absence error @p err (an rd_kafka_resp_err_t,

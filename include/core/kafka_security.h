@@ -8,6 +8,8 @@
 
 #include <stddef.h>
 
+#include "core/kafka_rules.h"
+
 /** Looks a [kafka] property up. @return its value, or NULL when unset. */
 typedef const char *(*kafka_prop_fn)(const char *key, void *arg);
 
@@ -22,6 +24,11 @@ int kafka_check_security(kafka_prop_fn get, void *arg, char *errbuf, size_t errl
  *  unknown CA. @return the keys to look at, or NULL when @p reason is no TLS
  *  failure the relay knows. */
 const char *kafka_tls_hint(const char *reason);
+
+/** The right an error event (@p err, an rd_kafka_resp_err_t, with its
+ *  @p reason) says the brokers refuse: kafka_denial_of, and a TLS failure
+ *  kafka_tls_hint knows, whatever its code. */
+enum kafka_denial kafka_denial_of_event(int err, const char *reason);
 
 /** The properties that name a file librdkafka reads at start (CA, client
  *  certificate and key, CRL, keystore, keytab); NULL-terminated. */

@@ -233,10 +233,17 @@ enum capture_send capture_plan_sent(struct capture_plan *p, const struct capture
     bool empty = !p->committing && (transactional(e) ? p->txn_msgs == 0 : p->unacked == 0);
     enum send_verdict v = engine_send_verdict(rc, empty);
     *too_large = v == SEND_TOO_LARGE;
-    /* capture = wal has no back-off for a refused topic right yet: the
-     * event is kept as a dead row, as any refused one. */
-    if (v == SEND_TOO_LARGE || v == SEND_REFUSED || v == SEND_DENIED)
+    if (v == SEND_TOO_LARGE || v == SEND_REFUSED)
         return CAPTURE_SEND_POISON;
+    /* A topic right refuses every event of the topic alike until someone
+     * grants it: kept as dead rows, they would all be lost to the stream
+     * for want of an ACL. The stream stops instead and reads them again
+     * from the confirmed position once the producer's back-off is over. */
+    if (v == SEND_DENIED) {
+        commit_held(p, e, a);
+        stop(p, e, "kafka refuses a right on the topic", true, a);
+        return CAPTURE_SEND_DENIED;
+    }
     if (v == SEND_CUT) {
         /* A full queue empties as Kafka acknowledges: a commit (which
          * flushes) or the reports resume the stream. */

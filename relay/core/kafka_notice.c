@@ -12,8 +12,10 @@ enum log_level kafka_log_level(int syslog_level, const char *fac, const char *bu
      * calls it experimental is not the operator's concern. */
     if (!strcmp(fac, "CONFWARN") && strstr(buf, "enable.gapless.guarantee is experimental"))
         return LOG_LVL_DEBUG;
-    /* Written again as the error event of the same text (kafka_notice_error). */
-    if (!strcmp(fac, "FAIL"))
+    /* Written again as the error event of the same text (kafka_notice_error);
+     * a fatal error as "kafka producer fatal error", which a refused right
+     * repeats at debug level only, retry after retry of its back-off. */
+    if (!strcmp(fac, "FAIL") || !strcmp(fac, "FATAL"))
         return LOG_LVL_DEBUG;
     /* A transaction that failed (messages timed out while a broker was away):
      * the relay aborts it and says so with the same reason ("kafka

@@ -226,6 +226,10 @@ enum kafka_denial kafka_denial_of(int code)
         return KAFKA_DENIAL_TRANSACTIONAL_ID;
     case RD_KAFKA_RESP_ERR_CLUSTER_AUTHORIZATION_FAILED:
         return KAFKA_DENIAL_CLUSTER;
+    /* A certificate either side refuses fails every handshake alike until
+     * someone changes a certificate or a setting, as refused credentials do. */
+    case RD_KAFKA_RESP_ERR__SSL:
+        return KAFKA_DENIAL_TLS;
     default:
         return KAFKA_DENIAL_NONE;
     }
@@ -240,8 +244,18 @@ static const struct {
     [KAFKA_DENIAL_TOPIC] = {"topic_write", "Write and Describe on the topic"},
     [KAFKA_DENIAL_TRANSACTIONAL_ID] = {"transactional_id_write",
                                        "Write and Describe on the TransactionalId"},
-    [KAFKA_DENIAL_CLUSTER] = {"idempotent_write", "IdempotentWrite on the cluster"},
+    /* Brokers with KIP-679 (Kafka 3.9 tested) give an idempotent producer
+     * its id for Write on any topic as well: then the topic's right is what
+     * is missing, and one grant ends both refusals. */
+    [KAFKA_DENIAL_CLUSTER] = {"idempotent_write",
+                              "Write and Describe on the topic (brokers without KIP-679: "
+                              "IdempotentWrite on the cluster)"},
+    [KAFKA_DENIAL_TLS] = {"tls", "certificates both sides accept (kafka.ssl.ca.location, "
+                                 "kafka.ssl.certificate.location and kafka.ssl.key.location; "
+                                 "the log's check= says which)"},
 };
+_Static_assert(sizeof denials / sizeof denials[0] == KAFKA_DENIAL_COUNT,
+               "one row per enum kafka_denial");
 
 const char *kafka_denial_name(enum kafka_denial d)
 {

@@ -174,3 +174,14 @@ const char *kafka_tls_hint(const char *reason)
             return hints[i].hint;
     return NULL;
 }
+
+enum kafka_denial kafka_denial_of_event(int err, const char *reason)
+{
+    enum kafka_denial d = kafka_denial_of(err);
+    /* With TLS 1.3 the client's side of the handshake is over before the
+     * broker checks the client certificate: the broker's alert arrives as a
+     * failed receive (_TRANSPORT), a refusal all the same. */
+    if (d == KAFKA_DENIAL_NONE && kafka_tls_hint(reason))
+        d = KAFKA_DENIAL_TLS;
+    return d;
+}

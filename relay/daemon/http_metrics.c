@@ -348,7 +348,7 @@ static void kafka_metrics(const struct http_context *ctx, struct strbuf *out)
          "1 while Kafka refuses the relay's principal this right (a missing ACL, bad "
          "credentials); the producer is retried with a back-off of up to a minute.");
     int denied = stats_kafka_denial(s);
-    for (int d = KAFKA_DENIAL_AUTHENTICATION; d <= KAFKA_DENIAL_CLUSTER; d++)
+    for (int d = KAFKA_DENIAL_AUTHENTICATION; d < KAFKA_DENIAL_COUNT; d++)
         strbuf_printf(out, "outbox_relay_kafka_denied{right=\"%s\"} %d\n",
                       kafka_denial_name((enum kafka_denial)d), denied == d);
 }

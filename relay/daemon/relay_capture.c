@@ -26,7 +26,8 @@ struct capture_env relay_capture_env(const struct relay *r)
         .halted = r->st.halted,
         .refused = r->st.refused,
         .finished = r->finished,
-        .producer_fatal = producer_fatal(p),
+        /* A producer to be replaced (a refused topic) takes nothing more either. */
+        .producer_fatal = producer_fatal(p) || r->renew_producer,
         .txn = producer_txn_state(p),
         .txn_doomed = producer_txn_doomed(p),
         .txn_empty = producer_txn_empty(p),
@@ -143,14 +144,23 @@ void relay_capture_carry(struct relay *r, struct capture_acts a)
 void relay_capture_on_report(struct relay *r, void *opaque, rd_kafka_resp_err_t err)
 {
     bool ok = err == RD_KAFKA_RESP_ERR_NO_ERROR;
-    if (!ok) {
+    enum kafka_fault fault = ok ? KAFKA_FAULT_OURS : kafka_fault_of(err, producer_fatal(&r->prod));
+    if (ok) {
+        relay_topic_granted(r);
+    } else if (fault == KAFKA_FAULT_DENIED) {
+        /* As polling does: named once, the stream restarted from the
+         * confirmed position after the back-off, no event charged. Once per
+         * burst: the stream's other messages fail alike. */
+        if (r->producer_retry_at_ms <= relay_now_ms(r))
+            relay_topic_denied(r, err);
+    } else {
         if (log_limit_allow(&r->failures, stats_mono(), LOG_LVL_WARN, "delivery failed",
                             rd_kafka_err2name(err), 0))
             log_warn("delivery failed; the stream restarts from the confirmed position",
                      "error=%s", rd_kafka_err2name(err));
         /* Counted as polling counts it: what the relay purged or lost to a
          * fatal error it recovers from is nobody's failure. */
-        struct failure_verdict v = engine_judge_failure(kafka_fault_of(err, producer_fatal(&r->prod)), true);
+        struct failure_verdict v = engine_judge_failure(fault, true);
         if (v.counted)
             r->st.failed_total[v.permanent ? STATS_FAIL_PERMANENT : STATS_FAIL_RETRIABLE]++;
     }
@@ -227,7 +237,9 @@ static bool on_change(struct relay *r, const struct pgo_msg *m, uint64_t lsn)
         return true;
     int rc = wal_event_from_change(m, lsn, c->plan.commit_time_us, &c->cols, &c->ev, err, sizeof err);
     enum capture_send v = rc == 0 ? produce(r, &c->ev.row, err, sizeof err) : CAPTURE_SEND_POISON;
-    if (v == CAPTURE_SEND_LATER) {
+    if (v == CAPTURE_SEND_LATER || v == CAPTURE_SEND_DENIED) {
+        if (v == CAPTURE_SEND_DENIED && r->producer_retry_at_ms <= relay_now_ms(r))
+            relay_topic_denied(r, RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED);
         wal_event_clear(&c->ev);
         return false;
     }

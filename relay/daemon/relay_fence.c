@@ -61,15 +61,24 @@ void relay_topic_denied(struct relay *r, int code)
     r->renew_producer = true;
 }
 
-void relay_topic_granted(struct relay *r)
+/* What was refused works now: the back-off is over too, or the rows would
+ * wait out the rest of a delay (up to a minute) that no refusal needs. */
+static void granted(struct relay *r)
 {
-    if (r->st.kafka_denial != KAFKA_DENIAL_TOPIC)
-        return;
-    log_info("kafka grants the relay's principal its rights again", "was_denied=%s",
-             kafka_denial_name(r->st.kafka_denial));
+    if (r->st.kafka_denial)
+        log_info("kafka grants the relay's principal its rights again", "was_denied=%s",
+                 kafka_denial_name(r->st.kafka_denial));
     r->st.kafka_denial = 0;
     r->denied_attempt = 0;
     r->producer_retry_at_ms = 0;
+}
+
+void relay_topic_granted(struct relay *r)
+{
+    /* A delivery proves every right a produce needs (the producer id's too:
+     * relay.fencing=none has no transaction to say so). */
+    if (r->st.kafka_denial && r->st.kafka_denial != KAFKA_DENIAL_AUTHENTICATION)
+        granted(r);
 }
 
 /* A fatal error (e.g. the idempotent producer's epoch cannot be bumped)
@@ -115,12 +124,8 @@ static void on_txn_ended(void *arg, unsigned gen, enum producer_txn_result res, 
     uint64_t ms = relay_now_ms(r) - r->txn_start_ms;
     switch (res) {
     case PRODUCER_TXN_DONE:
-        if (gen == 0 && r->st.kafka_denial)
-            log_info("kafka grants the relay's principal its rights again",
-                     "was_denied=%s", kafka_denial_name(r->st.kafka_denial));
         if (gen == 0) {
-            r->st.kafka_denial = 0;
-            r->denied_attempt = 0;
+            granted(r);
             log_info("kafka transactions initialised; older leaders are fenced",
                      "transactional_id=%s ms=%" PRIu64, r->prod.txn_id, ms);
         }

@@ -108,17 +108,18 @@ static void on_error(struct producer *p, rd_kafka_event_t *ev)
         return;
     }
     /* Transport errors and "all brokers down" are retried by librdkafka itself,
-     * and so are refused credentials: those stay refused until the
-     * configuration changes, which /readyz says. */
+     * and so are refused credentials and certificates: those stay refused
+     * until the configuration changes, which /readyz and the metric say. */
     rd_kafka_resp_err_t err = rd_kafka_event_error(ev);
-    if (p->stats && kafka_denial_of(err) == KAFKA_DENIAL_AUTHENTICATION) {
-        p->stats->kafka_denial = KAFKA_DENIAL_AUTHENTICATION;
+    const char *reason = rd_kafka_event_error_string(ev);
+    enum kafka_denial d = kafka_denial_of_event(err, reason);
+    if (p->stats && (d == KAFKA_DENIAL_AUTHENTICATION || d == KAFKA_DENIAL_TLS)) {
+        p->stats->kafka_denial = (int)d;
         snprintf(p->stats->kafka_denial_error, sizeof p->stats->kafka_denial_error, "%s",
                  rd_kafka_err2name(err));
     }
     /* A broker restarting is refused on every reconnect until it is back:
      * one warning per broker and cause, the repeats at debug level. */
-    const char *reason = rd_kafka_event_error_string(ev);
     const char *hint = kafka_tls_hint(reason);
     int level = kafka_notice_error(&p->notice, err, reason) ? LOG_LVL_WARN : LOG_LVL_DEBUG;
     if (hint)
@@ -169,9 +170,10 @@ static void on_stats(struct producer *p, const char *json)
     p->stats->n_brokers = total < STATS_MAX_BROKERS ? total : STATS_MAX_BROKERS;
     p->stats->brokers_up = up;
     p->stats->brokers_total = total;
-    /* A broker is UP once authenticated: the credentials were accepted after
-     * all (a standby produces nothing that would say so). */
-    if (up > 0 && p->stats->kafka_denial == KAFKA_DENIAL_AUTHENTICATION)
+    /* A broker is UP once authenticated: the credentials and certificates
+     * were accepted after all (a standby produces nothing that would say so). */
+    if (up > 0 && (p->stats->kafka_denial == KAFKA_DENIAL_AUTHENTICATION ||
+                   p->stats->kafka_denial == KAFKA_DENIAL_TLS))
         p->stats->kafka_denial = KAFKA_DENIAL_NONE;
     cJSON_Delete(root);
 }

@@ -42,12 +42,20 @@ static void read_line(const struct e2e_ctx *t, const char *file, char *out, size
     out[strcspn(out, "\n")] = '\0';
 }
 
-static void setup(struct e2e_ctx *t, const char *name)
+/* @p wal: relay.capture=wal, the slot made by migrate. */
+static void setup_capture(struct e2e_ctx *t, const char *name, bool wal)
 {
     e2e_setup(t, name);
     if (!t->env->kafka_dir)
         cr_skip_test("needs the stack's own Kafka node (kafka.sh)");
+    if (wal)
+        e2e_wal_enable(t);
     e2e_migrate(t);
+}
+
+static void setup(struct e2e_ctx *t, const char *name)
+{
+    setup_capture(t, name, false);
 }
 
 /* How a relay reaches Kafka: the -X settings of one case. */
@@ -120,44 +128,67 @@ Test(e2e, mtls_with_a_valid_client_certificate_delivers_every_row, .fini = fini,
     cr_assert_eq(e2e_relay_stop(relay, 30000), 0);
 }
 
-/* The topic named by the test's template for aggregate type "order", created
- * over PLAINTEXT (a super user) as an operator creates it before granting a
- * right on it; with @p grant_to, Write on it granted to that principal. */
-static void admin(const struct e2e_ctx *t, const char *grant_to)
+/* The topic named by the test's template for aggregate type "order". */
+static void topic_of(const struct e2e_ctx *t, char *topic, size_t len)
 {
-    char topic[200], errstr[256];
-    snprintf(topic, sizeof topic, "%s.order", t->table);
+    snprintf(topic, len, "%s.order", t->table);
+}
+
+/* An admin client over PLAINTEXT (ANONYMOUS, a super user), as an operator's. */
+static rd_kafka_t *admin_client(const struct e2e_ctx *t)
+{
+    char errstr[256];
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
     rd_kafka_conf_set(conf, "bootstrap.servers", t->kafka, errstr, sizeof errstr);
     rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof errstr);
     cr_assert(rk, "rd_kafka_new: %s", errstr);
+    return rk;
+}
+
+/* The test's topic, created as an operator creates it before granting a
+ * right on it. */
+static void create_topic(const struct e2e_ctx *t)
+{
+    char topic[200], errstr[256];
+    topic_of(t, topic, sizeof topic);
+    rd_kafka_t *rk = admin_client(t);
     rd_kafka_queue_t *q = rd_kafka_queue_new(rk);
-    rd_kafka_event_t *ev;
-    if (!grant_to) {
-        rd_kafka_NewTopic_t *nt = rd_kafka_NewTopic_new(topic, 4, 1, errstr, sizeof errstr);
-        rd_kafka_CreateTopics(rk, &nt, 1, NULL, q);
-        ev = rd_kafka_queue_poll(q, 30000);
-        cr_assert(ev && !rd_kafka_event_error(ev), "CreateTopics %s", topic);
-        size_t n = 0;
-        const rd_kafka_topic_result_t **tr =
-            rd_kafka_CreateTopics_result_topics(rd_kafka_event_CreateTopics_result(ev), &n);
-        cr_assert(n == 1 && !rd_kafka_topic_result_error(tr[0]), "CreateTopics %s: %s", topic,
-                  n ? rd_kafka_topic_result_error_string(tr[0]) : "no result");
-        rd_kafka_NewTopic_destroy(nt);
-    } else {
-        rd_kafka_AclBinding_t *acl = rd_kafka_AclBinding_new(
-            RD_KAFKA_RESOURCE_TOPIC, topic, RD_KAFKA_RESOURCE_PATTERN_LITERAL, grant_to, "*",
-            RD_KAFKA_ACL_OPERATION_WRITE, RD_KAFKA_ACL_PERMISSION_TYPE_ALLOW, errstr, sizeof errstr);
-        cr_assert(acl, "AclBinding: %s", errstr);
-        rd_kafka_CreateAcls(rk, &acl, 1, NULL, q);
-        ev = rd_kafka_queue_poll(q, 30000);
-        cr_assert(ev && !rd_kafka_event_error(ev), "CreateAcls on %s", topic);
-        size_t n = 0;
-        const rd_kafka_acl_result_t **ar =
-            rd_kafka_CreateAcls_result_acls(rd_kafka_event_CreateAcls_result(ev), &n);
-        cr_assert(n == 1 && !rd_kafka_acl_result_error(ar[0]), "CreateAcls on %s", topic);
-        rd_kafka_AclBinding_destroy(acl);
-    }
+    rd_kafka_NewTopic_t *nt = rd_kafka_NewTopic_new(topic, 4, 1, errstr, sizeof errstr);
+    rd_kafka_CreateTopics(rk, &nt, 1, NULL, q);
+    rd_kafka_event_t *ev = rd_kafka_queue_poll(q, 30000);
+    cr_assert(ev && !rd_kafka_event_error(ev), "CreateTopics %s", topic);
+    size_t n = 0;
+    const rd_kafka_topic_result_t **tr =
+        rd_kafka_CreateTopics_result_topics(rd_kafka_event_CreateTopics_result(ev), &n);
+    cr_assert(n == 1 && !rd_kafka_topic_result_error(tr[0]), "CreateTopics %s: %s", topic,
+              n ? rd_kafka_topic_result_error_string(tr[0]) : "no result");
+    rd_kafka_NewTopic_destroy(nt);
+    rd_kafka_event_destroy(ev);
+    rd_kafka_queue_destroy(q);
+    rd_kafka_destroy(rk);
+}
+
+/* Grants @p principal Write on the resource @p type named @p name (the
+ * test's topic when NULL; "*" is every one of its kind). */
+static void grant(const struct e2e_ctx *t, rd_kafka_ResourceType_t type, const char *name,
+                  const char *principal)
+{
+    char topic[200], errstr[256];
+    topic_of(t, topic, sizeof topic);
+    rd_kafka_t *rk = admin_client(t);
+    rd_kafka_queue_t *q = rd_kafka_queue_new(rk);
+    rd_kafka_AclBinding_t *acl = rd_kafka_AclBinding_new(
+        type, name ? name : topic, RD_KAFKA_RESOURCE_PATTERN_LITERAL, principal, "*",
+        RD_KAFKA_ACL_OPERATION_WRITE, RD_KAFKA_ACL_PERMISSION_TYPE_ALLOW, errstr, sizeof errstr);
+    cr_assert(acl, "AclBinding: %s", errstr);
+    rd_kafka_CreateAcls(rk, &acl, 1, NULL, q);
+    rd_kafka_event_t *ev = rd_kafka_queue_poll(q, 30000);
+    cr_assert(ev && !rd_kafka_event_error(ev), "CreateAcls for %s", principal);
+    size_t n = 0;
+    const rd_kafka_acl_result_t **ar =
+        rd_kafka_CreateAcls_result_acls(rd_kafka_event_CreateAcls_result(ev), &n);
+    cr_assert(n == 1 && !rd_kafka_acl_result_error(ar[0]), "CreateAcls for %s", principal);
+    rd_kafka_AclBinding_destroy(acl);
     rd_kafka_event_destroy(ev);
     rd_kafka_queue_destroy(q);
     rd_kafka_destroy(rk);
@@ -182,6 +213,41 @@ static const struct way negatives[] = {
 };
 #define N_NEG (sizeof negatives / sizeof negatives[0])
 
+/* How each negative is reported, as a refused ACL is: its series of
+ * outbox_relay_kafka_denied, and what /readyz says it needs. */
+static const char *const reported[N_NEG][2] = {
+    {"authentication", "credentials the brokers accept"},
+    {"tls", "certificates both sides accept"},
+    {"tls", "certificates both sides accept"},
+    {"tls", "certificates both sides accept"},
+    {"tls", "certificates both sides accept"},
+    {"topic_write", "Write and Describe on the topic"},
+};
+
+/* What the relay reports while a right is refused: /readyz 503 naming what
+ * it needs, and the series of that right (one of @p rights, "a|b") at 1 in
+ * outbox_relay_kafka_denied. */
+static void check_reported(struct e2e_relay *r, const char *what, const char *rights,
+                           const char *needs)
+{
+    char *body = NULL, series[200];
+    int code = e2e_relay_http_get(r, "/readyz?verbose", &body);
+    cr_expect_eq(code, 503, "%s: /readyz %d %s", what, code, body ? body : "");
+    cr_expect(body && strstr(body, needs), "%s: /readyz does not say \"%s\": %s", what, needs,
+              body ? body : "");
+    free(body);
+    body = NULL;
+    code = e2e_relay_http_get(r, "/metrics", &body);
+    bool found = false;
+    for (const char *p = rights; *p && !found; p += strcspn(p, "|"), p += *p == '|') {
+        snprintf(series, sizeof series, "outbox_relay_kafka_denied{right=\"%.*s\"} 1",
+                 (int)strcspn(p, "|"), p);
+        found = code == 200 && body && strstr(body, series);
+    }
+    cr_expect(found, "%s: /metrics has none of %s at 1", what, rights);
+    free(body);
+}
+
 /* Each case's relay: named within 20 s, at most 60 log lines by then,
  * /readyz 503, nothing marked. */
 static void check_named(struct e2e_ctx *t, struct e2e_relay *r, const struct way *w,
@@ -200,7 +266,7 @@ static void check_named(struct e2e_ctx *t, struct e2e_relay *r, const struct way
 }
 
 Test(e2e, mtls_and_sasl_mistakes_are_named_and_a_granted_topic_right_recovers, .fini = fini,
-     .timeout = 180)
+     .timeout = 240)
 {
     static const char *const names[N_NEG] = {"tlsuser", "tlshost", "tlsexp", "tlsforeign",
                                              "tlsnocert", "tlsnotopic"};
@@ -209,21 +275,22 @@ Test(e2e, mtls_and_sasl_mistakes_are_named_and_a_granted_topic_right_recovers, .
         setup(&C[i], names[i]);
         enqueue(&C[i], i == N_NEG - 1 ? 40 : 3);
     }
-    admin(&C[N_NEG - 1], NULL);
+    create_topic(&C[N_NEG - 1]);
     int64_t t0 = e2e_now_ms();
     for (size_t i = 0; i < N_NEG; i++)
         relay[i] = start(&C[i], &negatives[i], i == N_NEG - 1 ? "none" : "transactional");
-    for (size_t i = 0; i < N_NEG; i++)
+    for (size_t i = 0; i < N_NEG; i++) {
         check_named(&C[i], relay[i], &negatives[i], t0 + 20000);
+        check_reported(relay[i], negatives[i].what, reported[i][0], reported[i][1]);
+    }
     int64_t wait = t0 + 20000 - e2e_now_ms();
     if (wait > 0)
         e2e_sleep_ms((int)wait);
+    int lines[N_NEG];
     for (size_t i = 0; i < N_NEG; i++) {
-        int lines = e2e_relay_log_count(relay[i], "\n");
-        cr_expect_leq(lines, 60, "%s: %d log lines in 20 s: %s", negatives[i].what, lines,
+        lines[i] = e2e_relay_log_count(relay[i], "\n");
+        cr_expect_leq(lines[i], 60, "%s: %d log lines in 20 s: %s", negatives[i].what, lines[i],
                       relay[i]->log_path);
-        if (i < N_NEG - 1)
-            e2e_relay_kill(relay[i]);
     }
 
     /* The topic right: named once, no row charged, and granted, every row
@@ -239,7 +306,7 @@ Test(e2e, mtls_and_sasl_mistakes_are_named_and_a_granted_topic_right_recovers, .
     cr_expect(body && strstr(body, "Write and Describe on the topic"), "/readyz: %s",
               body ? body : "");
     free(body);
-    admin(t, "User:notopic");
+    grant(t, RD_KAFKA_RESOURCE_TOPIC, NULL, "User:notopic");
     cr_assert(e2e_relay_wait_log(r, "msg=\"kafka grants the relay's principal its rights again\"",
                                  75000),
               "log %s", r->log_path);
@@ -247,6 +314,148 @@ Test(e2e, mtls_and_sasl_mistakes_are_named_and_a_granted_topic_right_recovers, .
     e2e_verify_sent_once(t, "after the topic ACL was granted");
     cr_expect_eq(e2e_count_where(t, "attempts > 0"), 0, "rows charged: %s", r->log_path);
     cr_assert_eq(e2e_relay_stop(r, 30000), 0);
+    /* The other mistakes meanwhile (librdkafka retries the handshake every
+     * second): a line every 5 s at most, still refused and reported. */
+    int64_t later_s = (e2e_now_ms() - t0) / 1000 - 20;
+    for (size_t i = 0; i + 1 < N_NEG; i++) {
+        int more = e2e_relay_log_count(relay[i], "\n") - lines[i];
+        cr_expect_leq(more, 2 + later_s / 5, "%s: %d log lines in the %lld s after the first 20: %s",
+                      negatives[i].what, more, (long long)later_s, relay[i]->log_path);
+        check_reported(relay[i], negatives[i].what, reported[i][0], reported[i][1]);
+        e2e_relay_kill(relay[i]);
+    }
+}
+
+/* Write on every TransactionalId for @p principal, with Kafka's own tool
+ * (librdkafka 2.0's admin API has no such resource type). */
+static void grant_txn_id(const struct e2e_ctx *t, const char *principal)
+{
+    const char *argv[] = {t->env->kafka_sh, "grant", t->env->kafka_dir, principal, "Write",
+                          "--transactional-id", "*", NULL};
+    char *out = NULL, *err = NULL;
+    int rc = e2e_run_cmd(argv, 60000, &out, &err);
+    cr_assert_eq(rc, 0, "kafka.sh grant: exit %d: %s", rc, err ? err : "");
+    free(out);
+    free(err);
+}
+
+/* relay.capture=wal marks nothing: the slot confirmed past the last commit,
+ * each of the @p n rows read back once, in order per key. */
+static void read_back_wal(struct e2e_ctx *t, struct e2e_relay *r, int n)
+{
+    cr_assert(e2e_wal_wait_confirmed(t, 30000), "the slot was not confirmed: %s", r->log_path);
+    struct e2e_rows rows;
+    struct e2e_msgs msgs;
+    struct e2e_report rep = {0};
+    e2e_read_back(t, 60000, &rows, &msgs, &rep);
+    e2e_check(&rep, rows.n == (size_t)n, "%zu rows in the table, expected %d", rows.n, n);
+    for (size_t i = 0; i < rows.n; i++)
+        e2e_check(&rep, rows.v[i].deliveries == 1, "row %lld delivered %d times",
+                  (long long)rows.v[i].id, rows.v[i].deliveries);
+    e2e_report_assert(&rep, "wal capture after the topic right was granted");
+    e2e_msgs_free(&msgs);
+    e2e_rows_free(&rows);
+}
+
+/* Rights of the producer itself, and the topic's with log-based capture.
+ * A transactional producer needs Write on its TransactionalId. An idempotent
+ * one (relay.fencing=none) gets its producer id, on Kafka 3.9 (KIP-679), for
+ * IdempotentWrite on the cluster or for Write on any topic: a principal with
+ * no right at all is refused the topic (TOPIC_AUTHORIZATION_FAILED) and, as
+ * the timing falls, the producer id (CLUSTER_AUTHORIZATION_FAILED) too; both
+ * say that Write on the topic is missing, and granting it alone, without
+ * IdempotentWrite, lets every row through. */
+struct right_case {
+    struct way way;
+    const char *fencing;
+    bool wal;
+    const char *rights;   /* its series of outbox_relay_kafka_denied, "a|b" for either */
+    int named;            /* how many times it may be named at most (each right once) */
+    bool grant_txn_id;    /* granted while it runs: Write on every TransactionalId, else on
+                             the topic */
+};
+
+static const struct right_case rights[] = {
+    {{"missing TransactionalId Write ACL", "ssl_bootstrap", NULL, "notxn", NULL,
+      "denied=transactional_id_write", "Write and Describe on the TransactionalId"},
+     "transactional", false, "transactional_id_write", 1, true},
+    {{"no right at all, fencing=none (no IdempotentWrite)", "ssl_bootstrap", NULL, "noidem",
+      NULL, "msg=\"kafka refuses the relay's principal a right",
+      "Write and Describe on the topic"},
+     "none", false, "topic_write|idempotent_write", 2, false},
+    {{"missing topic Write ACL, relay.capture=wal", "ssl_bootstrap", NULL, "notopic", NULL,
+      "denied=topic_write", "Write and Describe on the topic"},
+     "none", true, "topic_write", 1, false},
+};
+#define N_RIGHTS (sizeof rights / sizeof rights[0])
+
+Test(e2e, missing_producer_rights_and_wal_topic_rights_are_named_and_recover, .fini = fini,
+     .timeout = 240)
+{
+    static const char *const names[N_RIGHTS] = {"aclnotxn", "aclnoidem", "aclwal"};
+    struct e2e_relay *relay[N_RIGHTS];
+    int lines20[N_RIGHTS];
+    for (size_t i = 0; i < N_RIGHTS; i++) {
+        setup_capture(&C[i], names[i], rights[i].wal);
+        enqueue(&C[i], 40);
+        create_topic(&C[i]);
+    }
+    /* the case of the TransactionalId lacks only that right */
+    grant(&C[0], RD_KAFKA_RESOURCE_TOPIC, NULL, "User:notxn");
+    int64_t t0 = e2e_now_ms();
+    for (size_t i = 0; i < N_RIGHTS; i++)
+        relay[i] = start(&C[i], &rights[i].way, rights[i].fencing);
+    for (size_t i = 0; i < N_RIGHTS; i++) {
+        const struct way *w = &rights[i].way;
+        check_named(&C[i], relay[i], w, t0 + 20000);
+        check_reported(relay[i], w->what, rights[i].rights, w->says_too);
+    }
+    int64_t wait = t0 + 20000 - e2e_now_ms();
+    if (wait > 0)
+        e2e_sleep_ms((int)wait);
+    for (size_t i = 0; i < N_RIGHTS; i++) {
+        lines20[i] = e2e_relay_log_count(relay[i], "\n");
+        cr_expect_leq(lines20[i], 60, "%s: %d log lines in 20 s: %s", rights[i].way.what,
+                      lines20[i], relay[i]->log_path);
+    }
+    /* and later, while the back-off grows: a line every few seconds at most */
+    e2e_sleep_ms(20000);
+    for (size_t i = 0; i < N_RIGHTS; i++) {
+        struct e2e_relay *r = relay[i];
+        const char *what = rights[i].way.what;
+        int more = e2e_relay_log_count(r, "\n") - lines20[i];
+        cr_expect_leq(more, 10, "%s: %d log lines in the next 20 s: %s", what, more, r->log_path);
+        int named = e2e_relay_log_count(r, "msg=\"kafka refuses the relay's principal a right");
+        cr_expect(named >= 1 && named <= rights[i].named, "%s: named %d times: %s", what, named,
+                  r->log_path);
+        check_reported(r, what, rights[i].rights, rights[i].way.says_too);
+        cr_expect_eq(e2e_count_where(&C[i], "sent_at IS NOT NULL"), 0, "%s: rows marked", what);
+        cr_expect_eq(e2e_count_where(&C[i], "attempts > 0 OR last_error IS NOT NULL"), 0,
+                     "%s: rows charged for a missing ACL: %s", what, r->log_path);
+    }
+    char principal[64];
+    for (size_t i = 0; i < N_RIGHTS; i++) {
+        snprintf(principal, sizeof principal, "User:%s", rights[i].way.client);
+        if (rights[i].grant_txn_id)
+            grant_txn_id(&C[i], principal);
+        else
+            grant(&C[i], RD_KAFKA_RESOURCE_TOPIC, NULL, principal);
+    }
+    for (size_t i = 0; i < N_RIGHTS; i++) {
+        struct e2e_relay *r = relay[i];
+        cr_assert(e2e_relay_wait_log(
+                      r, "msg=\"kafka grants the relay's principal its rights again\"", 75000),
+                  "%s: log %s", rights[i].way.what, r->log_path);
+        if (rights[i].wal)
+            read_back_wal(&C[i], r, 40);
+        else {
+            /* at once: the back-off ends with the refusal */
+            e2e_wait_all_sent(&C[i], 15000);
+            e2e_verify_sent_once(&C[i], rights[i].way.what);
+        }
+        cr_expect_eq(e2e_count_where(&C[i], "attempts > 0"), 0, "rows charged: %s", r->log_path);
+        cr_assert_eq(e2e_relay_stop(r, 30000), 0);
+    }
 }
 
 Test(e2e, a_secret_file_that_does_not_exist_is_refused_with_exit_78, .fini = fini,

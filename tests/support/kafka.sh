@@ -12,6 +12,9 @@
 #   kafka.sh pause DIR NODE         SIGSTOP one node: connections stay open, nothing answers
 #   kafka.sh resume DIR NODE        SIGCONT
 #   kafka.sh status DIR             exit 0 if every node runs
+#   kafka.sh grant DIR PRINCIPAL OPERATION --topic|--transactional-id|--cluster [NAME]
+#                                   adds an ACL, as an operator would (librdkafka 2.0's
+#                                   admin API cannot name a transactional id)
 #
 # The version is pinned in tests/support/kafka/pom.xml; OUTBOX_RELAY_TEST_KAFKA_VERSION
 # picks another (4.x: the pom's profile kafka4 adds the tools jar, where 4.0 moved
@@ -38,10 +41,16 @@
 # And an SSL listener that requires a client certificate (DIR/ssl_bootstrap):
 # the principal is the certificate's CN. Client certificates, each with its
 # key in DIR/tls: client-relay (User:relay, the same ACLs), client-notopic
-# (IdempotentWrite but no topic right), client-expired
+# (IdempotentWrite but no topic right), client-notxn and client-noidem (no
+# ACL at all: tests grant what their case needs), client-expired
 # (CN relay, expired) and client-foreign (CN relay, from the foreign CA). The
 # brokers' certificate names IP 127.0.0.1 only: connecting by `localhost` is
 # a host name the certificate does not carry.
+#
+# OUTBOX_RELAY_TEST_JVM_LEAN=0 starts the nodes without the lean test JVM's
+# flags (common.sh: JVM_LEAN), with the JVM's own compilers and collector:
+# the broker's TLS is then as fast as a production broker's (the C1 compiler
+# alone has no AES-GCM intrinsics).
 set -euo pipefail
 
 SELF=$(readlink -f "${BASH_SOURCE[0]}")
@@ -54,7 +63,7 @@ RUN_AS=nobody
 
 die() { echo "kafka.sh: error: $*" >&2; exit 1; }
 note() { echo "kafka.sh: $*" >&2; }
-usage() { sed -n '2,24p' "$SELF" | sed 's/^# \{0,1\}//' >&2; exit 64; }
+usage() { sed -n '2,27p' "$SELF" | sed 's/^# \{0,1\}//' >&2; exit 64; }
 
 kafka_version() {
     [ -n "${OUTBOX_RELAY_TEST_KAFKA_VERSION:-}" ] && { echo "$OUTBOX_RELAY_TEST_KAFKA_VERSION"; return; }
@@ -80,7 +89,9 @@ acl_class() { if [ "$(kafka_major)" -ge 4 ]; then echo org.apache.kafka.tools.Ac
 # nodes' user may not be able to read the checkout (a clone in a 0700 folder),
 # and without it the line that says a node started is never logged.
 java_cmd() {
-    JAVA=(java -Xmx"$HEAP" -Xms64m "${JVM_LEAN[@]}"
+    local lean=("${JVM_LEAN[@]}")
+    [ "${OUTBOX_RELAY_TEST_JVM_LEAN:-1}" = 0 ] && lean=()
+    JAVA=(java -Xmx"$HEAP" -Xms64m "${lean[@]}"
           -Dlog4j.configuration="file:$2/log4j.properties" -cp "$1/*")
 }
 
@@ -211,6 +222,8 @@ make_tls() {
         cat "$tls/server.crt" "$tls/ca.pem" >> "$tls/server.pem"
         client_cert "$1" relay relay ca 2
         client_cert "$1" notopic notopic ca 2
+        client_cert "$1" notxn notxn ca 2
+        client_cert "$1" noidem noidem ca 2
         client_cert "$1" expired relay ca -1
         client_cert "$1" foreign relay foreign-ca 2
     } > "$tls/openssl.log" 2>&1 || { cat "$tls/openssl.log" >&2; die "openssl failed"; }
@@ -231,6 +244,13 @@ add_acls() {
         --bootstrap-server "127.0.0.1:$(cat "$dir/node-1/port")" --add --allow-principal User:relay \
         --allow-principal User:notopic --operation IdempotentWrite --cluster >>"$dir/acls.log" 2>&1 ||
         { cat "$dir/acls.log" >&2; die "adding the ACLs failed"; }
+}
+
+cmd_grant() {
+    local dir=$1 principal=$2 op=$3 kind=$4 name=${5:-}
+    java "${JVM_LEAN[@]}" -cp "$(cmd_fetch)/*" -Dlog4j.configuration="file:$dir/log4j.properties" \
+        "$(acl_class)" --bootstrap-server "127.0.0.1:$(cat "$dir/node-1/port")" --add \
+        --allow-principal "$principal" --operation "$op" "$kind" ${name:+"$name"} >&2
 }
 
 cmd_start() {
@@ -319,6 +339,7 @@ case $cmd in
     start)   [ $# = 1 ] || [ $# = 2 ] || usage; cmd_start "$@" ;;
     stop)    [ $# = 1 ] || usage; cmd_stop "$1" ;;
     status)  [ $# = 1 ] || usage; cmd_status "$1" ;;
+    grant)   [ $# = 4 ] || [ $# = 5 ] || usage; cmd_grant "$@" ;;
     kill)    [ $# = 2 ] || usage; pid=$(node_pid "$1" "$2"); kill -KILL "$pid"
              for _ in $(seq 1 100); do pid_alive "$pid" || break; sleep 0.05; done ;;
     restart) [ $# = 2 ] || usage

@@ -313,6 +313,29 @@ Test(capture_plan, a_full_queue_waits_for_a_report_and_then_reads_on)
     capture_plan_free(&p);
 }
 
+/* A topic right refused (librdkafka fails the produce at once with -EACCES)
+ * refuses every event of the topic: none is poison. The stream stops, with
+ * nothing of the event confirmed, and starts again from the confirmed
+ * position only once the producer to be replaced (the back-off) is. */
+Test(capture_plan, a_refused_topic_right_stops_the_stream_without_poison)
+{
+    struct capture_env e = leader_env(PRODUCER_TXN_OFF);
+    struct capture_plan p = streaming(&e);
+    capture_plan_begin(&p, 1);
+    struct capture_acts a = { 0 };
+    bool too_large;
+    cr_assert_eq(capture_plan_sent(&p, &e, -EACCES, &too_large, &a), CAPTURE_SEND_DENIED);
+    cr_assert(a.what & CAP_DO_CLOSE);
+    cr_assert_eq(p.state, CAPTURE_OFF);
+    cr_assert_eq(p.confirmed, 0);
+    e.producer_fatal = true; /* the daemon renews the producer after the back-off */
+    e.now_ms += CAPTURE_RETRY_MAX_MS;
+    cr_assert_not(capture_plan_step(&p, &e).what & CAP_DO_START);
+    e.producer_fatal = false;
+    cr_assert(capture_plan_step(&p, &e).what & CAP_DO_START);
+    capture_plan_free(&p);
+}
+
 /* The rule polling has: a message a queue with nothing in it cannot take
  * never will be taken; waiting for a report that never comes would stall. */
 Test(capture_plan, a_message_too_large_for_an_empty_queue_is_poison)

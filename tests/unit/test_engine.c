@@ -117,11 +117,13 @@ Test(kafka_rules, authorization_errors_name_the_missing_right)
         {RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED, KAFKA_DENIAL_TOPIC, "topic_write",
          "Write and Describe on the topic"},
         {RD_KAFKA_RESP_ERR_CLUSTER_AUTHORIZATION_FAILED, KAFKA_DENIAL_CLUSTER, "idempotent_write",
-         "IdempotentWrite on the cluster"},
+         "Write and Describe on the topic (brokers without KIP-679: IdempotentWrite on the "
+         "cluster)"},
         {RD_KAFKA_RESP_ERR_SASL_AUTHENTICATION_FAILED, KAFKA_DENIAL_AUTHENTICATION,
          "authentication", "credentials"},
         {RD_KAFKA_RESP_ERR__AUTHENTICATION, KAFKA_DENIAL_AUTHENTICATION, "authentication",
          "credentials"},
+        {RD_KAFKA_RESP_ERR__SSL, KAFKA_DENIAL_TLS, "tls", "kafka.ssl.certificate.location"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         cr_assert_eq(kafka_denial_of(cases[i].err), cases[i].d, "%s",
@@ -355,4 +357,17 @@ Test(kafka_rules, tls_failures_name_the_settings_to_check)
     }
     cr_assert_null(kafka_tls_hint("1/1 brokers are down"));
     cr_assert_null(kafka_tls_hint(NULL));
+    /* the broker's alert after a TLS 1.3 handshake: a failed receive */
+    cr_assert_eq(kafka_denial_of_event(RD_KAFKA_RESP_ERR__TRANSPORT,
+                                       "ssl://127.0.0.1:9093/bootstrap: Receive failed: "
+                                       "error:0A000416:SSL routines::sslv3 alert certificate "
+                                       "unknown: SSL alert number 46"),
+                 KAFKA_DENIAL_TLS);
+    cr_assert_eq(kafka_denial_of_event(RD_KAFKA_RESP_ERR__SSL, "SSL handshake failed"),
+                 KAFKA_DENIAL_TLS);
+    cr_assert_eq(kafka_denial_of_event(RD_KAFKA_RESP_ERR__TRANSPORT,
+                                       "127.0.0.1:9092/1: Disconnected"),
+                 KAFKA_DENIAL_NONE);
+    cr_assert_eq(kafka_denial_of_event(RD_KAFKA_RESP_ERR__AUTHENTICATION, "x"),
+                 KAFKA_DENIAL_AUTHENTICATION);
 }

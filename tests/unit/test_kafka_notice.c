@@ -17,6 +17,9 @@ Test(kafka_notice, a_broker_failure_line_is_the_error_events_echo)
     cr_assert_eq(kafka_log_level(3, "TXNERR", "Current transaction failed in state InTransaction: 70 "
                                  "message(s) timed out on t [1] (_TIMED_OUT, requires epoch bump)"),
                  LOG_LVL_DEBUG);
+    /* and a fatal error, written again as "kafka producer fatal error" */
+    cr_assert_eq(kafka_log_level(3, "FATAL", "Fatal error: Broker: Transactional Id authorization "
+                                 "failed"), LOG_LVL_DEBUG);
     cr_assert_eq(kafka_log_level(3, "ERROR", "something else"), LOG_LVL_ERROR);
     cr_assert_eq(kafka_log_level(4, "REQTMOUT", "127.0.0.1:9092/2: Timed out 1 in-flight"), LOG_LVL_WARN);
     cr_assert_eq(kafka_log_level(6, "INFO", "x"), LOG_LVL_INFO);
