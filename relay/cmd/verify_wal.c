@@ -136,7 +136,7 @@ int verify_wal_fence(const struct relay_config *cfg, int64_t settle_ms, atomic_i
 bool verify_wal_snapshot(PGconn *c, const char *snapshot)
 {
     char lit[128], cmd[160];
-    bool ok = sql_quote_literal(snapshot, lit, sizeof lit) == 0;
+    bool ok = sql_quote_literal(snapshot, lit, sizeof lit) >= 0;
     PGresult *res = NULL;
     if (ok) {
         snprintf(cmd, sizeof cmd, "SET TRANSACTION SNAPSHOT %s", lit);
