@@ -3,6 +3,7 @@
 #define OUTBOX_PG_SESSION_H
 
 #include <libpq-fe.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "config/config.h"
@@ -16,5 +17,10 @@
  *  when it is not NULL, otherwise logged as an error. */
 PGconn *pg_session_open(const struct relay_config *cfg, const char *command, char *err,
                         size_t errlen);
+
+/** pg_session_open with replication=database: a walsender that takes
+ *  replication commands (CREATE_REPLICATION_SLOT) besides simple queries. */
+PGconn *pg_session_open_replication(const struct relay_config *cfg, const char *command,
+                                    char *err, size_t errlen);
 
 #endif

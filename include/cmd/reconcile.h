@@ -2,18 +2,25 @@
  * the promoted server has no slot, or one that starts past what the relay
  * confirmed (relay.slot_recovery = reconcile, relay_capture_recover.c):
  *
- *   1. the slot is made if it is missing (migrate's statement): what commits
- *      from now on, the stream delivers;
- *   2. the table's rows from a safe lower bound on are matched against Kafka
- *      by event_id, as verify does, without a fence (nothing streams to pass
- *      one): the rows no message was seen for are the gap, whatever their
- *      place in it;
+ *   1. the slot is made if it is missing, on a replication connection that
+ *      exports the snapshot it was made in (CREATE_REPLICATION_SLOT): what
+ *      commits after that point, the stream delivers;
+ *   2. the table's rows from a safe lower bound on, read in that snapshot,
+ *      are matched against Kafka by event_id, as verify does, without a
+ *      fence (nothing streams to pass one): the rows no message was seen
+ *      for are the gap, whatever their place in it;
  *   3. those rows are published in id order (hence each aggregate's), as the
  *      relay writes them, with the same event ids, and acknowledged.
  *
- * The stream starts only after. A row committed after the slot was made may
- * be both published here and streamed: a duplicate around the failover,
- * never a loss. It blocks (libpq, a consumer, a producer). */
+ * The stream starts only after. A row is then either in the snapshot or in
+ * the stream, never both: only rows in flight when the old primary stopped
+ * may come twice. When the snapshot cannot be shared (a slot that was there
+ * already, a server or connection that refuses the command, a reading
+ * session that cannot import it) the slot is made, as before, by the SQL
+ * function and the table read after it in a snapshot of its own: a row
+ * committed in between may be both published here and streamed, a duplicate
+ * around the failover, never a loss. It blocks (libpq, a consumer, a
+ * producer). */
 #ifndef OUTBOX_RECONCILE_H
 #define OUTBOX_RECONCILE_H
 
@@ -30,6 +37,8 @@ struct reconcile_gap {
     bool created;               /* out: the slot was made */
     size_t absent;              /* out: rows Kafka did not hold */
     uint64_t published;         /* out: of those, published and acknowledged */
+    const char *table_read;     /* out: "slot_snapshot" (the table read in the slot's
+                                   snapshot) or "own_snapshot" (duplicates possible) */
 };
 
 /** Runs steps 1-3 for the table, slot and topics of @p cfg.

@@ -13,6 +13,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include <libpq-fe.h>
+
 #include "config/config.h"
 #include "core/verify_check.h"
 
@@ -34,6 +36,8 @@ struct verify_opts {
                                      the fence (verify_wal_fence) */
     bool no_fence;                /* relay.capture = wal: no fence (no stream runs to pass it):
                                      every row not dead counts pending */
+    const char *snapshot;         /* relay.capture = wal: the rows read in this exported
+                                     snapshot (a slot's, as it was made); NULL: one of its own */
 };
 
 /** relay.capture = wal: verify's fence in the slot (verify_wal.c). */
@@ -56,6 +60,7 @@ struct verify_meta {
     size_t truncated_partitions;  /* partitions read from their first message, after deleted
                                      ones: retention may have removed what the window needs */
     bool wal;                     /* relay.capture = wal: the slot said which rows are sent */
+    bool snapshot_imported;       /* the rows were read in o->snapshot */
     struct verify_fence fence;    /* when wal; fence.passed false: every row not marked is
                                      counted pending (verify_main exits VERIFY_EXIT_UNCONFIRMED) */
 };
@@ -86,6 +91,12 @@ int verify_run(const struct relay_config *cfg, const struct verify_opts *o, stru
  *  -EINTR @p stop set; -EIO otherwise. @p err says why. */
 int verify_wal_fence(const struct relay_config *cfg, int64_t settle_ms, atomic_int *stop,
                      struct verify_fence *f, char *err, size_t errlen);
+
+/** Imports the exported @p snapshot into the REPEATABLE READ transaction
+ *  @p c just began (SET TRANSACTION SNAPSHOT, before any other statement).
+ *  @return true; false when PostgreSQL refused it: then logged, and the
+ *  transaction rolled back for the caller to begin again. */
+bool verify_wal_snapshot(PGconn *c, const char *snapshot);
 
 /** Prints the command's usage (`verify --help`) to @p out. */
 void verify_usage(FILE *out);

@@ -52,6 +52,28 @@ void capture_recover_problem(const char *since, char *out, size_t len);
 void capture_recover_done(struct stats_slot *s, struct failover_watch *w, struct capture_plan *p,
                           uint64_t published, double now);
 
+/* How the slot came to be when a reconcile made it on a replication
+ * connection, and so in which snapshot the table can be read. */
+enum recover_slot {
+    RECOVER_SLOT_SNAPSHOT,  /* made, and its snapshot exported: read the table in it, and a
+                               row comes either from the table or from the stream, never both */
+    RECOVER_SLOT_MADE,      /* made, no snapshot named: the table read after, in its own */
+    RECOVER_SLOT_EXISTED,   /* there already (duplicate_object): no snapshot to share */
+    RECOVER_SLOT_BY_SQL,    /* the command failed otherwise (no replication connection, a
+                               server that refused it): made by the SQL function, as before */
+};
+
+/** What creating the slot on a replication connection came to: @p made it
+ *  (with @p snapshot, the exported snapshot's name, NULL or "" when none),
+ *  else the error's @p sqlstate (NULL when there is none). */
+enum recover_slot capture_recover_slot_made(bool made, const char *snapshot, const char *sqlstate);
+
+/** How a reconcile's log names the table's read: "slot_snapshot" when the
+ *  slot's snapshot was exported (@p made) and @p imported by the reading
+ *  transaction, else "own_snapshot" (rows committed after the slot was made
+ *  and before the read may come twice). */
+const char *capture_recover_table_read(enum recover_slot made, bool imported);
+
 /** A reconcile failed at @p now_ms: tried again CAPTURE_RECOVER_RETRY_MS later. */
 void capture_recover_failed(struct capture_recover *c, uint64_t now_ms);
 

@@ -105,6 +105,15 @@ int sql_capture_slot_valid(const char *name);
  *  allocated command, or NULL (a name that is not valid, no memory). */
 char *sql_capture_start_replication(const char *slot, const char *publication, uint64_t lsn);
 
+/** The replication command (a replication=database connection) that makes
+ *  slot @p slot with pgoutput and exports the snapshot it was made in, for a
+ *  server of @p server_version (server_version_num, 14 on), a failover slot
+ *  when @p failover. Its row's snapshot_name column names the snapshot; the
+ *  connection must then run nothing until another session has imported it.
+ *  @return a newly allocated command, or NULL (a name that is not valid,
+ *  @p failover before PostgreSQL 17, no memory). */
+char *sql_capture_create_slot_export(const char *slot, int server_version, bool failover);
+
 /** The capture part of `migrate --print-sql`: the publication's DO block, then
  *  the slot's creation with @p slot written as a literal (its own statement),
  *  a failover slot when @p failover. @return a newly allocated script, or NULL

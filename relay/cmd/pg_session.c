@@ -3,6 +3,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "base/log.h"
 #include "core/pg_failure.h"
@@ -11,13 +12,14 @@
  * would take a conninfo without "=" (a mistyped URI) for a database name,
  * whose text libpq then quotes back, instead of failing with libpq's own
  * syntax error. */
-static PGconn *connect_parsed(const PQconninfoOption *opts, const char *app_name)
+static PGconn *connect_parsed(const PQconninfoOption *opts, const char *app_name,
+                              bool replication)
 {
     size_t n = 0;
     for (const PQconninfoOption *o = opts; o->keyword; o++)
         n++;
-    const char **keys = calloc(n + 2, sizeof(*keys));
-    const char **values = calloc(n + 2, sizeof(*values));
+    const char **keys = calloc(n + 3, sizeof(*keys));
+    const char **values = calloc(n + 3, sizeof(*values));
     PGconn *conn = NULL;
     if (keys && values) {
         /* First, so that a fallback_application_name of the conninfo wins. */
@@ -25,10 +27,14 @@ static PGconn *connect_parsed(const PQconninfoOption *opts, const char *app_name
         keys[k] = "fallback_application_name";
         values[k++] = app_name;
         for (const PQconninfoOption *o = opts; o->keyword; o++) {
-            if (o->val) {
+            if (o->val && !(replication && strcmp(o->keyword, "replication") == 0)) {
                 keys[k] = o->keyword;
                 values[k++] = o->val;
             }
+        }
+        if (replication) {
+            keys[k] = "replication";
+            values[k++] = "database";
         }
         keys[k] = NULL;
         conn = PQconnectdbParams(keys, values, 0);
@@ -51,8 +57,8 @@ static void report(const char *conninfo, const char *message, char *err, size_t 
         log_error("cannot connect to postgres", "error=%s", quoted);
 }
 
-PGconn *pg_session_open(const struct relay_config *cfg, const char *command, char *err,
-                        size_t errlen)
+static PGconn *open_session(const struct relay_config *cfg, const char *command, bool replication,
+                            char *err, size_t errlen)
 {
     char app_name[64];
     snprintf(app_name, sizeof app_name, "outbox-relay %s", command);
@@ -63,11 +69,23 @@ PGconn *pg_session_open(const struct relay_config *cfg, const char *command, cha
         PQfreemem(parse_error);
         return NULL;
     }
-    PGconn *conn = connect_parsed(opts, app_name);
+    PGconn *conn = connect_parsed(opts, app_name, replication);
     PQconninfoFree(opts);
     if (PQstatus(conn) == CONNECTION_OK)
         return conn;
     report(cfg->pg_conninfo, conn ? PQerrorMessage(conn) : "out of memory", err, errlen);
     PQfinish(conn);
     return NULL;
+}
+
+PGconn *pg_session_open(const struct relay_config *cfg, const char *command, char *err,
+                        size_t errlen)
+{
+    return open_session(cfg, command, false, err, errlen);
+}
+
+PGconn *pg_session_open_replication(const struct relay_config *cfg, const char *command,
+                                    char *err, size_t errlen)
+{
+    return open_session(cfg, command, true, err, errlen);
 }

@@ -651,11 +651,21 @@ static int connect_pg(struct run *r)
     if (r->cfg->capture != RELAY_CAPTURE_WAL)
         return 0;
     /* One snapshot for every page, taken by the first statement, before the
-     * fence: the rows read are exactly those committed before it. */
-    PGresult *res = PQexec(r->conn, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY");
-    int rc = PQresultStatus(res) == PGRES_COMMAND_OK ? 0 : pg_fail(r, res, "beginning the snapshot");
-    PQclear(res);
-    return rc;
+     * fence: the rows read are exactly those committed before it. Or the one
+     * a slot exported as it was made: those committed before its stream. */
+    bool import = r->o->snapshot != NULL;
+    for (;;) {
+        PGresult *res = PQexec(r->conn, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY");
+        int rc = PQresultStatus(res) == PGRES_COMMAND_OK
+                     ? 0 : pg_fail(r, res, "beginning the snapshot");
+        PQclear(res);
+        if (rc < 0 || !import)
+            return rc;
+        import = false; /* refused: once more, in a snapshot of its own */
+        r->meta->snapshot_imported = verify_wal_snapshot(r->conn, r->o->snapshot);
+        if (r->meta->snapshot_imported)
+            return 0;
+    }
 }
 
 /* The window's rows and ids into meta, its time bounds as milliseconds

@@ -44,6 +44,7 @@
 #include "base/stats.h"
 #include "cmd/pg_session.h"
 #include "core/pgoutput.h"
+#include "core/sql.h"
 #include "core/sql_capture.h"
 
 #define SETTLE_POLL_MS 100
@@ -130,4 +131,29 @@ int verify_wal_fence(const struct relay_config *cfg, int64_t settle_ms, atomic_i
     PQfinish(c);
     sql_capture_free(&q);
     return rc;
+}
+
+bool verify_wal_snapshot(PGconn *c, const char *snapshot)
+{
+    char lit[128], cmd[160];
+    bool ok = sql_quote_literal(snapshot, lit, sizeof lit) >= 0;
+    PGresult *res = NULL;
+    if (ok) {
+        snprintf(cmd, sizeof cmd, "SET TRANSACTION SNAPSHOT %s", lit);
+        res = PQexec(c, cmd);
+        ok = PQresultStatus(res) == PGRES_COMMAND_OK;
+    }
+    if (ok) {
+        PQclear(res);
+        return true;
+    }
+    /* The exporting connection gone, or another server of a host list:
+     * a snapshot taken now is still after the slot was made, so nothing is
+     * lost by reading in it; only rows committed meanwhile may come twice. */
+    log_warn("verify: cannot read in the slot's snapshot; reading in one of its own",
+             "snapshot=%s error=%s", snapshot,
+             log_quote(res ? PQresultErrorMessage(res) : "snapshot name too long"));
+    PQclear(res);
+    PQclear(PQexec(c, "ROLLBACK"));
+    return false;
 }

@@ -3,6 +3,7 @@
 #include "core/capture_recover.h"
 
 #include <stdio.h>
+#include <string.h>
 #include <time.h>
 
 bool capture_recover_setup(struct capture_recover *c, bool wanted, bool rows_deleted,
@@ -57,4 +58,21 @@ void capture_recover_done(struct stats_slot *s, struct failover_watch *w, struct
 void capture_recover_failed(struct capture_recover *c, uint64_t now_ms)
 {
     c->retry_at_ms = now_ms + CAPTURE_RECOVER_RETRY_MS;
+}
+
+enum recover_slot capture_recover_slot_made(bool made, const char *snapshot, const char *sqlstate)
+{
+    if (made)
+        return snapshot && *snapshot ? RECOVER_SLOT_SNAPSHOT : RECOVER_SLOT_MADE;
+    /* duplicate_object: the slot is there; whatever else went wrong, the SQL
+     * function is tried as before, so a slot always exists before the read. */
+    return sqlstate && strcmp(sqlstate, "42710") == 0 ? RECOVER_SLOT_EXISTED
+                                                       : RECOVER_SLOT_BY_SQL;
+}
+
+const char *capture_recover_table_read(enum recover_slot made, bool imported)
+{
+    if (made == RECOVER_SLOT_SNAPSHOT && imported)
+        return "slot_snapshot";
+    return "own_snapshot";
 }

@@ -227,6 +227,23 @@ char *sql_capture_start_replication(const char *slot, const char *publication, u
     return out;
 }
 
+char *sql_capture_create_slot_export(const char *slot, int server_version, bool failover)
+{
+    if (!sql_capture_slot_valid(slot) || (failover && server_version < 170000))
+        return NULL;
+    char qslot[QIDENT_MAX];
+    sql_quote_ident(slot, qslot, sizeof qslot);
+    char *out = NULL;
+    /* 14 knows only the older keyword syntax; 15 on still read it, but the
+     * FAILOVER option (17 on) exists only in the parenthesised one. */
+    int rc = server_version < 150000
+                 ? sql_build(&out, "CREATE_REPLICATION_SLOT %s LOGICAL pgoutput EXPORT_SNAPSHOT",
+                             qslot)
+                 : sql_build(&out, "CREATE_REPLICATION_SLOT %s LOGICAL pgoutput "
+                                   "(SNAPSHOT 'export'%s)", qslot, failover ? ", FAILOVER" : "");
+    return rc < 0 ? NULL : out;
+}
+
 static char *dup_or_null(const char *s, size_t len)
 {
     return s ? strndup(s, len) : NULL;

@@ -41,9 +41,9 @@ static void after(uv_work_t *w, int status)
         capture_recover_done(&r->st.slot, &c->failover, &c->plan, rec->gap.published, stats_now());
         log_warn("postgres failover reconciled: the rows Kafka lacked are published; streaming "
                  "from the slot",
-                 "slot=%s slot_created=%s since=%s rows_kafka_lacked=%zu published=%" PRIu64,
-                 r->cfg->slot, rec->gap.created ? "true" : "false", rec->since, rec->gap.absent,
-                 rec->gap.published);
+                 "slot=%s slot_created=%s table_read=%s since=%s rows_kafka_lacked=%zu "
+                 "published=%" PRIu64, r->cfg->slot, rec->gap.created ? "true" : "false",
+                 rec->gap.table_read, rec->since, rec->gap.absent, rec->gap.published);
     } else {
         capture_recover_failed(&c->rec, relay_now_ms(r));
         log_error("postgres failover: reconciling failed; tried again soon", "slot=%s since=%s "

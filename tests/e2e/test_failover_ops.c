@@ -217,8 +217,10 @@ Test(e2e, switchover_under_writers_polling, .fini = fini, .timeout = 300)
  * /readyz ready again and the recovery counted besides what polling shows.
  * A row may come twice only as e2e_verify checks every message: with its
  * row's event_id (the id a consumer deduplicates on), and only a row
- * committed after the stop began (the promoted server's, while the recovery
- * read the table): what was relayed before the switch is not sent again. */
+ * committed while the old primary stopped (in flight at the switch): what
+ * was relayed before is not sent again, and the recovery reads the table in
+ * the snapshot the new slot exported, so none of the promoted server's rows
+ * is both published from the table and streamed. */
 Test(e2e, switchover_under_writers_wal, .fini = fini, .timeout = 300)
 {
     e2e_setup(&T, "switchwal");
@@ -252,8 +254,11 @@ Test(e2e, switchover_under_writers_wal, .fini = fini, .timeout = 300)
     cr_assert_eq(metric(r, "outbox_relay_slot_recoveries_total"), 1);
     assert_switched(r, &before);
     long after_stop = e2e_writers_committed(writers) - f.committed_at_stop;
-    struct e2e_dups dups = {.from_us = f.stopping_us, .max = (size_t)after_stop};
+    struct e2e_dups dups = {.from_us = f.stopping_us, .until_us = f.stopped_us,
+                            .max = (size_t)after_stop};
     e2e_check_delivered_dups(&T, "switchover, wal", false, dups);
+    cr_assert(e2e_relay_log_contains(r, "table_read=slot_snapshot"),
+              "the recovery did not read the table in the slot's snapshot (log %s)", r->log_path);
 }
 
 /* ---- two relays ---------------------------------------------------------- */

@@ -91,3 +91,22 @@ Test(capture_recover, a_closed_gap_is_counted_and_streams_from_the_new_slot)
     cr_assert_eq(p.received, 0);
     capture_plan_free(&p);
 }
+
+Test(capture_recover, the_table_is_read_in_the_slots_snapshot_only_when_it_was_exported)
+{
+    cr_assert_eq(capture_recover_slot_made(true, "00000003-00000002-1", NULL),
+                 RECOVER_SLOT_SNAPSHOT);
+    cr_assert_eq(capture_recover_slot_made(true, "", NULL), RECOVER_SLOT_MADE);
+    cr_assert_eq(capture_recover_slot_made(true, NULL, NULL), RECOVER_SLOT_MADE);
+    /* duplicate_object: there already, no snapshot to share, nothing to make */
+    cr_assert_eq(capture_recover_slot_made(false, NULL, "42710"), RECOVER_SLOT_EXISTED);
+    /* anything else, or no answer at all: made by the SQL function, as before */
+    cr_assert_eq(capture_recover_slot_made(false, NULL, "42601"), RECOVER_SLOT_BY_SQL);
+    cr_assert_eq(capture_recover_slot_made(false, NULL, NULL), RECOVER_SLOT_BY_SQL);
+
+    cr_assert_str_eq(capture_recover_table_read(RECOVER_SLOT_SNAPSHOT, true), "slot_snapshot");
+    cr_assert_str_eq(capture_recover_table_read(RECOVER_SLOT_SNAPSHOT, false), "own_snapshot",
+                     "the reading session refused it");
+    cr_assert_str_eq(capture_recover_table_read(RECOVER_SLOT_EXISTED, false), "own_snapshot");
+    cr_assert_str_eq(capture_recover_table_read(RECOVER_SLOT_BY_SQL, false), "own_snapshot");
+}

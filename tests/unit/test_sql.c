@@ -553,3 +553,22 @@ Test(sql, debezium_poll_template_adds_columns_without_rewriting_rows)
     cr_assert_not_null(strstr(f, "'outbox-relay:quiet:' || 'app.outbox_relay'"));
     free(f);
 }
+
+Test(sql_capture, slot_with_its_snapshot_in_each_servers_syntax)
+{
+    char *c = sql_capture_create_slot_export("outbox_slot", 140011, false);
+    cr_assert_str_eq(c, "CREATE_REPLICATION_SLOT \"outbox_slot\" LOGICAL pgoutput EXPORT_SNAPSHOT");
+    free(c);
+    c = sql_capture_create_slot_export("outbox_slot", 150004, false);
+    cr_assert_str_eq(c, "CREATE_REPLICATION_SLOT \"outbox_slot\" LOGICAL pgoutput "
+                        "(SNAPSHOT 'export')");
+    free(c);
+    c = sql_capture_create_slot_export("outbox_slot", 170002, true);
+    cr_assert_str_eq(c, "CREATE_REPLICATION_SLOT \"outbox_slot\" LOGICAL pgoutput "
+                        "(SNAPSHOT 'export', FAILOVER)");
+    free(c);
+    cr_assert_null(sql_capture_create_slot_export("outbox_slot", 160003, true),
+                   "no failover slot before 17");
+    cr_assert_null(sql_capture_create_slot_export("bad\"slot", 170002, false));
+    cr_assert_null(sql_capture_create_slot_export("", 170002, false));
+}
