@@ -42,6 +42,11 @@
 # (CN relay, expired) and client-foreign (CN relay, from the foreign CA). The
 # brokers' certificate names IP 127.0.0.1 only: connecting by `localhost` is
 # a host name the certificate does not carry.
+#
+# OUTBOX_RELAY_TEST_KAFKA_JVM=stock starts the nodes with the JVM flags of
+# Kafka's own kafka-server-start.sh (1 GiB heap, G1, the optimising JIT), as
+# users run a broker; the default is the lean test JVM (common.sh: JVM_LEAN).
+# tests/bench/run sets it: a benchmark measures the broker users run.
 set -euo pipefail
 
 SELF=$(readlink -f "${BASH_SOURCE[0]}")
@@ -50,6 +55,15 @@ HERE=$(dirname "$SELF")
 . "$HERE/common.sh"
 START_TIMEOUT=${OUTBOX_RELAY_KAFKA_START_TIMEOUT:-90}
 HEAP=${OUTBOX_RELAY_KAFKA_HEAP:-512m}
+NODE_JVM=(-Xmx"$HEAP" -Xms64m "${JVM_LEAN[@]}")
+case ${OUTBOX_RELAY_TEST_KAFKA_JVM:-lean} in
+    lean) ;;
+    # KAFKA_HEAP_OPTS and KAFKA_JVM_PERFORMANCE_OPTS as kafka-run-class.sh sets them.
+    stock) NODE_JVM=(-Xmx"${OUTBOX_RELAY_KAFKA_HEAP:-1G}" -Xms"${OUTBOX_RELAY_KAFKA_HEAP:-1G}" -server
+                     -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:InitiatingHeapOccupancyPercent=35
+                     -XX:+ExplicitGCInvokesConcurrent -XX:MaxInlineLevel=15 -Djava.awt.headless=true) ;;
+    *) echo "kafka.sh: OUTBOX_RELAY_TEST_KAFKA_JVM must be lean or stock" >&2; exit 64 ;;
+esac
 RUN_AS=nobody
 
 die() { echo "kafka.sh: error: $*" >&2; exit 1; }
@@ -80,7 +94,7 @@ acl_class() { if [ "$(kafka_major)" -ge 4 ]; then echo org.apache.kafka.tools.Ac
 # nodes' user may not be able to read the checkout (a clone in a 0700 folder),
 # and without it the line that says a node started is never logged.
 java_cmd() {
-    JAVA=(java -Xmx"$HEAP" -Xms64m "${JVM_LEAN[@]}"
+    JAVA=(java "${NODE_JVM[@]}"
           -Dlog4j.configuration="file:$2/log4j.properties" -cp "$1/*")
 }
 
