@@ -31,6 +31,23 @@ const char *broker_name(void)
     return broker_is_mock() ? "librdkafka mock cluster" : "external";
 }
 
+/* The machine's load averages (/proc/loadavg's first three fields), shown
+ * beside each sample: the machine is shared, and a figure means little
+ * without what else ran. Overwritten by the next call. */
+const char *load_average(void)
+{
+    static char buf[64];
+    snprintf(buf, sizeof(buf), "unknown");
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (!f)
+        return buf;
+    double a, b, c;
+    if (fscanf(f, "%lf %lf %lf", &a, &b, &c) == 3)
+        snprintf(buf, sizeof(buf), "%.2f %.2f %.2f", a, b, c);
+    fclose(f);
+    return buf;
+}
+
 void die(const char *fmt, ...)
 {
     va_list ap;
