@@ -208,7 +208,7 @@ struct relay_proc peer_start(const char *script, const char *table)
 
 struct relay_proc relay_start(const char *table, const char *const *extra)
 {
-    const char *argv[40];
+    const char *argv[48];
     int n = 0;
     argv[n++] = relay_bin;
     argv[n++] = "run";
@@ -217,6 +217,10 @@ struct relay_proc relay_start(const char *table, const char *const *extra)
         argv[n++] = "-X";
         argv[n++] = *extra;
     }
+    /* Nothing here reads the status endpoint, and its fixed port may be
+     * taken by another relay on a shared machine: the drain would die. */
+    argv[n++] = "-X";
+    argv[n++] = "http.listen=";
     for (int i = 0; i < n_relay_opts; i++) {
         argv[n++] = "-X";
         argv[n++] = relay_opts[i];
