@@ -59,6 +59,46 @@ static struct drain_result round_drain(PGconn *c, int k, long rows, int aggregat
 }
 
 
+/* Only the drains listed in @p list, @p n rounds: within a round each listed
+ * drain once, the order rotated from one round to the next, so that what
+ * the shared machine does meanwhile falls on every drain alike. Rows/s of
+ * each round as JSON on stdout; each sample with the machine's load on
+ * stderr. */
+static void drain_only_rounds(PGconn *c, const char *list, int n, long rows, int aggregates,
+                              bool durable)
+{
+    static double v[R_N][ROUNDS_MAX];
+    int ks[R_N], nk = 0;
+    for (int k = 0; k < R_N; k++)
+        if (name_listed(list, round_names[k]))
+            ks[nk++] = k;
+    fprintf(stderr, "bench: PostgreSQL %s; broker: %s\n",
+            durable ? "durable (fsync, synchronous_commit on)" : "fsync off", broker_name());
+    for (int i = 0; i < n && i < ROUNDS_MAX; i++) {
+        for (int j = 0; j < nk; j++) {
+            int k = ks[(i + j) % nk];
+            struct drain_result d = round_drain(c, k, rows, aggregates);
+            fprintf(stderr, "bench: %s round %d: %.0f rows/s (first to last %.0f), relay CPU "
+                            "%.2f s, PostgreSQL CPU %.2f s, machine busy %.0f %%, peak RSS %.1f MB, "
+                            "load average %s\n",
+                    round_names[k], i + 1, d.rows_per_s, d.ftl_rows_per_s, d.cpu_s, d.pg_cpu_s,
+                    d.machine_busy * 100.0, d.peak_rss_mb, load_average());
+            v[k][i] = d.rows_per_s;
+            drop(c, round_tables[k]);
+        }
+    }
+    fprintf(stdout, "{\n");
+    machine_json(stdout, durable);
+    fprintf(stdout, "  \"drains\": {");
+    for (int j = 0; j < nk; j++) {
+        fprintf(stdout, "%s\n    \"%s\": [", j ? "," : "", round_names[ks[j]]);
+        for (int i = 0; i < n && i < ROUNDS_MAX; i++)
+            fprintf(stdout, "%s%.0f", i ? ", " : "", v[ks[j]][i]);
+        fprintf(stdout, "]");
+    }
+    fprintf(stdout, "\n  }\n}\n");
+}
+
 int main(int argc, char **argv)
 {
     long rows = 1000000, cost_small = 100000, lt_rows = -1, start_rows = -1, fresh_rows = -1;
@@ -174,29 +214,7 @@ int main(int argc, char **argv)
         return 0;
     }
     if (*drain_only) {
-        /* Tuning a drain needs only that drain: rows/s of each round, JSON
-         * on stdout as in the full report. */
-        fprintf(stdout, "{\n");
-        machine_json(stdout, durable);
-        fprintf(stdout, "  \"drains\": {");
-        bool first_k = true;
-        for (int k = 0; k < R_N; k++) {
-            if (!name_listed(drain_only, round_names[k]))
-                continue;
-            fprintf(stdout, "%s\n    \"%s\": [", first_k ? "" : ",", round_names[k]);
-            first_k = false;
-            for (int i = 0; i < n_rounds; i++) {
-                struct drain_result d = round_drain(c, k, rows, aggregates);
-                fprintf(stderr, "bench: %s round %d: %.0f rows/s (first to last %.0f), relay CPU "
-                                "%.2f s, PostgreSQL CPU %.2f s, machine busy %.0f %%, peak RSS %.1f MB\n",
-                        round_names[k], i + 1, d.rows_per_s, d.ftl_rows_per_s, d.cpu_s,
-                        d.pg_cpu_s, d.machine_busy * 100.0, d.peak_rss_mb);
-                fprintf(stdout, "%s%.0f", i ? ", " : "", d.rows_per_s);
-            }
-            fprintf(stdout, "]");
-            drop(c, round_tables[k]);
-        }
-        fprintf(stdout, "\n  }\n}\n");
+        drain_only_rounds(c, drain_only, n_rounds, rows, aggregates, durable);
         PQfinish(c);
         return 0;
     }

@@ -231,6 +231,8 @@ void startup_line(const struct startup_result *su);
 /* bench_util.c */
 bool broker_is_mock(void);
 const char *broker_name(void);
+/* /proc/loadavg's 1, 5 and 15 minute averages as text; a static buffer. */
+const char *load_average(void);
 void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 double now_s(void);
 void sleep_s(double s);

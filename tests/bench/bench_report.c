@@ -144,7 +144,7 @@ void pg_load_line(const struct rounds *R)
 /* ---- report -------------------------------------------------------------- */
 
 /* Whether PostgreSQL flushes each commit to disk (the test stack turns that
- * off for speed; tests/bench/run --durable turns it on). */
+ * off for speed; tests/bench/run keeps it on unless --fsync-off). */
 bool pg_durable(PGconn *c)
 {
     return pg_int(c, "SELECT (current_setting('fsync')::bool AND current_setting('full_page_writes')"

@@ -31,6 +31,23 @@ const char *broker_name(void)
     return broker_is_mock() ? "librdkafka mock cluster" : "external";
 }
 
+/* The machine's load averages (/proc/loadavg's first three fields), shown
+ * beside each sample: the machine is shared, and a figure means little
+ * without what else ran. Overwritten by the next call. */
+const char *load_average(void)
+{
+    static char buf[64];
+    snprintf(buf, sizeof(buf), "unknown");
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (!f)
+        return buf;
+    double a, b, c;
+    if (fscanf(f, "%lf %lf %lf", &a, &b, &c) == 3)
+        snprintf(buf, sizeof(buf), "%.2f %.2f %.2f", a, b, c);
+    fclose(f);
+    return buf;
+}
+
 void die(const char *fmt, ...)
 {
     va_list ap;
@@ -191,7 +208,7 @@ struct relay_proc peer_start(const char *script, const char *table)
 
 struct relay_proc relay_start(const char *table, const char *const *extra)
 {
-    const char *argv[40];
+    const char *argv[48];
     int n = 0;
     argv[n++] = relay_bin;
     argv[n++] = "run";
@@ -204,6 +221,10 @@ struct relay_proc relay_start(const char *table, const char *const *extra)
         argv[n++] = "-X";
         argv[n++] = *extra;
     }
+    /* Nothing here reads the status endpoint, and its fixed port may be
+     * taken by another relay on a shared machine: the drain would die. */
+    argv[n++] = "-X";
+    argv[n++] = "http.listen=";
     for (int i = 0; i < n_relay_opts; i++) {
         argv[n++] = "-X";
         argv[n++] = relay_opts[i];

@@ -47,10 +47,10 @@
 # brokers' certificate names IP 127.0.0.1 only: connecting by `localhost` is
 # a host name the certificate does not carry.
 #
-# OUTBOX_RELAY_TEST_JVM_LEAN=0 starts the nodes without the lean test JVM's
-# flags (common.sh: JVM_LEAN), with the JVM's own compilers and collector:
-# the broker's TLS is then as fast as a production broker's (the C1 compiler
-# alone has no AES-GCM intrinsics).
+# OUTBOX_RELAY_TEST_KAFKA_JVM=stock starts the nodes with the JVM flags of
+# Kafka's own kafka-server-start.sh (1 GiB heap, G1, the optimising JIT), as
+# users run a broker; the default is the lean test JVM (common.sh: JVM_LEAN).
+# tests/bench/run sets it: a benchmark measures the broker users run.
 set -euo pipefail
 
 SELF=$(readlink -f "${BASH_SOURCE[0]}")
@@ -59,6 +59,15 @@ HERE=$(dirname "$SELF")
 . "$HERE/common.sh"
 START_TIMEOUT=${OUTBOX_RELAY_KAFKA_START_TIMEOUT:-90}
 HEAP=${OUTBOX_RELAY_KAFKA_HEAP:-512m}
+NODE_JVM=(-Xmx"$HEAP" -Xms64m "${JVM_LEAN[@]}")
+case ${OUTBOX_RELAY_TEST_KAFKA_JVM:-lean} in
+    lean) ;;
+    # KAFKA_HEAP_OPTS and KAFKA_JVM_PERFORMANCE_OPTS as kafka-run-class.sh sets them.
+    stock) NODE_JVM=(-Xmx"${OUTBOX_RELAY_KAFKA_HEAP:-1G}" -Xms"${OUTBOX_RELAY_KAFKA_HEAP:-1G}" -server
+                     -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:InitiatingHeapOccupancyPercent=35
+                     -XX:+ExplicitGCInvokesConcurrent -XX:MaxInlineLevel=15 -Djava.awt.headless=true) ;;
+    *) echo "kafka.sh: OUTBOX_RELAY_TEST_KAFKA_JVM must be lean or stock" >&2; exit 64 ;;
+esac
 RUN_AS=nobody
 
 die() { echo "kafka.sh: error: $*" >&2; exit 1; }
@@ -89,9 +98,7 @@ acl_class() { if [ "$(kafka_major)" -ge 4 ]; then echo org.apache.kafka.tools.Ac
 # nodes' user may not be able to read the checkout (a clone in a 0700 folder),
 # and without it the line that says a node started is never logged.
 java_cmd() {
-    local lean=("${JVM_LEAN[@]}")
-    [ "${OUTBOX_RELAY_TEST_JVM_LEAN:-1}" = 0 ] && lean=()
-    JAVA=(java -Xmx"$HEAP" -Xms64m "${lean[@]}"
+    JAVA=(java "${NODE_JVM[@]}"
           -Dlog4j.configuration="file:$2/log4j.properties" -cp "$1/*")
 }
 
