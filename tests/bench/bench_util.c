@@ -213,10 +213,6 @@ struct relay_proc relay_start(const char *table, const char *const *extra)
     argv[n++] = relay_bin;
     argv[n++] = "run";
     base_args(argv, &n, table);
-    /* Nothing here reads the status endpoint: a free port, so that no
-     * other process on the default one stops the relay from starting. */
-    argv[n++] = "-X";
-    argv[n++] = "http.listen=127.0.0.1:0";
     for (; extra && *extra; extra++) {
         argv[n++] = "-X";
         argv[n++] = *extra;
