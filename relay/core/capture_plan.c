@@ -238,10 +238,12 @@ enum capture_send capture_plan_sent(struct capture_plan *p, const struct capture
     /* A topic right refuses every event of the topic alike until someone
      * grants it: kept as dead rows, they would all be lost to the stream
      * for want of an ACL. The stream stops instead and reads them again
-     * from the confirmed position once the producer's back-off is over. */
+     * from the confirmed position once the producer's back-off is over;
+     * that back-off paces the retries, so the stream adds none of its own
+     * (it would hold the stream up to half a minute after a grant). */
     if (v == SEND_DENIED) {
         commit_held(p, e, a);
-        stop(p, e, "kafka refuses a right on the topic", true, a);
+        stop(p, e, "kafka refuses a right on the topic", false, a);
         return CAPTURE_SEND_DENIED;
     }
     if (v == SEND_CUT) {
