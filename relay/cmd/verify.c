@@ -640,6 +640,14 @@ static int one_slice(struct run *r, int64_t *after, int64_t own_lo, int64_t own_
     return more ? 0 : 1;
 }
 
+static int begin_snapshot(struct run *r)
+{
+    PGresult *res = PQexec(r->conn, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY");
+    int rc = PQresultStatus(res) == PGRES_COMMAND_OK ? 0 : pg_fail(r, res, "beginning the snapshot");
+    PQclear(res);
+    return rc;
+}
+
 /* Connects to PostgreSQL, read-only. @return 0 or negative. */
 static int connect_pg(struct run *r)
 {
@@ -653,19 +661,12 @@ static int connect_pg(struct run *r)
     /* One snapshot for every page, taken by the first statement, before the
      * fence: the rows read are exactly those committed before it. Or the one
      * a slot exported as it was made: those committed before its stream. */
-    bool import = r->o->snapshot != NULL;
-    for (;;) {
-        PGresult *res = PQexec(r->conn, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY");
-        int rc = PQresultStatus(res) == PGRES_COMMAND_OK
-                     ? 0 : pg_fail(r, res, "beginning the snapshot");
-        PQclear(res);
-        if (rc < 0 || !import)
-            return rc;
-        import = false; /* refused: once more, in a snapshot of its own */
-        r->meta->snapshot_imported = verify_wal_snapshot(r->conn, r->o->snapshot);
-        if (r->meta->snapshot_imported)
-            return 0;
-    }
+    int rc = begin_snapshot(r);
+    if (rc < 0 || !r->o->snapshot)
+        return rc;
+    r->meta->snapshot_imported = verify_wal_snapshot(r->conn, r->o->snapshot);
+    /* refused (and rolled back): once more, in a snapshot of its own */
+    return r->meta->snapshot_imported ? 0 : begin_snapshot(r);
 }
 
 /* The window's rows and ids into meta, its time bounds as milliseconds
