@@ -9,6 +9,9 @@
  *   outbox-relay-bench --relay PATH [--peers DIR] [--rows N] [--aggregates N]
  *                      [--latency-seconds S] [--rates R1,R2] [--smoke]
  *                      [--long-txn-rows N] [--fresh-rate R]
+ *                      [--latency-modes warmup,poll,wal,floor]  (the latency runs'
+ *                      parts: the broker's warm-up, polling, capture = wal,
+ *                      Kafka's own floor; all by default)
  *                      [--relay-opt section.key=value]...   (extra -X for the relay)
  *                      [--drain-only mark,wal,...]   (those drains only, --rounds times)
  *                      [--startup-only]              (the start-up scenario only)
@@ -122,12 +125,14 @@ int main(int argc, char **argv)
         { "startup-only", no_argument, NULL, 'T' },
         { "rounds", required_argument, NULL, 'N' },
         { "drain-only", required_argument, NULL, 'D' },
+        { "latency-modes", required_argument, NULL, 'M' },
         { NULL, 0, NULL, 0 },
     };
     int ch;
     while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (ch) {
         case 'r': relay_bin = optarg; break;
+        case 'M': latency_modes = optarg; break;
         case 'p': peer_dir = optarg; break;
         case 'n': rows = strtol(optarg, NULL, 10); break;
         case 'a': aggregates = atoi(optarg); break;
@@ -158,6 +163,7 @@ int main(int argc, char **argv)
         default: die("usage: outbox-relay-bench --relay PATH [--peers DIR] [--rows N] "
                      "[--aggregates N] [--latency-seconds S] [--rates R1,R2] [--long-txn-rows N] "
                      "[--fresh-rate R] [--rounds N] [--smoke] [--latency-only] "
+                     "[--latency-modes warmup,poll,wal,floor] "
                      "[--drain-only SCENARIO,...] [--startup-only] "
                      "[--relay-opt section.key=value]...");
         }

@@ -4,6 +4,7 @@
 #define OUTBOX_BENCH_H
 
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -34,6 +35,7 @@ extern const char *peer_dir;
 extern char workdir[256];
 extern const char *relay_opts[16];
 extern int n_relay_opts;
+extern const char *latency_modes; /* --latency-modes: warmup,poll,wal,floor */
 
 struct relay_proc {
     pid_t pid;
@@ -114,6 +116,8 @@ struct latency_result {
     long notifies;       /* NOTIFYs the writers sent (the others left it out: the quiet lock) */
     double relay_cpu_s_per_100k; /* the relay's CPU while the events were written */
     double peak_rss_mb;          /* the relay's VmHWM at the end of the run */
+    double switches_per_event;   /* the relay's threads' context switches while they were written */
+    char switches_by_thread[256]; /* the same per thread name */
     bool wal;                    /* relay.capture = wal */
     /* Kafka's floor at the same rate (kafka_floor), with and without
      * transactions, and with the relay's fencing while the same writers
@@ -133,8 +137,10 @@ struct latency_writer {
     double last;
 };
 /* At most this many events a second from one connection: past it a single
- * writer (a round trip and a commit per event) falls behind its schedule. */
-#define LATENCY_RATE_PER_WRITER 1000
+ * writer (a round trip and a commit per event, each commit flushed to disk
+ * as PostgreSQL's defaults do) falls behind its schedule on a busy 2-core
+ * machine (one writer reached 271-832 of 1,000/s). */
+#define LATENCY_RATE_PER_WRITER 250
 #define LATENCY_WRITERS_MAX 16
 /* The writer threads of one latency run. */
 struct latency_writers {
@@ -246,6 +252,16 @@ long long wal_lsn(PGconn *c);
 struct relay_proc peer_start(const char *script, const char *table);
 struct relay_proc relay_start(const char *table, const char *const *extra);
 double proc_cpu_s(pid_t pid);
+long proc_switches(pid_t pid);
+#define THREAD_SWITCHES_MAX 16
+struct thread_switches {
+    int n;
+    char name[THREAD_SWITCHES_MAX][32];
+    long count[THREAD_SWITCHES_MAX];
+};
+long proc_switches_by_thread(pid_t pid, struct thread_switches *by);
+void thread_switches_line(const struct thread_switches *a, const struct thread_switches *b,
+                          double per, char *out, size_t len);
 pid_t run_cmd(const char *const argv[], const char *log);
 struct machine_cpu machine_cpu_now(void);
 double machine_busy(struct machine_cpu a, struct machine_cpu b);
@@ -311,6 +327,7 @@ struct latency_floor floor_figures(struct latency_result r);
 const struct latency_floor *own_floor(const struct latency_result *l);
 int latency_target(const struct latency_floor *r, const struct latency_floor *f, int rate);
 int wal_latency_target(const struct latency_floor *r, const struct latency_floor *f, int rate);
+bool latency_mode(const char *mode);
 int latencies(PGconn *c, char *rates, double seconds, struct latency_result *lat,
               struct latency_result *lat_wal);
 void latency_line(const struct latency_result *l);

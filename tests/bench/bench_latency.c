@@ -314,11 +314,18 @@ struct latency_result latency(PGconn *c, const char *table, int rate, double sec
     L.t0 = now_s() + 0.05;
     struct machine_cpu m0 = machine_cpu_now();
     double cpu0 = proc_cpu_s(p.pid);
+    struct thread_switches by0, by1;
+    long sw0 = proc_switches_by_thread(p.pid, &by0);
     writers_start(&ws, &L);
     double t1;
     long n = writers_join(&ws, &L, &t1);
     res.machine_busy = machine_busy(m0, machine_cpu_now());
     res.relay_cpu_s_per_100k = n > 0 ? (proc_cpu_s(p.pid) - cpu0) * 100000.0 / (double)n : -1;
+    long sw1 = proc_switches_by_thread(p.pid, &by1);
+    res.switches_per_event = n > 0 && sw0 >= 0 && sw1 >= 0 ? (double)(sw1 - sw0) / (double)n : -1;
+    if (n > 0)
+        thread_switches_line(&by0, &by1, (double)n, res.switches_by_thread,
+                             sizeof res.switches_by_thread);
     res.events = n;
     res.writers = L.writers;
     res.achieved_rate = (double)n / (t1 - L.t0);

@@ -194,7 +194,7 @@ int latencies(PGconn *c, char *rates, double seconds, struct latency_result *lat
               struct latency_result *lat_wal)
 {
     int n = 0;
-    if (!broker_is_mock()) {
+    if (!broker_is_mock() && latency_mode("warmup")) {
         char warm[64];
         snprintf(warm, sizeof(warm), "bench_kafka_warmup_%d", (int)getpid());
         fprintf(stderr, "bench: %d s of transactions to warm the broker up\n", WARMUP_SECONDS);
@@ -203,7 +203,8 @@ int latencies(PGconn *c, char *rates, double seconds, struct latency_result *lat
     for (char *save = NULL, *tok = strtok_r(rates, ",", &save); tok && n < 8;
          tok = strtok_r(NULL, ",", &save)) {
         int rate = atoi(tok);
-        fprintf(stderr, "bench: latency at %d events/s for %.0f s\n", rate, seconds);
+        if (latency_mode("poll"))
+            fprintf(stderr, "bench: latency at %d events/s for %.0f s\n", rate, seconds);
         /* A topic of its own for every run: the mock finds a fetch's offset by
          * walking the partition's message sets from the oldest, so a topic that
          * earlier runs filled makes every later fetch slower. */
@@ -213,20 +214,28 @@ int latencies(PGconn *c, char *rates, double seconds, struct latency_result *lat
         snprintf(none, sizeof(none), "bench_kafka_none_%d_%d", rate, (int)getpid());
         snprintf(loaded, sizeof(loaded), "bench_kafka_loaded_%d_%d", rate, (int)getpid());
         snprintf(load, sizeof(load), "bench_load_%d_%d", rate, (int)getpid());
-        lat[n] = latency(c, table, rate, seconds, false);
-        drop(c, table);
-        fprintf(stderr, "bench: latency at %d events/s for %.0f s, relay.capture = wal\n", rate,
-                seconds);
-        lat_wal[n] = latency(c, table, rate, seconds, true);
-        drop(c, table);
-        fprintf(stderr, "bench: Kafka's own latency at %d events/s, with and without "
-                        "transactions, and under the writers' load\n", rate);
-        lat[n].floor_txn = floor_figures(kafka_floor(txn, rate, seconds, true, NULL, NULL));
-        lat[n].floor_none = floor_figures(kafka_floor(none, rate, seconds, false, NULL, NULL));
-        /* The best any relay with this fencing could do on this machine
-         * while the writers load it as they loaded the relay's run. */
-        lat[n].floor_loaded =
-            floor_figures(kafka_floor(loaded, rate, seconds, !relay_unfenced(), c, load));
+        lat[n] = (struct latency_result){ .rate = rate, .notifies = -1 };
+        lat_wal[n] = (struct latency_result){ .rate = rate, .notifies = -1, .wal = true };
+        if (latency_mode("poll")) {
+            lat[n] = latency(c, table, rate, seconds, false);
+            drop(c, table);
+        }
+        if (latency_mode("wal")) {
+            fprintf(stderr, "bench: latency at %d events/s for %.0f s, relay.capture = wal\n",
+                    rate, seconds);
+            lat_wal[n] = latency(c, table, rate, seconds, true);
+            drop(c, table);
+        }
+        if (latency_mode("floor")) {
+            fprintf(stderr, "bench: Kafka's own latency at %d events/s, with and without "
+                            "transactions, and under the writers' load\n", rate);
+            lat[n].floor_txn = floor_figures(kafka_floor(txn, rate, seconds, true, NULL, NULL));
+            lat[n].floor_none = floor_figures(kafka_floor(none, rate, seconds, false, NULL, NULL));
+            /* The best any relay with this fencing could do on this machine
+             * while the writers load it as they loaded the relay's run. */
+            lat[n].floor_loaded =
+                floor_figures(kafka_floor(loaded, rate, seconds, !relay_unfenced(), c, load));
+        }
         lat_wal[n].floor_txn = lat[n].floor_txn;
         lat_wal[n].floor_none = lat[n].floor_none;
         lat_wal[n].floor_loaded = lat[n].floor_loaded;
@@ -235,14 +244,31 @@ int latencies(PGconn *c, char *rates, double seconds, struct latency_result *lat
     return n;
 }
 
+/* Whether --latency-modes names @p mode (warmup, poll, wal, floor). */
+bool latency_mode(const char *mode)
+{
+    size_t n = strlen(mode);
+    for (const char *m = latency_modes; (m = strstr(m, mode)) != NULL; m += n)
+        if ((m == latency_modes || m[-1] == ',') && (m[n] == ',' || m[n] == '\0'))
+            return true;
+    return false;
+}
+
 void latency_line(const struct latency_result *l)
 {
+    if (l->events == 0) {
+        fprintf(stderr, "latency @%5d/s%s: not run (--latency-modes)\n", l->rate,
+                l->wal ? " capture=wal" : "");
+        return;
+    }
     fprintf(stderr, "latency @%5d/s%s: p50 %.2f ms  p99 %.2f ms  max %.2f ms  (%ld/%ld received; "
                     "%.0f/s achieved by %d writer%s; %ld NOTIFYs; machine %.0f%% busy; relay CPU "
-                    "%.2f s per 100k events; peak RSS %.1f MB)\n",
+                    "%.2f s per 100k events, %.1f context switches per event; peak RSS %.1f MB)\n",
             l->rate, l->wal ? " capture=wal" : "", l->p50_ms, l->p99_ms, l->max_ms, l->received,
             l->events, l->achieved_rate, l->writers, l->writers > 1 ? "s" : "", l->notifies,
-            100.0 * l->machine_busy, l->relay_cpu_s_per_100k, l->peak_rss_mb);
+            100.0 * l->machine_busy, l->relay_cpu_s_per_100k, l->switches_per_event, l->peak_rss_mb);
+    if (l->switches_by_thread[0])
+        fprintf(stderr, "  context switches per event by thread: %s\n", l->switches_by_thread);
     const struct latency_floor *f[] = { &l->floor_txn, &l->floor_none, &l->floor_loaded };
     const char *name[] = { "with transactions", "idempotent only",
                            relay_unfenced() ? "idem., writers on" : "txns, writers on" };
@@ -269,10 +295,12 @@ void latency_json(FILE *o, const char *name, const struct latency_result *lat, i
         fprintf(o, "%s\n    {\"rate\": %d, \"achieved_rate\": %.0f, \"writers\": %d, "
                    "\"events\": %ld, \"received\": %ld, \"p50_ms\": %.2f, \"p99_ms\": %.2f, "
                    "\"max_ms\": %.2f, \"notifies\": %ld, \"machine_busy\": %.2f, "
-                   "\"relay_cpu_s_per_100k\": %.2f, \"peak_rss_mb\": %.1f",
+                   "\"relay_cpu_s_per_100k\": %.2f, \"relay_switches_per_event\": %.2f, "
+                   "\"relay_switches_by_thread\": \"%s\", \"peak_rss_mb\": %.1f",
                 i ? "," : "", lat[i].rate, lat[i].achieved_rate, lat[i].writers, lat[i].events,
                 lat[i].received, lat[i].p50_ms, lat[i].p99_ms, lat[i].max_ms, lat[i].notifies,
-                lat[i].machine_busy, lat[i].relay_cpu_s_per_100k, lat[i].peak_rss_mb);
+                lat[i].machine_busy, lat[i].relay_cpu_s_per_100k, lat[i].switches_per_event,
+                lat[i].switches_by_thread, lat[i].peak_rss_mb);
         const struct latency_floor *own = own_floor(&lat[i]);
         if (own->events) {
             /* What the database, the wake-up and the relay add to Kafka's own. */

@@ -10,6 +10,7 @@
 const char *pg_conninfo;
 const char *kafka_servers;
 const char *relay_bin;
+const char *latency_modes = "warmup,poll,wal,floor";
 const char *peer_dir = PEER_DIR;
 char workdir[256];
 const char *relay_opts[16]; /* --relay-opt: extra -X for every relay run */
@@ -250,6 +251,81 @@ double proc_cpu_s(pid_t pid)
     if (f)
         fclose(f);
     return cpu;
+}
+
+/* Context switches of all of @p pid's threads, voluntary or not: each is a
+ * wake-up of the relay's loop or of one of librdkafka's threads. */
+static void thread_switches_add(struct thread_switches *by, const char *name, long n)
+{
+    int i = 0;
+    while (i < by->n && strcmp(by->name[i], name) != 0)
+        i++;
+    if (i == by->n) {
+        if (by->n == THREAD_SWITCHES_MAX)
+            return;
+        snprintf(by->name[by->n], sizeof by->name[0], "%s", name);
+        by->count[by->n++] = 0;
+    }
+    by->count[i] += n;
+}
+
+/* @p b minus @p a, per name, as one line: "name count, ...". */
+void thread_switches_line(const struct thread_switches *a, const struct thread_switches *b,
+                          double per, char *out, size_t len)
+{
+    size_t used = 0;
+    out[0] = '\0';
+    for (int i = 0; i < b->n && used < len; i++) {
+        long before = 0;
+        for (int j = 0; j < a->n; j++)
+            if (strcmp(a->name[j], b->name[i]) == 0)
+                before = a->count[j];
+        int w = snprintf(out + used, len - used, "%s%s %.2f", i ? ", " : "", b->name[i],
+                         (double)(b->count[i] - before) / per);
+        used += w > 0 ? (size_t)w : 0;
+    }
+}
+
+long proc_switches(pid_t pid)
+{
+    return proc_switches_by_thread(pid, NULL);
+}
+
+/* The same, and per thread name (the loop, librdkafka's rdk:main and
+ * rdk:broker threads, libuv's workers) into @p by, when not NULL. */
+long proc_switches_by_thread(pid_t pid, struct thread_switches *by)
+{
+    if (by)
+        by->n = 0;
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+    DIR *d = opendir(path);
+    if (!d)
+        return -1;
+    long total = 0;
+    for (struct dirent *de; (de = readdir(d)) != NULL;) {
+        if (de->d_name[0] == '.')
+            continue;
+        char sp[sizeof(path) + 300], line[128];
+        snprintf(sp, sizeof(sp), "%s/%s/status", path, de->d_name);
+        FILE *f = fopen(sp, "r");
+        if (!f)
+            continue; /* a thread that just ended */
+        long v, mine = 0;
+        char name[32] = "?";
+        while (fgets(line, sizeof(line), f))
+            if (sscanf(line, "voluntary_ctxt_switches: %ld", &v) == 1 ||
+                sscanf(line, "nonvoluntary_ctxt_switches: %ld", &v) == 1)
+                mine += v;
+            else
+                (void)sscanf(line, "Name: %31s", name);
+        fclose(f);
+        total += mine;
+        if (by)
+            thread_switches_add(by, name, mine);
+    }
+    closedir(d);
+    return total;
 }
 
 
