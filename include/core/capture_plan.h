@@ -29,6 +29,19 @@ struct plan_state;
 /* A Kafka transaction is committed once the stream has nothing more to read
  * right now, or once it carries this many messages (under a backlog). */
 #define CAPTURE_TXN_MAX_MSGS 10000
+/* A commit of fewer messages is a trickle's: what arrives meanwhile waits in
+ * the socket (a trickle's few frames fit the kernel's buffer) and is read in
+ * one go when the commit ended, instead of waking the relay for each of the
+ * three frames (Begin, Insert, Commit) of every source transaction. A larger
+ * one is a backlog's: read ahead, so that the walsender is not held back. */
+#define CAPTURE_TRICKLE_MSGS 1000
+/* A trickle's Kafka transactions begin at most this often (100 a second):
+ * the stream is not read until then. A commit costs some 60 wake-ups of the
+ * relay's and librdkafka's threads (AddPartitionsToTxn, Produce and EndTxn
+ * round trips), shared by the events of those milliseconds: the relay's CPU
+ * at 1,000 events a second against a few milliseconds more latency at most
+ * (docs/performance.md, "capture = wal at 1,000/s"). */
+#define CAPTURE_COMMIT_EVERY_MS 10
 /* A status update at least this often while streaming. */
 #define CAPTURE_STATUS_EVERY_MS 10000
 /* The back-off of a failed stream: doubled per failure in a row, up to 32 times. */
@@ -92,6 +105,8 @@ struct capture_plan {
     size_t n_open, open_cap, n_done, done_cap;
     long done_msgs;
     bool committing;
+    uint64_t rest_until_ms;     /* a trickle's next commit: not read before (CAPTURE_REST) */
+    uint64_t commit_at_ms;      /* when the committing transaction began committing */
 };
 
 /** What the daemon does after an event, in this order. */
@@ -127,7 +142,10 @@ enum capture_send {
 enum capture_route {
     CAPTURE_TAKE = 0,           /* decoded now */
     CAPTURE_READ_AHEAD,         /* kept until the commit running ends */
-    CAPTURE_OFFER_LATER,        /* offered again: frames read ahead before it go first */
+    CAPTURE_OFFER_LATER,        /* offered again: frames read ahead before it go first, or
+                                 * a trickle's commit ends first (the socket is not read) */
+    CAPTURE_REST,               /* offered again after capture_plan_rest_ms: the next
+                                 * commit of a trickle is not due yet */
 };
 
 /** A new plan: nothing read, nothing confirmed. */
@@ -136,7 +154,11 @@ void capture_plan_free(struct capture_plan *p);
 
 /** Where a frame read from the socket goes, behind @p ahead_left frames read
  *  ahead (once those were offered): the stream's order is kept. */
-enum capture_route capture_plan_route(const struct capture_plan *p, bool ahead_left);
+enum capture_route capture_plan_route(const struct capture_plan *p, bool ahead_left,
+                                      uint64_t now_ms);
+
+/** How long CAPTURE_REST waits from @p now_ms. */
+uint64_t capture_plan_rest_ms(const struct capture_plan *p, uint64_t now_ms);
 
 /** Whether new messages may go to Kafka now: the leader, a producer with an
  *  open transaction (or none), no commit running; stopping, only the rest

@@ -74,6 +74,9 @@ int repl_end(struct repl_conn *rc);
 /** Reading stopped by on_data goes on (soon, from the loop). */
 void repl_resume(struct repl_conn *rc);
 
+/** The same, @p ms from now (from on_data, which then declines the message). */
+void repl_resume_after(struct repl_conn *rc, uint64_t ms);
+
 /** Reading goes on, stopped or not, and on_idle follows once the socket is
  *  empty again: for an owner that took messages outside on_data (read
  *  ahead) and acts on_idle. Not from on_idle itself: that would never end. */

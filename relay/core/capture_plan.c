@@ -99,6 +99,7 @@ static void commit(struct capture_plan *p, const struct capture_env *e, struct c
     p->txn_msgs = 0;
     p->txn_whole = false;
     p->committing = true;
+    p->commit_at_ms = e->now_ms;
     a->what |= CAP_DO_COMMIT;
 }
 
@@ -119,6 +120,8 @@ struct capture_acts capture_plan_committed(struct capture_plan *p, const struct 
             lsn = pgo_acks_done_n(&p->acks, p->done[i].seq, p->done[i].n);
         a.published = p->done_msgs;
         confirm(p, e->now_ms, lsn, &a);
+        if (p->done_msgs < CAPTURE_TRICKLE_MSGS)
+            p->rest_until_ms = p->commit_at_ms + CAPTURE_COMMIT_EVERY_MS;
         /* What was read ahead during the commit is produced now; the socket
          * may have nothing more for a while (a trickle), so the read that
          * ends idle, which commits it, is not left to the next event. */
@@ -438,15 +441,26 @@ static void start(struct capture_plan *p, struct capture_acts *a)
     p->gen++;
     p->seq = 0;
     p->oldest_commit_us = 0;
+    p->rest_until_ms = 0;
     p->state = CAPTURE_STARTING;
     a->what |= CAP_DO_START;
 }
 
-enum capture_route capture_plan_route(const struct capture_plan *p, bool ahead_left)
+enum capture_route capture_plan_route(const struct capture_plan *p, bool ahead_left,
+                                      uint64_t now_ms)
 {
+    /* Nothing is produced until the commit ends: under a backlog the socket
+     * is read on meanwhile, a trickle's frames are left in it. */
     if (p->committing)
-        return CAPTURE_READ_AHEAD; /* nothing is produced until it ends: the socket is read on */
-    return ahead_left ? CAPTURE_OFFER_LATER : CAPTURE_TAKE;
+        return p->done_msgs < CAPTURE_TRICKLE_MSGS ? CAPTURE_OFFER_LATER : CAPTURE_READ_AHEAD;
+    if (ahead_left)
+        return CAPTURE_OFFER_LATER;
+    return now_ms < p->rest_until_ms ? CAPTURE_REST : CAPTURE_TAKE;
+}
+
+uint64_t capture_plan_rest_ms(const struct capture_plan *p, uint64_t now_ms)
+{
+    return now_ms < p->rest_until_ms ? p->rest_until_ms - now_ms : 0;
 }
 
 bool capture_plan_may_drain(const struct capture_plan *p, const struct capture_env *e)

@@ -292,9 +292,12 @@ static bool on_data(struct repl_conn *rc, const uint8_t *buf, size_t len, void *
     /* Behind what was read ahead, in order; a commit may begin while they are taken. */
     if (capture_ahead_left(&c->ahead) && !c->plan.committing)
         ahead_drain(r);
-    enum capture_route to = capture_plan_route(&c->plan, capture_ahead_left(&c->ahead));
+    uint64_t now = uv_now(r->loop);
+    enum capture_route to = capture_plan_route(&c->plan, capture_ahead_left(&c->ahead), now);
     if (to == CAPTURE_READ_AHEAD)
         return capture_ahead_push(&c->ahead, buf, len);
+    if (to == CAPTURE_REST)
+        repl_resume_after(&c->repl, capture_plan_rest_ms(&c->plan, now));
     return to == CAPTURE_TAKE && take_frame(r, buf, len);
 }
 

@@ -210,6 +210,17 @@ void repl_resume(struct repl_conn *rc)
     uv_timer_start(rc->kick, on_kick, 0, 0);
 }
 
+static void on_resume(uv_timer_t *t)
+{
+    repl_resume(t->data);
+}
+
+void repl_resume_after(struct repl_conn *rc, uint64_t ms)
+{
+    if (rc->state == REPL_STREAMING)
+        uv_timer_start(rc->kick, on_resume, ms, 0);
+}
+
 void repl_kick(struct repl_conn *rc)
 {
     if (rc->state != REPL_STREAMING)

@@ -652,20 +652,92 @@ Test(capture_plan, frames_read_ahead_come_back_in_order_within_their_budget)
     capture_ahead_free(&q);
 }
 
-Test(capture_plan, a_frame_is_read_ahead_during_a_commit_and_otherwise_taken_in_order)
+/* A Kafka transaction of @p n messages of one source transaction, committing. */
+static void committing(struct capture_plan *p, const struct capture_env *e, long n, uint64_t end)
+{
+    capture_plan_begin(p, 1);
+    for (long i = 0; i < n; i++)
+        send_one(p, e);
+    capture_plan_commit_seen(p, e, end);
+    cr_assert(capture_plan_idle(p, e).what & CAP_DO_COMMIT);
+}
+
+Test(capture_plan, a_frame_is_taken_in_order_behind_the_frames_read_ahead)
 {
     struct capture_env e = leader_env(PRODUCER_TXN_OPEN);
     struct capture_plan p = streaming(&e);
-    cr_assert_eq(capture_plan_route(&p, false), CAPTURE_TAKE);
-    cr_assert_eq(capture_plan_route(&p, true), CAPTURE_OFFER_LATER,
+    cr_assert_eq(capture_plan_route(&p, false, e.now_ms), CAPTURE_TAKE);
+    cr_assert_eq(capture_plan_route(&p, true, e.now_ms), CAPTURE_OFFER_LATER,
                  "frames read ahead and not yet taken go first");
-    capture_plan_begin(&p, 1);
-    send_one(&p, &e);
-    capture_plan_commit_seen(&p, &e, 0x100);
-    cr_assert(capture_plan_idle(&p, &e).what & CAP_DO_COMMIT);
-    cr_assert_eq(capture_plan_route(&p, false), CAPTURE_READ_AHEAD);
-    cr_assert_eq(capture_plan_route(&p, true), CAPTURE_READ_AHEAD, "behind the others");
+    capture_plan_free(&p);
+}
+
+Test(capture_plan, during_a_backlogs_commit_the_socket_is_read_ahead)
+{
+    struct capture_env e = leader_env(PRODUCER_TXN_OPEN);
+    struct capture_plan p = streaming(&e);
+    committing(&p, &e, CAPTURE_TRICKLE_MSGS, 0x100);
+    cr_assert_eq(capture_plan_route(&p, false, e.now_ms), CAPTURE_READ_AHEAD,
+                 "the walsender is not held back by the commit's round trips");
+    cr_assert_eq(capture_plan_route(&p, true, e.now_ms), CAPTURE_READ_AHEAD, "behind the others");
     capture_plan_committed(&p, &e, true);
-    cr_assert_eq(capture_plan_route(&p, false), CAPTURE_TAKE);
+    cr_assert_eq(capture_plan_route(&p, false, e.now_ms), CAPTURE_TAKE);
+    capture_plan_free(&p);
+}
+
+Test(capture_plan, during_a_trickles_commit_the_socket_is_left_unread_until_it_ends)
+{
+    struct capture_env e = leader_env(PRODUCER_TXN_OPEN);
+    struct capture_plan p = streaming(&e);
+    committing(&p, &e, CAPTURE_TRICKLE_MSGS - 1, 0x100);
+    cr_assert_eq(capture_plan_route(&p, false, e.now_ms), CAPTURE_OFFER_LATER,
+                 "a frame per wake-up would cost more than the commit");
+    e.now_ms += CAPTURE_COMMIT_EVERY_MS;
+    struct capture_acts a = capture_plan_committed(&p, &e, true);
+    cr_assert(a.what & CAP_DO_DRAIN_KICK, "the socket is read again once the commit ended");
+    cr_assert_eq(capture_plan_route(&p, false, e.now_ms), CAPTURE_TAKE);
+    capture_plan_free(&p);
+}
+
+Test(capture_plan, a_trickles_next_commit_waits_until_its_time_has_come)
+{
+    struct capture_env e = leader_env(PRODUCER_TXN_OPEN);
+    struct capture_plan p = streaming(&e);
+    committing(&p, &e, 3, 0x100);
+    uint64_t began = e.now_ms;
+    e.now_ms += 1;
+    cr_assert(capture_plan_committed(&p, &e, true).what & CAP_DO_CONFIRMED);
+    cr_assert_eq(capture_plan_route(&p, false, e.now_ms), CAPTURE_REST,
+                 "the next events wait in the socket for the next commit's time");
+    cr_assert_eq(capture_plan_rest_ms(&p, e.now_ms), CAPTURE_COMMIT_EVERY_MS - 1,
+                 "counted from when the last commit began");
+    cr_assert_eq(capture_plan_route(&p, true, e.now_ms), CAPTURE_OFFER_LATER,
+                 "frames read ahead go first");
+    e.now_ms = began + CAPTURE_COMMIT_EVERY_MS;
+    cr_assert_eq(capture_plan_rest_ms(&p, e.now_ms), 0);
+    cr_assert_eq(capture_plan_route(&p, false, e.now_ms), CAPTURE_TAKE);
+    capture_plan_free(&p);
+}
+
+Test(capture_plan, a_backlogs_next_commit_and_a_restarted_streams_first_do_not_wait)
+{
+    struct capture_env e = leader_env(PRODUCER_TXN_OPEN);
+    struct capture_plan p = streaming(&e);
+    committing(&p, &e, CAPTURE_TRICKLE_MSGS, 0x100);
+    e.now_ms += 1;
+    capture_plan_committed(&p, &e, true);
+    cr_assert_eq(capture_plan_route(&p, false, e.now_ms), CAPTURE_TAKE,
+                 "under a backlog transactions are as large as they come");
+    committing(&p, &e, 3, 0x200);
+    capture_plan_committed(&p, &e, true);
+    cr_assert_eq(capture_plan_route(&p, false, e.now_ms), CAPTURE_REST);
+    e.leader = false; /* the lock lost and taken again within the same millisecond */
+    cr_assert(capture_plan_step(&p, &e).what & CAP_DO_CLOSE);
+    e.leader = true;
+    cr_assert(capture_plan_step(&p, &e).what & CAP_DO_START);
+    capture_plan_started(&p, &e, true);
+    capture_plan_streaming(&p);
+    cr_assert_eq(capture_plan_route(&p, false, e.now_ms), CAPTURE_TAKE,
+                 "a new stream reads at once");
     capture_plan_free(&p);
 }
