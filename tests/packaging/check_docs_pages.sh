@@ -15,6 +15,9 @@
 #                        in The table contract; docs/consumers.md too, in
 #                        the table of The message
 #   docs/guarantees.md   every value of relay.on_poison and relay.fencing
+#   docs/operations.md   the capture plan's Kafka transaction sizes and commit
+#                        cadence (include/core/capture_plan.h), in The
+#                        stream's Kafka transactions
 #   all four             every `outbox-relay COMMAND` is a command of --help,
 #                        every `section.key` a key the relay knows, every
 #                        tests/... or packaging/... path in a command exists
@@ -93,6 +96,25 @@ for v in transactional none; do
     grep -q "relay.fencing.*$v" <<<"$gen" || fail "relay.fencing no longer accepts $v: update docs/guarantees.md and this check"
     grep -q "relay.fencing = $v" "$GUAR" || fail "docs/guarantees.md does not describe relay.fencing = $v"
 done
+
+# The stream's Kafka transactions: the figures docs/operations.md gives are
+# the capture plan's constants.
+plan_h=$ROOT/include/core/capture_plan.h
+constant() { sed -n "s/^#define $1 \([0-9]*\)\$/\1/p" "$plan_h"; }
+grouped() { sed ':a;s/\([0-9]\)\([0-9]\{3\}\)\($\|,\)/\1,\2\3/;ta' <<<"$1"; }
+max=$(constant CAPTURE_TXN_MAX_MSGS) trickle=$(constant CAPTURE_TRICKLE_MSGS)
+every=$(constant CAPTURE_COMMIT_EVERY_MS)
+ahead=$(sed -n 's/^#define CAPTURE_AHEAD_BYTES (\([0-9]*\) << 20)$/\1/p' "$ROOT/include/core/capture_ahead.h")
+if [ -z "$max" ] || [ -z "$trickle" ] || [ -z "$every" ] || [ -z "$ahead" ]; then
+    fail "the capture plan's constants were not found in capture_plan.h and capture_ahead.h"
+else
+    txns=$(section "$OPS" "The stream's Kafka transactions" | tr '\n' ' ')
+    for said in "**$(grouped "$max") messages**" "**$(grouped "$trickle") messages**" \
+                "**$every ms**" "**$ahead MB**"; do
+        grep -qF -- "$said" <<<"$txns" ||
+            fail "docs/operations.md (The stream's Kafka transactions) does not say $said (include/core/capture_plan.h)"
+    done
+fi
 
 # Commands, keys and paths the pages mention.
 help=$(env -i PATH="$PATH" "$BIN" --help)
