@@ -201,11 +201,15 @@ start_nodes() {
 # (ca or foreign-ca), valid for $5 days (-1: expired). EC keys: a fraction of
 # RSA's cost at start-up.
 client_cert() {
-    local tls=$1/tls
+    local tls=$1/tls valid=(-days "$5")
+    # OpenSSL 3.4 and later refuse a negative -days and take the dates instead.
+    if [ "$5" -lt 0 ] && openssl x509 -help 2>&1 | grep -q -- -not_after; then
+        valid=(-not_before 20200101000000Z -not_after 20200102000000Z)
+    fi
     openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj "/CN=$3" \
         -keyout "$tls/client-$2.key" -out "$tls/client-$2.csr" &&
     openssl x509 -req -in "$tls/client-$2.csr" -CA "$tls/$4.pem" -CAkey "$tls/$4.key" \
-        -CAcreateserial -days "$5" -out "$tls/client-$2.crt"
+        -CAcreateserial "${valid[@]}" -out "$tls/client-$2.crt"
 }
 
 # A CA and the brokers' certificate (127.0.0.1), a CA nobody uses, and the
@@ -214,7 +218,8 @@ make_tls() {
     local tls=$1/tls
     mkdir -p "$tls"
     [ -s "$tls/server.pem" ] && return 0
-    {
+    (
+        set -e
         openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=outbox-relay-test-ca \
             -keyout "$tls/ca.key" -out "$tls/ca.pem"
         openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=outbox-relay-foreign-ca \
@@ -233,7 +238,7 @@ make_tls() {
         client_cert "$1" noidem noidem ca 2
         client_cert "$1" expired relay ca -1
         client_cert "$1" foreign relay foreign-ca 2
-    } > "$tls/openssl.log" 2>&1 || { cat "$tls/openssl.log" >&2; die "openssl failed"; }
+    ) > "$tls/openssl.log" 2>&1 || { cat "$tls/openssl.log" >&2; die "openssl failed"; }
     printf 'relay relay-secret-1\nnoacl noacl-secret-2\n' > "$tls/users"
     chmod 0644 "$tls"/*.pem "$tls"/client-*.crt "$tls/users"
 }
