@@ -39,8 +39,9 @@ int pq_watch_set(struct pq_watch *w, PGconn *conn, int events);
 
 /** Why @p conn's socket failed when the loop reported @p status for it:
  *  libuv puts any error on a socket (a reset, say) as UV_EBADF, which says
- *  nothing of the cause; libpq reading the socket does.
- *  @return libpq's message, or uv_strerror(@p status) when it has none. */
+ *  nothing of the cause; libpq reading the socket does (behind what the
+ *  server sent before the error), else the socket's pending error.
+ *  @return libpq's message, the socket's error, or a plain sentence. */
 const char *pq_watch_failure(PGconn *conn, int status);
 
 /** Stops and releases the handle. */

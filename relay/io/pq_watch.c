@@ -3,7 +3,12 @@
 
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+
+/* Reads of what is left on a failed socket before its error is reached. */
+#define PQ_WATCH_FAILURE_READS 8
 
 static void close_free_cb(uv_handle_t *h)
 {
@@ -72,10 +77,19 @@ int pq_watch_set(struct pq_watch *w, PGconn *conn, int events)
 
 const char *pq_watch_failure(PGconn *conn, int status)
 {
-    if (conn && !PQconsumeInput(conn)) {
-        const char *why = PQerrorMessage(conn);
-        if (why && *why)
-            return why;
+    /* What the server sent before the reset is read first (libuv reports
+     * the error with the data still unread): the error comes behind it. */
+    for (int i = 0; conn && i < PQ_WATCH_FAILURE_READS; i++) {
+        if (!PQconsumeInput(conn)) {
+            const char *why = PQerrorMessage(conn);
+            if (why && *why)
+                return why;
+            break;
+        }
     }
-    return uv_strerror(status);
+    int fd = conn ? PQsocket(conn) : -1, err = 0;
+    socklen_t len = sizeof err;
+    if (fd >= 0 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err != 0)
+        return strerror(err);
+    return status == UV_EBADF ? "the connection's socket reported an error" : uv_strerror(status);
 }
