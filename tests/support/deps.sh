@@ -18,6 +18,7 @@ OUTBOX_RELAY_DEBS=(
     libhttp-parser-dev prometheus   # prometheus: for promtool (the only package that has it)
     python3-yaml groff-base         # the manifest and man page checks (tests/packaging)
     debhelper dpkg-dev lintian rpm systemd
+    elfutils   # eu-strip: Debian 13's rpmbuild strips the binary with it (find-debuginfo)
     "$OUTBOX_RELAY_JRE" maven       # the real Kafka broker (tests/support/kafka.sh)
     python3-psycopg2 python3-confluent-kafka   # the benchmark's peers (tests/bench/peer_*.py)
 )
