@@ -229,6 +229,7 @@ static rd_kafka_conf_t *conf_build(const struct relay_config *cfg, bool transact
             return NULL;
         }
     }
+    config_kafka_secrets_again(cfg, conf); /* a password fixed since the start */
     return conf;
 }
 
