@@ -251,6 +251,15 @@ bool config_key_is_file_twin(const char *key, char *base, size_t baselen);
 int config_secret_file_read(const char *key, const char *path, char **out, char *errbuf,
                             size_t errlen);
 
+struct rd_kafka_conf_s;
+
+/** Sets on @p conf (an rd_kafka_conf_t) each secret of a [kafka] `_file`
+ *  twin as its file holds it now, so that a producer made later (after
+ *  refused credentials, say) uses a secret fixed or rotated since the
+ *  start. A file that cannot be read now keeps the value read at start and
+ *  is named in a warning. */
+void config_kafka_secrets_again(const struct relay_config *cfg, struct rd_kafka_conf_s *conf);
+
 /** @return a newly allocated copy of a libpq conninfo (key=value or URI form)
  *  with its password replaced by "********" (redact_conninfo()). */
 char *config_redact_conninfo(const char *conninfo);

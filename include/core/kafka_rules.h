@@ -64,6 +64,12 @@ enum kafka_denial {
  *  e.g. the code of a fatal error) reports, or KAFKA_DENIAL_NONE. */
 enum kafka_denial kafka_denial_of(int err);
 
+/** @return whether @p d refuses the connection itself (authentication,
+ *  TLS) rather than a request on it: librdkafka tries such a connection
+ *  again on its own, every reconnect.backoff.max.ms, and reads the
+ *  credentials and certificates only when an instance is made. */
+bool kafka_denial_at_connect(enum kafka_denial d);
+
 /** @return a short name of @p d for logs, /status and the metric's label
  *  ("transactional_id_write", ...); "" for KAFKA_DENIAL_NONE. */
 const char *kafka_denial_name(enum kafka_denial d);

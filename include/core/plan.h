@@ -99,6 +99,13 @@ struct plan_state {
 
     /* Kafka */
     bool producer_fatal;        /* the producer instance is unusable */
+    bool producer_refused;      /* the brokers refuse its connections (authentication, TLS,
+                                   kafka_denial_at_connect), which librdkafka would try again
+                                   every second: stopped at once, a new one after the back-off */
+    bool producer_down;         /* stopped so: none runs until producer_retry_at_ms */
+    bool connect_refused;       /* connections were refused and no broker has been up since:
+                                   no transaction is initialised (a call that holds the
+                                   instance, retrying, for seconds) before one is */
     uint64_t producer_retry_at_ms; /* Kafka refused a right: a fatal producer is replaced,
                                       or rows claimed again, no earlier than this
                                       (plan_denied_delay) */
@@ -129,6 +136,7 @@ enum plan_act {
     PLAN_PREPARE,           /* prepare hot statement number .index */
     PLAN_MARK,              /* write what batch .slot ended with: marks, then failures */
     PLAN_REPLACE_PRODUCER,  /* a new producer instance; then plan again */
+    PLAN_STOP_PRODUCER,     /* stop the refused instance, the back-off begins; then plan again */
     PLAN_TAKE_LOCK,         /* ask for the leader lock */
     PLAN_VERIFY_LOCK,       /* leader: is the lock still this session's */
     PLAN_ASK_HOLDER,        /* standby: who holds the lock */

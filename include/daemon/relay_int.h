@@ -99,6 +99,7 @@ struct relay {
     unsigned denied_attempt;    /* producers Kafka refused a right in a row: drives the back-off */
     bool renew_producer;        /* a topic right refused: a new producer after the back-off */
     uint64_t producer_retry_at_ms; /* a denied producer is replaced no earlier (relay_fence.c) */
+    bool producer_down;         /* its connections were refused: none runs until then */
 
     struct relay_stats st;
     struct http_server *http;   /* the status endpoint; NULL when disabled */
@@ -155,6 +156,9 @@ void relay_on_quiet_check(struct pg_conn *pg, PGresult *res, void *arg);
 
 /* relay_fence.c */
 bool relay_replace_producer(struct relay *r);
+/** Stops the producer whose connections the brokers refuse; the next one
+ *  starts after the back-off (relay_replace_producer). @return true. */
+bool relay_stop_producer(struct relay *r);
 /** A delivery failed for a right Kafka refuses on the topic (code: the
  *  report's error): named once, nothing claimed until a back-off passes. */
 void relay_topic_denied(struct relay *r, int code);
@@ -220,5 +224,8 @@ int relay_row_topic(const struct relay *r, const struct event_row *row, char *to
 void relay_finish(struct relay *r);
 /* The producer's delivery report callback: the mode whose message it was takes it. */
 void relay_on_report(void *opaque, rd_kafka_resp_err_t err, void *arg);
+/** The producer's on_refused: its connections are refused, the relay steps
+ *  (relay_stop_producer) at once rather than at its next tick. */
+void relay_on_refused(void *arg);
 
 #endif

@@ -66,6 +66,11 @@ struct producer {
     int64_t in_flight;         /* produced, no delivery report yet */
     bool ack_stalled;          /* the stall was logged; its end will be */
     struct kafka_notice notice; /* broker failures already logged */
+    enum kafka_denial refused; /* the brokers refuse its connections (kafka_denial_at_connect) */
+    int refused_code;          /* the rd_kafka_resp_err_t of the first refusal */
+    void (*on_refused)(void *arg); /* set after producer_start: called with the report's arg
+                                      once it is refused, after the poll that saw it */
+    bool refused_told;
     bool started;
     enum producer_txn_state txn;
     unsigned txn_gen;          /* counts transactions begun on this instance */
@@ -110,6 +115,12 @@ int producer_send(struct producer *p, const struct event_row *row, const char *t
 /** @return true once the instance has raised a fatal error (asks librdkafka,
  *  so it is right even before the error callback has been served). */
 bool producer_fatal(const struct producer *p);
+
+/** @return what the brokers refuse the instance's connections for
+ *  (authentication, TLS: kafka_denial_at_connect), or KAFKA_DENIAL_NONE;
+ *  @p code receives the error (an rd_kafka_resp_err_t). Such
+ *  an instance is fatal too (producer_fatal): it takes nothing more. */
+enum kafka_denial producer_refused(const struct producer *p, int *code);
 
 /** @return the broker's error behind the fatal state (an rd_kafka_resp_err_t,
  *  e.g. TRANSACTIONAL_ID_AUTHORIZATION_FAILED), or 0 when not fatal or not known. */

@@ -1,7 +1,8 @@
 /* config_secret.c — secrets read from files: every secret key has a `_file`
  * twin (postgres.conninfo_file, kafka.sasl.password_file, ...) whose value
- * is a path; the file's content becomes the key's value at load. A relative
- * path is read from systemd's $CREDENTIALS_DIRECTORY when it is set
+ * is a path; the file's content becomes the key's value at load, and a
+ * Kafka secret's is read again for every new producer. A relative path is
+ * read from systemd's $CREDENTIALS_DIRECTORY when it is set
  * (LoadCredential=), so the unit names a credential and not a path. Also
  * the [kafka] security properties' check: their combinations
  * (core/kafka_security.c) and the files they name. */
@@ -16,6 +17,7 @@
 #include <unistd.h>
 
 #include <libpq-fe.h>
+#include <librdkafka/rdkafka.h>
 
 #include "base/errors.h"
 #include "core/kafka_security.h"
@@ -185,6 +187,30 @@ static int resolve_kafka(struct relay_config *cfg, char *errbuf, size_t errlen)
             return rc;
     }
     return 0;
+}
+
+void config_kafka_secrets_again(const struct relay_config *cfg, struct rd_kafka_conf_s *conf)
+{
+    for (size_t i = 0; i < cfg->n_kafka_files; i++) {
+        const struct config_kv *f = &cfg->kafka_files[i];
+        char base[128], name[160], why[512];
+        if (!config_key_is_file_twin(f->key, base, sizeof base))
+            continue;
+        snprintf(name, sizeof name, "kafka.%s", f->key);
+        char *secret = NULL;
+        if (config_secret_file_read(name, f->value, &secret, why, sizeof why) < 0) {
+            log_warn("cannot read a secret file again; the producer uses what it held at start",
+                     "error=%s", log_quote(why));
+            continue;
+        }
+        /* Checked at load as the same key: librdkafka's verdict on another
+         * content would quote it, so only the key is named. */
+        if (rd_kafka_conf_set(conf, base, secret, why, sizeof why) != RD_KAFKA_CONF_OK)
+            log_warn("librdkafka refuses a secret file's new content; the producer uses what "
+                     "it held at start", "key=%s", name);
+        memset(secret, 0, strlen(secret));
+        free(secret);
+    }
 }
 
 int config_resolve_secret_files(struct relay_config *cfg, char *errbuf, size_t errlen)

@@ -257,6 +257,11 @@ static const struct {
 _Static_assert(sizeof denials / sizeof denials[0] == KAFKA_DENIAL_COUNT,
                "one row per enum kafka_denial");
 
+bool kafka_denial_at_connect(enum kafka_denial d)
+{
+    return d == KAFKA_DENIAL_AUTHENTICATION || d == KAFKA_DENIAL_TLS;
+}
+
 const char *kafka_denial_name(enum kafka_denial d)
 {
     return (unsigned)d < sizeof denials / sizeof denials[0] ? denials[d].name : "";

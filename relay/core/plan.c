@@ -115,8 +115,10 @@ struct fence_plan plan_fence(const struct plan_state *s)
     }
     if (s->txn == PRODUCER_TXN_UNINIT) {
         /* Before the first produce of a leader, never for a standby; a
-         * replaced producer waits until the lock is known to be ours. */
-        f.init = s->role == STATS_ROLE_LEADER && !s->lead_unverified && !s->stopping;
+         * replaced producer waits until the lock is known to be ours, and
+         * one made after refused connections until a broker is up. */
+        f.init = s->role == STATS_ROLE_LEADER && !s->lead_unverified && !s->stopping &&
+                 !s->connect_refused;
         return f;
     }
     f.drop_held = s->txn == PRODUCER_TXN_DEAD || claims_unwanted(s);
@@ -219,12 +221,18 @@ static struct plan_step marks(const struct plan_state *s, bool *done)
 
 /* A fatal producer is replaced once its batches have failed with __FATAL
  * and no transaction call runs on it, and, when Kafka refused it a right,
- * once its back-off has passed. */
+ * once its back-off has passed. One whose connections are refused is
+ * stopped first, at once, its batches' rows failed by the stop (nothing of
+ * them reached a broker): kept even until they are marked, it would have
+ * librdkafka connect again (reconnect.backoff.ms) and be refused again. */
 static struct plan_step producer(const struct plan_state *s, bool *done)
 {
-    *done = !s->producer_fatal;
-    if (s->producer_fatal && all_empty(s) && s->txn != PRODUCER_TXN_BUSY &&
-        s->now_ms >= s->producer_retry_at_ms)
+    *done = !s->producer_fatal && !s->producer_down;
+    if (*done || s->txn == PRODUCER_TXN_BUSY)
+        return act(PLAN_WAIT);
+    if (s->producer_refused && !s->producer_down)
+        return act(PLAN_STOP_PRODUCER);
+    if (all_empty(s) && s->now_ms >= s->producer_retry_at_ms)
         return act(PLAN_REPLACE_PRODUCER);
     return act(PLAN_WAIT);
 }
@@ -452,6 +460,7 @@ const char *plan_act_name(enum plan_act a)
         [PLAN_PREPARE] = "prepare",
         [PLAN_MARK] = "mark",
         [PLAN_REPLACE_PRODUCER] = "replace_producer",
+        [PLAN_STOP_PRODUCER] = "stop_producer",
         [PLAN_TAKE_LOCK] = "take_lock",
         [PLAN_VERIFY_LOCK] = "verify_lock",
         [PLAN_ASK_HOLDER] = "ask_holder",

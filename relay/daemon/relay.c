@@ -391,6 +391,7 @@ int relay_run(struct relay_config *cfg, relay_reload_fn reload, void *reload_arg
         relay_free(&r);
         return EXIT_CONFIG;
     }
+    r.prod.on_refused = relay_on_refused;
 
     /* ---- the status endpoint; an address we cannot listen on is a
      * configuration error, like any other rejected key. */

@@ -27,7 +27,7 @@ struct capture_env relay_capture_env(const struct relay *r)
         .refused = r->st.refused,
         .finished = r->finished,
         /* A producer to be replaced (a refused topic) takes nothing more either. */
-        .producer_fatal = producer_fatal(p) || r->renew_producer,
+        .producer_fatal = producer_fatal(p) || r->renew_producer || r->producer_down,
         .txn = producer_txn_state(p),
         .txn_doomed = producer_txn_doomed(p),
         .txn_empty = producer_txn_empty(p),

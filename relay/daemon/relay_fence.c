@@ -81,23 +81,53 @@ void relay_topic_granted(struct relay *r)
         granted(r);
 }
 
+/* The brokers refuse the producer's connections (authentication, TLS):
+ * kept, librdkafka would connect again every second and be refused each
+ * time. It is stopped now; the next one, which reads the secret and
+ * certificate files afresh, starts after the back-off. */
+bool relay_stop_producer(struct relay *r)
+{
+    int code = 0;
+    enum kafka_denial d = producer_refused(&r->prod, &code);
+    /* It had delivered before: a refusal now is a new one. */
+    if (r->st.kafka_answered)
+        r->denied_attempt = 0;
+    denied(r, d, code);
+    /* first: the stop serves the reports of its purged rows, and the steps
+     * they take must find it stopped */
+    r->producer_down = true;
+    producer_stop(&r->prod);
+    return true;
+}
+
+/* Kept until the next tick, the instance would have librdkafka connect
+ * once or twice more meanwhile. */
+void relay_on_refused(void *arg)
+{
+    relay_step(arg);
+}
+
 /* A fatal error (e.g. the idempotent producer's epoch cannot be bumped)
  * leaves the instance unusable: its messages failed with __FATAL and stay
  * unsent; a new instance republishes them. @return true when usable again. */
 bool relay_replace_producer(struct relay *r)
 {
     char err[512];
-    if (r->renew_producer)
+    if (r->producer_down)
+        log_debug("a new kafka producer, its connections refused before", "attempt=%u",
+                  r->denied_attempt);
+    else if (r->renew_producer)
         log_debug("a new kafka producer, to ask for the refused topic afresh", "");
     else if (!note_denial(r, producer_fatal_code(&r->prod)))
         log_warn("replacing the kafka producer after a fatal error", "");
-    r->renew_producer = false;
+    r->renew_producer = r->producer_down = false;
     producer_stop(&r->prod);
     if (producer_start(&r->prod, r->loop, r->cfg, relay_on_report, r, &r->st, err, sizeof(err)) < 0) {
         log_error("cannot recreate the kafka producer", "error=%s", log_quote(err));
         r->backoff = true;
         return false;
     }
+    r->prod.on_refused = relay_on_refused;
     /* Fenced means another relay may lead now: the new instance initialises
      * transactions (fencing in turn) only once the lock check says this
      * session still holds the lock (it fails if the session is gone). */
@@ -138,11 +168,14 @@ static void on_txn_ended(void *arg, unsigned gen, enum producer_txn_result res, 
                  "error=%s", log_quote(why));
         break;
     case PRODUCER_TXN_RETRY:
-        log_warn("kafka transactions not initialised yet; retrying", "error=%s", log_quote(why));
+        /* given up on an instance whose connections are refused: named already */
+        log_write(producer_fatal(&r->prod) ? LOG_LVL_DEBUG : LOG_LVL_WARN,
+                  "kafka transactions not initialised yet; retrying", "error=%s", log_quote(why));
         break;
     case PRODUCER_TXN_FAILED:
         /* A refused right is named once, by relay_replace_producer. */
-        if (kafka_denial_of(producer_fatal_code(&r->prod)) != KAFKA_DENIAL_NONE)
+        if (kafka_denial_of(producer_fatal_code(&r->prod)) != KAFKA_DENIAL_NONE ||
+            producer_refused(&r->prod, &(int){0}) != KAFKA_DENIAL_NONE)
             log_debug("kafka producer refused a right", "error=%s", log_quote(why));
         else
             log_error("kafka producer fenced or failed: nothing of its open transaction is "

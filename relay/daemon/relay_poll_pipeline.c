@@ -204,9 +204,10 @@ void relay_produce_rows(struct relay *r, struct batch *b, PGresult *res)
             b->state[i] = ROW_SKIPPED;
             if (v == SEND_DENIED)
                 relay_topic_denied(r, RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED);
-            else
-                log_warn("producer cannot take more now", "rows_queued=%d reason=%s", i,
-                         log_quote(err));
+            else /* refused connections were named: each attempt's batch is their echo */
+                log_write(kafka_denial_at_connect(r->st.kafka_denial) ? LOG_LVL_DEBUG : LOG_LVL_WARN,
+                          "producer cannot take more now", "rows_queued=%d reason=%s", i,
+                          log_quote(err));
             batch_cut(r, b, i, rc == -ENOBUFS);
             break;
         }
@@ -496,8 +497,9 @@ static void record_failures(struct relay *r, struct batch *b)
         failures_send(r, b, n);
         return;
     case BATCH_RETRY_LATER:
-        log_warn("no row of the batch reached Kafka; retrying without counting attempts",
-                 "failed=%d", batch_failures_uncharged(b));
+        log_write(kafka_denial_at_connect(r->st.kafka_denial) ? LOG_LVL_DEBUG : LOG_LVL_WARN,
+                  "no row of the batch reached Kafka; retrying without counting attempts",
+                  "failed=%d", batch_failures_uncharged(b));
         relay_batch_reset(b);
         r->backoff = true;
         break;

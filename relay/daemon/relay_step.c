@@ -51,7 +51,10 @@ void relay_snapshot(const struct relay *r, struct plan_state *s)
         .halted = r->st.halted,
         .retention_due = r->retention_due,
         .row_security = r->st.row_security,
-        .producer_fatal = producer_fatal(p) || r->renew_producer,
+        .producer_fatal = producer_fatal(p) || r->renew_producer || r->producer_down,
+        .producer_refused = producer_refused(p, &(int){0}) != KAFKA_DENIAL_NONE,
+        .producer_down = r->producer_down,
+        .connect_refused = kafka_denial_at_connect(r->st.kafka_denial),
         .producer_retry_at_ms = r->producer_retry_at_ms,
         .txn = producer_txn_state(p),
         .txn_doomed = producer_txn_doomed(p),
@@ -76,6 +79,7 @@ static bool carry_out(struct relay *r, const struct plan_step *p)
     case PLAN_CHECK_SCHEMA: relay_schema_check(r); break;
     /* Fails (and backs off) when no new instance can be made. */
     case PLAN_REPLACE_PRODUCER: return relay_replace_producer(r);
+    case PLAN_STOP_PRODUCER: return relay_stop_producer(r);
     case PLAN_TAKE_LOCK:
         r->lock_due = false;
         relay_lock_query(r, r->ssql.lock, relay_on_lock);

@@ -101,27 +101,37 @@ static void on_fatal(struct producer *p)
                   log_quote(buf));
 }
 
+static void txn_give_up(struct producer *p);
+
 static void on_error(struct producer *p, rd_kafka_event_t *ev)
 {
     if (rd_kafka_event_error_is_fatal(ev)) {
         on_fatal(p);
         return;
     }
-    /* Transport errors and "all brokers down" are retried by librdkafka itself,
-     * and so are refused credentials and certificates: those stay refused
-     * until the configuration changes, which /readyz and the metric say. */
+    /* Transport errors and "all brokers down" are retried by librdkafka itself;
+     * refused credentials and certificates would be, every second, refused each
+     * time: the instance takes nothing more, the relay replaces it after a back-off. */
     rd_kafka_resp_err_t err = rd_kafka_event_error(ev);
     const char *reason = rd_kafka_event_error_string(ev);
     enum kafka_denial d = kafka_denial_of_event(err, reason);
-    if (p->stats && (d == KAFKA_DENIAL_AUTHENTICATION || d == KAFKA_DENIAL_TLS)) {
-        p->stats->kafka_denial = (int)d;
-        snprintf(p->stats->kafka_denial_error, sizeof p->stats->kafka_denial_error, "%s",
-                 rd_kafka_err2name(err));
+    int known = p->stats ? p->stats->kafka_denial : 0;
+    if (kafka_denial_at_connect(d)) {
+        if (p->stats) {
+            p->stats->kafka_denial = (int)d;
+            snprintf(p->stats->kafka_denial_error, sizeof p->stats->kafka_denial_error, "%s",
+                     rd_kafka_err2name(err));
+        }
+        p->refused_code = p->refused ? p->refused_code : (int)err;
+        p->refused = d;
+        set_fatal(p);
+        txn_give_up(p);
     }
-    /* A broker restarting is refused on every reconnect until it is back:
-     * one warning per broker and cause, the repeats at debug level. */
+    /* One warning per broker and cause (a broker restarting is refused until
+     * it is back); debug for a refusal named before, and what echoes it. */
     const char *hint = kafka_tls_hint(reason);
-    int level = kafka_notice_error(&p->notice, err, reason) ? LOG_LVL_WARN : LOG_LVL_DEBUG;
+    bool echo = kafka_denial_at_connect(known) && (d == KAFKA_DENIAL_NONE || (int)d == known);
+    int level = kafka_notice_error(&p->notice, err, reason) && !echo ? LOG_LVL_WARN : LOG_LVL_DEBUG;
     if (hint)
         log_write(level, "kafka error", "error=%s reason=%s check=%s", rd_kafka_err2name(err),
                   log_quote(reason), log_quote(hint));
@@ -172,8 +182,7 @@ static void on_stats(struct producer *p, const char *json)
     p->stats->brokers_total = total;
     /* A broker is UP once authenticated: the credentials and certificates
      * were accepted after all (a standby produces nothing that would say so). */
-    if (up > 0 && (p->stats->kafka_denial == KAFKA_DENIAL_AUTHENTICATION ||
-                   p->stats->kafka_denial == KAFKA_DENIAL_TLS))
+    if (up > 0 && kafka_denial_at_connect(p->stats->kafka_denial))
         p->stats->kafka_denial = KAFKA_DENIAL_NONE;
     cJSON_Delete(root);
 }
@@ -229,6 +238,7 @@ static rd_kafka_conf_t *conf_build(const struct relay_config *cfg, bool transact
             return NULL;
         }
     }
+    config_kafka_secrets_again(cfg, conf); /* a password fixed since the start */
     return conf;
 }
 
@@ -461,6 +471,12 @@ int producer_fatal_code(const struct producer *p)
     return rd_kafka_fatal_error(p->rk, NULL, 0);
 }
 
+enum kafka_denial producer_refused(const struct producer *p, int *code)
+{
+    *code = p->refused_code;
+    return p->refused;
+}
+
 bool producer_fatal(const struct producer *p)
 {
     return p->fatal || (p->rk && rd_kafka_fatal_error(p->rk, NULL, 0) != RD_KAFKA_RESP_ERR_NO_ERROR);
@@ -502,6 +518,9 @@ void producer_poll(struct producer *p)
          * a flush waiting on another thread see them gone. */
         rd_kafka_event_destroy(ev);
     }
+    /* After the events: the owner may stop the instance now. */
+    if (p->refused && !p->refused_told && p->started && p->on_refused && (p->refused_told = true))
+        p->on_refused(p->arg);
 }
 
 void producer_purge(struct producer *p)
@@ -657,7 +676,7 @@ static void txn_after(uv_work_t *w, int status)
         p->txn_doomed = false;
         break;
     case PRODUCER_TXN_RETRY:
-        p->txn = PRODUCER_TXN_UNINIT;
+        p->txn = p->refused ? PRODUCER_TXN_DEAD : PRODUCER_TXN_UNINIT;
         p->txn_retry_ms = uv_now(p->loop) + TXN_INIT_RETRY_MS;
         break;
     case PRODUCER_TXN_FAILED:
@@ -698,6 +717,15 @@ static int txn_start(struct producer *p, enum txn_op op, producer_txn_cb cb, voi
         p->stats->kafka_committing = true;
     }
     return 0;
+}
+
+/* A refused instance is replaced, not initialised: a running call stops retrying. */
+static void txn_give_up(struct producer *p)
+{
+    if (p->job)
+        p->job->cancel = 1;
+    else if (p->txn != PRODUCER_TXN_OFF)
+        p->txn = PRODUCER_TXN_DEAD;
 }
 
 enum producer_txn_state producer_txn_state(const struct producer *p)

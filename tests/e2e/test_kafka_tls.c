@@ -485,3 +485,186 @@ Test(e2e, a_secret_file_that_does_not_exist_is_refused_with_exit_78, .fini = fin
         free(err);
     }
 }
+
+/* ---- refused connections: the back-off, and recovery once fixed ---------- */
+
+/* Writes @p len bytes of @p text to @p path, mode 0600 (a secret's). */
+static void write_secret(const char *path, const char *text, size_t len)
+{
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f, "%s: %s", path, strerror(errno));
+    cr_assert_eq(fwrite(text, 1, len, f), len, "%s", path);
+    fclose(f);
+    cr_assert_eq(chmod(path, 0600), 0, "%s", path);
+}
+
+/* Copies DIR/tls/@p name (of the stack's Kafka node) to @p dst, mode 0600,
+ * as an operator puts a new certificate where the old one was. */
+static void copy_tls(const struct e2e_ctx *t, const char *name, const char *dst)
+{
+    char src[700], buf[65536];
+    snprintf(src, sizeof src, "%s/tls/%s", t->env->kafka_dir, name);
+    FILE *f = fopen(src, "r");
+    cr_assert_not_null(f, "%s: %s", src, strerror(errno));
+    size_t n = fread(buf, 1, sizeof buf, f);
+    fclose(f);
+    write_secret(dst, buf, n);
+}
+
+/* Connections the broker refused on the listener of DIR/@p listener, as its
+ * log says (the Selector's "Failed authentication", logged at INFO by
+ * tests/support/kafka/log4j.properties): every attempt that reached it. */
+static int refused_at_broker(const struct e2e_ctx *t, const char *listener)
+{
+    char bs[512], path[700], line[4096], needle[600];
+    read_line(t, listener, bs, sizeof bs);
+    snprintf(needle, sizeof needle, "channelId=%.*s-", (int)strcspn(bs, ","), bs);
+    snprintf(path, sizeof path, "%s/node-1/kafka.log", t->env->kafka_dir);
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f, "%s: %s", path, strerror(errno));
+    int n = 0;
+    while (fgets(line, sizeof line, f))
+        n += strstr(line, "Failed authentication with") && strstr(line, needle);
+    fclose(f);
+    return n;
+}
+
+/* A mistake an operator fixes in a file the relay reads: the secret, the
+ * client certificate, the CA. */
+struct fixable {
+    const char *what;
+    const char *listener;  /* sasl_bootstrap or ssl_bootstrap */
+    const char *fencing;
+    const char *right;     /* its series of outbox_relay_kafka_denied */
+    const char *needs;     /* what /readyz says it needs */
+};
+
+static const struct fixable fixables[] = {
+    {"wrong password", "sasl_bootstrap", "transactional", "authentication",
+     "credentials the brokers accept"},
+    {"expired client certificate", "ssl_bootstrap", "none", "tls",
+     "certificates both sides accept"},
+};
+#define N_FIX (sizeof fixables / sizeof fixables[0])
+
+/* Starts case @p i with its mistake in files under the test's logdir. */
+static struct e2e_relay *start_fixable(struct e2e_ctx *t, size_t i)
+{
+    static char o[N_FIX][8][800];
+    char bs[512], path[700];
+    read_line(t, fixables[i].listener, bs, sizeof bs);
+    snprintf(o[i][0], 800, "kafka.bootstrap.servers=%s", bs);
+    snprintf(o[i][1], 800, "kafka.ssl.ca.location=%s/tls/ca.pem", t->env->kafka_dir);
+    snprintf(o[i][2], 800, "relay.fencing=%s", fixables[i].fencing);
+    const char *extra[10] = {o[i][0], o[i][1], o[i][2]};
+    int n = 3;
+    if (i == 0) {
+        snprintf(path, sizeof path, "%.600s/password", t->logdir);
+        write_secret(path, "not-the-password\n", strlen("not-the-password\n"));
+        snprintf(o[i][3], 800, "kafka.sasl.password_file=%s", path);
+        extra[n++] = "kafka.security.protocol=SASL_SSL";
+        extra[n++] = "kafka.sasl.mechanism=SCRAM-SHA-512";
+        extra[n++] = "kafka.sasl.username=relay";
+        extra[n++] = o[i][3];
+    } else {
+        snprintf(path, sizeof path, "%.600s/client.crt", t->logdir);
+        copy_tls(t, "client-expired.crt", path);
+        snprintf(o[i][3], 800, "kafka.ssl.certificate.location=%s", path);
+        snprintf(path, sizeof path, "%.600s/client.key", t->logdir);
+        copy_tls(t, "client-expired.key", path);
+        snprintf(o[i][4], 800, "kafka.ssl.key.location=%s", path);
+        extra[n++] = "kafka.security.protocol=SSL";
+        extra[n++] = o[i][3];
+        extra[n++] = o[i][4];
+    }
+    extra[n] = NULL;
+    return e2e_relay_start(t, extra);
+}
+
+/* Fixes case @p i's mistake where it was made, the relay still running. */
+static void fix(struct e2e_ctx *t, size_t i)
+{
+    char path[700];
+    if (i == 0) {
+        snprintf(path, sizeof path, "%.600s/password", t->logdir);
+        write_secret(path, "relay-secret-1\n", strlen("relay-secret-1\n"));
+        return;
+    }
+    snprintf(path, sizeof path, "%.600s/client.crt", t->logdir);
+    copy_tls(t, "client-relay.crt", path);
+    snprintf(path, sizeof path, "%.600s/client.key", t->logdir);
+    copy_tls(t, "client-relay.key", path);
+}
+
+/* librdkafka tries a refused connection again every second on its own
+ * (reconnect.backoff.max.ms): the relay stops the producer instead and
+ * makes a new one after its back-off (doubling to a minute), which reads
+ * the files again. Counted at the broker: each attempt that reached it. */
+Test(e2e, refused_connections_back_off_and_recover_once_the_file_is_fixed, .fini = fini,
+     .timeout = 300)
+{
+    static const char *const names[N_FIX] = {"fixpass", "fixcert"};
+    struct e2e_relay *relay[N_FIX];
+    int lines20[N_FIX], tried20[N_FIX];
+    for (size_t i = 0; i < N_FIX; i++) {
+        setup(&C[i], names[i]);
+        enqueue(&C[i], 30);
+        tried20[i] = refused_at_broker(&C[i], fixables[i].listener);
+    }
+    int64_t t0 = e2e_now_ms();
+    for (size_t i = 0; i < N_FIX; i++)
+        relay[i] = start_fixable(&C[i], i);
+    e2e_sleep_ms(20000);
+    for (size_t i = 0; i < N_FIX; i++) {
+        const char *what = fixables[i].what;
+        lines20[i] = e2e_relay_log_count(relay[i], "\n");
+        int tried = refused_at_broker(&C[i], fixables[i].listener) - tried20[i];
+        tried20[i] += tried;
+        fprintf(stderr, "%s: %d attempts and %d log lines in the first 20 s\n", what, tried, lines20[i]);
+        cr_expect_leq(lines20[i], 60, "%s: %d log lines in 20 s: %s", what, lines20[i],
+                      relay[i]->log_path);
+        /* the doubling's first steps; librdkafka alone: about 20 */
+        cr_expect_leq(tried, 14, "%s: %d connections refused in 20 s: %s", what, tried,
+                      relay[i]->log_path);
+        cr_expect(tried >= 1, "%s: no attempt reached the broker", what);
+    }
+    /* the next 40 s: the back-off near its cap; librdkafka alone: about 40 */
+    e2e_sleep_ms(40000);
+    for (size_t i = 0; i < N_FIX; i++) {
+        const char *what = fixables[i].what;
+        struct e2e_relay *r = relay[i];
+        int more = e2e_relay_log_count(r, "\n") - lines20[i];
+        int tried = refused_at_broker(&C[i], fixables[i].listener) - tried20[i];
+        fprintf(stderr, "%s: %d attempts and %d log lines in the 40 s after\n", what, tried, more);
+        cr_expect_leq(more, 8, "%s: %d log lines in the 40 s after the first 20: %s", what, more,
+                      r->log_path);
+        cr_expect_leq(tried, 8, "%s: %d connections refused in the 40 s after the first 20: %s",
+                      what, tried, r->log_path);
+        cr_expect_eq(e2e_relay_log_count(r, "msg=\"kafka refuses the relay's principal a right"),
+                     1, "%s: named once: %s", what, r->log_path);
+        check_reported(r, what, fixables[i].right, fixables[i].needs);
+        cr_expect_eq(e2e_count_where(&C[i], "sent_at IS NOT NULL"), 0, "%s: rows marked", what);
+        cr_expect_eq(e2e_count_where(&C[i], "attempts > 0 OR last_error IS NOT NULL"), 0,
+                     "%s: rows charged: %s", what, r->log_path);
+    }
+    /* Fixed: the next attempt, within the back-off's cap (a minute), delivers
+     * every row in order. */
+    int64_t fixed = e2e_now_ms();
+    for (size_t i = 0; i < N_FIX; i++)
+        fix(&C[i], i);
+    for (size_t i = 0; i < N_FIX; i++) {
+        e2e_wait_all_sent(&C[i], 90000);
+        fprintf(stderr, "%s: every row sent %lld ms after the fix (%lld s after the start)\n",
+                    fixables[i].what, (long long)(e2e_now_ms() - fixed),
+                    (long long)((e2e_now_ms() - t0) / 1000));
+        e2e_verify_sent_once(&C[i], fixables[i].what);
+        cr_expect_eq(e2e_count_where(&C[i], "attempts > 0"), 0, "rows charged: %s",
+                     relay[i]->log_path);
+        char *body = NULL;
+        int code = e2e_relay_http_get(relay[i], "/readyz?verbose", &body);
+        cr_expect_eq(code, 200, "%s: /readyz after the fix: %d %s", fixables[i].what, code,
+                     body ? body : "");
+        free(body);
+        cr_assert_eq(e2e_relay_stop(relay[i], 30000), 0);
+    }
+}

@@ -23,6 +23,46 @@ Test(plan, a_denied_producer_is_replaced_after_its_back_off)
     assert_act(&s, PLAN_REPLACE_PRODUCER);
 }
 
+/* The brokers refuse the producer's connections (credentials, TLS): kept for
+ * its back-off, librdkafka would connect again every second, so it is
+ * stopped at once, with rows in flight too (the stop fails them: nothing of
+ * them reached a broker), once no transaction call runs on it; the next one
+ * starts when the back-off has passed and the batches are done, and
+ * initialises no transaction (a call that holds the instance for seconds)
+ * before a broker is up. */
+Test(plan, a_refused_producer_is_stopped_at_once_and_started_after_its_back_off)
+{
+    struct plan_state s = leader();
+    s.wake = true;
+    s.producer_fatal = s.producer_refused = true;
+    s.txn = PRODUCER_TXN_BUSY;
+    s.now_ms = 10000;
+    s.producer_retry_at_ms = 9000; /* the last attempt's */
+    assert_act(&s, PLAN_WAIT);
+    s.txn = PRODUCER_TXN_DEAD;
+    assert_act(&s, PLAN_STOP_PRODUCER);
+    s.producer_retry_at_ms = 14000; /* a later refusal stops it too, at once */
+    struct batch *b = load(0, 1, 4, PHASE_PRODUCING);
+    producing(b);
+    assert_act(&s, PLAN_STOP_PRODUCER);
+    s.producer_down = true;
+    assert_act(&s, PLAN_WAIT); /* no claim while none runs */
+    s.now_ms = 14000;
+    assert_act(&s, PLAN_WAIT); /* its batch first */
+    batch_clear(b);
+    s.now_ms = 13999;
+    assert_act(&s, PLAN_WAIT);
+    s.now_ms = 14000;
+    assert_act(&s, PLAN_REPLACE_PRODUCER);
+
+    s.producer_fatal = s.producer_refused = s.producer_down = false;
+    s.txn = PRODUCER_TXN_UNINIT;
+    s.connect_refused = true;
+    cr_assert(!plan_fence(&s).init, "no transaction before a broker is up");
+    s.connect_refused = false;
+    cr_assert(plan_fence(&s).init);
+}
+
 /* Doubling from PLAN_DENIED_FIRST_MS, capped near a minute, jittered in the
  * upper half: at most a handful of attempts (and lines) a minute. */
 Test(plan, the_denied_back_off_doubles_to_about_a_minute)
