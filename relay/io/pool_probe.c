@@ -121,8 +121,14 @@ static enum pool_probe_result probe_rounds(struct probe_conn *c, char *why, size
 
 /* Statement pooling refuses a transaction block outright, whoever else uses
  * the pooler: the one verdict that depends on no choice of the pooler's.
- * PgBouncer answers BEGIN with an error and closes the connection; ROLLBACK
- * is checked too, for a pooler that lets BEGIN through and refuses after. */
+ * PgBouncer closes the connection with an error; 1.24 does it before BEGIN's
+ * answer, 1.18 after it, where libpq may report only the closed connection. */
+static bool probe_pooler_said(PGconn *c, const PGresult *res)
+{
+    return strstr(PQresultErrorMessage(res), "statement pooling") ||
+           strstr(PQerrorMessage(c), "statement pooling");
+}
+
 static enum pool_probe_result probe_transaction(PGconn *c, char *why, size_t len)
 {
     const char *sql[] = {SQL_POOL_PROBE_BEGIN, SQL_POOL_PROBE_ROLLBACK};
@@ -130,19 +136,40 @@ static enum pool_probe_result probe_transaction(PGconn *c, char *why, size_t len
         PGresult *res = PQexec(c, sql[i]);
         enum pool_probe_result verdict = POOL_PROBE_OWN;
         if (PQresultStatus(res) != PGRES_COMMAND_OK) {
-            const char *msg = PQresultErrorMessage(res);
-            verdict = strstr(msg, "statement pooling") ? POOL_PROBE_SHARED : POOL_PROBE_UNKNOWN;
+            verdict = probe_pooler_said(c, res) ? POOL_PROBE_SHARED : POOL_PROBE_UNKNOWN;
             if (verdict == POOL_PROBE_SHARED)
-                snprintf(why, len, POOLED_CAUSE "the pooler refused a transaction block (%.*s)"
-                         POOLED_FIX, (int)strcspn(msg, "\n"), msg);
+                snprintf(why, len, POOLED_CAUSE "the pooler refused a transaction block"
+                         POOLED_FIX);
             else
-                snprintf(why, len, "session probe failed: %s", msg);
+                snprintf(why, len, "session probe failed: %s", PQresultErrorMessage(res));
         }
         PQclear(res);
         if (verdict != POOL_PROBE_OWN)
             return verdict;
     }
     return POOL_PROBE_OWN;
+}
+
+/* The transaction block on a connection of its own; one that is closed
+ * without a word is tried once more, as a server going away would not do
+ * twice in a row at the same statement. @p c is replaced when it was closed. */
+static enum pool_probe_result probe_transaction_twice(const char *conninfo, PGconn **c,
+                                                      char *why, size_t len)
+{
+    enum pool_probe_result verdict = probe_transaction(*c, why, len);
+    if (verdict != POOL_PROBE_UNKNOWN || PQstatus(*c) == CONNECTION_OK)
+        return verdict;
+    PQfinish(*c);
+    *c = probe_connect(conninfo, why, len);
+    if (!*c)
+        return POOL_PROBE_UNKNOWN;
+    verdict = probe_transaction(*c, why, len);
+    if (verdict == POOL_PROBE_UNKNOWN && PQstatus(*c) != CONNECTION_OK) {
+        snprintf(why, len, POOLED_CAUSE "the pooler closed the connection at a transaction "
+                 "block, twice" POOLED_FIX);
+        verdict = POOL_PROBE_SHARED;
+    }
+    return verdict;
 }
 
 enum pool_probe_result pool_probe(const char *conninfo, char *why, size_t len)
@@ -162,7 +189,7 @@ enum pool_probe_result pool_probe(const char *conninfo, char *why, size_t len)
     if (!c[1].conn)
         goto done;
     /* Before the second connection marks a session: statement pooling drops it. */
-    verdict = probe_transaction(c[1].conn, why, len);
+    verdict = probe_transaction_twice(conninfo, &c[1].conn, why, len);
     if (verdict != POOL_PROBE_OWN)
         goto done;
     verdict = POOL_PROBE_UNKNOWN;
@@ -171,7 +198,7 @@ enum pool_probe_result pool_probe(const char *conninfo, char *why, size_t len)
     verdict = probe_rounds(c, why, len);
 done:;
     /* A pooled server session outlives us: leave nothing of ours in it. */
-    bool pooled = c[1].conn != NULL;
+    bool pooled = PQbackendPID(c[0].conn) != c[0].pid;
     for (int i = 0; i < 2; i++) {
         if (pooled && PQstatus(c[i].conn) == CONNECTION_OK && c[i].token[0]) {
             struct probe_row ignored;

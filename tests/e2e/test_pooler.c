@@ -205,7 +205,7 @@ Test(e2e, transaction_pooling_with_one_server_connection_is_refused, .fini = fin
  * pass, and the one each relay must have refused on. */
 Test(e2e, statement_pooling_is_refused, .fini = fini, .timeout = 300)
 {
-    two_relays_are_refused("statement", 4, true, "the pooler refused a transaction block");
+    two_relays_are_refused("statement", 4, true, "transaction block");
 }
 
 Test(e2e, session_pooling_works, .fini = fini, .timeout = 300)
