@@ -121,8 +121,8 @@ static enum pool_probe_result probe_rounds(struct probe_conn *c, char *why, size
 
 /* Statement pooling refuses a transaction block outright, whoever else uses
  * the pooler: the one verdict that depends on no choice of the pooler's.
- * PgBouncer closes the connection with an error; 1.24 does it before BEGIN's
- * answer, 1.18 after it, where libpq may report only the closed connection. */
+ * PgBouncer closes the connection with an error that libpq, in the middle of
+ * the statement, may report only as the closed connection (1.18 and 1.24). */
 static bool probe_pooler_said(PGconn *c, const PGresult *res)
 {
     return strstr(PQresultErrorMessage(res), "statement pooling") ||
