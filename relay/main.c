@@ -425,6 +425,10 @@ static int probe_wait(void *arg)
         log_error("refusing to relay", "reason=%s", log_quote(job->why));
         return EXIT_CONFIG;
     }
+    /* Not a verdict: the relay's own checks watch its session from here. */
+    if (job->result == POOL_PROBE_UNKNOWN)
+        log_warn("could not check whether the connection to PostgreSQL is pooled",
+                 "reason=%s", log_quote(job->why));
     return EXIT_OK;
 }
 

@@ -213,5 +213,8 @@ void sql_window_free(struct sql_window *q);
     "SELECT pg_backend_pid(), set_config('outbox_relay.pool_probe', $1, false)"
 #define SQL_POOL_PROBE_READ                                                       \
     "SELECT pg_backend_pid(), current_setting('outbox_relay.pool_probe', true)"
+/* Statement pooling refuses a transaction block; nothing runs inside it. */
+#define SQL_POOL_PROBE_BEGIN "BEGIN"
+#define SQL_POOL_PROBE_ROLLBACK "ROLLBACK"
 
 #endif

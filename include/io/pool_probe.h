@@ -6,7 +6,10 @@
  * relays behind it may both stand by for ever. A transaction pooler hands an
  * idle server session to the next client that asks, so a second connection
  * whose statement sees the first one's session state (or backend pid) proves
- * the sessions are shared. Session pooling and direct connections never do. */
+ * the sessions are shared. Session pooling and direct connections never do.
+ * Which session a pooler hands out depends on its other clients, so that
+ * proof can be missed; statement pooling is also known, whatever the timing,
+ * by its refusal of a transaction block. */
 #ifndef OUTBOX_POOL_PROBE_H
 #define OUTBOX_POOL_PROBE_H
 
@@ -18,8 +21,9 @@ enum pool_probe_result {
     POOL_PROBE_SHARED = 1,     /* server sessions are shared between client connections */
 };
 
-/** Probes @p conninfo with two blocking connections. Connections whose
- * server announces the backend it runs are direct and not probed further.
+/** Probes @p conninfo with two blocking connections (a transaction block,
+ * then a few rounds of one statement each). Connections whose server
+ * announces the backend it runs are direct and not probed further.
  * @return the verdict; for POOL_PROBE_SHARED and POOL_PROBE_UNKNOWN @p why
  * says what was seen (SHARED: the cause and the fix, one sentence). */
 enum pool_probe_result pool_probe(const char *conninfo, char *why, size_t len);

@@ -22,6 +22,11 @@ enum log_level kafka_log_level(int syslog_level, const char *fac, const char *bu
      * transaction aborted", a warning), or names the fatal error it became. */
     if (!strcmp(fac, "TXNERR"))
         return LOG_LVL_DEBUG;
+    /* librdkafka 2.8 says this at every handshake, once a second; the
+     * broker's "certificate required" that follows is written, rate-limited,
+     * with a hint that names the certificate's CA. */
+    if (!strcmp(fac, "SSL") && strstr(buf, "not sending any client certificates"))
+        return LOG_LVL_DEBUG;
     return l;
 }
 

@@ -165,9 +165,12 @@ const char *kafka_tls_hint(const char *reason)
         {"alert bad certificate",
          "the broker requires a client certificate: kafka.ssl.certificate.location and "
          "kafka.ssl.key.location, or the one given is not acceptable"},
+        /* librdkafka 2.8 (Debian 13; 2.0 did not) sends no client
+         * certificate whose CA the broker did not name in its request: one
+         * of a foreign CA then looks like none at all. */
         {"certificate required",
          "the broker requires a client certificate: kafka.ssl.certificate.location and "
-         "kafka.ssl.key.location"},
+         "kafka.ssl.key.location, or the one given is not from a CA the broker trusts"},
     };
     for (size_t i = 0; reason && i < sizeof hints / sizeof hints[0]; i++)
         if (strstr(reason, hints[i].says))

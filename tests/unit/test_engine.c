@@ -348,6 +348,7 @@ Test(kafka_rules, tls_failures_name_the_settings_to_check)
         {"ssl://127.0.0.1:38837/bootstrap: Receive failed: error:0A000412:SSL routines::sslv3 "
          "alert bad certificate: SSL alert number 42", "requires a client certificate"},
         {"tlsv13 alert certificate required", "requires a client certificate"},
+        {"tlsv13 alert certificate required", "not from a CA the broker trusts"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const char *hint = kafka_tls_hint(cases[i].reason);

@@ -20,6 +20,9 @@ Test(kafka_notice, a_broker_failure_line_is_the_error_events_echo)
     /* and a fatal error, written again as "kafka producer fatal error" */
     cr_assert_eq(kafka_log_level(3, "FATAL", "Fatal error: Broker: Transactional Id authorization "
                                  "failed"), LOG_LVL_DEBUG);
+    cr_assert_eq(kafka_log_level(4, "SSL", "[thrd:ssl://127.0.0.1:9093/bootstrap]: No matching "
+                                 "issuer found in server trusted certificate authorities, not "
+                                 "sending any client certificates"), LOG_LVL_DEBUG);
     cr_assert_eq(kafka_log_level(3, "ERROR", "something else"), LOG_LVL_ERROR);
     cr_assert_eq(kafka_log_level(4, "REQTMOUT", "127.0.0.1:9092/2: Timed out 1 in-flight"), LOG_LVL_WARN);
     cr_assert_eq(kafka_log_level(6, "INFO", "x"), LOG_LVL_INFO);
