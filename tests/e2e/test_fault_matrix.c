@@ -15,7 +15,9 @@
  *
  * OUTBOX_RELAY_TEST_FAULT_ROWS: the backlog (default 3000); OUTBOX_RELAY_TEST_FAULT_ONLY:
  * a comma-separated list of rows to run; OUTBOX_RELAY_TEST_FAULT_CAPTURE=wal for
- * log-based capture; OUTBOX_RELAY_TEST_FAULT_FENCING=none for no fencing. */
+ * log-based capture; OUTBOX_RELAY_TEST_FAULT_FENCING=none for no fencing;
+ * OUTBOX_RELAY_TEST_FAULT_RELAY_OPTIONS: more of the relay's -X options, separated
+ * by spaces (e.g. "log.level=debug kafka.debug=eos,broker" to see why a row is slow). */
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
@@ -287,6 +289,23 @@ static const char *fencing(void)
     return v && *v ? v : "transactional";
 }
 
+/* The relay's -X options: the fencing mode, then those of
+ * OUTBOX_RELAY_TEST_FAULT_RELAY_OPTIONS; @p buf holds their text. */
+static void relay_options(const char **opts, size_t max, char *buf, size_t len)
+{
+    size_t n = 0;
+    int w = snprintf(buf, len, "relay.fencing=%s", fencing());
+    opts[n++] = buf;
+    const char *more = getenv("OUTBOX_RELAY_TEST_FAULT_RELAY_OPTIONS");
+    if (more && *more && (size_t)w + 1 < len) {
+        char *p = buf + w + 1;
+        snprintf(p, len - (size_t)w - 1, "%s", more);
+        for (char *tok = strtok(p, " "); tok && n + 1 < max; tok = strtok(NULL, " "))
+            opts[n++] = tok;
+    }
+    opts[n] = NULL;
+}
+
 /* ---- one row -------------------------------------------------------------- */
 
 static void fini(void)
@@ -322,9 +341,9 @@ static void row_begin(const char *name)
         e2e_wal_enable(&T);
     e2e_migrate(&T);
     e2e_enqueue_series(&T, "order", "a", AGGREGATES, "changed", 1, backlog(), 0);
-    char fence[64];
-    snprintf(fence, sizeof fence, "relay.fencing=%s", fencing());
-    const char *extra[] = {fence, NULL};
+    char buf[512];
+    const char *extra[12];
+    relay_options(extra, 12, buf, sizeof buf);
     R = e2e_relay_start(&T, extra);
     atomic_store(&n_samples, 0);
     atomic_store(&stop_sampler, false);
@@ -490,9 +509,9 @@ Test(fault_matrix, relay_and_coordinator_killed, .fini = fini, .timeout = 900)
     int64_t at = e2e_now_ms();
     e2e_relay_kill(R);
     e2e_kafka_node(&T, "kill", node);
-    char fence[64];
-    snprintf(fence, sizeof fence, "relay.fencing=%s", fencing());
-    const char *extra[] = {fence, NULL};
+    char buf[512];
+    const char *extra[12];
+    relay_options(extra, 12, buf, sizeof buf);
     R = e2e_relay_start(&T, extra);
     e2e_sleep_ms(30000);
     double resumed = resumed_after(at);
