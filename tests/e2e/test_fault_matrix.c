@@ -5,13 +5,14 @@
  * (docs/guarantees.md), outside CI's time budget: suite fault-matrix only.
  *
  * Each row checks at the end, with a read_committed consumer, that every
- * committed event is on Kafka and marked, and that the first deliveries of
- * each aggregate are in order (but where the partition count changes), and
+ * committed event is on Kafka and marked (with capture = wal: the slot
+ * confirmed past it), and that the first deliveries of each aggregate are in
+ * order (within each partition where the partition count changes), and
  * counts the duplicates. It prints one line, appended to
  * OUTBOX_RELAY_TEST_FAULT_RESULTS when set, with the time the relay took to mark
- * rows again: the end of the longest stretch without a row marked, counted
- * from the fault (or from the brokers' return where it waits for them),
- * sampled every 200 ms.
+ * rows again (wal: to confirm a later position): the end of the longest
+ * stretch without progress, counted from the fault (or from the brokers'
+ * return where it waits for them), sampled every 200 ms.
  *
  * OUTBOX_RELAY_TEST_FAULT_ROWS: the backlog (default 3000); OUTBOX_RELAY_TEST_FAULT_ONLY:
  * a comma-separated list of rows to run; OUTBOX_RELAY_TEST_FAULT_CAPTURE=wal for
@@ -217,12 +218,26 @@ static void *writer_main(void *arg)
     return NULL;
 }
 
+/* What says the relay published more: in polling mode the rows marked; with
+ * capture = wal, which marks nothing, the position it confirmed on the slot
+ * (after Kafka committed what came before it). */
+static void progress_sql(char *sql, size_t len)
+{
+    if (T.wal)
+        snprintf(sql, len,
+                 "SELECT coalesce((SELECT (confirmed_flush_lsn - '0/0')::bigint FROM pg_replication_slots "
+                 "WHERE slot_name = '%s'), 0)",
+                 T.table);
+    else
+        snprintf(sql, len, "SELECT count(*) FROM %s WHERE sent_at IS NOT NULL", T.qtable);
+}
+
 static void *sampler_main(void *arg)
 {
     (void)arg;
     PGconn *c = e2e_pg_connect();
-    char sql[256];
-    snprintf(sql, sizeof sql, "SELECT count(*) FROM %s WHERE sent_at IS NOT NULL", T.qtable);
+    char sql[512];
+    progress_sql(sql, sizeof sql);
     while (!atomic_load(&stop_sampler)) {
         PGresult *res = PQexec(c, sql);
         int i = atomic_load(&n_samples);
@@ -238,9 +253,11 @@ static void *sampler_main(void *arg)
     return NULL;
 }
 
-static long long marked_now(void)
+static long long progress_now(void)
 {
-    return e2e_query_int(T.conn, "SELECT count(*) FROM %s WHERE sent_at IS NOT NULL", T.qtable);
+    char sql[512];
+    progress_sql(sql, sizeof sql);
+    return e2e_query_int(T.conn, "%s", sql);
 }
 
 /* Seconds from @p from_ms to the end of the longest stretch without a new
@@ -291,11 +308,15 @@ static const char *fencing(void)
 
 /* The relay's -X options: the fencing mode, then those of
  * OUTBOX_RELAY_TEST_FAULT_RELAY_OPTIONS; @p buf holds their text. */
+static const char *row_option; /* one more, of the row itself */
+
 static void relay_options(const char **opts, size_t max, char *buf, size_t len)
 {
     size_t n = 0;
     int w = snprintf(buf, len, "relay.fencing=%s", fencing());
     opts[n++] = buf;
+    if (row_option)
+        opts[n++] = row_option;
     const char *more = getenv("OUTBOX_RELAY_TEST_FAULT_RELAY_OPTIONS");
     if (more && *more && (size_t)w + 1 < len) {
         char *p = buf + w + 1;
@@ -340,7 +361,20 @@ static void row_begin(const char *name)
     if (capture && !strcmp(capture, "wal"))
         e2e_wal_enable(&T);
     e2e_migrate(&T);
-    e2e_enqueue_series(&T, "order", "a", AGGREGATES, "changed", 1, backlog(), 0);
+    /* With capture = wal the backlog is 20 transactions: the fault strikes
+     * once the slot is confirmed past the tenth (a transaction is confirmed
+     * whole). */
+    char half_lsn[64] = "";
+    int slices = T.wal ? 20 : 1;
+    for (int i = 0; i < slices; i++) {
+        e2e_enqueue_series(&T, "order", "a", AGGREGATES, "changed", 1 + i * backlog() / slices,
+                           (i + 1) * backlog() / slices, 0);
+        if (T.wal && i == slices / 2 - 1) {
+            PGresult *res = e2e_query(T.conn, "SELECT pg_current_wal_insert_lsn()::text");
+            snprintf(half_lsn, sizeof half_lsn, "%s", PQgetvalue(res, 0, 0));
+            PQclear(res);
+        }
+    }
     char buf[512];
     const char *extra[12];
     relay_options(extra, 12, buf, sizeof buf);
@@ -354,14 +388,20 @@ static void row_begin(const char *name)
         atomic_store(&W[i].committed, 0);
         cr_assert_eq(pthread_create(&W[i].th, NULL, writer_main, &W[i]), 0);
     }
-    cr_assert(e2e_wait_sql(&T, 180000, "SELECT count(*) >= %d FROM %s WHERE sent_at IS NOT NULL",
-                           backlog() / 2, T.qtable),
-              "half the backlog not marked within 180 s (log %s)", R->log_path);
+    if (T.wal)
+        cr_assert(e2e_wait_sql(&T, 180000,
+                               "SELECT confirmed_flush_lsn >= '%s'::pg_lsn FROM pg_replication_slots "
+                               "WHERE slot_name = '%s'",
+                               half_lsn, T.table),
+                  "half the backlog not confirmed within 180 s (log %s)", R->log_path);
+    else
+        cr_assert(e2e_wait_sql(&T, 180000, "SELECT count(*) >= %d FROM %s WHERE sent_at IS NOT NULL",
+                               backlog() / 2, T.qtable),
+                  "half the backlog not marked within 180 s (log %s)", R->log_path);
 }
 
-/* Writers stopped, the brokers all up again, every row marked; then the check
- * and the result line. @p resumed: seconds until the relay marked rows again. */
-static void row_end(const char *name, const char *what, double resumed, const char *order_note)
+/* Writers stopped, the brokers all up again, every row marked. */
+static long row_settle(void)
 {
     e2e_sleep_ms(5000); /* load after the recovery too */
     atomic_store(&stop_writers, true);
@@ -371,10 +411,22 @@ static void row_end(const char *name, const char *what, double resumed, const ch
         written += atomic_load(&W[i].committed);
     }
     restart_dead_nodes();
-    e2e_wait_all_sent(&T, 300000);
+    if (T.wal)
+        cr_assert(e2e_wal_wait_confirmed(&T, 300000), "the slot was not confirmed past the last event (log %s)",
+                  R->log_path);
+    else
+        e2e_wait_all_sent(&T, 300000);
     atomic_store(&stop_sampler, true);
     pthread_join(sampler_th, NULL);
-    size_t dups = e2e_check_delivered(&T, what, true, false, 0);
+    return written;
+}
+
+/* The check and the result line, after row_settle. @p resumed: seconds until
+ * the relay marked rows again. */
+static void row_report(const char *name, const char *what, long written, double resumed,
+                       const char *order_note)
+{
+    size_t dups = e2e_check_delivered(&T, what, !T.wal, false, 0);
     long long rows = e2e_query_int(T.conn, "SELECT count(*) FROM %s", T.qtable);
     char version[32];
     kafka_version(version, sizeof version);
@@ -392,6 +444,12 @@ static void row_end(const char *name, const char *what, double resumed, const ch
     }
     if (R && R->pid)
         cr_assert_eq(e2e_relay_stop(R, 30000), 0, "the relay did not exit 0 on SIGTERM");
+}
+
+static void row_end(const char *name, const char *what, double resumed, const char *order_note)
+{
+    long written = row_settle();
+    row_report(name, what, written, resumed, order_note);
 }
 
 /* @p node killed -9 and left dead for @p dead_s seconds: the relay must go on
@@ -432,7 +490,8 @@ Test(fault_matrix, broker_stopped_30s, .fini = fini, .timeout = 900)
     row_begin("hung");
     int node = topic_leader(0);
     cr_assert(node >= 1 && node <= 3, "no leader of partition 0");
-    fprintf(stderr, "fault-matrix: hung: SIGSTOP to node %d for 30 s\n", node);
+    fprintf(stderr, "fault-matrix: hung: SIGSTOP to node %d for 30 s (coordinator: node %d, controller: node %d)\n",
+            node, transaction_coordinator(), active_controller());
     int64_t at = e2e_now_ms();
     e2e_kafka_node(&T, "pause", node);
     e2e_sleep_ms(30000);
@@ -451,9 +510,9 @@ static double nodes_down(int n, int hold_s, const char *name)
     for (int node = 3; node > 3 - n; node--)
         e2e_kafka_node(&T, "kill", node);
     e2e_sleep_ms(5000); /* what was acknowledged before is marked */
-    long long before = marked_now();
+    long long before = progress_now();
     e2e_sleep_ms((hold_s - 5) * 1000);
-    long long after = marked_now();
+    long long after = progress_now();
     char *body = NULL;
     int status = e2e_relay_http_get(R, "/readyz?verbose", &body);
     cr_assert_eq(after, before, "%s: %lld rows marked while %d of 3 brokers were down", name, after - before,
