@@ -191,6 +191,7 @@ struct writer {
 };
 
 static struct writer W[WRITERS];
+static int writer_keys = 1; /* aggregates per writer, written in turn */
 static atomic_bool stop_writers, stop_sampler;
 static pthread_t sampler_th;
 static int64_t sample_ms[MAX_SAMPLES];
@@ -204,8 +205,8 @@ static void *writer_main(void *arg)
     PGconn *c = e2e_pg_connect();
     int64_t start = e2e_now_ms();
     for (long seq = 1; !atomic_load(&stop_writers); seq++) {
-        snprintf(sql, sizeof sql, "SELECT %s('order', 'w%d', 'created', jsonb_build_object('i', %ld))",
-                 T.qenqueue, w->id, seq);
+        snprintf(sql, sizeof sql, "SELECT %s('order', 'w%d-%ld', 'created', jsonb_build_object('i', %ld))",
+                 T.qenqueue, w->id, seq % writer_keys, seq);
         PGresult *res = PQexec(c, sql);
         if (PQresultStatus(res) == PGRES_TUPLES_OK)
             atomic_fetch_add(&w->committed, 1);
@@ -576,4 +577,117 @@ Test(fault_matrix, relay_and_coordinator_killed, .fini = fini, .timeout = 900)
     double resumed = resumed_after(at);
     cr_assert(resumed < 29, "relaycoord: nothing marked for %.1f s (log %s)", resumed, R->log_path);
     row_end("relaycoord", "relay and transaction coordinator killed -9, relay started again", resumed, "kept");
+}
+
+/* ---- the partition count raised ------------------------------------------ */
+
+#define PARTITIONS_BEFORE 4     /* kafka.sh's num.partitions */
+#define PARTITIONS_AFTER 8
+
+static void partitions_raise(const char *topic, int total)
+{
+    char errstr[256];
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    rd_kafka_conf_set(conf, "bootstrap.servers", T.kafka, errstr, sizeof errstr);
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof errstr);
+    cr_assert(rk, "rd_kafka_new: %s", errstr);
+    rd_kafka_queue_t *q = rd_kafka_queue_new(rk);
+    rd_kafka_NewPartitions_t *np = rd_kafka_NewPartitions_new(topic, (size_t)total, errstr, sizeof errstr);
+    cr_assert(np, "NewPartitions: %s", errstr);
+    rd_kafka_CreatePartitions(rk, &np, 1, NULL, q);
+    rd_kafka_event_t *ev = rd_kafka_queue_poll(q, 60000);
+    cr_assert(ev, "CreatePartitions %s: no answer within 60 s", topic);
+    const rd_kafka_CreatePartitions_result_t *res = rd_kafka_event_CreatePartitions_result(ev);
+    size_t n = 0;
+    const rd_kafka_topic_result_t **tr = res ? rd_kafka_CreatePartitions_result_topics(res, &n) : NULL;
+    cr_assert(n == 1 && rd_kafka_topic_result_error(tr[0]) == RD_KAFKA_RESP_ERR_NO_ERROR,
+              "CreatePartitions %s: %s", topic,
+              n ? rd_kafka_topic_result_error_string(tr[0]) : rd_kafka_event_error_string(ev));
+    rd_kafka_event_destroy(ev);
+    rd_kafka_NewPartitions_destroy(np);
+    rd_kafka_queue_destroy(q);
+    rd_kafka_destroy(rk);
+}
+
+struct key_spread {
+    char key[32];
+    unsigned partitions;        /* bit per partition holding the key */
+    int64_t min_id[PARTITIONS_AFTER], max_id[PARTITIONS_AFTER];
+};
+
+/* Reads the topic back and says how many keys landed in more than one
+ * partition, and of those how many were cut cleanly (every event in the old
+ * partition older than every one in the new). */
+static void partitions_spread(const char *topic, char *note, size_t len)
+{
+    struct e2e_msgs msgs = {0};
+    const char *topics[] = {topic};
+    e2e_consume_from(T.kafka, true, topics, 1, 60000, &msgs);
+    struct key_spread keys[AGGREGATES + WRITERS * 10 + 8];
+    size_t n_keys = 0;
+    for (size_t i = 0; i < msgs.n; i++) {
+        const struct e2e_msg *m = &msgs.v[i];
+        const char *oid = e2e_msg_header(m, "outbox_id");
+        if (!m->key || !oid || m->partition < 0 || m->partition >= PARTITIONS_AFTER)
+            continue;
+        struct key_spread *k = NULL;
+        for (size_t j = 0; j < n_keys && !k; j++)
+            if (!strcmp(keys[j].key, m->key))
+                k = &keys[j];
+        if (!k) {
+            cr_assert(n_keys < sizeof keys / sizeof keys[0], "more keys than written");
+            k = &keys[n_keys++];
+            memset(k, 0, sizeof *k);
+            snprintf(k->key, sizeof k->key, "%s", m->key);
+        }
+        int p = m->partition;
+        int64_t id = atoll(oid);
+        if (!(k->partitions & (1u << p)) || id < k->min_id[p])
+            k->min_id[p] = id;
+        if (!(k->partitions & (1u << p)) || id > k->max_id[p])
+            k->max_id[p] = id;
+        k->partitions |= 1u << p;
+    }
+    int moved = 0, clean = 0;
+    for (size_t j = 0; j < n_keys; j++) {
+        if (__builtin_popcount(keys[j].partitions) < 2)
+            continue;
+        moved++;
+        bool cut = true;
+        for (int p = 0; p < PARTITIONS_AFTER; p++)
+            for (int q = 0; q < PARTITIONS_AFTER; q++)
+                if (p != q && (keys[j].partitions & (1u << p)) && (keys[j].partitions & (1u << q)) &&
+                    keys[j].min_id[p] < keys[j].min_id[q] && keys[j].max_id[p] > keys[j].min_id[q])
+                    cut = false;
+        clean += cut;
+    }
+    snprintf(note, len, "per-partition;moved=%d/%zu;clean_cut=%d", moved, n_keys, clean);
+    e2e_msgs_free(&msgs);
+}
+
+/* The topic grows from 4 to 8 partitions under load. librdkafka sees the new
+ * count at its next metadata refresh: 5 minutes by default, 5 s in this row
+ * (kafka.topic.metadata.refresh.interval.ms) so that the row is short. From
+ * then on a key may hash to another partition: the check is per partition,
+ * and the row counts the keys that moved. The writers write 40 aggregates
+ * here, since the backlog's are drained before the relay sees the new count. */
+Test(fault_matrix, partitions_raised, .fini = fini, .timeout = 900)
+{
+    row_option = "kafka.topic.metadata.refresh.interval.ms=5000";
+    writer_keys = 10; /* the backlog is drained before the new count is seen: the writers' keys move */
+    row_begin("partitions");
+    char topic[128];
+    snprintf(topic, sizeof topic, "%s.order", T.table);
+    fprintf(stderr, "fault-matrix: partitions: %s from %d to %d partitions\n", topic, PARTITIONS_BEFORE,
+            PARTITIONS_AFTER);
+    int64_t at = e2e_now_ms();
+    partitions_raise(topic, PARTITIONS_AFTER);
+    e2e_sleep_ms(30000);
+    double resumed = resumed_after(at);
+    long written = row_settle();
+    e2e_keys_may_move = true;
+    char note[128];
+    partitions_spread(topic, note, sizeof note);
+    row_report("partitions", "partition count raised from 4 to 8", written, resumed, note);
+    e2e_keys_may_move = false;
 }
