@@ -307,10 +307,10 @@ static const char *fencing(void)
     return v && *v ? v : "transactional";
 }
 
-/* The relay's -X options: the fencing mode, then those of
- * OUTBOX_RELAY_TEST_FAULT_RELAY_OPTIONS; @p buf holds their text. */
-static const char *row_option; /* one more, of the row itself */
+static const char *row_option; /* one more -X option, of the row itself */
 
+/* The relay's -X options: the fencing mode, the row's, then those of
+ * OUTBOX_RELAY_TEST_FAULT_RELAY_OPTIONS; @p buf holds their text. */
 static void relay_options(const char **opts, size_t max, char *buf, size_t len)
 {
     size_t n = 0;
