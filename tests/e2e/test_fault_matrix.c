@@ -477,7 +477,11 @@ Test(fault_matrix, partition_leader_killed, .fini = fini, .timeout = 900)
 Test(fault_matrix, transaction_coordinator_killed, .fini = fini, .timeout = 900)
 {
     row_begin("coordinator");
-    kill_and_wait("coordinator", "transaction coordinator killed -9", transaction_coordinator(), 30);
+    int node = transaction_coordinator();
+    /* Without transactions a cluster may have no transaction state log at all. */
+    if (node < 1 && !strcmp(fencing(), "none"))
+        cr_skip_test("relay.fencing = none: no transaction coordinator on this cluster");
+    kill_and_wait("coordinator", "transaction coordinator killed -9", node, 30);
 }
 
 Test(fault_matrix, active_controller_killed, .fini = fini, .timeout = 900)
