@@ -5,17 +5,20 @@
  * (docs/guarantees.md), outside CI's time budget: suite fault-matrix only.
  *
  * Each row checks at the end, with a read_committed consumer, that every
- * committed event is on Kafka and marked, and that the first deliveries of
- * each aggregate are in order (but where the partition count changes), and
+ * committed event is on Kafka and marked (with capture = wal: the slot
+ * confirmed past it), and that the first deliveries of each aggregate are in
+ * order (within each partition where the partition count changes), and
  * counts the duplicates. It prints one line, appended to
  * OUTBOX_RELAY_TEST_FAULT_RESULTS when set, with the time the relay took to mark
- * rows again: the end of the longest stretch without a row marked, counted
- * from the fault (or from the brokers' return where it waits for them),
- * sampled every 200 ms.
+ * rows again (wal: to confirm a later position): the end of the longest
+ * stretch without progress, counted from the fault (or from the brokers'
+ * return where it waits for them), sampled every 200 ms.
  *
  * OUTBOX_RELAY_TEST_FAULT_ROWS: the backlog (default 3000); OUTBOX_RELAY_TEST_FAULT_ONLY:
  * a comma-separated list of rows to run; OUTBOX_RELAY_TEST_FAULT_CAPTURE=wal for
- * log-based capture; OUTBOX_RELAY_TEST_FAULT_FENCING=none for no fencing. */
+ * log-based capture; OUTBOX_RELAY_TEST_FAULT_FENCING=none for no fencing;
+ * OUTBOX_RELAY_TEST_FAULT_RELAY_OPTIONS: more of the relay's -X options, separated
+ * by spaces (e.g. "log.level=debug kafka.debug=eos,broker" to see why a row is slow). */
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
@@ -188,6 +191,7 @@ struct writer {
 };
 
 static struct writer W[WRITERS];
+static int writer_keys = 1; /* aggregates per writer, written in turn */
 static atomic_bool stop_writers, stop_sampler;
 static pthread_t sampler_th;
 static int64_t sample_ms[MAX_SAMPLES];
@@ -201,8 +205,8 @@ static void *writer_main(void *arg)
     PGconn *c = e2e_pg_connect();
     int64_t start = e2e_now_ms();
     for (long seq = 1; !atomic_load(&stop_writers); seq++) {
-        snprintf(sql, sizeof sql, "SELECT %s('order', 'w%d', 'created', jsonb_build_object('i', %ld))",
-                 T.qenqueue, w->id, seq);
+        snprintf(sql, sizeof sql, "SELECT %s('order', 'w%d-%ld', 'created', jsonb_build_object('i', %ld))",
+                 T.qenqueue, w->id, seq % writer_keys, seq);
         PGresult *res = PQexec(c, sql);
         if (PQresultStatus(res) == PGRES_TUPLES_OK)
             atomic_fetch_add(&w->committed, 1);
@@ -215,12 +219,26 @@ static void *writer_main(void *arg)
     return NULL;
 }
 
+/* What says the relay published more: in polling mode the rows marked; with
+ * capture = wal, which marks nothing, the position it confirmed on the slot
+ * (after Kafka committed what came before it). */
+static void progress_sql(char *sql, size_t len)
+{
+    if (T.wal)
+        snprintf(sql, len,
+                 "SELECT coalesce((SELECT (confirmed_flush_lsn - '0/0')::bigint FROM pg_replication_slots "
+                 "WHERE slot_name = '%s'), 0)",
+                 T.table);
+    else
+        snprintf(sql, len, "SELECT count(*) FROM %s WHERE sent_at IS NOT NULL", T.qtable);
+}
+
 static void *sampler_main(void *arg)
 {
     (void)arg;
     PGconn *c = e2e_pg_connect();
-    char sql[256];
-    snprintf(sql, sizeof sql, "SELECT count(*) FROM %s WHERE sent_at IS NOT NULL", T.qtable);
+    char sql[512];
+    progress_sql(sql, sizeof sql);
     while (!atomic_load(&stop_sampler)) {
         PGresult *res = PQexec(c, sql);
         int i = atomic_load(&n_samples);
@@ -236,9 +254,11 @@ static void *sampler_main(void *arg)
     return NULL;
 }
 
-static long long marked_now(void)
+static long long progress_now(void)
 {
-    return e2e_query_int(T.conn, "SELECT count(*) FROM %s WHERE sent_at IS NOT NULL", T.qtable);
+    char sql[512];
+    progress_sql(sql, sizeof sql);
+    return e2e_query_int(T.conn, "%s", sql);
 }
 
 /* Seconds from @p from_ms to the end of the longest stretch without a new
@@ -287,6 +307,27 @@ static const char *fencing(void)
     return v && *v ? v : "transactional";
 }
 
+static const char *row_option; /* one more -X option, of the row itself */
+
+/* The relay's -X options: the fencing mode, the row's, then those of
+ * OUTBOX_RELAY_TEST_FAULT_RELAY_OPTIONS; @p buf holds their text. */
+static void relay_options(const char **opts, size_t max, char *buf, size_t len)
+{
+    size_t n = 0;
+    int w = snprintf(buf, len, "relay.fencing=%s", fencing());
+    opts[n++] = buf;
+    if (row_option)
+        opts[n++] = row_option;
+    const char *more = getenv("OUTBOX_RELAY_TEST_FAULT_RELAY_OPTIONS");
+    if (more && *more && (size_t)w + 1 < len) {
+        char *p = buf + w + 1;
+        snprintf(p, len - (size_t)w - 1, "%s", more);
+        for (char *tok = strtok(p, " "); tok && n + 1 < max; tok = strtok(NULL, " "))
+            opts[n++] = tok;
+    }
+    opts[n] = NULL;
+}
+
 /* ---- one row -------------------------------------------------------------- */
 
 static void fini(void)
@@ -321,10 +362,23 @@ static void row_begin(const char *name)
     if (capture && !strcmp(capture, "wal"))
         e2e_wal_enable(&T);
     e2e_migrate(&T);
-    e2e_enqueue_series(&T, "order", "a", AGGREGATES, "changed", 1, backlog(), 0);
-    char fence[64];
-    snprintf(fence, sizeof fence, "relay.fencing=%s", fencing());
-    const char *extra[] = {fence, NULL};
+    /* With capture = wal the backlog is 20 transactions: the fault strikes
+     * once the slot is confirmed past the tenth (a transaction is confirmed
+     * whole). */
+    char half_lsn[64] = "";
+    int slices = T.wal ? 20 : 1;
+    for (int i = 0; i < slices; i++) {
+        e2e_enqueue_series(&T, "order", "a", AGGREGATES, "changed", 1 + i * backlog() / slices,
+                           (i + 1) * backlog() / slices, 0);
+        if (T.wal && i == slices / 2 - 1) {
+            PGresult *res = e2e_query(T.conn, "SELECT pg_current_wal_insert_lsn()::text");
+            snprintf(half_lsn, sizeof half_lsn, "%s", PQgetvalue(res, 0, 0));
+            PQclear(res);
+        }
+    }
+    char buf[512];
+    const char *extra[12];
+    relay_options(extra, 12, buf, sizeof buf);
     R = e2e_relay_start(&T, extra);
     atomic_store(&n_samples, 0);
     atomic_store(&stop_sampler, false);
@@ -335,14 +389,20 @@ static void row_begin(const char *name)
         atomic_store(&W[i].committed, 0);
         cr_assert_eq(pthread_create(&W[i].th, NULL, writer_main, &W[i]), 0);
     }
-    cr_assert(e2e_wait_sql(&T, 180000, "SELECT count(*) >= %d FROM %s WHERE sent_at IS NOT NULL",
-                           backlog() / 2, T.qtable),
-              "half the backlog not marked within 180 s (log %s)", R->log_path);
+    if (T.wal)
+        cr_assert(e2e_wait_sql(&T, 180000,
+                               "SELECT confirmed_flush_lsn >= '%s'::pg_lsn FROM pg_replication_slots "
+                               "WHERE slot_name = '%s'",
+                               half_lsn, T.table),
+                  "half the backlog not confirmed within 180 s (log %s)", R->log_path);
+    else
+        cr_assert(e2e_wait_sql(&T, 180000, "SELECT count(*) >= %d FROM %s WHERE sent_at IS NOT NULL",
+                               backlog() / 2, T.qtable),
+                  "half the backlog not marked within 180 s (log %s)", R->log_path);
 }
 
-/* Writers stopped, the brokers all up again, every row marked; then the check
- * and the result line. @p resumed: seconds until the relay marked rows again. */
-static void row_end(const char *name, const char *what, double resumed, const char *order_note)
+/* Writers stopped, the brokers all up again, every row marked. */
+static long row_settle(void)
 {
     e2e_sleep_ms(5000); /* load after the recovery too */
     atomic_store(&stop_writers, true);
@@ -352,10 +412,22 @@ static void row_end(const char *name, const char *what, double resumed, const ch
         written += atomic_load(&W[i].committed);
     }
     restart_dead_nodes();
-    e2e_wait_all_sent(&T, 300000);
+    if (T.wal)
+        cr_assert(e2e_wal_wait_confirmed(&T, 300000), "the slot was not confirmed past the last event (log %s)",
+                  R->log_path);
+    else
+        e2e_wait_all_sent(&T, 300000);
     atomic_store(&stop_sampler, true);
     pthread_join(sampler_th, NULL);
-    size_t dups = e2e_check_delivered(&T, what, true, false, 0);
+    return written;
+}
+
+/* The check and the result line, after row_settle. @p resumed: seconds until
+ * the relay marked rows again. */
+static void row_report(const char *name, const char *what, long written, double resumed,
+                       const char *order_note)
+{
+    size_t dups = e2e_check_delivered(&T, what, !T.wal, false, 0);
     long long rows = e2e_query_int(T.conn, "SELECT count(*) FROM %s", T.qtable);
     char version[32];
     kafka_version(version, sizeof version);
@@ -373,6 +445,12 @@ static void row_end(const char *name, const char *what, double resumed, const ch
     }
     if (R && R->pid)
         cr_assert_eq(e2e_relay_stop(R, 30000), 0, "the relay did not exit 0 on SIGTERM");
+}
+
+static void row_end(const char *name, const char *what, double resumed, const char *order_note)
+{
+    long written = row_settle();
+    row_report(name, what, written, resumed, order_note);
 }
 
 /* @p node killed -9 and left dead for @p dead_s seconds: the relay must go on
@@ -399,7 +477,11 @@ Test(fault_matrix, partition_leader_killed, .fini = fini, .timeout = 900)
 Test(fault_matrix, transaction_coordinator_killed, .fini = fini, .timeout = 900)
 {
     row_begin("coordinator");
-    kill_and_wait("coordinator", "transaction coordinator killed -9", transaction_coordinator(), 30);
+    int node = transaction_coordinator();
+    /* Without transactions a cluster may have no transaction state log at all. */
+    if (node < 1 && !strcmp(fencing(), "none"))
+        cr_skip_test("relay.fencing = none: no transaction coordinator on this cluster");
+    kill_and_wait("coordinator", "transaction coordinator killed -9", node, 30);
 }
 
 Test(fault_matrix, active_controller_killed, .fini = fini, .timeout = 900)
@@ -413,7 +495,8 @@ Test(fault_matrix, broker_stopped_30s, .fini = fini, .timeout = 900)
     row_begin("hung");
     int node = topic_leader(0);
     cr_assert(node >= 1 && node <= 3, "no leader of partition 0");
-    fprintf(stderr, "fault-matrix: hung: SIGSTOP to node %d for 30 s\n", node);
+    fprintf(stderr, "fault-matrix: hung: SIGSTOP to node %d for 30 s (coordinator: node %d, controller: node %d)\n",
+            node, transaction_coordinator(), active_controller());
     int64_t at = e2e_now_ms();
     e2e_kafka_node(&T, "pause", node);
     e2e_sleep_ms(30000);
@@ -432,9 +515,9 @@ static double nodes_down(int n, int hold_s, const char *name)
     for (int node = 3; node > 3 - n; node--)
         e2e_kafka_node(&T, "kill", node);
     e2e_sleep_ms(5000); /* what was acknowledged before is marked */
-    long long before = marked_now();
+    long long before = progress_now();
     e2e_sleep_ms((hold_s - 5) * 1000);
-    long long after = marked_now();
+    long long after = progress_now();
     char *body = NULL;
     int status = e2e_relay_http_get(R, "/readyz?verbose", &body);
     cr_assert_eq(after, before, "%s: %lld rows marked while %d of 3 brokers were down", name, after - before,
@@ -490,12 +573,125 @@ Test(fault_matrix, relay_and_coordinator_killed, .fini = fini, .timeout = 900)
     int64_t at = e2e_now_ms();
     e2e_relay_kill(R);
     e2e_kafka_node(&T, "kill", node);
-    char fence[64];
-    snprintf(fence, sizeof fence, "relay.fencing=%s", fencing());
-    const char *extra[] = {fence, NULL};
+    char buf[512];
+    const char *extra[12];
+    relay_options(extra, 12, buf, sizeof buf);
     R = e2e_relay_start(&T, extra);
     e2e_sleep_ms(30000);
     double resumed = resumed_after(at);
     cr_assert(resumed < 29, "relaycoord: nothing marked for %.1f s (log %s)", resumed, R->log_path);
     row_end("relaycoord", "relay and transaction coordinator killed -9, relay started again", resumed, "kept");
+}
+
+/* ---- the partition count raised ------------------------------------------ */
+
+#define PARTITIONS_BEFORE 4     /* kafka.sh's num.partitions */
+#define PARTITIONS_AFTER 8
+
+static void partitions_raise(const char *topic, int total)
+{
+    char errstr[256];
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    rd_kafka_conf_set(conf, "bootstrap.servers", T.kafka, errstr, sizeof errstr);
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof errstr);
+    cr_assert(rk, "rd_kafka_new: %s", errstr);
+    rd_kafka_queue_t *q = rd_kafka_queue_new(rk);
+    rd_kafka_NewPartitions_t *np = rd_kafka_NewPartitions_new(topic, (size_t)total, errstr, sizeof errstr);
+    cr_assert(np, "NewPartitions: %s", errstr);
+    rd_kafka_CreatePartitions(rk, &np, 1, NULL, q);
+    rd_kafka_event_t *ev = rd_kafka_queue_poll(q, 60000);
+    cr_assert(ev, "CreatePartitions %s: no answer within 60 s", topic);
+    const rd_kafka_CreatePartitions_result_t *res = rd_kafka_event_CreatePartitions_result(ev);
+    size_t n = 0;
+    const rd_kafka_topic_result_t **tr = res ? rd_kafka_CreatePartitions_result_topics(res, &n) : NULL;
+    cr_assert(n == 1 && rd_kafka_topic_result_error(tr[0]) == RD_KAFKA_RESP_ERR_NO_ERROR,
+              "CreatePartitions %s: %s", topic,
+              n ? rd_kafka_topic_result_error_string(tr[0]) : rd_kafka_event_error_string(ev));
+    rd_kafka_event_destroy(ev);
+    rd_kafka_NewPartitions_destroy(np);
+    rd_kafka_queue_destroy(q);
+    rd_kafka_destroy(rk);
+}
+
+struct key_spread {
+    char key[32];
+    unsigned partitions;        /* bit per partition holding the key */
+    int64_t min_id[PARTITIONS_AFTER], max_id[PARTITIONS_AFTER];
+};
+
+/* Reads the topic back and says how many keys landed in more than one
+ * partition, and of those how many were cut cleanly (every event in the old
+ * partition older than every one in the new). */
+static void partitions_spread(const char *topic, char *note, size_t len)
+{
+    struct e2e_msgs msgs = {0};
+    const char *topics[] = {topic};
+    e2e_consume_from(T.kafka, true, topics, 1, 60000, &msgs);
+    struct key_spread keys[AGGREGATES + WRITERS * 10 + 8];
+    size_t n_keys = 0;
+    for (size_t i = 0; i < msgs.n; i++) {
+        const struct e2e_msg *m = &msgs.v[i];
+        const char *oid = e2e_msg_header(m, "outbox_id");
+        if (!m->key || !oid || m->partition < 0 || m->partition >= PARTITIONS_AFTER)
+            continue;
+        struct key_spread *k = NULL;
+        for (size_t j = 0; j < n_keys && !k; j++)
+            if (!strcmp(keys[j].key, m->key))
+                k = &keys[j];
+        if (!k) {
+            cr_assert(n_keys < sizeof keys / sizeof keys[0], "more keys than written");
+            k = &keys[n_keys++];
+            memset(k, 0, sizeof *k);
+            snprintf(k->key, sizeof k->key, "%s", m->key);
+        }
+        int p = m->partition;
+        int64_t id = atoll(oid);
+        if (!(k->partitions & (1u << p)) || id < k->min_id[p])
+            k->min_id[p] = id;
+        if (!(k->partitions & (1u << p)) || id > k->max_id[p])
+            k->max_id[p] = id;
+        k->partitions |= 1u << p;
+    }
+    int moved = 0, clean = 0;
+    for (size_t j = 0; j < n_keys; j++) {
+        if (__builtin_popcount(keys[j].partitions) < 2)
+            continue;
+        moved++;
+        bool cut = true;
+        for (int p = 0; p < PARTITIONS_AFTER; p++)
+            for (int q = 0; q < PARTITIONS_AFTER; q++)
+                if (p != q && (keys[j].partitions & (1u << p)) && (keys[j].partitions & (1u << q)) &&
+                    keys[j].min_id[p] < keys[j].min_id[q] && keys[j].max_id[p] > keys[j].min_id[q])
+                    cut = false;
+        clean += cut;
+    }
+    snprintf(note, len, "per-partition;moved=%d/%zu;clean_cut=%d", moved, n_keys, clean);
+    e2e_msgs_free(&msgs);
+}
+
+/* The topic grows from 4 to 8 partitions under load. librdkafka sees the new
+ * count at its next metadata refresh: 5 minutes by default, 5 s in this row
+ * (kafka.topic.metadata.refresh.interval.ms) so that the row is short. From
+ * then on a key may hash to another partition: the check is per partition,
+ * and the row counts the keys that moved. The writers write 40 aggregates
+ * here, since the backlog's are drained before the relay sees the new count. */
+Test(fault_matrix, partitions_raised, .fini = fini, .timeout = 900)
+{
+    row_option = "kafka.topic.metadata.refresh.interval.ms=5000";
+    writer_keys = 10; /* the backlog is drained before the new count is seen: the writers' keys move */
+    row_begin("partitions");
+    char topic[128];
+    snprintf(topic, sizeof topic, "%s.order", T.table);
+    fprintf(stderr, "fault-matrix: partitions: %s from %d to %d partitions\n", topic, PARTITIONS_BEFORE,
+            PARTITIONS_AFTER);
+    int64_t at = e2e_now_ms();
+    partitions_raise(topic, PARTITIONS_AFTER);
+    e2e_sleep_ms(30000);
+    double resumed = resumed_after(at);
+    long written = row_settle();
+    e2e_keys_may_move = true;
+    char note[128];
+    partitions_spread(topic, note, sizeof note);
+    row_report("partitions", "partition count raised from 4 to 8", written, resumed, note);
+    e2e_keys_may_move = false;
 }

@@ -197,6 +197,7 @@ static bool streq_n(const char *a, const char *b)
 }
 
 bool e2e_check_order = true;
+bool e2e_keys_may_move = false;
 bool (*e2e_unmatched_ok)(const struct e2e_msg *m);
 
 void e2e_verify(const struct e2e_ctx *t, struct e2e_rows *rows, const struct e2e_msgs *msgs,
@@ -284,7 +285,8 @@ void e2e_verify(const struct e2e_ctx *t, struct e2e_rows *rows, const struct e2e
             continue;
         struct key_order *k = NULL;
         for (size_t j = n_keys; j-- > 0;)
-            if (!strcmp(keys[j].key, m->key) && !strcmp(keys[j].topic, m->topic)) {
+            if (!strcmp(keys[j].key, m->key) && !strcmp(keys[j].topic, m->topic) &&
+                (!e2e_keys_may_move || keys[j].partition == m->partition)) {
                 k = &keys[j];
                 break;
             }

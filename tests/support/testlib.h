@@ -369,6 +369,11 @@ size_t e2e_check_delivered_dups(struct e2e_ctx *t, const char *what, bool marked
  *  test that does, and why). */
 extern bool e2e_check_order;
 
+/** When set, a key's messages may be in more than one partition (the topic's
+ *  partition count was raised): e2e_verify checks the order per key within
+ *  each partition. */
+extern bool e2e_keys_may_move;
+
 /** When set, e2e_verify accepts a message that matches no row if this says
  *  so (a failover test: a transaction the old primary committed but never
  *  acknowledged, lost with it, may have been relayed). */
