@@ -121,3 +121,25 @@ maven_fetch() {
 # (C1) compiler alone and the serial collector are enough for test loads.
 # shellcheck disable=SC2034  # used by the scripts that source this one
 JVM_LEAN=(-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xshare:auto -Djava.awt.headless=true)
+
+# What Kafka's own start scripts give a JVM (kafka-run-class.sh's
+# KAFKA_JVM_PERFORMANCE_OPTS: G1, the optimising JIT), as users run a broker
+# or Connect; the heap comes from each script (KAFKA_HEAP_OPTS).
+# shellcheck disable=SC2034  # used by the scripts that source this one
+JVM_STOCK=(-server -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:InitiatingHeapOccupancyPercent=35
+           -XX:+ExplicitGCInvokesConcurrent -XX:MaxInlineLevel=15 -Djava.awt.headless=true)
+
+# jvm_flags LEAN_HEAP... -- STOCK_HEAP...: the flags of a test JVM into the
+# array JVM. OUTBOX_RELAY_TEST_KAFKA_JVM=stock (the benchmark) picks the start
+# scripts' heap and flags, the default `lean` the test JVM's.
+jvm_flags() {
+    local lean=() stock=()
+    while [ $# -gt 0 ] && [ "$1" != -- ]; do lean+=("$1"); shift; done
+    [ $# -gt 0 ] && shift
+    stock=("$@")
+    case ${OUTBOX_RELAY_TEST_KAFKA_JVM:-lean} in
+        lean) JVM=("${lean[@]}" "${JVM_LEAN[@]}") ;;
+        stock) JVM=("${stock[@]}" "${JVM_STOCK[@]}") ;;
+        *) echo "OUTBOX_RELAY_TEST_KAFKA_JVM must be lean or stock" >&2; exit 64 ;;
+    esac
+}

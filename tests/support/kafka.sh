@@ -59,15 +59,9 @@ HERE=$(dirname "$SELF")
 . "$HERE/common.sh"
 START_TIMEOUT=${OUTBOX_RELAY_KAFKA_START_TIMEOUT:-90}
 HEAP=${OUTBOX_RELAY_KAFKA_HEAP:-512m}
-NODE_JVM=(-Xmx"$HEAP" -Xms64m "${JVM_LEAN[@]}")
-case ${OUTBOX_RELAY_TEST_KAFKA_JVM:-lean} in
-    lean) ;;
-    # KAFKA_HEAP_OPTS and KAFKA_JVM_PERFORMANCE_OPTS as kafka-run-class.sh sets them.
-    stock) NODE_JVM=(-Xmx"${OUTBOX_RELAY_KAFKA_HEAP:-1G}" -Xms"${OUTBOX_RELAY_KAFKA_HEAP:-1G}" -server
-                     -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:InitiatingHeapOccupancyPercent=35
-                     -XX:+ExplicitGCInvokesConcurrent -XX:MaxInlineLevel=15 -Djava.awt.headless=true) ;;
-    *) echo "kafka.sh: OUTBOX_RELAY_TEST_KAFKA_JVM must be lean or stock" >&2; exit 64 ;;
-esac
+# Stock: kafka-server-start.sh's KAFKA_HEAP_OPTS.
+jvm_flags -Xmx"$HEAP" -Xms64m -- -Xmx"${OUTBOX_RELAY_KAFKA_HEAP:-1G}" -Xms"${OUTBOX_RELAY_KAFKA_HEAP:-1G}"
+NODE_JVM=("${JVM[@]}")
 RUN_AS=nobody
 
 die() { echo "kafka.sh: error: $*" >&2; exit 1; }
