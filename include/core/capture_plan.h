@@ -35,13 +35,14 @@ struct plan_state;
  * three frames (Begin, Insert, Commit) of every source transaction. A larger
  * one is a backlog's: read ahead, so that the walsender is not held back. */
 #define CAPTURE_TRICKLE_MSGS 1000
-/* A trickle's Kafka transactions begin at most this often (100 a second):
+/* A trickle's Kafka transactions begin at most this often (50 a second):
  * the stream is not read until then. A commit costs some 60 wake-ups of the
  * relay's and librdkafka's threads (AddPartitionsToTxn, Produce and EndTxn
- * round trips), shared by the events of those milliseconds: the relay's CPU
- * at 1,000 events a second against a few milliseconds more latency at most
+ * round trips), shared by the events of those milliseconds: at 1,000 events
+ * a second 10 ms still left commits back to back on a 2-core machine, 20 ms
+ * cut the relay's CPU to a third for some 10 ms more latency at the median
  * (docs/performance.md, "capture = wal at 1,000/s"). */
-#define CAPTURE_COMMIT_EVERY_MS 10
+#define CAPTURE_COMMIT_EVERY_MS 20
 /* A status update at least this often while streaming. */
 #define CAPTURE_STATUS_EVERY_MS 10000
 /* The back-off of a failed stream: doubled per failure in a row, up to 32 times. */
