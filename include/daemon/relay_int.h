@@ -224,8 +224,9 @@ int relay_row_topic(const struct relay *r, const struct event_row *row, char *to
 void relay_finish(struct relay *r);
 /* The producer's delivery report callback: the mode whose message it was takes it. */
 void relay_on_report(void *opaque, rd_kafka_resp_err_t err, void *arg);
-/** The producer's on_refused: its connections are refused, the relay steps
- *  (relay_stop_producer) at once rather than at its next tick. */
-void relay_on_refused(void *arg);
+/** Starts r->prod serving this relay: its reports go to relay_on_report, and
+ *  refused connections make the relay step (relay_stop_producer) at once
+ *  rather than at its next tick. @return producer_start's. */
+int relay_producer_start(struct relay *r, char *err, size_t errlen);
 
 #endif

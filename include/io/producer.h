@@ -26,6 +26,15 @@
 /** Called once per message produced with producer_send(), with its opaque. */
 typedef void (*producer_report_cb)(void *opaque, rd_kafka_resp_err_t err, void *arg);
 
+/** Who a producer serves: told of each report and of refused connections. */
+struct producer_owner {
+    producer_report_cb report;
+    void (*on_refused)(void *arg); /* once its connections are refused, after the poll that saw it */
+    void *arg;                     /* given to both */
+    struct relay_stats *stats;     /* brokers up, queue depth, fatal: from librdkafka statistics;
+                                      messages in flight and the acknowledgement clock */
+};
+
 /** Called on the loop thread when a transaction call ended: @p gen is the
  *  generation (producer_txn_gen) the call ended, @p why a message on failure. */
 typedef void (*producer_txn_cb)(void *arg, unsigned gen, enum producer_txn_result res,
@@ -56,20 +65,16 @@ struct producer {
     rd_kafka_t *rk;
     rd_kafka_queue_t *mainq;
     int pipefd[2];
-    producer_report_cb report;
-    void *arg;
+    struct producer_owner owner;
     bool fatal;                /* librdkafka raised a fatal error: the instance is unusable */
     int fatal_code;            /* the rd_kafka_resp_err_t behind it (0: not known) */
-    struct relay_stats *stats; /* brokers up, queue depth, fatal: from librdkafka statistics;
-                                  messages in flight and the acknowledgement clock */
+    struct relay_stats *stats; /* owner.stats */
     const struct relay_config *cfg; /* the live configuration (relay.ack_timeout_ms) */
     int64_t in_flight;         /* produced, no delivery report yet */
     bool ack_stalled;          /* the stall was logged; its end will be */
     struct kafka_notice notice; /* broker failures already logged */
     enum kafka_denial refused; /* the brokers refuse its connections (kafka_denial_at_connect) */
     int refused_code;          /* the rd_kafka_resp_err_t of the first refusal */
-    void (*on_refused)(void *arg); /* set after producer_start: called with the report's arg
-                                      once it is refused, after the poll that saw it */
     bool refused_told;
     bool started;
     enum producer_txn_state txn;
@@ -84,12 +89,17 @@ struct producer {
     struct strbuf key, value;  /* a message's key and value when a converter is json */
 };
 
+/** Whether the brokers refuse its connections (producer_refused names how). */
+static inline bool producer_is_refused(const struct producer *p)
+{
+    return p->refused != KAFKA_DENIAL_NONE;
+}
+
 /** Creates the producer from the [kafka] section on top of the relay's
  *  defaults (enable.idempotence=true, acks=all, …) and starts serving it.
  *  @return 0, or -EINVAL with errbuf (a property librdkafka rejects). */
 int producer_start(struct producer *p, uv_loop_t *loop, const struct relay_config *cfg,
-                   producer_report_cb report, void *arg, struct relay_stats *stats,
-                   char *errbuf, size_t errlen);
+                   const struct producer_owner *owner, char *errbuf, size_t errlen);
 
 /** Writes, as "key = value    # enforced|default" lines, what the relay sets
  *  on its producer and the [kafka] section of @p cfg does not: the rest of

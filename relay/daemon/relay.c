@@ -386,12 +386,11 @@ int relay_run(struct relay_config *cfg, relay_reload_fn reload, void *reload_arg
         return rc;
 
     char err[512];
-    if (producer_start(&r.prod, r.loop, cfg, relay_on_report, &r, &r.st, err, sizeof(err)) < 0) {
+    if (relay_producer_start(&r, err, sizeof(err)) < 0) {
         log_error("kafka producer rejected the configuration", "error=%s", log_quote(err));
         relay_free(&r);
         return EXIT_CONFIG;
     }
-    r.prod.on_refused = relay_on_refused;
 
     /* ---- the status endpoint; an address we cannot listen on is a
      * configuration error, like any other rejected key. */

@@ -102,9 +102,16 @@ bool relay_stop_producer(struct relay *r)
 
 /* Kept until the next tick, the instance would have librdkafka connect
  * once or twice more meanwhile. */
-void relay_on_refused(void *arg)
+static void relay_on_refused(void *arg)
 {
     relay_step(arg);
+}
+
+int relay_producer_start(struct relay *r, char *err, size_t errlen)
+{
+    const struct producer_owner owner = { .report = relay_on_report, .on_refused = relay_on_refused,
+                                          .arg = r, .stats = &r->st };
+    return producer_start(&r->prod, r->loop, r->cfg, &owner, err, errlen);
 }
 
 /* A fatal error (e.g. the idempotent producer's epoch cannot be bumped)
@@ -122,12 +129,11 @@ bool relay_replace_producer(struct relay *r)
         log_warn("replacing the kafka producer after a fatal error", "");
     r->renew_producer = r->producer_down = false;
     producer_stop(&r->prod);
-    if (producer_start(&r->prod, r->loop, r->cfg, relay_on_report, r, &r->st, err, sizeof(err)) < 0) {
+    if (relay_producer_start(r, err, sizeof(err)) < 0) {
         log_error("cannot recreate the kafka producer", "error=%s", log_quote(err));
         r->backoff = true;
         return false;
     }
-    r->prod.on_refused = relay_on_refused;
     /* Fenced means another relay may lead now: the new instance initialises
      * transactions (fencing in turn) only once the lock check says this
      * session still holds the lock (it fails if the session is gone). */
@@ -175,7 +181,7 @@ static void on_txn_ended(void *arg, unsigned gen, enum producer_txn_result res, 
     case PRODUCER_TXN_FAILED:
         /* A refused right is named once, by relay_replace_producer. */
         if (kafka_denial_of(producer_fatal_code(&r->prod)) != KAFKA_DENIAL_NONE ||
-            producer_refused(&r->prod, &(int){0}) != KAFKA_DENIAL_NONE)
+            producer_is_refused(&r->prod))
             log_debug("kafka producer refused a right", "error=%s", log_quote(why));
         else
             log_error("kafka producer fenced or failed: nothing of its open transaction is "

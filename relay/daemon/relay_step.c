@@ -52,7 +52,7 @@ void relay_snapshot(const struct relay *r, struct plan_state *s)
         .retention_due = r->retention_due,
         .row_security = r->st.row_security,
         .producer_fatal = producer_fatal(p) || r->renew_producer || r->producer_down,
-        .producer_refused = producer_refused(p, &(int){0}) != KAFKA_DENIAL_NONE,
+        .producer_refused = producer_is_refused(p),
         .producer_down = r->producer_down,
         .connect_refused = kafka_denial_at_connect(r->st.kafka_denial),
         .producer_retry_at_ms = r->producer_retry_at_ms,

@@ -332,11 +332,10 @@ void producer_style_free(struct message_style *ms)
 }
 
 int producer_start(struct producer *p, uv_loop_t *loop, const struct relay_config *cfg,
-                   producer_report_cb report, void *arg, struct relay_stats *stats,
-                   char *errbuf, size_t errlen)
+                   const struct producer_owner *owner, char *errbuf, size_t errlen)
 {
     memset(p, 0, sizeof(*p));
-    p->stats = stats;
+    struct relay_stats *stats = p->stats = owner->stats;
     if (stats) {
         stats->producer_fatal = false;
         stats->brokers_up = -1;
@@ -349,8 +348,7 @@ int producer_start(struct producer *p, uv_loop_t *loop, const struct relay_confi
     p->cfg = cfg;
     producer_style_init(&p->ms, cfg);
     p->loop = loop;
-    p->report = report;
-    p->arg = arg;
+    p->owner = *owner;
     p->pipefd[0] = p->pipefd[1] = -1;
 
     rd_kafka_conf_t *conf = producer_conf_new(cfg, errbuf, errlen);
@@ -500,8 +498,8 @@ void producer_poll(struct producer *p)
                                           p->txn != PRODUCER_TXN_OFF);
                 if (m->err && p->txn != PRODUCER_TXN_OFF)
                     p->txn_doomed = true;
-                if (p->report)
-                    p->report(m->_private, m->err, p->arg);
+                if (p->owner.report)
+                    p->owner.report(m->_private, m->err, p->owner.arg);
             }
             break;
         }
@@ -519,8 +517,8 @@ void producer_poll(struct producer *p)
         rd_kafka_event_destroy(ev);
     }
     /* After the events: the owner may stop the instance now. */
-    if (p->refused && !p->refused_told && p->started && p->on_refused && (p->refused_told = true))
-        p->on_refused(p->arg);
+    if (p->refused && !p->refused_told && p->started && p->owner.on_refused && (p->refused_told = true))
+        p->owner.on_refused(p->owner.arg);
 }
 
 void producer_purge(struct producer *p)
@@ -774,7 +772,7 @@ void producer_stop(struct producer *p)
          * destroy the instance when the call has returned. */
         p->job->cancel = 1;
         p->job->stop_pending = true;
-        p->report = NULL;
+        p->owner.report = NULL;
         return;
     }
     producer_destroy(p);
@@ -786,7 +784,7 @@ static void producer_destroy(struct producer *p)
     producer_poll(p);
     rd_kafka_queue_io_event_enable(p->mainq, -1, NULL, 0);
     rd_kafka_queue_destroy(p->mainq);
-    p->report = NULL;
+    p->owner.report = NULL;
     rd_kafka_destroy(p->rk);
     p->rk = NULL;
     p->poll->data = NULL;
