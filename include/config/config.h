@@ -284,6 +284,10 @@ void config_dump_ext(const struct relay_config *cfg, FILE *out,
  *  least one, else -EINVAL with errbuf naming the key. */
 int config_require_brokers(const struct relay_config *cfg, char *errbuf, size_t errlen);
 
+/** kafka_scram_hint for the [kafka] section of @p cfg: advice when SCRAM
+ *  credentials are refused, or NULL. */
+const char *config_kafka_scram_hint(const struct relay_config *cfg, int rdkafka_version);
+
 /** Room for config_claim_relation()'s name. */
 #define CONFIG_RELATION_MAX 64
 

@@ -30,6 +30,12 @@ const char *kafka_tls_hint(const char *reason);
  *  kafka_tls_hint knows, whatever its code. */
 enum kafka_denial kafka_denial_of_event(int err, const char *reason);
 
+/** What else to check when SCRAM credentials are refused: librdkafka older
+ *  than 2.6.1 (@p rdkafka_version, as rd_kafka_version() gives it) cannot do
+ *  SCRAM with Kafka 4 brokers. @return the advice, or NULL when the
+ *  mechanism read through @p get is not SCRAM or the library has the fix. */
+const char *kafka_scram_hint(kafka_prop_fn get, void *arg, int rdkafka_version);
+
 /** The properties that name a file librdkafka reads at start (CA, client
  *  certificate and key, CRL, keystore, keytab); NULL-terminated. */
 extern const char *const kafka_security_files[];

@@ -263,6 +263,11 @@ int config_check_kafka_security(const struct relay_config *cfg, char *errbuf, si
     return 0;
 }
 
+const char *config_kafka_scram_hint(const struct relay_config *cfg, int rdkafka_version)
+{
+    return kafka_scram_hint(kafka_prop, (void *)cfg, rdkafka_version);
+}
+
 /* ---- the files PostgreSQL's conninfo names ------------------------------- */
 
 /* libpq's own rule for a client key: anything more open and it refuses the

@@ -65,16 +65,24 @@ static int check_credentials(kafka_prop_fn get, void *arg, const char *mkey, con
     return 0;
 }
 
+/* The SASL mechanism, under either of librdkafka's names (set in @p *mkey). */
+static const char *sasl_mechanism(kafka_prop_fn get, void *arg, const char **mkey)
+{
+    *mkey = "sasl.mechanism";
+    const char *mech = get(*mkey, arg);
+    if (!mech || !*mech) {
+        *mkey = "sasl.mechanisms";
+        mech = get(*mkey, arg);
+    }
+    return mech;
+}
+
 static int check_sasl(kafka_prop_fn get, void *arg, char *errbuf, size_t errlen)
 {
     const char *proto = get("security.protocol", arg);
     bool sasl_proto = proto && !strncasecmp(proto, "sasl_", 5);
-    const char *mkey = "sasl.mechanism";
-    const char *mech = get(mkey, arg);
-    if (!mech || !*mech) {
-        mkey = "sasl.mechanisms";
-        mech = get(mkey, arg);
-    }
+    const char *mkey;
+    const char *mech = sasl_mechanism(get, arg, &mkey);
     if (!mech || !*mech) {
         if (sasl_proto)
             return errbuf_fail(errbuf, errlen,
@@ -187,4 +195,20 @@ enum kafka_denial kafka_denial_of_event(int err, const char *reason)
     if (d == KAFKA_DENIAL_NONE && kafka_tls_hint(reason))
         d = KAFKA_DENIAL_TLS;
     return d;
+}
+
+/* librdkafka before 2.6.1 puts the client's nonce into SCRAM's final message
+ * twice; Kafka 4 brokers compare the nonce strictly (RFC 5802) and answer
+ * "invalid credentials", as for a wrong password. Debian 12 ships 2.0.2. */
+#define SCRAM_NONCE_FIXED 0x02060100
+
+const char *kafka_scram_hint(kafka_prop_fn get, void *arg, int rdkafka_version)
+{
+    const char *mkey;
+    const char *mech = sasl_mechanism(get, arg, &mkey);
+    if (!mech || strncasecmp(mech, "SCRAM-", 6) != 0 || rdkafka_version >= SCRAM_NONCE_FIXED)
+        return NULL;
+    return "librdkafka before 2.6.1 cannot authenticate by SCRAM to Kafka 4 brokers, which refuse "
+           "its proof as invalid credentials; with Kafka 4, use librdkafka 2.6.1 or later (Debian "
+           "13 has 2.8), or PLAIN over SASL_SSL, OAUTHBEARER or mutual TLS";
 }

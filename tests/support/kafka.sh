@@ -34,7 +34,9 @@
 # TLS with a certificate of a throwaway CA made with openssl (DIR/tls/ca.pem;
 # DIR/tls/foreign-ca.pem is another CA, which the brokers' certificate does not
 # come from), SCRAM-SHA-512 users `relay` and `noacl` (passwords in
-# DIR/tls/users), the StandardAuthorizer: `relay` may write every topic and
+# DIR/tls/users; `relay` also with SCRAM-SHA-256 and both with PLAIN, and
+# OAUTHBEARER with unsecured JWTs, whose `sub` is the principal: Kafka's
+# built-in validator, no token endpoint), the StandardAuthorizer: `relay` may write every topic and
 # transactional id and write idempotently, `noacl` may do nothing; PLAINTEXT
 # clients are ANONYMOUS, a super user, so the other tests see no ACL.
 #
@@ -112,8 +114,11 @@ listener.name.ssl.ssl.client.auth=required
 listener.name.ssl.ssl.truststore.type=PEM
 listener.name.ssl.ssl.truststore.location=$dir/tls/ca.pem
 ssl.principal.mapping.rules=RULE:^CN=([^,]+).*$/\$1/,DEFAULT
-sasl.enabled.mechanisms=SCRAM-SHA-512
+sasl.enabled.mechanisms=SCRAM-SHA-512,SCRAM-SHA-256,PLAIN,OAUTHBEARER
 listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl_ssl.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required user_relay="relay-secret-1" user_noacl="noacl-secret-2";
+listener.name.sasl_ssl.oauthbearer.sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required unsecuredLoginStringClaim_sub="ANONYMOUS";
 ssl.keystore.type=PEM
 ssl.keystore.location=$dir/tls/server.pem
 authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
@@ -285,6 +290,7 @@ cmd_start() {
             kafka.tools.StorageTool format --ignore-formatted -t "$cluster_id" \
             --add-scram 'SCRAM-SHA-512=[name=relay,password=relay-secret-1]' \
             --add-scram 'SCRAM-SHA-512=[name=noacl,password=noacl-secret-2]' \
+            --add-scram 'SCRAM-SHA-256=[name=relay,password=relay-secret-1]' \
             -c "$dir/node-$node/server.properties" >"$dir/node-$node/format.log" 2>&1 ||
             { cat "$dir/node-$node/format.log" >&2; die "formatting node $node failed"; }
     done

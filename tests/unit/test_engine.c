@@ -372,3 +372,21 @@ Test(kafka_rules, tls_failures_name_the_settings_to_check)
     cr_assert_eq(kafka_denial_of_event(RD_KAFKA_RESP_ERR__AUTHENTICATION, "x"),
                  KAFKA_DENIAL_AUTHENTICATION);
 }
+
+static const char *one_mechanism(const char *key, void *arg)
+{
+    return !strcmp(key, "sasl.mechanism") ? arg : NULL;
+}
+
+/* Kafka 4 refuses the SCRAM proof of librdkafka before 2.6.1 as invalid
+ * credentials: a refused SCRAM login on such a library says so. */
+Test(kafka_rules, a_refused_scram_login_on_an_old_librdkafka_names_kafka_4)
+{
+    const char *hint = kafka_scram_hint(one_mechanism, "SCRAM-SHA-512", 0x020002ff); /* 2.0.2 */
+    cr_assert(hint && strstr(hint, "Kafka 4") && strstr(hint, "2.6.1"), "%s", hint ? hint : "(none)");
+    cr_assert_not_null(kafka_scram_hint(one_mechanism, "scram-sha-256", 0x020600ff)); /* 2.6.0 */
+    cr_assert_null(kafka_scram_hint(one_mechanism, "SCRAM-SHA-512", 0x020601ff));     /* 2.6.1 */
+    cr_assert_null(kafka_scram_hint(one_mechanism, "SCRAM-SHA-512", 0x020800ff));     /* 2.8.0 */
+    cr_assert_null(kafka_scram_hint(one_mechanism, "PLAIN", 0x020002ff));
+    cr_assert_null(kafka_scram_hint(one_mechanism, NULL, 0x020002ff));
+}
