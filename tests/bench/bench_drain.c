@@ -127,34 +127,52 @@ static bool table_done(PGconn *c, const char *table, long long last_id, bool del
                     "\"sent_at\" IS NULL AND \"dead_at\" IS NULL LIMIT 1) s", table));
 }
 
+/* The runner has exited (a peer does when its claim finds nothing): its last
+ * messages may still be on their way to the watcher. Dies unless they all
+ * arrive within 2 s and the table says done. */
+static void wait_after_exit(PGconn *c, const char *table, long rows, long long last_id,
+                            const struct drain_opts *o, struct drain_watch *w)
+{
+    const char *who = o->runner == RUN_RELAY ? "relay" : "peer";
+    double until = now_s() + 2.0;
+    while (w->count < rows && now_s() < until)
+        sleep_s(0.02);
+    if (w->count < rows)
+        die("%s exited before the drain of %s finished: %ld of %ld messages (see %s)", who,
+            table, w->count, rows, workdir);
+    if (!o->wal && !table_done(c, table, last_id, o->deleting))
+        die("%s exited with every message sent but %s not %s (see %s)", who, table,
+            o->deleting ? "empty" : "all marked", workdir);
+}
+
 /* Waits until the watcher has every row, and the table says done (polling
  * modes; capture = wal leaves it as it is). @return whether @p p exited. */
 static bool drain_wait(PGconn *c, const char *table, long rows, long long last_id,
                        const struct drain_opts *o, struct drain_watch *w, struct relay_proc *p)
 {
-    const char *who = o->runner == RUN_RELAY ? "relay" : "peer";
     double deadline = p->started + 1800;
-    bool exited = false;
     for (;;) {
         if (w->count >= rows && (o->wal || table_done(c, table, last_id, o->deleting)))
-            return exited;
-        if (exited) {
-            sleep_s(2.0); /* the last messages may still be on their way */
-            if (w->count >= rows)
-                continue;
-            die("%s exited before the drain of %s finished: %ld of %ld messages (see %s)", who,
-                table, w->count, rows, workdir);
-        }
+            return false;
         if (now_s() > deadline)
             die("drain of %s did not finish: %ld of %ld messages", table, w->count, rows);
         int st;
-        /* The peer exits when it finds nothing: look once more. */
         if (waitpid(p->pid, &st, WNOHANG) == p->pid) {
-            exited = true;
-            continue;
+            wait_after_exit(c, table, rows, last_id, o, w);
+            return true;
         }
         sleep_s(0.02);
     }
+}
+
+/* A polling drain leaves no row unsent, and a deleting one no row at all. */
+static void check_table_after(PGconn *c, const char *table, bool deleting)
+{
+    long long left = deleting
+        ? pg_int(c, "SELECT count(*) FROM \"public\".\"%s\"", table)
+        : pg_int(c, "SELECT count(*) FROM \"public\".\"%s\" WHERE \"sent_at\" IS NULL", table);
+    if (left)
+        die("%lld rows of %s %s after the drain", left, table, deleting ? "not deleted" : "unsent");
 }
 
 struct drain_result drain(PGconn *c, const char *table, long rows, int aggregates,
@@ -218,12 +236,8 @@ struct drain_result drain(PGconn *c, const char *table, long rows, int aggregate
     r.ftl_rows_per_s = r.first_to_last_s > 0 ? (double)rows / r.first_to_last_s : -1;
     if (o->wal)
         drop(c, table); /* the slot would keep the WAL of every later scenario */
-    else if (!o->deleting) {
-        long long unsent = pg_int(c, "SELECT count(*) FROM \"public\".\"%s\" WHERE \"sent_at\" "
-                                     "IS NULL", table);
-        if (unsent)
-            die("%lld rows of %s unsent after the drain", unsent, table);
-    }
+    else
+        check_table_after(c, table, o->deleting);
     return r;
 }
 
