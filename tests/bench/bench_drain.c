@@ -192,7 +192,8 @@ struct drain_result drain(PGconn *c, const char *table, long rows, int aggregate
     if (o->runner != RUN_RELAY) {
         /* The peers claim the oldest rows WHERE sent_at IS NULL, as their
          * authors would, with the index that claim needs and pages filled as
-         * PostgreSQL fills them by default. The relay's table has neither:
+         * PostgreSQL fills them by default (the deleting peer too: a DELETE
+         * writes no index entry, so that index costs it nothing). The relay's table has neither:
          * its claims start from a floor, and each page keeps room for the
          * marks to be HOT updates (schema/005). Nor do they keep the
          * relay's index on xid, which only the relay's claim reads: each of
@@ -212,9 +213,10 @@ struct drain_result drain(PGconn *c, const char *table, long rows, int aggregate
     watch_start(&w, table);
     long long lsn0 = wal_lsn(c);
     struct machine_cpu m0 = machine_cpu_now();
-    struct relay_proc p = o->runner == RUN_PEER_MINIMAL ? peer_start("peer_minimal.py", table)
-                          : o->runner == RUN_PEER_SAME ? peer_start("peer_same.py", table)
-                                                       : relay_start(table, extra);
+    struct relay_proc p =
+        o->runner == RUN_PEER_MINIMAL ? peer_start("peer_minimal.py", table, o->deleting)
+        : o->runner == RUN_PEER_SAME  ? peer_start("peer_same.py", table, false)
+                                      : relay_start(table, extra);
     bool exited = drain_wait(c, table, rows, last_id, o, &w, &p);
     r.done_s = now_s() - p.started;
     r.wal_bytes = (double)(wal_lsn(c) - lsn0);
