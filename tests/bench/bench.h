@@ -323,6 +323,13 @@ struct drain_refs {
 void drain_json(FILE *o, const char *name, const struct drain_result *d,
                 const struct drain_refs *refs);
 
+/* bench_verdict.c: the drain targets against the fastest honest peer of
+ * each round (mark: the marking peers; delete: all three). */
+void verdicts_json(FILE *o, const struct rounds *R);
+void verdicts_line(const struct rounds *R);
+/* Whether drain @p relay (R_MARK, R_DELETE) met its target; -1: not judged. */
+int verdict_met(const struct rounds *R, int relay);
+
 /* bench_tools.c */
 struct tool_result verify_run(const char *table, long rows, long slice_rows);
 struct tool_result replay_run(PGconn *pc, const char *table, long rows);
