@@ -64,6 +64,19 @@ static struct drain_result round_drain(PGconn *c, int k, long rows, int aggregat
 }
 
 
+/* What the drain of scenario @p k was checked for, in words: every row's
+ * message received (drain() waits for each row's own), and what the table
+ * was left with (drain() dies otherwise). */
+static const char *drain_checked(int k, const struct drain_result *d, char *out, size_t len)
+{
+    const struct drain_opts *o = &round_opts[k];
+    if (k == R_FLOOR || k == R_WAL_FLOOR)
+        return "no messages (a floor)";
+    snprintf(out, len, "every row's message received, %ld duplicate(s); table %s", d->duplicates,
+             o->wal ? "left as it was" : o->deleting ? "empty" : "every row marked");
+    return out;
+}
+
 /* The report of drain_only_rounds on stdout: the rounds' ratios among the
  * drains run, the verdict, and rows/s of each round. */
 static void drain_only_json(const struct rounds *R, const int *ks, int nk, bool durable)
@@ -96,6 +109,7 @@ static void drain_only_rounds(PGconn *c, const char *list, int n, long rows, int
     for (int k = 0; k < R_N; k++)
         if (name_listed(list, round_names[k]))
             ks[nk++] = k;
+    char checked[160];
     fprintf(stderr, "bench: PostgreSQL %s; broker: %s\n",
             durable ? "durable (fsync, synchronous_commit on)" : "fsync off", broker_name());
     for (int i = 0; i < R.n; i++) {
@@ -104,9 +118,10 @@ static void drain_only_rounds(PGconn *c, const char *list, int n, long rows, int
             struct drain_result d = round_drain(c, k, rows, aggregates);
             fprintf(stderr, "bench: %s round %d: %.0f rows/s (first to last %.0f), relay CPU "
                             "%.2f s, PostgreSQL CPU %.2f s, machine busy %.0f %%, peak RSS %.1f MB, "
-                            "load average %s\n",
+                            "load average %s; %s\n",
                     round_names[k], i + 1, d.rows_per_s, d.ftl_rows_per_s, d.cpu_s, d.pg_cpu_s,
-                    d.machine_busy * 100.0, d.peak_rss_mb, load_average());
+                    d.machine_busy * 100.0, d.peak_rss_mb, load_average(),
+                    drain_checked(k, &d, checked, sizeof(checked)));
             rounds_put(&R, k, i, &d);
             drop(c, round_tables[k]);
         }

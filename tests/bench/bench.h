@@ -69,6 +69,7 @@ struct drain_result {
     double pg_cpu_s;        /* PostgreSQL backends doing the drain; -1: not measured */
     double machine_busy;    /* share of all cores busy during it; -1: not measured */
     double wal_bytes;       /* WAL PostgreSQL wrote from the start until done; -1: not measured */
+    long duplicates;        /* messages received for a row received before */
 };
 enum runner { RUN_RELAY, RUN_PEER_MINIMAL, RUN_PEER_SAME };
 /* The relay's own claim (relay/core/sql.c) under EXPLAIN (ANALYZE, BUFFERS):
