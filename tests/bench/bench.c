@@ -318,8 +318,9 @@ int main(int argc, char **argv)
     struct latency_result lat[8], latw[8];
     int n_lat = latencies(c, rates_arg, lat_seconds, lat, latw);
     const char *tables[] = { "bench_floor_min", "bench_floor", "bench_peer", "bench_peer_same",
-                             "bench_peer_del", "bench_drain", "bench_drain_del", "bench_drain_wal", "bench_wal_floor", "bench_cost", "bench_start",
-                             "bench_fresh", "bench_lt_free", "bench_lt_held" };
+                             "bench_peer_del", "bench_drain", "bench_drain_del", "bench_drain_wal",
+                             "bench_wal_floor", "bench_cost", "bench_start", "bench_fresh",
+                             "bench_lt_free", "bench_lt_held" };
     for (size_t i = 0; i < sizeof(tables) / sizeof(tables[0]); i++)
         drop(c, tables[i]);
     PQfinish(c);

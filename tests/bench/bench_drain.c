@@ -239,11 +239,11 @@ struct drain_result drain(PGconn *c, const char *table, long rows, int aggregate
         /* The peers claim the oldest rows WHERE sent_at IS NULL, as their
          * authors would, with the index that claim needs and pages filled as
          * PostgreSQL fills them by default (the deleting peer too: a DELETE
-         * writes no index entry, so that index costs it nothing). The relay's table has neither:
-         * its claims start from a floor, and each page keeps room for the
-         * marks to be HOT updates (schema/005). Nor do they keep the
-         * relay's index on xid, which only the relay's claim reads: each of
-         * their marks would write an entry in it for nothing. */
+         * writes no index entry, so that index costs it nothing). The
+         * relay's table has neither: its claims start from a floor, and each
+         * page keeps room for the marks to be HOT updates (schema/005). Nor
+         * do they keep the relay's index on xid, which only the relay's claim
+         * reads: each of their marks would write an entry in it for nothing. */
         pg_exec(c, "CREATE INDEX ON \"public\".\"%s\" (\"id\") WHERE \"sent_at\" IS NULL "
                    "AND \"dead_at\" IS NULL", table);
         pg_exec(c, "DROP INDEX IF EXISTS \"public\".\"%s_xid_idx\"", table);
