@@ -69,6 +69,7 @@ struct drain_result {
     double pg_cpu_s;        /* PostgreSQL backends doing the drain; -1: not measured */
     double machine_busy;    /* share of all cores busy during it; -1: not measured */
     double wal_bytes;       /* WAL PostgreSQL wrote from the start until done; -1: not measured */
+    long duplicates;        /* messages received for a row received before */
 };
 enum runner { RUN_RELAY, RUN_PEER_MINIMAL, RUN_PEER_SAME };
 /* The relay's own claim (relay/core/sql.c) under EXPLAIN (ANALYZE, BUFFERS):
@@ -81,7 +82,8 @@ struct claim_plan {
 struct drain_opts {
     enum runner runner;
     const char *const *extra; /* relay: more -X */
-    bool deleting;            /* relay.on_sent=delete: done when the table is empty */
+    bool deleting;            /* relay.on_sent=delete, or the minimal peer's --on-sent
+                               * delete: done when the table is empty */
     bool hold;                /* a REPEATABLE READ snapshot open during the drain */
     struct claim_plan *plan;  /* if set: the claim's plan at the end, before the hold ends */
     bool wal;                 /* relay.capture = wal: a slot and a publication named after
@@ -194,16 +196,17 @@ struct fresh_result {
     double drain_seconds;
     struct latency_result lat;
 };
-/* The minimal floor, both peers and both drains (mark, delete), each on a
- * fresh table, once per round, in an order rotated from round to round. One
+/* The minimal floor, the three peers (two mark, one deletes) and the
+ * relay's drains, each on a fresh table, once per round, in an order rotated from round to round. One
  * sample of each can be off by a third on a shared machine (a neighbour, a
  * checkpoint): a ratio of two single samples carries both errors, so each
  * round's ratios are taken within the round, and the targets are checked
  * against their median. */
 #define ROUNDS_MAX 8
-enum { R_FLOOR, R_PEER_MIN, R_PEER_SAME, R_MARK, R_DELETE, R_WAL, R_WAL_FLOOR, R_N };
+enum { R_FLOOR, R_PEER_MIN, R_PEER_SAME, R_PEER_DEL, R_MARK, R_DELETE, R_WAL, R_WAL_FLOOR, R_N };
 struct rounds {
     int n;
+    bool ran[R_N];                 /* the scenarios run (--drain-only runs some) */
     double v[R_N][ROUNDS_MAX];     /* rows/s, process start -> last message */
     double ftl[R_N][ROUNDS_MAX];   /* rows/s, first -> last message */
     double pg_cpu[R_N][ROUNDS_MAX]; /* PostgreSQL backends' CPU s per 100k rows; -1: unknown */
@@ -249,7 +252,8 @@ void base_args(const char **argv, int *n, const char *table);
 void migrate(const char *table, const char *const *extra);
 void wal_opts_init(struct wal_opts *w, const char *table);
 long long wal_lsn(PGconn *c);
-struct relay_proc peer_start(const char *script, const char *table);
+/* A peer on @p table; @p deleting: it deletes what it sent (--on-sent delete). */
+struct relay_proc peer_start(const char *script, const char *table, bool deleting);
 struct relay_proc relay_start(const char *table, const char *const *extra);
 double proc_cpu_s(pid_t pid);
 long proc_switches(pid_t pid);
@@ -313,9 +317,19 @@ void wal_targets_json(FILE *o, const struct rounds *R, const struct latency_resu
                       int n_lat, double drain_rss_mb);
 bool pg_durable(PGconn *c);
 void machine_json(FILE *o, bool durable);
+/* What a relay drain is set beside in the JSON, each on its own table. */
+struct drain_refs {
+    const struct drain_result *min_floor, *wide, *peer, *same, *peer_del;
+};
 void drain_json(FILE *o, const char *name, const struct drain_result *d,
-                       const struct drain_result *min_floor, const struct drain_result *wide,
-                       const struct drain_result *peer, const struct drain_result *same);
+                const struct drain_refs *refs);
+
+/* bench_verdict.c: the drain targets against the fastest honest peer of
+ * each round (mark: the marking peers; delete: all three). */
+void verdicts_json(FILE *o, const struct rounds *R);
+void verdicts_line(const struct rounds *R);
+/* Whether drain @p relay (R_MARK, R_DELETE) met its target; -1: not judged. */
+int verdict_met(const struct rounds *R, int relay);
 
 /* bench_tools.c */
 struct tool_result verify_run(const char *table, long rows, long slice_rows);

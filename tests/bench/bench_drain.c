@@ -63,14 +63,58 @@ static struct claim_plan explain_claim(PGconn *c, const char *table, const char 
 
 /* The drain's watcher, the same for the relay in every mode and the peers:
  * a read_committed consumer at the end of the table's topic, counting what
- * arrives and when the first and the last message did. */
+ * arrives and when the first and the last message did. Each message is
+ * ticked off by its row (the payload's order_id, 1 to rows: seed()), so a
+ * duplicate cannot stand in for a row that never arrived. */
 struct drain_watch {
     rd_kafka_t *consumer;
     pthread_t th;
-    volatile long count;
+    long rows;
+    unsigned char *seen;       /* a bit per row */
+    volatile long count;       /* rows received at least once */
+    volatile long duplicates;  /* messages of a row received before */
+    volatile long strangers;   /* messages with no order_id from 1 to rows */
     volatile double first, last;
     volatile bool stop;
 };
+
+/* The row a message is for: its payload's order_id; -1 without one. The
+ * quotes around the key may be escaped (a value converter that writes the
+ * payload as a JSON string). */
+static long message_row(const rd_kafka_message_t *m)
+{
+    static const char key[] = "order_id";
+    const char *v = m->payload, *end = v ? v + m->len : NULL;
+    const char *p = v ? memmem(v, m->len, key, sizeof(key) - 1) : NULL;
+    if (!p)
+        return -1;
+    for (p += sizeof(key) - 1; p < end && *p && strchr("\\\": ", *p); p++)
+        ;
+    long id = -1;
+    for (; p < end && *p >= '0' && *p <= '9'; p++)
+        id = (id < 0 ? 0 : id * 10) + (*p - '0');
+    return id;
+}
+
+static void watch_tick(struct drain_watch *w, const rd_kafka_message_t *m)
+{
+    long id = message_row(m);
+    if (id < 1 || id > w->rows) {
+        w->strangers++;
+        return;
+    }
+    unsigned char bit = (unsigned char)(1u << (id % 8));
+    if (w->seen[id / 8] & bit) {
+        w->duplicates++;
+        return;
+    }
+    w->seen[id / 8] |= bit;
+    double t = now_s();
+    if (w->count == 0)
+        w->first = t;
+    w->last = t;
+    w->count++;
+}
 
 static void *watch_thread(void *arg)
 {
@@ -79,24 +123,22 @@ static void *watch_thread(void *arg)
         rd_kafka_message_t *m = rd_kafka_consumer_poll(w->consumer, 20);
         if (!m)
             continue;
-        if (!m->err) {
-            double t = now_s();
-            if (w->count == 0)
-                w->first = t;
-            w->last = t;
-            w->count++;
-        }
+        if (!m->err)
+            watch_tick(w, m);
         rd_kafka_message_destroy(m);
     }
     return NULL;
 }
 
-static void watch_start(struct drain_watch *w, const char *table)
+static void watch_start(struct drain_watch *w, const char *table, long rows)
 {
     char topic[160];
     snprintf(topic, sizeof(topic), "%s.order", table);
     ensure_topic(topic);
-    *w = (struct drain_watch){ .consumer = consumer_at(topic, "10") };
+    *w = (struct drain_watch){ .consumer = consumer_at(topic, "10"), .rows = rows,
+                               .seen = calloc((size_t)rows / 8 + 1, 1) };
+    if (!w->seen)
+        die("out of memory");
     pthread_create(&w->th, NULL, watch_thread, w);
     sleep_s(1.0); /* at the end of every partition before the runner starts */
 }
@@ -107,6 +149,7 @@ static void watch_stop(struct drain_watch *w)
     pthread_join(w->th, NULL);
     rd_kafka_consumer_close(w->consumer);
     rd_kafka_destroy(w->consumer);
+    free(w->seen);
 }
 
 /* Whether the table shows @p table's drain done: its last row (@p last_id)
@@ -127,34 +170,55 @@ static bool table_done(PGconn *c, const char *table, long long last_id, bool del
                     "\"sent_at\" IS NULL AND \"dead_at\" IS NULL LIMIT 1) s", table));
 }
 
+/* The runner has exited (a peer does when its claim finds nothing): its last
+ * messages may still be on their way to the watcher. Dies unless they all
+ * arrive within 2 s and the table says done. */
+static void wait_after_exit(PGconn *c, const char *table, long rows, long long last_id,
+                            const struct drain_opts *o, struct drain_watch *w)
+{
+    const char *who = o->runner == RUN_RELAY ? "relay" : "peer";
+    double until = now_s() + 2.0;
+    while (w->count < rows && now_s() < until)
+        sleep_s(0.02);
+    if (w->count < rows)
+        die("%s exited before the drain of %s finished: %ld of %ld rows in Kafka (see %s)", who,
+            table, w->count, rows, workdir);
+    if (!o->wal && !table_done(c, table, last_id, o->deleting))
+        die("%s exited with every message sent but %s not %s (see %s)", who, table,
+            o->deleting ? "empty" : "all marked", workdir);
+}
+
 /* Waits until the watcher has every row, and the table says done (polling
  * modes; capture = wal leaves it as it is). @return whether @p p exited. */
 static bool drain_wait(PGconn *c, const char *table, long rows, long long last_id,
                        const struct drain_opts *o, struct drain_watch *w, struct relay_proc *p)
 {
-    const char *who = o->runner == RUN_RELAY ? "relay" : "peer";
     double deadline = p->started + 1800;
-    bool exited = false;
     for (;;) {
+        if (w->strangers)
+            die("%ld messages in the topic of %s are for no row of it (see %s)", w->strangers,
+                table, workdir);
         if (w->count >= rows && (o->wal || table_done(c, table, last_id, o->deleting)))
-            return exited;
-        if (exited) {
-            sleep_s(2.0); /* the last messages may still be on their way */
-            if (w->count >= rows)
-                continue;
-            die("%s exited before the drain of %s finished: %ld of %ld messages (see %s)", who,
-                table, w->count, rows, workdir);
-        }
+            return false;
         if (now_s() > deadline)
-            die("drain of %s did not finish: %ld of %ld messages", table, w->count, rows);
+            die("drain of %s did not finish: %ld of %ld rows in Kafka", table, w->count, rows);
         int st;
-        /* The peer exits when it finds nothing: look once more. */
         if (waitpid(p->pid, &st, WNOHANG) == p->pid) {
-            exited = true;
-            continue;
+            wait_after_exit(c, table, rows, last_id, o, w);
+            return true;
         }
         sleep_s(0.02);
     }
+}
+
+/* A polling drain leaves no row unsent, and a deleting one no row at all. */
+static void check_table_after(PGconn *c, const char *table, bool deleting)
+{
+    long long left = deleting
+        ? pg_int(c, "SELECT count(*) FROM \"public\".\"%s\"", table)
+        : pg_int(c, "SELECT count(*) FROM \"public\".\"%s\" WHERE \"sent_at\" IS NULL", table);
+    if (left)
+        die("%lld rows of %s %s after the drain", left, table, deleting ? "not deleted" : "unsent");
 }
 
 struct drain_result drain(PGconn *c, const char *table, long rows, int aggregates,
@@ -174,11 +238,12 @@ struct drain_result drain(PGconn *c, const char *table, long rows, int aggregate
     if (o->runner != RUN_RELAY) {
         /* The peers claim the oldest rows WHERE sent_at IS NULL, as their
          * authors would, with the index that claim needs and pages filled as
-         * PostgreSQL fills them by default. The relay's table has neither:
-         * its claims start from a floor, and each page keeps room for the
-         * marks to be HOT updates (schema/005). Nor do they keep the
-         * relay's index on xid, which only the relay's claim reads: each of
-         * their marks would write an entry in it for nothing. */
+         * PostgreSQL fills them by default (the deleting peer too: a DELETE
+         * writes no index entry, so that index costs it nothing). The
+         * relay's table has neither: its claims start from a floor, and each
+         * page keeps room for the marks to be HOT updates (schema/005). Nor
+         * do they keep the relay's index on xid, which only the relay's claim
+         * reads: each of their marks would write an entry in it for nothing. */
         pg_exec(c, "CREATE INDEX ON \"public\".\"%s\" (\"id\") WHERE \"sent_at\" IS NULL "
                    "AND \"dead_at\" IS NULL", table);
         pg_exec(c, "DROP INDEX IF EXISTS \"public\".\"%s_xid_idx\"", table);
@@ -191,12 +256,13 @@ struct drain_result drain(PGconn *c, const char *table, long rows, int aggregate
     int holder_pid = holder ? PQbackendPID(holder) : 0;
     struct drain_result r = { .rows = rows, .peak_rss_mb = -1, .cpu_s = -1, .pg_cpu_s = -1 };
     struct drain_watch w;
-    watch_start(&w, table);
+    watch_start(&w, table, rows);
     long long lsn0 = wal_lsn(c);
     struct machine_cpu m0 = machine_cpu_now();
-    struct relay_proc p = o->runner == RUN_PEER_MINIMAL ? peer_start("peer_minimal.py", table)
-                          : o->runner == RUN_PEER_SAME ? peer_start("peer_same.py", table)
-                                                       : relay_start(table, extra);
+    struct relay_proc p =
+        o->runner == RUN_PEER_MINIMAL ? peer_start("peer_minimal.py", table, o->deleting)
+        : o->runner == RUN_PEER_SAME  ? peer_start("peer_same.py", table, false)
+                                      : relay_start(table, extra);
     bool exited = drain_wait(c, table, rows, last_id, o, &w, &p);
     r.done_s = now_s() - p.started;
     r.wal_bytes = (double)(wal_lsn(c) - lsn0);
@@ -207,6 +273,7 @@ struct drain_result drain(PGconn *c, const char *table, long rows, int aggregate
         relay_cost(p.pid, &r.peak_rss_mb, &r.cpu_s);
     if (!exited)
         relay_stop(&p);
+    r.duplicates = w.duplicates;
     watch_stop(&w);
     if (o->plan)
         *o->plan = explain_claim(c, table, o->hold ? "snapshot-held" : "no-snapshot");
@@ -218,12 +285,8 @@ struct drain_result drain(PGconn *c, const char *table, long rows, int aggregate
     r.ftl_rows_per_s = r.first_to_last_s > 0 ? (double)rows / r.first_to_last_s : -1;
     if (o->wal)
         drop(c, table); /* the slot would keep the WAL of every later scenario */
-    else if (!o->deleting) {
-        long long unsent = pg_int(c, "SELECT count(*) FROM \"public\".\"%s\" WHERE \"sent_at\" "
-                                     "IS NULL", table);
-        if (unsent)
-            die("%lld rows of %s unsent after the drain", unsent, table);
-    }
+    else
+        check_table_after(c, table, o->deleting);
     return r;
 }
 

@@ -4,12 +4,14 @@
 /* ---- rounds: the headline ratios, again ----------------------------------- */
 
 const char *const round_names[R_N] = {
-    "minimal_floor", "peer_minimal", "peer_same_messages", "mark", "delete", "wal", "wal_floor",
+    "minimal_floor", "peer_minimal", "peer_same_messages", "peer_minimal_delete", "mark", "delete",
+    "wal", "wal_floor",
 };
 
 /* Drain @p d as scenario @p k of round @p i. */
 void rounds_put(struct rounds *R, int k, int i, const struct drain_result *d)
 {
+    R->ran[k] = true;
     R->v[k][i] = d->rows_per_s;
     R->ftl[k][i] = d->ftl_rows_per_s;
     R->pg_cpu[k][i] = d->pg_cpu_s >= 0 ? d->pg_cpu_s * 100000.0 / (double)d->rows : -1;
@@ -45,6 +47,7 @@ static const struct { int num, den; const char *name, *line; } round_ratios[] = 
     { R_MARK, R_PEER_SAME, "mark_per_peer_same_messages", "mark / same-messages peer" },
     { R_DELETE, R_PEER_MIN, "delete_per_peer_minimal", "delete / minimal peer" },
     { R_DELETE, R_PEER_SAME, "delete_per_peer_same_messages", "delete / same-messages peer" },
+    { R_DELETE, R_PEER_DEL, "delete_per_peer_minimal_delete", "delete / deleting peer" },
     { R_MARK, R_FLOOR, "mark_per_minimal_floor", "mark / minimal floor" },
     { R_WAL, R_MARK, "wal_per_mark", "wal / mark" },
     { R_WAL, R_PEER_MIN, "wal_per_peer_minimal", "wal / minimal peer" },
@@ -55,11 +58,19 @@ static const struct { int num, den; const char *name, *line; } round_ratios[] = 
     { R_WAL, R_WAL_FLOOR, "wal_per_wal_floor", "wal / walsender alone" },
 };
 
+/* Both sides of ratio @p k were run. */
+static bool ratio_ran(const struct rounds *R, int k)
+{
+    return R->ran[round_ratios[k].num] && R->ran[round_ratios[k].den];
+}
+
 void rounds_json(FILE *o, const struct rounds *R)
 {
     double each[ROUNDS_MAX];
     fprintf(o, "  \"rounds\": {\"n\": %d", R->n);
     for (int k = 0; k < R_N; k++) {
+        if (!R->ran[k])
+            continue;
         char name[64];
         snprintf(name, sizeof(name), "%s_rows_per_s", round_names[k]);
         fprintf(o, ", ");
@@ -70,6 +81,8 @@ void rounds_json(FILE *o, const struct rounds *R)
         rounds_json_list(o, name, R->ftl[k], R->n, 0);
     }
     for (int k = 0; k < N_ROUND_RATIOS; k++) {
+        if (!ratio_ran(R, k))
+            continue;
         double m = rounds_ratio(R, round_ratios[k].num, round_ratios[k].den, each);
         fprintf(o, ", \"%s\": {", round_ratios[k].name);
         rounds_json_list(o, "each", each, R->n, 3);
@@ -84,17 +97,19 @@ void rounds_json(FILE *o, const struct rounds *R)
 void rounds_line(const struct rounds *R)
 {
     double each[ROUNDS_MAX];
-    fprintf(stderr, "%d round(s) of the minimal floor, both peers, the relay's three drains and "
-                    "the walsender alone, "
-                    "order rotated; rows/s from the start to the last message, then each ratio "
-                    "within its round:\n", R->n);
+    fprintf(stderr, "%d round(s), order rotated; rows/s from the start to the last message, then "
+                    "each ratio within its round:\n", R->n);
     for (int k = 0; k < R_N; k++) {
+        if (!R->ran[k])
+            continue;
         fprintf(stderr, "  %-28s", round_names[k]);
         for (int i = 0; i < R->n; i++)
             fprintf(stderr, " %7.0f", R->v[k][i]);
         fprintf(stderr, "   median %7.0f\n", median(R->v[k], R->n));
     }
     for (int k = 0; k < N_ROUND_RATIOS; k++) {
+        if (!ratio_ran(R, k))
+            continue;
         double m = rounds_ratio(R, round_ratios[k].num, round_ratios[k].den, each);
         fprintf(stderr, "  %-28s", round_ratios[k].line);
         for (int i = 0; i < R->n; i++)
@@ -185,8 +200,7 @@ static void ratio_json(FILE *o, double v, double by)
 }
 
 void drain_json(FILE *o, const char *name, const struct drain_result *d,
-                       const struct drain_result *min_floor, const struct drain_result *wide,
-                       const struct drain_result *peer, const struct drain_result *same)
+                const struct drain_refs *refs)
 {
     fprintf(o, "  \"%s\": {\"rows\": %ld, \"seconds\": %.3f, \"rows_per_s\": %.0f, "
                "\"first_to_last_rows_per_s\": %.0f, \"done_seconds\": %.3f, ", name, d->rows,
@@ -201,15 +215,17 @@ void drain_json(FILE *o, const char *name, const struct drain_result *d,
                 d->pg_cpu_s * 100000.0 / (double)d->rows, d->pg_cpu_s / d->seconds);
     if (d->machine_busy >= 0)
         fprintf(o, "\"machine_busy\": %.2f, ", d->machine_busy);
-    if (min_floor) {
+    if (refs) {
         fprintf(o, "\"vs_minimal_floor\": ");
-        ratio_json(o, d->rows_per_s, min_floor->rows_per_s);
+        ratio_json(o, d->rows_per_s, refs->min_floor->rows_per_s);
         fprintf(o, ", \"vs_wide_floor\": ");
-        ratio_json(o, d->rows_per_s, wide->rows_per_s);
+        ratio_json(o, d->rows_per_s, refs->wide->rows_per_s);
         fprintf(o, ", \"vs_peer_minimal\": ");
-        ratio_json(o, d->rows_per_s, peer->rows_per_s);
+        ratio_json(o, d->rows_per_s, refs->peer->rows_per_s);
         fprintf(o, ", \"vs_peer_same_messages\": ");
-        ratio_json(o, d->rows_per_s, same->rows_per_s);
+        ratio_json(o, d->rows_per_s, refs->same->rows_per_s);
+        fprintf(o, ", \"vs_peer_minimal_delete\": ");
+        ratio_json(o, d->rows_per_s, refs->peer_del->rows_per_s);
         fprintf(o, ", ");
     }
     fprintf(o, "\"batch\": 1000},\n");

@@ -195,11 +195,12 @@ void wal_opts_init(struct wal_opts *w, const char *table)
 }
 
 /* A peer: a relay written by hand (@p script in peer_dir), with Debian's python3. */
-struct relay_proc peer_start(const char *script, const char *table)
+struct relay_proc peer_start(const char *script, const char *table, bool deleting)
 {
     char path[512];
     snprintf(path, sizeof(path), "%s/%s", peer_dir, script);
-    const char *argv[] = { "/usr/bin/python3", path, pg_conninfo, kafka_servers, table, NULL };
+    const char *argv[] = { "/usr/bin/python3", path, pg_conninfo, kafka_servers, table,
+                           deleting ? "--on-sent" : NULL, "delete", NULL };
     char log[512];
     snprintf(log, sizeof(log), "%s/peer-%s.log", workdir, table);
     struct relay_proc p = { .started = now_s() };

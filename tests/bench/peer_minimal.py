@@ -7,8 +7,13 @@ linger 5 ms, lz4), two headers (event id, event type), flush, mark the
 acknowledged rows with the conditional UPDATE, commit. Exits when a claim
 finds nothing. Prints one JSON line: rows marked, rows failed, seconds.
 
-    peer_minimal.py CONNINFO BOOTSTRAP_SERVERS TABLE [BATCH]
+With --on-sent delete it deletes the acknowledged rows instead of marking
+them, as its author would if sent rows are of no further use; the rest of
+the loop is the same. Its JSON line then counts rows deleted.
+
+    peer_minimal.py CONNINFO BOOTSTRAP_SERVERS TABLE [BATCH] [--on-sent mark|delete]
 """
+import argparse
 import json
 import sys
 import time
@@ -18,15 +23,24 @@ from confluent_kafka import Producer
 
 
 def main():
-    conninfo, servers, table = sys.argv[1:4]
-    batch = int(sys.argv[4]) if len(sys.argv) > 4 else 1000
+    ap = argparse.ArgumentParser(prog="peer_minimal.py")
+    ap.add_argument("conninfo")
+    ap.add_argument("servers")
+    ap.add_argument("table")
+    ap.add_argument("batch", nargs="?", type=int, default=1000)
+    ap.add_argument("--on-sent", choices=("mark", "delete"), default="mark")
+    args = ap.parse_args()
+    conninfo, servers, table, batch = args.conninfo, args.servers, args.table, args.batch
     if not table.replace("_", "").isalnum():
         sys.exit("peer_minimal.py: table must be a plain identifier")
     q = '"public"."%s"' % table
     claim = ("SELECT id, event_id::text, aggregate_type, aggregate_id, event_type, payload::text "
              "FROM %s WHERE sent_at IS NULL AND dead_at IS NULL "
              "ORDER BY id LIMIT %%s FOR UPDATE SKIP LOCKED" % q)
-    mark = "UPDATE %s SET sent_at = now() WHERE id = ANY(%%s) AND sent_at IS NULL" % q
+    if args.on_sent == "delete":
+        done_sql = "DELETE FROM %s WHERE id = ANY(%%s)" % q
+    else:
+        done_sql = "UPDATE %s SET sent_at = now() WHERE id = ANY(%%s) AND sent_at IS NULL" % q
 
     failed_ids = []
 
@@ -36,9 +50,10 @@ def main():
 
     producer = Producer({"bootstrap.servers": servers, "enable.idempotence": True, "acks": "all",
                          "linger.ms": 5, "compression.type": "lz4", "on_delivery": on_delivery})
-    db = psycopg2.connect(conninfo, application_name="bench-peer-minimal")
+    db = psycopg2.connect(conninfo, application_name="bench-peer-minimal" +
+                          ("-delete" if args.on_sent == "delete" else ""))
     t0 = time.monotonic()
-    marked = failed = 0
+    done = failed = 0
     while True:
         with db.cursor() as cur:
             cur.execute(claim, (batch,))
@@ -55,10 +70,10 @@ def main():
             acked = [r[0] for r in rows if r[1] not in bad]
             failed += len(rows) - len(acked)
             if acked:
-                cur.execute(mark, (acked,))
-                marked += cur.rowcount
+                cur.execute(done_sql, (acked,))
+                done += cur.rowcount
         db.commit()
-    print(json.dumps({"marked": marked, "failed": failed,
+    print(json.dumps({"deleted" if args.on_sent == "delete" else "marked": done, "failed": failed,
                       "seconds": round(time.monotonic() - t0, 3)}))
     return 1 if failed else 0
 
