@@ -714,27 +714,51 @@ Test(fault_matrix, partitions_raised, .fini = fini, .timeout = 900)
 
 /* ---- a rolling upgrade ----------------------------------------------------- */
 
+/* Before the roll: a 3.x cluster must be on metadata.version 3.3 or later for
+ * 4.x to start on it (describe's output goes to the log). */
+static void upgrade_check_from(const char *to)
+{
+    char mv[32];
+    int major = 0, minor = 0;
+    e2e_kafka_feature_level(&T, to, "metadata.version", mv, sizeof mv);
+    bool ok = sscanf(mv, "%d.%d", &major, &minor) == 2 && major * 100 + minor >= 303;
+    cr_assert(ok, "upgrade: metadata.version %s: Kafka 4.x needs 3.3 or later", mv);
+}
+
+/* Once every node runs @p to: the upgrade finalized as Kafka's notes say,
+ * `kafka-features.sh upgrade --release-version` @p release (every feature to
+ * its level, not only metadata.version), 10 s of load on it, then
+ * metadata.version checked. */
+static void upgrade_finalize(const char *to, const char *release)
+{
+    const char *finalize[] = {"upgrade", "--release-version", release, NULL};
+    char *out = e2e_kafka_features(&T, to, finalize);
+    fprintf(stderr, "fault-matrix: upgrade: kafka-features.sh upgrade --release-version %s:\n%s", release, out);
+    free(out);
+    e2e_sleep_ms(10000);
+    char mv[32];
+    e2e_kafka_feature_level(&T, to, "metadata.version", mv, sizeof mv);
+    cr_assert(!strncmp(mv, release, strlen(release)) && mv[strlen(release)] == '-',
+              "upgrade: metadata.version %s after finalizing %s", mv, release);
+}
+
 /* Kafka's upgrade notes for 4.x: each broker stopped, its code replaced and
  * started again, one at a time; once all run the new release, the upgrade
- * finalized with `kafka-features.sh upgrade --release-version MAJOR.MINOR`.
- * A 3.x cluster must be on metadata.version 3.3 or later for 4.x to start on
- * it: checked first, in the log. The relay publishes on through the mixed
- * cluster and through the feature change. OUTBOX_RELAY_TEST_FAULT_UPGRADE_TO
- * picks the version (default 4.4.0, cached like the stack's). */
+ * finalized. The relay publishes on through the mixed cluster and through
+ * the feature change. OUTBOX_RELAY_TEST_FAULT_UPGRADE_TO picks the release
+ * (default 4.4.0, fetched once like the stack's). */
 Test(fault_matrix, upgrade_rolling_to_4, .fini = fini, .timeout = 1500)
 {
     row_setup("upgrade");
     const char *to = getenv("OUTBOX_RELAY_TEST_FAULT_UPGRADE_TO");
     to = to && *to ? to : "4.4.0";
-    int to_major = 0, to_minor = 0, mv_major = 0, mv_minor = 0;
-    cr_assert(sscanf(to, "%d.%d", &to_major, &to_minor) == 2 && to_major >= 4, "upgrade: to %s: not 4.x", to);
-    char from[32], mv[32], release[16];
+    int major = 0, minor = 0;
+    cr_assert(sscanf(to, "%d.%d", &major, &minor) == 2 && major >= 4, "upgrade: to %s: not 4.x", to);
+    char from[32], release[16];
     kafka_version(from, sizeof from);
     if (atoi(from) != 3)
         cr_skip_test("the upgrade row starts on Kafka 3.x; this cluster runs %s", from);
-    e2e_kafka_feature_level(&T, to, "metadata.version", mv, sizeof mv);
-    bool mv_ok = sscanf(mv, "%d.%d", &mv_major, &mv_minor) == 2 && mv_major * 100 + mv_minor >= 303;
-    cr_assert(mv_ok, "upgrade: metadata.version %s: Kafka 4.x needs 3.3 or later", mv);
+    upgrade_check_from(to);
     row_load();
     int64_t at = e2e_now_ms();
     for (int node = 1; node <= 3; node++) {
@@ -744,15 +768,8 @@ Test(fault_matrix, upgrade_rolling_to_4, .fini = fini, .timeout = 1500)
         e2e_kafka_node_upgrade(&T, node, to);
         e2e_sleep_ms(10000); /* back in the ISRs before the next, as in the rolling restart */
     }
-    snprintf(release, sizeof release, "%d.%d", to_major, to_minor);
-    const char *finalize[] = {"upgrade", "--release-version", release, NULL};
-    char *out = e2e_kafka_features(&T, to, finalize);
-    fprintf(stderr, "fault-matrix: upgrade: kafka-features.sh upgrade --release-version %s:\n%s", release, out);
-    free(out);
-    e2e_sleep_ms(10000); /* load on the finalized features too */
-    e2e_kafka_feature_level(&T, to, "metadata.version", mv, sizeof mv);
-    cr_assert(!strncmp(mv, release, strlen(release)) && mv[strlen(release)] == '-',
-              "upgrade: metadata.version %s after finalizing %s", mv, release);
+    snprintf(release, sizeof release, "%d.%d", major, minor);
+    upgrade_finalize(to, release);
     double resumed = resumed_after(at);
     snprintf(kafka_before, sizeof kafka_before, "%s", from);
     row_end("upgrade", "rolling upgrade (SIGTERM, start on the new release) of the three brokers, finalized",
