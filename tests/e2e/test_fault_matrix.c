@@ -18,7 +18,9 @@
  * a comma-separated list of rows to run; OUTBOX_RELAY_TEST_FAULT_CAPTURE=wal for
  * log-based capture; OUTBOX_RELAY_TEST_FAULT_FENCING=none for no fencing;
  * OUTBOX_RELAY_TEST_FAULT_RELAY_OPTIONS: more of the relay's -X options, separated
- * by spaces (e.g. "log.level=debug kafka.debug=eos,broker" to see why a row is slow). */
+ * by spaces (e.g. "log.level=debug kafka.debug=eos,broker" to see why a row is slow);
+ * OUTBOX_RELAY_TEST_FAULT_UPGRADE_TO: the release the upgrade row (the last: it
+ * leaves the cluster on it) moves a 3.x cluster to, default 4.4.0. */
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
@@ -308,6 +310,7 @@ static const char *fencing(void)
 }
 
 static const char *row_option; /* one more -X option, of the row itself */
+static char kafka_before[32];  /* the version the row began on, when it changes it */
 
 /* The relay's -X options: the fencing mode, the row's, then those of
  * OUTBOX_RELAY_TEST_FAULT_RELAY_OPTIONS; @p buf holds their text. */
@@ -339,9 +342,9 @@ static void fini(void)
     e2e_teardown(&T);
 }
 
-/* The table, the backlog, the relay draining it and the writers writing;
- * returns once half the backlog is marked. */
-static void row_begin(const char *name)
+/* The row's table and a cluster of three nodes up, unless the row is not
+ * selected (skipped). */
+static void row_setup(const char *name)
 {
     const char *only = getenv("OUTBOX_RELAY_TEST_FAULT_ONLY");
     if (only && *only) {
@@ -358,6 +361,12 @@ static void row_begin(const char *name)
     /* A node lost outside the rows (its start failed) would make every row
      * a two-node one. */
     restart_dead_nodes();
+}
+
+/* The backlog, the relay draining it and the writers writing; returns once
+ * half the backlog is marked. */
+static void row_load(void)
+{
     const char *capture = getenv("OUTBOX_RELAY_TEST_FAULT_CAPTURE");
     if (capture && !strcmp(capture, "wal"))
         e2e_wal_enable(&T);
@@ -401,6 +410,12 @@ static void row_begin(const char *name)
                   "half the backlog not marked within 180 s (log %s)", R->log_path);
 }
 
+static void row_begin(const char *name)
+{
+    row_setup(name);
+    row_load();
+}
+
 /* Writers stopped, the brokers all up again, every row marked. */
 static long row_settle(void)
 {
@@ -433,9 +448,10 @@ static void row_report(const char *name, const char *what, long written, double 
     kafka_version(version, sizeof version);
     char line[512];
     snprintf(line, sizeof line,
-             "fault-matrix\t%s\tkafka=%s\tcapture=%s\tfencing=%s\trows=%lld\twritten=%ld\tlost=0"
+             "fault-matrix\t%s\tkafka=%s%s%s\tcapture=%s\tfencing=%s\trows=%lld\twritten=%ld\tlost=0"
              "\tduplicates=%zu\torder=%s\tresumed_s=%.1f\n",
-             name, version, T.wal ? "wal" : "poll", fencing(), rows, written, dups, order_note, resumed);
+             name, kafka_before, *kafka_before ? "->" : "", version, T.wal ? "wal" : "poll", fencing(), rows,
+             written, dups, order_note, resumed);
     fputs(line, stderr);
     const char *out = getenv("OUTBOX_RELAY_TEST_FAULT_RESULTS");
     FILE *f = out && *out ? fopen(out, "a") : NULL;
@@ -694,4 +710,68 @@ Test(fault_matrix, partitions_raised, .fini = fini, .timeout = 900)
     partitions_spread(topic, note, sizeof note);
     row_report("partitions", "partition count raised from 4 to 8", written, resumed, note);
     e2e_keys_may_move = false;
+}
+
+/* ---- a rolling upgrade ----------------------------------------------------- */
+
+/* Before the roll: a 3.x cluster must be on metadata.version 3.3 or later for
+ * 4.x to start on it (describe's output goes to the log). */
+static void upgrade_check_from(const char *to)
+{
+    char mv[32];
+    int major = 0, minor = 0;
+    e2e_kafka_feature_level(&T, to, "metadata.version", mv, sizeof mv);
+    bool ok = sscanf(mv, "%d.%d", &major, &minor) == 2 && major * 100 + minor >= 303;
+    cr_assert(ok, "upgrade: metadata.version %s: Kafka 4.x needs 3.3 or later", mv);
+}
+
+/* Once every node runs @p to: the upgrade finalized as Kafka's notes say,
+ * `kafka-features.sh upgrade --release-version` @p release (every feature to
+ * its level, not only metadata.version), 10 s of load on it, then
+ * metadata.version checked. */
+static void upgrade_finalize(const char *to, const char *release)
+{
+    const char *finalize[] = {"upgrade", "--release-version", release, NULL};
+    char *out = e2e_kafka_features(&T, to, finalize);
+    fprintf(stderr, "fault-matrix: upgrade: kafka-features.sh upgrade --release-version %s:\n%s", release, out);
+    free(out);
+    e2e_sleep_ms(10000);
+    char mv[32];
+    e2e_kafka_feature_level(&T, to, "metadata.version", mv, sizeof mv);
+    cr_assert(!strncmp(mv, release, strlen(release)) && mv[strlen(release)] == '-',
+              "upgrade: metadata.version %s after finalizing %s", mv, release);
+}
+
+/* Kafka's upgrade notes for 4.x: each broker stopped, its code replaced and
+ * started again, one at a time; once all run the new release, the upgrade
+ * finalized. The relay publishes on through the mixed cluster and through
+ * the feature change. OUTBOX_RELAY_TEST_FAULT_UPGRADE_TO picks the release
+ * (default 4.4.0, fetched once like the stack's). */
+Test(fault_matrix, upgrade_rolling_to_4, .fini = fini, .timeout = 1500)
+{
+    row_setup("upgrade");
+    const char *to = getenv("OUTBOX_RELAY_TEST_FAULT_UPGRADE_TO");
+    to = to && *to ? to : "4.4.0";
+    int major = 0, minor = 0;
+    cr_assert(sscanf(to, "%d.%d", &major, &minor) == 2 && major >= 4, "upgrade: to %s: not 4.x", to);
+    char from[32], release[16];
+    kafka_version(from, sizeof from);
+    if (atoi(from) != 3)
+        cr_skip_test("the upgrade row starts on Kafka 3.x; this cluster runs %s", from);
+    upgrade_check_from(to);
+    row_load();
+    int64_t at = e2e_now_ms();
+    for (int node = 1; node <= 3; node++) {
+        fprintf(stderr, "fault-matrix: upgrade: stopping node %d, starting it on Kafka %s\n", node, to);
+        node_stop(node);
+        e2e_sleep_ms(3000);
+        e2e_kafka_node_upgrade(&T, node, to);
+        e2e_sleep_ms(10000); /* back in the ISRs before the next, as in the rolling restart */
+    }
+    snprintf(release, sizeof release, "%d.%d", major, minor);
+    upgrade_finalize(to, release);
+    double resumed = resumed_after(at);
+    snprintf(kafka_before, sizeof kafka_before, "%s", from);
+    row_end("upgrade", "rolling upgrade (SIGTERM, start on the new release) of the three brokers, finalized",
+            resumed, "kept");
 }

@@ -1,7 +1,9 @@
 /* brokers.c — driving a real Kafka broker from the tests: faults on the
- * stack's own nodes (tests/support/kafka.sh), topics deleted, partition
- * leaders looked up. */
+ * stack's own nodes (tests/support/kafka.sh), a node started on another
+ * version and the cluster's feature levels (an upgrade), topics deleted,
+ * partition leaders looked up. */
 #include <criterion/criterion.h>
+#include <ctype.h>
 #include <librdkafka/rdkafka.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +30,60 @@ bool e2e_kafka_node(const struct e2e_ctx *t, const char *cmd, int node)
     snprintf(n, sizeof(n), "%d", node);
     kafka_sh(t, cmd, t->env->kafka_dir, n);
     return true;
+}
+
+void e2e_kafka_node_upgrade(const struct e2e_ctx *t, int node, const char *version)
+{
+    cr_assert(t->env->kafka_dir && t->env->kafka_sh, "no Kafka cluster of the stack's own");
+    char n[16];
+    snprintf(n, sizeof(n), "%d", node);
+    const char *argv[] = {t->env->kafka_sh, "restart", t->env->kafka_dir, n, version, NULL};
+    char *err = NULL;
+    int rc = e2e_run_cmd(argv, 180000, NULL, &err);
+    cr_assert(rc == 0, "kafka.sh restart %s %s %s: exit %d\n%s", t->env->kafka_dir, n, version, rc,
+              err ? err : "");
+    free(err);
+}
+
+char *e2e_kafka_features(const struct e2e_ctx *t, const char *version, const char *const args[])
+{
+    cr_assert(t->env->kafka_dir && t->env->kafka_sh, "no Kafka cluster of the stack's own");
+    const char *argv[E2E_MAX_ARGS + 4] = {t->env->kafka_sh, "features", t->env->kafka_dir, version};
+    int n = 4;
+    for (int i = 0; args[i]; i++) {
+        cr_assert(n < E2E_MAX_ARGS + 3, "too many arguments");
+        argv[n++] = args[i];
+    }
+    argv[n] = NULL;
+    char *out = NULL, *err = NULL;
+    int rc = e2e_run_cmd(argv, 120000, &out, &err);
+    cr_assert(rc == 0, "kafka.sh features %s: exit %d\n%s%s", args[0], rc, out ? out : "", err ? err : "");
+    free(err);
+    return out ? out : strdup("");
+}
+
+void e2e_kafka_feature_level(const struct e2e_ctx *t, const char *version, const char *feature, char *level,
+                             size_t len)
+{
+    const char *args[] = {"describe", NULL};
+    char *out = e2e_kafka_features(t, version, args);
+    fprintf(stderr, "kafka-features.sh describe (Kafka %s's tool):\n%s", version, out);
+    /* One line a feature: "Feature: NAME<tab>...<tab>FinalizedVersionLevel: LEVEL<tab>Epoch: N". */
+    char key[96];
+    int klen = snprintf(key, sizeof(key), "Feature: %s", feature);
+    const char *line = out;
+    level[0] = '\0';
+    while ((line = strstr(line, key)) && !isspace((unsigned char)line[klen]))
+        line += klen;
+    const char *eol = line ? strchr(line, '\n') : NULL;
+    const char *v = line ? strstr(line, "FinalizedVersionLevel:") : NULL;
+    if (v && (!eol || v < eol)) {
+        v += strlen("FinalizedVersionLevel:");
+        v += strspn(v, " \t");
+        size_t n = strcspn(v, " \t\r\n");
+        snprintf(level, len, "%.*s", (int)n, v);
+    }
+    free(out);
 }
 
 int e2e_partition_leader(const char *bootstrap, const char *topic, int partition)

@@ -7,14 +7,20 @@
 #                                   bootstrap servers (also in DIR/bootstrap)
 #   kafka.sh stop DIR               stops every node (SIGTERM, then SIGKILL); safe to run twice
 #   kafka.sh kill DIR NODE          SIGKILL one node (a crash; its data stays)
-#   kafka.sh restart DIR NODE       starts a killed node again, same ports and data (a running
-#                                   node is left alone)
+#   kafka.sh restart DIR NODE [VERSION]
+#                                   starts a killed or stopped node again, same ports, config
+#                                   and data; on VERSION's jars (an upgrade), else on those it
+#                                   ran last (a running node is left alone)
 #   kafka.sh pause DIR NODE         SIGSTOP one node: connections stay open, nothing answers
 #   kafka.sh resume DIR NODE        SIGCONT
 #   kafka.sh status DIR             exit 0 if every node runs
 #   kafka.sh grant DIR PRINCIPAL OPERATION --topic|--transactional-id|--cluster [NAME]
 #                                   adds an ACL, as an operator would (librdkafka 2.0's
 #                                   admin API cannot name a transactional id)
+#   kafka.sh features DIR VERSION ARG...
+#                                   kafka-features.sh of Kafka VERSION (4.0 or later: the tools
+#                                   jar) against the cluster, e.g. `describe`, or `upgrade
+#                                   --release-version 4.4` to finalize an upgrade
 #
 # The version is pinned in tests/support/kafka/pom.xml; OUTBOX_RELAY_TEST_KAFKA_VERSION
 # picks another (4.x: the pom's profile kafka4 adds the tools jar, where 4.0 moved
@@ -22,6 +28,10 @@
 # Central through `mvn dependency:copy-dependencies` into the cache directory
 # (OUTBOX_RELAY_KAFKA_CACHE; default /var/cache/outbox-relay-tests as root, else
 # ~/.cache/outbox-relay), once. As root the nodes run as `nobody`.
+# DIR/node-N/version says which version node N runs, DIR/version the cluster's
+# (while an upgrade rolls, the one all nodes ran before). The config kafka.sh
+# writes is one that both 3.9 and 4.x accept (no ZooKeeper or message-format
+# settings): a rolling upgrade restarts each node on the same files.
 #
 # Test settings: replication factor min(N, 3) for every topic including the
 # offsets and transaction state logs, min.insync.replicas 2 from three nodes
@@ -68,7 +78,7 @@ RUN_AS=nobody
 
 die() { echo "kafka.sh: error: $*" >&2; exit 1; }
 note() { echo "kafka.sh: $*" >&2; }
-usage() { sed -n '2,27p' "$SELF" | sed 's/^# \{0,1\}//' >&2; exit 64; }
+usage() { sed -n '2,34p' "$SELF" | sed 's/^# \{0,1\}//' >&2; exit 64; }
 
 kafka_version() {
     [ -n "${OUTBOX_RELAY_TEST_KAFKA_VERSION:-}" ] && { echo "$OUTBOX_RELAY_TEST_KAFKA_VERSION"; return; }
@@ -84,6 +94,15 @@ cmd_fetch() {
     local args=(-Dkafka.version="$v")
     [ "$(kafka_major)" -ge 4 ] && args+=(-Dkafka4)
     maven_fetch "$HERE/kafka/pom.xml" "$(cache_dir)" "Kafka $v" "${args[@]}"
+}
+
+# The jars of version $1 (fetched once); prints their directory.
+fetch_version() { OUTBOX_RELAY_TEST_KAFKA_VERSION=$1 cmd_fetch; }
+
+# The version node $2 of cluster $1 last ran; a cluster started before nodes
+# recorded theirs runs the cluster's.
+node_version() {
+    cat "$1/node-$2/version" 2>/dev/null || cat "$1/version" 2>/dev/null || kafka_version
 }
 
 # AclCommand left the core jar for the tools jar in 4.0.
@@ -179,8 +198,9 @@ wait_started() {
 }
 
 start_nodes() {
-    local dir=$1 libs=$2; shift 2
+    local dir=$1 version=$2 libs; shift 2
     local node drop=() JAVA
+    libs=$(fetch_version "$version")
     java_cmd "$libs" "$dir"
     # As root the JVM runs unprivileged.
     [ "$(id -u)" = 0 ] && drop=(setpriv --reuid="$RUN_AS" --regid="$(id -g "$RUN_AS")" --clear-groups --)
@@ -192,8 +212,18 @@ start_nodes() {
         setsid "${drop[@]}" "${JAVA[@]}" kafka.Kafka \
             "$dir/node-$node/server.properties" </dev/null >>"$dir/node-$node/kafka.log" 2>&1 &
         echo $! > "$dir/node-$node/pid"
+        echo "$version" > "$dir/node-$node/version"
     done
     wait_started "$dir" "$@"
+    cluster_version "$dir"
+}
+
+# DIR/version: the version every node runs, once they all run the same.
+cluster_version() {
+    local dir=$1 d versions
+    versions=$(for d in "$dir"/node-*; do cat "$d/version" 2>/dev/null || echo unknown; done | sort -u)
+    [ "$(echo "$versions" | wc -l)" = 1 ] && [ "$versions" != unknown ] && echo "$versions" > "$dir/version"
+    return 0
 }
 
 # A client certificate DIR/tls/client-$2.{crt,key} with CN $3, from CA $4
@@ -300,7 +330,7 @@ cmd_start() {
         chmod 0755 "$dir"
         chown -R "$RUN_AS" "$dir"/node-*
     fi
-    start_nodes "$dir" "$libs" $(seq 1 "$n")
+    start_nodes "$dir" "$(kafka_version)" $(seq 1 "$n")
     local bs=""
     for node in $(seq 1 "$n"); do bs="$bs${bs:+,}127.0.0.1:$(cat "$dir/node-$node/port")"; done
     add_acls "$dir" "$libs"
@@ -314,6 +344,32 @@ cmd_start() {
     echo "$((SECONDS - t0))" > "$dir/startup_seconds"
     note "Kafka $(kafka_version), $n node(s) at $bs, up in $((SECONDS - t0)) s"
     echo "$bs"
+}
+
+# A node started again on its data: on the version it ran last, or on $3's
+# jars (one step of a rolling upgrade, after a clean stop).
+cmd_restart() {
+    local dir=$1 node=$2 version=${3:-}
+    if pid_alive "$(node_pid "$dir" "$node")"; then
+        [ -z "$version" ] || [ "$version" = "$(node_version "$dir" "$node")" ] ||
+            die "node $node runs $(node_version "$dir" "$node"), not $version: stop it first"
+        note "node $node is running"; return 0
+    fi
+    [ -z "$version" ] || [[ $version =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] || die "not a version: $version"
+    start_nodes "$dir" "${version:-$(node_version "$dir" "$node")}" "$node"
+    note "node $node runs Kafka $(node_version "$dir" "$node")"
+}
+
+# Kafka's kafka-features.sh, FeatureCommand in the tools jar (4.0 on; 3.9's
+# core jar only forwards to it), of version $2: the new release's tool, as
+# Kafka's upgrade notes run it. Its output goes to stdout.
+cmd_features() {
+    local dir=$1 version=$2 libs; shift 2
+    [ "${version%%.*}" -ge 4 ] 2>/dev/null || die "features: the tool of Kafka 4.0 or later, not $version"
+    libs=$(fetch_version "$version")
+    [ -s "$dir/bootstrap" ] || die "no cluster running in $dir"
+    java "${JVM_LEAN[@]}" -cp "$libs/*" -Dlog4j.configuration="file:$dir/log4j.properties" \
+        org.apache.kafka.tools.FeatureCommand --bootstrap-server "$(cat "$dir/bootstrap")" "$@"
 }
 
 node_pid() {
@@ -352,11 +408,10 @@ case $cmd in
     stop)    [ $# = 1 ] || usage; cmd_stop "$1" ;;
     status)  [ $# = 1 ] || usage; cmd_status "$1" ;;
     grant)   [ $# = 4 ] || [ $# = 5 ] || usage; cmd_grant "$@" ;;
+    features) [ $# -ge 3 ] || usage; cmd_features "$@" ;;
     kill)    [ $# = 2 ] || usage; pid=$(node_pid "$1" "$2"); kill -KILL "$pid"
              for _ in $(seq 1 100); do pid_alive "$pid" || break; sleep 0.05; done ;;
-    restart) [ $# = 2 ] || usage
-             if pid_alive "$(node_pid "$1" "$2")"; then note "node $2 is running"; exit 0; fi
-             start_nodes "$1" "$(cmd_fetch)" "$2" ;;
+    restart) [ $# = 2 ] || [ $# = 3 ] || usage; cmd_restart "$@" ;;
     pause)   [ $# = 2 ] || usage; kill -STOP "$(node_pid "$1" "$2")" ;;
     resume)  [ $# = 2 ] || usage; kill -CONT "$(node_pid "$1" "$2")" ;;
     *) usage ;;

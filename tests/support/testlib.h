@@ -237,6 +237,22 @@ void e2e_assert_readyz(struct e2e_relay *r, int code, const char *needle);
  *  @return false (doing nothing) when this run has no Kafka node of its own. */
 bool e2e_kafka_node(const struct e2e_ctx *t, const char *cmd, int node);
 
+/** Starts the stack's stopped Kafka node @p node again on its data and config
+ *  with Kafka @p version's jars (`kafka.sh restart DIR NODE VERSION`: one step
+ *  of a rolling upgrade); asserts it started. */
+void e2e_kafka_node_upgrade(const struct e2e_ctx *t, int node, const char *version);
+
+/** Runs Kafka @p version's kafka-features.sh against the stack's cluster with
+ *  @p args (NULL-terminated, e.g. {"describe", NULL}); asserts exit 0.
+ *  @return its output (caller frees). */
+char *e2e_kafka_features(const struct e2e_ctx *t, const char *version, const char *const args[]);
+
+/** `kafka-features.sh describe` (Kafka @p version's tool), its output logged to
+ *  stderr; the finalized level of @p feature (e.g. "3.9-IV0" for
+ *  metadata.version) into @p level, "" when the cluster lists none. */
+void e2e_kafka_feature_level(const struct e2e_ctx *t, const char *version, const char *feature, char *level,
+                             size_t len);
+
 /** Deletes @p topic on @p t's broker with the admin API (a real broker: the
  *  mock has no DeleteTopics) and waits until the metadata no longer lists it;
  *  asserts both within @p timeout_ms. */
