@@ -77,19 +77,9 @@ static struct e2e_relay *start_as(const char *bootstrap, const char *user, const
     return start_mech(bootstrap, "SCRAM-SHA-512", user, password, ca);
 }
 
-/* librdkafka before 2.6.1 cannot do SCRAM with Kafka 4 brokers (the relay
- * then says so: core/kafka_security.c); the stack's node says its version. */
 static bool scram_refused(void)
 {
-    char path[700], v[32] = "";
-    snprintf(path, sizeof path, "%s/version", T.env->kafka_dir);
-    FILE *f = fopen(path, "r");
-    if (f) {
-        if (!fgets(v, sizeof v, f))
-            v[0] = '\0';
-        fclose(f);
-    }
-    return atoi(v) >= 4 && rd_kafka_version() < 0x02060100;
+    return e2e_kafka_scram_refused(&T);
 }
 
 /* On a library and broker that cannot do SCRAM together, the relay names

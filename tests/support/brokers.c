@@ -62,6 +62,21 @@ char *e2e_kafka_features(const struct e2e_ctx *t, const char *version, const cha
     return out ? out : strdup("");
 }
 
+bool e2e_kafka_scram_refused(const struct e2e_ctx *t)
+{
+    if (!t->env->kafka_dir)
+        return false;
+    char path[700], v[32] = "";
+    snprintf(path, sizeof path, "%s/version", t->env->kafka_dir);
+    FILE *f = fopen(path, "r");
+    if (f) {
+        if (!fgets(v, sizeof v, f))
+            v[0] = '\0';
+        fclose(f);
+    }
+    return atoi(v) >= 4 && rd_kafka_version() < 0x02060100;
+}
+
 void e2e_kafka_feature_level(const struct e2e_ctx *t, const char *version, const char *feature, char *level,
                              size_t len)
 {

@@ -253,6 +253,11 @@ char *e2e_kafka_features(const struct e2e_ctx *t, const char *version, const cha
 void e2e_kafka_feature_level(const struct e2e_ctx *t, const char *version, const char *feature, char *level,
                              size_t len);
 
+/** Whether the stack's own Kafka node refuses SCRAM logins of this process's
+ *  librdkafka: Kafka 4 and librdkafka before 2.6.1 (its nonce bug; the relay
+ *  names it, core/kafka_security.c). False without a node of its own. */
+bool e2e_kafka_scram_refused(const struct e2e_ctx *t);
+
 /** Deletes @p topic on @p t's broker with the admin API (a real broker: the
  *  mock has no DeleteTopics) and waits until the metadata no longer lists it;
  *  asserts both within @p timeout_ms. */
