@@ -85,27 +85,41 @@ static void peers_json(FILE *o, const struct rounds *R, const struct verdict *v,
     fprintf(o, "]");
 }
 
-static void verdict_json(FILE *o, const struct rounds *R, const struct verdict *v)
-{
+/* One target's figures over the rounds: each round's ratio against its
+ * fastest peer, their median, the words and the rounds below the target. */
+struct verdict_taken {
     double each[ROUNDS_MAX];
     int peer[ROUNDS_MAX];
-    double m = verdict_ratio(R, v, each, peer);
+    double median;
     char words[64];
-    verdict_words(m, v->target, words, sizeof(words));
+    int below;
+};
+
+static void verdict_take(const struct rounds *R, const struct verdict *v, struct verdict_taken *t)
+{
+    t->median = verdict_ratio(R, v, t->each, t->peer);
+    verdict_words(t->median, v->target, t->words, sizeof(t->words));
+    t->below = rounds_below(t->each, R->n, v->target);
+}
+
+static void verdict_json(FILE *o, const struct rounds *R, const struct verdict *v)
+{
+    struct verdict_taken t;
+    verdict_take(R, v, &t);
     fprintf(o, "\"%s\": {\"target\": %.1f, \"peers\": ", v->name, v->target);
     peers_json(o, R, v, true);
     fprintf(o, ", \"peers_not_run\": ");
     peers_json(o, R, v, false);
     fprintf(o, ", \"faster_peer_each\": [");
     for (int i = 0; i < R->n; i++)
-        fprintf(o, "%s\"%s\"", i ? ", " : "", round_names[peer[i]]);
+        fprintf(o, "%s\"%s\"", i ? ", " : "", round_names[t.peer[i]]);
     fprintf(o, "], \"each\": [");
     for (int i = 0; i < R->n; i++)
-        fprintf(o, "%s%.3f", i ? ", " : "", each[i]);
+        fprintf(o, "%s%.3f", i ? ", " : "", t.each[i]);
     fprintf(o, "], \"median\": %.3f, \"rounds_below\": %d, \"met\": %s, \"margin_pct\": %.1f, "
                "\"verdict\": \"%s\"}",
-            m, rounds_below(each, R->n, v->target), jbool(m >= v->target),
-            (m / v->target - 1.0) * 100.0, words);
+            t.median, t.below, jbool(t.median >= v->target), (t.median / v->target - 1.0) * 100.0,
+            t.words);
 }
 
 void verdicts_json(FILE *o, const struct rounds *R)
@@ -135,20 +149,16 @@ static void peers_line(const struct rounds *R, const struct verdict *v)
 
 static void verdict_line(const struct rounds *R, const struct verdict *v)
 {
-    double each[ROUNDS_MAX];
-    int peer[ROUNDS_MAX];
-    double m = verdict_ratio(R, v, each, peer);
-    char words[64];
-    verdict_words(m, v->target, words, sizeof(words));
+    struct verdict_taken t;
+    verdict_take(R, v, &t);
     fprintf(stderr, "  %s >= %.1fx ", v->line, v->target);
     peers_line(R, v);
     fprintf(stderr, ":");
     for (int i = 0; i < R->n; i++)
-        fprintf(stderr, " %.2f (%s)", each[i], round_names[peer[i]]);
-    fprintf(stderr, "; median %.2f: %s", m, words);
-    int below = rounds_below(each, R->n, v->target);
-    if (below)
-        fprintf(stderr, " (below the target in %d of %d rounds)", below, R->n);
+        fprintf(stderr, " %.2f (%s)", t.each[i], round_names[t.peer[i]]);
+    fprintf(stderr, "; median %.2f: %s", t.median, t.words);
+    if (t.below)
+        fprintf(stderr, " (below the target in %d of %d rounds)", t.below, R->n);
     for (int j = 0; j < PEERS_MAX && v->peers[j] >= 0; j++)
         if (!R->ran[v->peers[j]])
             fprintf(stderr, "; %s not run", round_names[v->peers[j]]);
