@@ -68,7 +68,6 @@ struct producer {
     struct producer_owner owner;
     bool fatal;                /* librdkafka raised a fatal error: the instance is unusable */
     int fatal_code;            /* the rd_kafka_resp_err_t behind it (0: not known) */
-    struct relay_stats *stats; /* owner.stats */
     const struct relay_config *cfg; /* the live configuration (relay.ack_timeout_ms) */
     int64_t in_flight;         /* produced, no delivery report yet */
     bool ack_stalled;          /* the stall was logged; its end will be */

@@ -15,18 +15,19 @@
 static void denied(struct relay *r, enum kafka_denial d, int code)
 {
     uint64_t delay = plan_denied_delay(r->denied_attempt, (uint64_t)rand());
-    const char *hint = d == KAFKA_DENIAL_AUTHENTICATION
-                           ? config_kafka_scram_hint(r->cfg, rd_kafka_version()) : NULL;
-    if (r->denied_attempt == 0 || r->st.kafka_denial != (int)d)
+    if (r->denied_attempt == 0 || r->st.kafka_denial != (int)d) {
+        const char *hint = d == KAFKA_DENIAL_AUTHENTICATION
+                               ? config_kafka_scram_hint(r->cfg, rd_kafka_version()) : NULL;
         log_error("kafka refuses the relay's principal a right; retrying with a back-off until "
                   "an ACL or the credentials change",
                   "denied=%s needs=%s error=%s transactional_id=%s retry_in_ms=%" PRIu64 "%s%s",
                   kafka_denial_name(d), log_quote(kafka_denial_need(d)),
                   rd_kafka_err2name((rd_kafka_resp_err_t)code), r->prod.txn_id, delay,
                   hint ? " check=" : "", hint ? log_quote(hint) : "");
-    else
+    } else {
         log_debug("kafka still refuses the relay's principal a right", "denied=%s attempt=%u "
                   "retry_in_ms=%" PRIu64, kafka_denial_name(d), r->denied_attempt, delay);
+    }
     r->st.kafka_denial = (int)d;
     snprintf(r->st.kafka_denial_error, sizeof r->st.kafka_denial_error, "%s",
              rd_kafka_err2name((rd_kafka_resp_err_t)code));

@@ -28,30 +28,30 @@
 
 static void ack_clock_sent(struct producer *p)
 {
-    if (p->in_flight++ == 0 && p->stats)
-        p->stats->kafka_ack_clock = stats_mono();
-    if (p->stats)
-        p->stats->kafka_in_flight = p->in_flight;
+    if (p->in_flight++ == 0 && p->owner.stats)
+        p->owner.stats->kafka_ack_clock = stats_mono();
+    if (p->owner.stats)
+        p->owner.stats->kafka_in_flight = p->in_flight;
 }
 
 static void ack_clock_report(struct producer *p, bool acknowledged)
 {
     if (p->in_flight > 0)
         p->in_flight--;
-    if (!p->stats)
+    if (!p->owner.stats)
         return;
-    p->stats->kafka_in_flight = p->in_flight;
+    p->owner.stats->kafka_in_flight = p->in_flight;
     if (acknowledged)
-        p->stats->kafka_ack_clock = stats_mono();
+        p->owner.stats->kafka_ack_clock = stats_mono();
 }
 
 /* Logs when the clock passes the threshold and when it is over; the readiness
  * check itself is computed at each request (health_ready). */
 static void ack_clock_watch(struct producer *p)
 {
-    if (!p->stats || !p->cfg)
+    if (!p->owner.stats || !p->cfg)
         return;
-    double wait = stats_ack_wait(p->stats, stats_mono());
+    double wait = stats_ack_wait(p->owner.stats, stats_mono());
     double limit = p->cfg->ack_timeout_ms / 1000.0;
     bool stalled = p->cfg->ack_timeout_ms > 0 && wait >= limit;
     if (stalled && !p->ack_stalled)
@@ -74,8 +74,8 @@ static void set_fatal(struct producer *p)
 {
     bool first = !p->fatal;
     p->fatal = true;
-    if (p->stats)
-        p->stats->producer_fatal = true;
+    if (p->owner.stats)
+        p->owner.stats->producer_fatal = true;
     if (first && p->rk)
         rd_kafka_purge(p->rk, RD_KAFKA_PURGE_F_QUEUE);
 }
@@ -91,8 +91,8 @@ static void on_fatal(struct producer *p)
     set_fatal(p);
     /* A right Kafka refuses was named when it was first refused (relay_fence.c);
      * each retry of the back-off repeats it only at debug level. */
-    bool named = p->stats && p->stats->kafka_denial &&
-                 p->stats->kafka_denial == (int)kafka_denial_of(orig);
+    bool named = p->owner.stats && p->owner.stats->kafka_denial &&
+                 p->owner.stats->kafka_denial == (int)kafka_denial_of(orig);
     if (named)
         log_debug("kafka producer fatal error", "error=%s reason=%s", rd_kafka_err2name(orig),
                   log_quote(buf));
@@ -115,12 +115,12 @@ static void on_error(struct producer *p, rd_kafka_event_t *ev)
     rd_kafka_resp_err_t err = rd_kafka_event_error(ev);
     const char *reason = rd_kafka_event_error_string(ev);
     enum kafka_denial d = kafka_denial_of_event(err, reason);
-    int known = p->stats ? p->stats->kafka_denial : 0;
+    struct relay_stats *st = p->owner.stats;
+    int known = st ? st->kafka_denial : 0;
     if (kafka_denial_at_connect(d)) {
-        if (p->stats) {
-            p->stats->kafka_denial = (int)d;
-            snprintf(p->stats->kafka_denial_error, sizeof p->stats->kafka_denial_error, "%s",
-                     rd_kafka_err2name(err));
+        if (st) {
+            st->kafka_denial = (int)d;
+            snprintf(st->kafka_denial_error, sizeof st->kafka_denial_error, "%s", rd_kafka_err2name(err));
         }
         p->refused_code = p->refused ? p->refused_code : (int)err;
         p->refused = d;
@@ -143,7 +143,7 @@ static void on_error(struct producer *p, rd_kafka_event_t *ev)
 /* librdkafka's statistics JSON, served on the loop thread by producer_poll. */
 static void on_stats(struct producer *p, const char *json)
 {
-    if (!p->stats || !json)
+    if (!p->owner.stats || !json)
         return;
     ack_clock_watch(p);
     cJSON *root = cJSON_Parse(json);
@@ -151,7 +151,7 @@ static void on_stats(struct producer *p, const char *json)
         return;
     const cJSON *msg_cnt = cJSON_GetObjectItemCaseSensitive(root, "msg_cnt");
     if (cJSON_IsNumber(msg_cnt))
-        p->stats->producer_queue_msgs = (int64_t)msg_cnt->valuedouble;
+        p->owner.stats->producer_queue_msgs = (int64_t)msg_cnt->valuedouble;
     int up = 0, total = 0;
     const cJSON *brokers = cJSON_GetObjectItemCaseSensitive(root, "brokers");
     const cJSON *b;
@@ -166,7 +166,7 @@ static void on_stats(struct producer *p, const char *json)
             continue;
         if (total < STATS_MAX_BROKERS) {
             const cJSON *name = cJSON_GetObjectItemCaseSensitive(b, "nodename");
-            struct stats_broker *sb = &p->stats->brokers[total];
+            struct stats_broker *sb = &p->owner.stats->brokers[total];
             sb->id = (int32_t)nodeid->valuedouble;
             snprintf(sb->name, sizeof(sb->name), "%s",
                      cJSON_IsString(name) ? name->valuestring : "");
@@ -177,13 +177,13 @@ static void on_stats(struct producer *p, const char *json)
         if (cJSON_IsString(state) && strcmp(state->valuestring, "UP") == 0)
             up++;
     }
-    p->stats->n_brokers = total < STATS_MAX_BROKERS ? total : STATS_MAX_BROKERS;
-    p->stats->brokers_up = up;
-    p->stats->brokers_total = total;
+    p->owner.stats->n_brokers = total < STATS_MAX_BROKERS ? total : STATS_MAX_BROKERS;
+    p->owner.stats->brokers_up = up;
+    p->owner.stats->brokers_total = total;
     /* A broker is UP once authenticated: the credentials and certificates
      * were accepted after all (a standby produces nothing that would say so). */
-    if (up > 0 && kafka_denial_at_connect(p->stats->kafka_denial))
-        p->stats->kafka_denial = KAFKA_DENIAL_NONE;
+    if (up > 0 && kafka_denial_at_connect(p->owner.stats->kafka_denial))
+        p->owner.stats->kafka_denial = KAFKA_DENIAL_NONE;
     cJSON_Delete(root);
 }
 
@@ -335,7 +335,7 @@ int producer_start(struct producer *p, uv_loop_t *loop, const struct relay_confi
                    const struct producer_owner *owner, char *errbuf, size_t errlen)
 {
     memset(p, 0, sizeof(*p));
-    struct relay_stats *stats = p->stats = owner->stats;
+    struct relay_stats *stats = owner->stats;
     if (stats) {
         stats->producer_fatal = false;
         stats->brokers_up = -1;
@@ -491,10 +491,10 @@ void producer_poll(struct producer *p)
             const rd_kafka_message_t *m;
             while ((m = rd_kafka_event_message_next(ev)) != NULL) {
                 ack_clock_report(p, m->err == RD_KAFKA_RESP_ERR_NO_ERROR);
-                if (p->stats && m->err == RD_KAFKA_RESP_ERR_NO_ERROR)
-                    p->stats->kafka_answered = true;
-                if (p->stats && m->err == RD_KAFKA_RESP_ERR_NO_ERROR)
-                    stats_count_published(p->stats, rd_kafka_topic_name(m->rkt),
+                if (p->owner.stats && m->err == RD_KAFKA_RESP_ERR_NO_ERROR)
+                    p->owner.stats->kafka_answered = true;
+                if (p->owner.stats && m->err == RD_KAFKA_RESP_ERR_NO_ERROR)
+                    stats_count_published(p->owner.stats, rd_kafka_topic_name(m->rkt),
                                           p->txn != PRODUCER_TXN_OFF);
                 if (m->err && p->txn != PRODUCER_TXN_OFF)
                     p->txn_doomed = true;
@@ -657,14 +657,14 @@ static void txn_after(uv_work_t *w, int status)
         free(j);
         return;
     }
-    if (j->op == TXN_COMMIT && p->stats) {
-        stats_settle_published(p->stats, j->res == PRODUCER_TXN_DONE);
-        p->stats->kafka_committing = false;
+    if (j->op == TXN_COMMIT && p->owner.stats) {
+        stats_settle_published(p->owner.stats, j->res == PRODUCER_TXN_DONE);
+        p->owner.stats->kafka_committing = false;
         if (j->res == PRODUCER_TXN_DONE || j->res == PRODUCER_TXN_ABORTED)
-            p->stats->kafka_ack_clock = stats_mono(); /* the coordinator answered */
+            p->owner.stats->kafka_ack_clock = stats_mono(); /* the coordinator answered */
     }
-    if (p->stats && (j->res == PRODUCER_TXN_DONE || j->res == PRODUCER_TXN_ABORTED))
-        p->stats->kafka_answered = true; /* the coordinator is a broker that answered */
+    if (p->owner.stats && (j->res == PRODUCER_TXN_DONE || j->res == PRODUCER_TXN_ABORTED))
+        p->owner.stats->kafka_answered = true; /* the coordinator is a broker that answered */
     switch (j->res) {
     case PRODUCER_TXN_DONE:
     case PRODUCER_TXN_ABORTED:
@@ -708,11 +708,11 @@ static int txn_start(struct producer *p, enum txn_op op, producer_txn_cb cb, voi
     }
     p->job = j;
     p->txn = PRODUCER_TXN_BUSY;
-    if (op == TXN_COMMIT && p->stats) {
+    if (op == TXN_COMMIT && p->owner.stats) {
         /* Every message may be acknowledged and the coordinator hung. */
         if (p->in_flight == 0)
-            p->stats->kafka_ack_clock = stats_mono();
-        p->stats->kafka_committing = true;
+            p->owner.stats->kafka_ack_clock = stats_mono();
+        p->owner.stats->kafka_committing = true;
     }
     return 0;
 }
