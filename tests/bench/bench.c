@@ -117,10 +117,11 @@ static void drain_only_rounds(PGconn *c, const char *list, int n, long rows, int
             int k = ks[(i + j) % nk];
             struct drain_result d = round_drain(c, k, rows, aggregates);
             fprintf(stderr, "bench: %s round %d: %.0f rows/s (first to last %.0f), relay CPU "
-                            "%.2f s, PostgreSQL CPU %.2f s, machine busy %.0f %%, peak RSS %.1f MB, "
-                            "load average %s; %s\n",
+                            "%.2f s, PostgreSQL CPU %.2f s, broker CPU %.2f s, consumer CPU %.2f s, "
+                            "machine busy %.0f %%, peak RSS %.1f MB, load average %s; %s\n",
                     round_names[k], i + 1, d.rows_per_s, d.ftl_rows_per_s, d.cpu_s, d.pg_cpu_s,
-                    d.machine_busy * 100.0, d.peak_rss_mb, load_average(),
+                    d.broker_cpu_s, d.bench_cpu_s, d.machine_busy * 100.0, d.peak_rss_mb,
+                    load_average(),
                     drain_checked(k, &d, checked, sizeof(checked)));
             rounds_put(&R, k, i, &d);
             drop(c, round_tables[k]);

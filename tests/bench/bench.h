@@ -67,6 +67,8 @@ struct drain_result {
     double peak_rss_mb;     /* -1: not measured (the peer exits by itself) */
     double cpu_s;
     double pg_cpu_s;        /* PostgreSQL backends doing the drain; -1: not measured */
+    double broker_cpu_s;    /* the Kafka nodes meanwhile; -1: not measured (mock, or none) */
+    double bench_cpu_s;     /* this benchmark meanwhile: its consumer, watching the drain */
     double machine_busy;    /* share of all cores busy during it; -1: not measured */
     double wal_bytes;       /* WAL PostgreSQL wrote from the start until done; -1: not measured */
     long duplicates;        /* messages received for a row received before */
@@ -211,6 +213,8 @@ struct rounds {
     double ftl[R_N][ROUNDS_MAX];   /* rows/s, first -> last message */
     double pg_cpu[R_N][ROUNDS_MAX]; /* PostgreSQL backends' CPU s per 100k rows; -1: unknown */
     double wal[R_N][ROUNDS_MAX];   /* WAL bytes per 100k rows written during the drain */
+    double others_cpu[R_N][ROUNDS_MAX]; /* CPU s per 100k rows of what every drain needs besides
+                                          * its runner (PostgreSQL, the broker, the consumer); -1 */
 };
 #define N_ROUND_RATIOS (int)(sizeof(round_ratios) / sizeof(round_ratios[0]))
 #define REPLAY_BOUND_MB 32.0
@@ -271,6 +275,10 @@ struct machine_cpu machine_cpu_now(void);
 double machine_busy(struct machine_cpu a, struct machine_cpu b);
 void relay_cost(pid_t pid, double *rss_mb, double *cpu_s);
 double client_backends_cpu_s(PGconn *c, int except);
+/* CPU seconds the Kafka nodes of the stack used so far; -1: none known. */
+double brokers_cpu_s(void);
+/* CPU seconds this process used so far, all its threads. */
+double self_cpu_s(void);
 void relay_stop(struct relay_proc *p);
 struct cmd_cost run_measured(const char *const argv[], const char *log);
 void seed(PGconn *c, const char *table, long rows, int aggregates);

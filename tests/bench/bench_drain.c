@@ -254,11 +254,13 @@ struct drain_result drain(PGconn *c, const char *table, long rows, int aggregate
     long long last_id = pg_int(c, "SELECT max(\"id\") FROM \"public\".\"%s\"", table);
     PGconn *holder = o->hold ? hold_snapshot() : NULL;
     int holder_pid = holder ? PQbackendPID(holder) : 0;
-    struct drain_result r = { .rows = rows, .peak_rss_mb = -1, .cpu_s = -1, .pg_cpu_s = -1 };
+    struct drain_result r = { .rows = rows, .peak_rss_mb = -1, .cpu_s = -1, .pg_cpu_s = -1,
+                              .broker_cpu_s = -1 };
     struct drain_watch w;
     watch_start(&w, table, rows);
     long long lsn0 = wal_lsn(c);
     struct machine_cpu m0 = machine_cpu_now();
+    double broker0 = brokers_cpu_s(), self0 = self_cpu_s();
     struct relay_proc p =
         o->runner == RUN_PEER_MINIMAL ? peer_start("peer_minimal.py", table, o->deleting)
         : o->runner == RUN_PEER_SAME  ? peer_start("peer_same.py", table, false)
@@ -267,6 +269,9 @@ struct drain_result drain(PGconn *c, const char *table, long rows, int aggregate
     r.done_s = now_s() - p.started;
     r.wal_bytes = (double)(wal_lsn(c) - lsn0);
     r.machine_busy = machine_busy(m0, machine_cpu_now());
+    double broker1 = brokers_cpu_s();
+    r.broker_cpu_s = broker0 >= 0 && broker1 >= 0 ? broker1 - broker0 : -1;
+    r.bench_cpu_s = self_cpu_s() - self0;
     if (!exited)
         r.pg_cpu_s = client_backends_cpu_s(c, holder_pid);
     if (!exited && o->runner == RUN_RELAY)
@@ -306,7 +311,7 @@ static struct drain_result floor_run(PGconn *c, const char *table, long rows, in
             "WHERE \"id\" = ANY(ids) AND \"sent_at\" IS NULL; "
             "last := ids[array_upper(ids, 1)]; COMMIT; END LOOP; END $$",
             table, body, table);
-    struct drain_result r = { .rows = rows, .peak_rss_mb = -1, .cpu_s = -1 };
+    struct drain_result r = { .rows = rows, .peak_rss_mb = -1, .cpu_s = -1, .broker_cpu_s = -1 };
     double cpu0 = proc_cpu_s(PQbackendPID(c));
     struct machine_cpu m0 = machine_cpu_now();
     double t0 = now_s();
@@ -384,7 +389,8 @@ struct drain_result wal_floor(PGconn *c, const char *table, long rows, int aggre
                            "-o", "messages=true", NULL };
     char log[512];
     snprintf(log, sizeof(log), "%s/recvlogical-%s.log", workdir, table);
-    struct drain_result r = { .rows = rows, .peak_rss_mb = -1, .cpu_s = -1, .pg_cpu_s = -1 };
+    struct drain_result r = { .rows = rows, .peak_rss_mb = -1, .cpu_s = -1, .pg_cpu_s = -1,
+                              .broker_cpu_s = -1 };
     struct machine_cpu m0 = machine_cpu_now();
     double t0 = now_s();
     pid_t pid = run_cmd(argv, log);

@@ -16,6 +16,9 @@ void rounds_put(struct rounds *R, int k, int i, const struct drain_result *d)
     R->ftl[k][i] = d->ftl_rows_per_s;
     R->pg_cpu[k][i] = d->pg_cpu_s >= 0 ? d->pg_cpu_s * 100000.0 / (double)d->rows : -1;
     R->wal[k][i] = d->wal_bytes >= 0 ? d->wal_bytes * 100000.0 / (double)d->rows : -1;
+    R->others_cpu[k][i] = d->pg_cpu_s >= 0 && d->broker_cpu_s >= 0
+                              ? (d->pg_cpu_s + d->broker_cpu_s + d->bench_cpu_s) * 100000.0 / (double)d->rows
+                              : -1;
 }
 
 /* num / den of every round into @p each; @return their median. */
@@ -213,6 +216,9 @@ void drain_json(FILE *o, const char *name, const struct drain_result *d,
     if (d->pg_cpu_s >= 0)
         fprintf(o, "\"postgres_cpu_s_per_100k\": %.3f, \"postgres_busy\": %.2f, ",
                 d->pg_cpu_s * 100000.0 / (double)d->rows, d->pg_cpu_s / d->seconds);
+    if (d->broker_cpu_s >= 0)
+        fprintf(o, "\"broker_cpu_s_per_100k\": %.3f, \"consumer_cpu_s_per_100k\": %.3f, ",
+                d->broker_cpu_s * 100000.0 / (double)d->rows, d->bench_cpu_s * 100000.0 / (double)d->rows);
     if (d->machine_busy >= 0)
         fprintf(o, "\"machine_busy\": %.2f, ", d->machine_busy);
     if (refs) {

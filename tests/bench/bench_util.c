@@ -391,6 +391,35 @@ double client_backends_cpu_s(PGconn *c, int except)
     return sum;
 }
 
+double brokers_cpu_s(void)
+{
+    const char *dir = getenv("OUTBOX_RELAY_TEST_KAFKA_DIR");
+    double sum = -1;
+    for (int node = 1; dir && node <= 9; node++) {
+        char path[1024];
+        snprintf(path, sizeof(path), "%s/node-%d/pid", dir, node);
+        FILE *f = fopen(path, "r");
+        int pid = 0;
+        if (!f)
+            continue;
+        if (fscanf(f, "%d", &pid) != 1)
+            pid = 0;
+        fclose(f);
+        double cpu = pid > 0 ? proc_cpu_s(pid) : -1;
+        if (cpu >= 0)
+            sum = (sum < 0 ? 0 : sum) + cpu;
+    }
+    return sum;
+}
+
+double self_cpu_s(void)
+{
+    struct rusage u;
+    getrusage(RUSAGE_SELF, &u);
+    return (double)(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+           (double)(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
+
 void relay_stop(struct relay_proc *p)
 {
     kill(p->pid, SIGTERM);

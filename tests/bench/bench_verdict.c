@@ -86,20 +86,42 @@ static void peers_json(FILE *o, const struct rounds *R, const struct verdict *v,
 }
 
 /* One target's figures over the rounds: each round's ratio against its
- * fastest peer, their median, the words and the rounds below the target. */
+ * fastest peer, their median, the words and the rounds below the target;
+ * what the target asks of each round and what the machine allows it. */
 struct verdict_taken {
     double each[ROUNDS_MAX];
     int peer[ROUNDS_MAX];
     double median;
     char words[64];
     int below;
+    double needed[ROUNDS_MAX]; /* rows/s: the target times the round's fastest peer */
+    double bound[ROUNDS_MAX];  /* rows/s; -1: not measured */
+    int beyond;                /* rounds whose need is above their bound */
 };
+
+/* The most a drain could reach on this machine in round @p i if its runner
+ * used no CPU at all: every core busy with what the drain needs besides it
+ * (PostgreSQL's backends, the broker, the consumer counting the messages),
+ * at the CPU per row those used in the runner's own drain. It leaves out
+ * PostgreSQL's own processes (WAL writer, checkpointer), so it is high. */
+static double cpu_bound(const struct rounds *R, int k, int i)
+{
+    double others = R->others_cpu[k][i];
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    return others > 0 && cores > 0 ? (double)cores * 100000.0 / others : -1;
+}
 
 static void verdict_take(const struct rounds *R, const struct verdict *v, struct verdict_taken *t)
 {
     t->median = verdict_ratio(R, v, t->each, t->peer);
     verdict_words(t->median, v->target, t->words, sizeof(t->words));
     t->below = rounds_below(t->each, R->n, v->target);
+    t->beyond = 0;
+    for (int i = 0; i < R->n; i++) {
+        t->needed[i] = v->target * R->v[t->peer[i]][i];
+        t->bound[i] = cpu_bound(R, v->relay, i);
+        t->beyond += t->bound[i] >= 0 && t->needed[i] > t->bound[i];
+    }
 }
 
 static void verdict_json(FILE *o, const struct rounds *R, const struct verdict *v)
@@ -116,7 +138,14 @@ static void verdict_json(FILE *o, const struct rounds *R, const struct verdict *
     fprintf(o, "], \"each\": [");
     for (int i = 0; i < R->n; i++)
         fprintf(o, "%s%.3f", i ? ", " : "", t.each[i]);
-    fprintf(o, "], \"median\": %.3f, \"rounds_below\": %d, \"met\": %s, \"margin_pct\": %.1f, "
+    fprintf(o, "], \"needed_rows_per_s\": [");
+    for (int i = 0; i < R->n; i++)
+        fprintf(o, "%s%.0f", i ? ", " : "", t.needed[i]);
+    fprintf(o, "], \"cpu_bound_rows_per_s\": [");
+    for (int i = 0; i < R->n; i++)
+        fprintf(o, "%s%.0f", i ? ", " : "", t.bound[i]);
+    fprintf(o, "], \"rounds_beyond_cpu_bound\": %d", t.beyond);
+    fprintf(o, ", \"median\": %.3f, \"rounds_below\": %d, \"met\": %s, \"margin_pct\": %.1f, "
                "\"verdict\": \"%s\"}",
             t.median, t.below, jbool(t.median >= v->target), (t.median / v->target - 1.0) * 100.0,
             t.words);
@@ -163,6 +192,19 @@ static void verdict_line(const struct rounds *R, const struct verdict *v)
         if (!R->ran[v->peers[j]])
             fprintf(stderr, "; %s not run", round_names[v->peers[j]]);
     fprintf(stderr, "\n");
+    if (!t.below)
+        return;
+    /* A missed target: could this machine have met it at all? */
+    fprintf(stderr, "    the target needed, by round:");
+    for (int i = 0; i < R->n; i++)
+        fprintf(stderr, " %.0f", t.needed[i]);
+    fprintf(stderr, " rows/s; the most any %s drain could reach here, were its runner free:",
+            v->line);
+    for (int i = 0; i < R->n; i++)
+        fprintf(stderr, t.bound[i] >= 0 ? " %.0f" : " -", t.bound[i]);
+    fprintf(stderr, " rows/s (every core on the rest of its drain: PostgreSQL, the broker, the "
+                    "consumer)%s\n",
+            t.beyond == R->n ? ": out of reach here in every round" : "");
 }
 
 void verdicts_line(const struct rounds *R)
