@@ -347,6 +347,51 @@ Test(plan, fencing_initialises_commits_and_releases)
     h1->held = h0->held = NULL;
 }
 
+/* Rows committed while a Kafka transaction ran are claimed during its
+ * commit and held for the next one, instead of waiting for the commit, the
+ * marks and a claim after them: quiet, the commit wakes that claim (no
+ * NOTIFY does), and a transaction of two batches leaves it the spare slot. */
+Test(plan, commit_claims_behind_it)
+{
+    struct plan_state s = leader();
+    s.n_batches = SLOTS;
+    s.txn = PRODUCER_TXN_OPEN;
+    s.txn_gen = 2;
+    struct batch *a = load(0, 1, 5, PHASE_DELIVERED), *b = load(1, 6, 2, PHASE_DELIVERED);
+    delivered(a);
+    delivered(b);
+    a->txn_gen = b->txn_gen = 2;
+    struct fence_plan f = plan_fence(&s);
+    cr_assert(f.commit && !f.claim_behind, "writers notify: a NOTIFY wakes the claim");
+    s.quiet = PLAN_QUIET_ON;
+    f = plan_fence(&s);
+    cr_assert(f.commit && f.claim_behind, "quiet: the commit wakes a claim");
+
+    s.txn = PRODUCER_TXN_BUSY; /* committing */
+    s.wake = true;             /* what the daemon does with claim_behind */
+    struct plan_step p = plan_next(&s);
+    cr_assert_eq(p.act, PLAN_CLAIM, "got %s", plan_act_name(p.act));
+    cr_assert_eq(p.slot, 2, "the spare slot");
+    cr_assert(p.skip.lo == 1 && p.skip.hi == 7, "the batches in flight are skipped");
+    struct batch *c = load(2, 8, 3, PHASE_PRODUCING);
+    cr_assert(plan_txn_holds(&s, c), "its rows wait for the next transaction");
+    int dummy;
+    c->held = &dummy;
+    cr_assert_eq(plan_next(&s).act, PLAN_WAIT, "one claim waits for the next transaction, not two");
+    c->held = NULL;
+    batch_clear(c);
+
+    s.txn = PRODUCER_TXN_OPEN; /* still producing: the spare slot serves a backlog only */
+    cr_assert_neq(plan_next(&s).act, PLAN_CLAIM);
+    s.txn_doomed = true;
+    cr_assert(!plan_fence(&s).claim_behind, "an abort: nothing may be claimed behind it");
+    s.txn_doomed = false;
+    s.capture_wal = true;
+    cr_assert(!plan_fence(&s).claim_behind, "wal: the stream brings the rows");
+    batch_clear(a);
+    batch_clear(b);
+}
+
 /* A transaction's commit settles its batches at once: one statement marks
  * them all. A batch still with Kafka, or with nothing delivered, is not in
  * it; a batch marked with another goes on to its failures without one. */
