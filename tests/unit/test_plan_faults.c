@@ -347,6 +347,20 @@ Test(plan, fencing_initialises_commits_and_releases)
     h1->held = h0->held = NULL;
 }
 
+/* Slots 0 and 1 delivered in open transaction @p gen: ids 1-5 and the
+ * @p n_b after them. */
+static void two_delivered(struct plan_state *s, unsigned gen, int n_b, struct batch **a,
+                          struct batch **b)
+{
+    s->txn = PRODUCER_TXN_OPEN;
+    s->txn_gen = gen;
+    *a = load(0, 1, 5, PHASE_DELIVERED);
+    *b = load(1, 6, n_b, PHASE_DELIVERED);
+    delivered(*a);
+    delivered(*b);
+    (*a)->txn_gen = (*b)->txn_gen = gen;
+}
+
 /* Rows committed while a Kafka transaction ran are claimed during its
  * commit and held for the next one, instead of waiting for the commit, the
  * marks and a claim after them: quiet, the commit wakes that claim (no
@@ -355,12 +369,8 @@ Test(plan, commit_claims_behind_it)
 {
     struct plan_state s = leader();
     s.n_batches = SLOTS;
-    s.txn = PRODUCER_TXN_OPEN;
-    s.txn_gen = 2;
-    struct batch *a = load(0, 1, 5, PHASE_DELIVERED), *b = load(1, 6, 2, PHASE_DELIVERED);
-    delivered(a);
-    delivered(b);
-    a->txn_gen = b->txn_gen = 2;
+    struct batch *a, *b;
+    two_delivered(&s, 2, 2, &a, &b);
     struct fence_plan f = plan_fence(&s);
     cr_assert(f.commit && !f.claim_behind, "writers notify: a NOTIFY wakes the claim");
     s.quiet = PLAN_QUIET_ON;
@@ -398,12 +408,8 @@ Test(plan, commit_claims_behind_it)
 Test(plan, batches_settled_together_are_marked_by_one_statement)
 {
     struct plan_state s = leader();
-    s.txn = PRODUCER_TXN_OPEN;
-    s.txn_gen = 7;
-    struct batch *a = load(0, 1, 5, PHASE_DELIVERED), *b = load(1, 6, 5, PHASE_DELIVERED);
-    delivered(a);
-    delivered(b);
-    a->txn_gen = b->txn_gen = 7;
+    struct batch *a, *b;
+    two_delivered(&s, 7, 5, &a, &b);
     a->committed = true;
     struct plan_step p = plan_next(&s);
     cr_assert(p.act == PLAN_MARK && p.slot == 0 && p.with == 0,
