@@ -20,7 +20,7 @@
 
 /* ---- acknowledgements ---------------------------------------------------
  * A broker that accepts requests and never answers stays UP in librdkafka's
- * statistics until socket.timeout.ms (6 s, kafka_rules.c) cuts a request
+ * statistics until socket.timeout.ms (10 s, kafka_rules.c) cuts a request
  * and closes the connection. The clock below does not depend on that: it
  * runs while messages are in flight and restarts at every acknowledgement;
  * /readyz fails once it passes relay.ack_timeout_ms. Failed reports do not

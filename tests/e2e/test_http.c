@@ -166,7 +166,7 @@ Test(e2e, readyz_ready_on_acknowledged_deliveries_before_statistics, .fini = fin
 }
 
 /* A hung broker keeps its connections open and answers nothing: it stays UP
- * in librdkafka's statistics until socket.timeout.ms (6 s by default) cuts a
+ * in librdkafka's statistics until socket.timeout.ms (10 s by default) cuts a
  * request, and the requests sent again go unanswered too. The acks check
  * must fail within relay.ack_timeout_ms (default 10 s). */
 Test(e2e, readyz_fails_while_a_hung_broker_acknowledges_nothing, .fini = fini, .timeout = 240)
