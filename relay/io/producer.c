@@ -20,11 +20,12 @@
 
 /* ---- acknowledgements ---------------------------------------------------
  * A broker that accepts requests and never answers stays UP in librdkafka's
- * statistics until socket.timeout.ms (a minute) closes the connection. The
- * clock below shows it sooner: it runs while messages are in flight and
- * restarts at every acknowledgement; /readyz fails once it passes
- * relay.ack_timeout_ms. Failed reports do not restart it: they are not
- * progress, though the clock stops when nothing is left in flight. */
+ * statistics until socket.timeout.ms (10 s, kafka_rules.c) cuts a request
+ * and closes the connection. The clock below does not depend on that: it
+ * runs while messages are in flight and restarts at every acknowledgement;
+ * /readyz fails once it passes relay.ack_timeout_ms. Failed reports do not
+ * restart it: they are not progress, though the clock stops when nothing is
+ * left in flight. */
 
 static void ack_clock_sent(struct producer *p)
 {

@@ -19,6 +19,8 @@
  * log-based capture; OUTBOX_RELAY_TEST_FAULT_FENCING=none for no fencing;
  * OUTBOX_RELAY_TEST_FAULT_RELAY_OPTIONS: more of the relay's -X options, separated
  * by spaces (e.g. "log.level=debug kafka.debug=eos,broker" to see why a row is slow);
+ * OUTBOX_RELAY_TEST_FAULT_HUNG=coordinator: the hung row stops the transaction
+ * coordinator instead of the leader of partition 0;
  * OUTBOX_RELAY_TEST_FAULT_UPGRADE_TO: the release the upgrade row (the last: it
  * leaves the cluster on it) moves a 3.x cluster to, default 4.4.0. */
 #include <pthread.h>
@@ -28,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <criterion/criterion.h>
@@ -506,13 +509,37 @@ Test(fault_matrix, active_controller_killed, .fini = fini, .timeout = 900)
     kill_and_wait("controller", "active controller killed -9", active_controller(), 30);
 }
 
+/* The node the hung row stops: the leader of partition 0, or with
+ * OUTBOX_RELAY_TEST_FAULT_HUNG=coordinator the transaction coordinator (the
+ * case where two of the relay's requests can wait for it in turn, which the
+ * leader of partition 0 is only by chance). */
+static int hung_node(void)
+{
+    const char *v = getenv("OUTBOX_RELAY_TEST_FAULT_HUNG");
+    if (v && !strcmp(v, "coordinator")) {
+        cr_assert(strcmp(fencing(), "none") != 0,
+                  "OUTBOX_RELAY_TEST_FAULT_HUNG=coordinator needs relay.fencing = transactional");
+        return transaction_coordinator();
+    }
+    cr_assert(!v || !*v || !strcmp(v, "leader"), "OUTBOX_RELAY_TEST_FAULT_HUNG=%s: leader or coordinator", v);
+    return topic_leader(0);
+}
+
 Test(fault_matrix, broker_stopped_30s, .fini = fini, .timeout = 900)
 {
     row_begin("hung");
-    int node = topic_leader(0);
-    cr_assert(node >= 1 && node <= 3, "no leader of partition 0");
-    fprintf(stderr, "fault-matrix: hung: SIGSTOP to node %d for 30 s (coordinator: node %d, controller: node %d)\n",
-            node, transaction_coordinator(), active_controller());
+    int node = hung_node();
+    cr_assert(node >= 1 && node <= 3, "no node to stop");
+    /* The time in the relay log's format, to find the fault window there. */
+    struct timespec now;
+    struct tm tm;
+    clock_gettime(CLOCK_REALTIME, &now);
+    gmtime_r(&now.tv_sec, &tm);
+    fprintf(stderr,
+            "fault-matrix: hung: SIGSTOP to node %d for 30 s at %02d:%02d:%02d.%03ldZ (leader of partition 0: "
+            "node %d, coordinator: node %d, controller: node %d)\n",
+            node, tm.tm_hour, tm.tm_min, tm.tm_sec, now.tv_nsec / 1000000, topic_leader(0),
+            transaction_coordinator(), active_controller());
     int64_t at = e2e_now_ms();
     e2e_kafka_node(&T, "pause", node);
     e2e_sleep_ms(30000);

@@ -166,8 +166,9 @@ Test(e2e, readyz_ready_on_acknowledged_deliveries_before_statistics, .fini = fin
 }
 
 /* A hung broker keeps its connections open and answers nothing: it stays UP
- * in librdkafka's statistics until socket.timeout.ms (a minute). The acks
- * check must fail within relay.ack_timeout_ms (default 10 s) instead. */
+ * in librdkafka's statistics until socket.timeout.ms (10 s by default) cuts a
+ * request, and the requests sent again go unanswered too. The acks check
+ * must fail within relay.ack_timeout_ms (default 10 s). */
 Test(e2e, readyz_fails_while_a_hung_broker_acknowledges_nothing, .fini = fini, .timeout = 240)
 {
     e2e_setup(&T, "httphung");
@@ -182,8 +183,9 @@ Test(e2e, readyz_fails_while_a_hung_broker_acknowledges_nothing, .fini = fini, .
     e2e_wait_all_sent(&T, 30000);
     cr_assert_eq(scrape(port, "outbox_relay_kafka_in_flight_messages"), 0);
 
-    /* Every answer 20 s late: longer than the threshold, shorter than
-     * librdkafka's socket timeout, so no connection is dropped. */
+    /* Every answer 20 s late: longer than the threshold and than
+     * socket.timeout.ms, so requests are cut and sent again, never answered
+     * in time. */
     cr_assert(e2e_mock_command(&T, "rtt -1 20000")); /* returns once applied */
     int64_t t0 = e2e_now_ms();
     enqueue_range(21, 40);

@@ -28,6 +28,8 @@
 # Central through `mvn dependency:copy-dependencies` into the cache directory
 # (OUTBOX_RELAY_KAFKA_CACHE; default /var/cache/outbox-relay-tests as root, else
 # ~/.cache/outbox-relay), once. As root the nodes run as `nobody`.
+# A silent broker is fenced after 4 s (broker.session.timeout.ms; Kafka's default
+# is 9 s); OUTBOX_RELAY_TEST_KAFKA_SESSION_TIMEOUT_MS sets another.
 # DIR/node-N/version says which version node N runs, DIR/version the cluster's
 # (while an upgrade rolls, the one all nodes ran before). The config kafka.sh
 # writes is one that both 3.9 and 4.x accept (no ZooKeeper or message-format
@@ -160,7 +162,7 @@ num.network.threads=2
 num.io.threads=2
 background.threads=2
 broker.heartbeat.interval.ms=1000
-broker.session.timeout.ms=4000
+broker.session.timeout.ms=${OUTBOX_RELAY_TEST_KAFKA_SESSION_TIMEOUT_MS:-4000}
 EOF
 }
 
