@@ -221,7 +221,6 @@ struct fence_plan {
     bool commit;            /* commit (or abort, when doomed) the open transaction */
     int release;            /* the held batch to produce into the open, empty transaction; -1 */
     bool release_stale;     /* ...but a cut happened since its claim: drop it, claim again */
-    bool claim_behind;      /* with the commit: claim now, the rows held for the next transaction */
 };
 
 struct fence_plan plan_fence(const struct plan_state *s);

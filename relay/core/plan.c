@@ -142,11 +142,6 @@ struct fence_plan plan_fence(const struct plan_state *s)
      * PLAN_TXN_BATCHES_MAX: a commit costs a round trip to the coordinator
      * and the markers, paid once per transaction, not per batch. */
     f.commit = (due && !txn_growing(s)) || s->txn_doomed;
-    /* A quiet relay is woken by no NOTIFY: after a claim that found nothing
-     * it waits for the mark's rescan, so rows committed while the
-     * transaction ran would wait for its commit, the mark and a claim. Claimed
-     * during the commit, they wait for the commit only, as with NOTIFY. */
-    f.claim_behind = f.commit && !s->txn_doomed && !s->capture_wal && s->quiet == PLAN_QUIET_ON;
     if (!f.commit && s->txn_empty && !f.drop_held) {
         f.release = oldest_held(s);
         /* An unpublished batch counts as a cut: the held claim skipped its rows. */
@@ -255,14 +250,6 @@ static struct plan_step leadership(const struct plan_state *s, bool *done)
     return act(PLAN_WAIT);
 }
 
-static bool any_held(const struct plan_state *s)
-{
-    for (int k = 0; k < s->n_batches; k++)
-        if (s->b[k].held)
-            return true;
-    return false;
-}
-
 /* Another batch is claimed only while the others are with Kafka; retention
  * runs when nothing is in flight. */
 static struct plan_step claim(const struct plan_state *s)
@@ -282,11 +269,8 @@ static struct plan_step claim(const struct plan_state *s)
     /* A slot beyond what one transaction carries serves a backlog only: its
      * claim waits for the next transaction, which Kafka then works on while
      * this one's batches are marked. Under a trickle the rows it took would
-     * wait for that transaction instead of joining the next claim's; not
-     * while the transaction commits, though: then every claim's rows wait
-     * for the next one, and claimed now they do not wait for the marks. */
-    if (in_use >= PLAN_TXN_BATCHES_MAX && (s->txn == PRODUCER_TXN_OFF || !full) &&
-        !(s->txn == PRODUCER_TXN_BUSY && !any_held(s)))
+     * wait for that transaction instead of joining the next claim's. */
+    if (in_use >= PLAN_TXN_BATCHES_MAX && (s->txn == PRODUCER_TXN_OFF || !full))
         free_slot = -1;
     bool drained = batch_outstanding(s->b, s->n_batches) == 0; /* nothing of ours is queued: there is room */
     /* Rows produced alone go one at a time: nothing else may share their request. */

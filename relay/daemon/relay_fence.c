@@ -207,9 +207,6 @@ void relay_fence_step(struct relay *r, const struct plan_state *s)
     r->ops->txn_settle(r, &f);
     if (f.init && producer_txn_init(p, on_txn_ended, r) == 0)
         r->txn_start_ms = relay_now_ms(r);
-    if (f.commit && producer_txn_commit(p, on_txn_ended, r) == 0) {
+    if (f.commit && producer_txn_commit(p, on_txn_ended, r) == 0)
         r->txn_start_ms = relay_now_ms(r);
-        if (f.claim_behind)
-            r->ops->wake(r);
-    }
 }

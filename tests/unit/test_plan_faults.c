@@ -347,69 +347,18 @@ Test(plan, fencing_initialises_commits_and_releases)
     h1->held = h0->held = NULL;
 }
 
-/* Slots 0 and 1 delivered in open transaction @p gen: ids 1-5 and the
- * @p n_b after them. */
-static void two_delivered(struct plan_state *s, unsigned gen, int n_b, struct batch **a,
-                          struct batch **b)
-{
-    s->txn = PRODUCER_TXN_OPEN;
-    s->txn_gen = gen;
-    *a = load(0, 1, 5, PHASE_DELIVERED);
-    *b = load(1, 6, n_b, PHASE_DELIVERED);
-    delivered(*a);
-    delivered(*b);
-    (*a)->txn_gen = (*b)->txn_gen = gen;
-}
-
-/* Rows committed while a Kafka transaction ran are claimed during its
- * commit and held for the next one, instead of waiting for the commit, the
- * marks and a claim after them: quiet, the commit wakes that claim (no
- * NOTIFY does), and a transaction of two batches leaves it the spare slot. */
-Test(plan, commit_claims_behind_it)
-{
-    struct plan_state s = leader();
-    s.n_batches = SLOTS;
-    struct batch *a, *b;
-    two_delivered(&s, 2, 2, &a, &b);
-    struct fence_plan f = plan_fence(&s);
-    cr_assert(f.commit && !f.claim_behind, "writers notify: a NOTIFY wakes the claim");
-    s.quiet = PLAN_QUIET_ON;
-    f = plan_fence(&s);
-    cr_assert(f.commit && f.claim_behind, "quiet: the commit wakes a claim");
-
-    s.txn = PRODUCER_TXN_BUSY; /* committing */
-    s.wake = true;             /* what the daemon does with claim_behind */
-    struct plan_step p = plan_next(&s);
-    cr_assert_eq(p.act, PLAN_CLAIM, "got %s", plan_act_name(p.act));
-    cr_assert_eq(p.slot, 2, "the spare slot");
-    cr_assert(p.skip.lo == 1 && p.skip.hi == 7, "the batches in flight are skipped");
-    struct batch *c = load(2, 8, 3, PHASE_PRODUCING);
-    cr_assert(plan_txn_holds(&s, c), "its rows wait for the next transaction");
-    int dummy;
-    c->held = &dummy;
-    cr_assert_eq(plan_next(&s).act, PLAN_WAIT, "one claim waits for the next transaction, not two");
-    c->held = NULL;
-    batch_clear(c);
-
-    s.txn = PRODUCER_TXN_OPEN; /* still producing: the spare slot serves a backlog only */
-    cr_assert_neq(plan_next(&s).act, PLAN_CLAIM);
-    s.txn_doomed = true;
-    cr_assert(!plan_fence(&s).claim_behind, "an abort: nothing may be claimed behind it");
-    s.txn_doomed = false;
-    s.capture_wal = true;
-    cr_assert(!plan_fence(&s).claim_behind, "wal: the stream brings the rows");
-    batch_clear(a);
-    batch_clear(b);
-}
-
 /* A transaction's commit settles its batches at once: one statement marks
  * them all. A batch still with Kafka, or with nothing delivered, is not in
  * it; a batch marked with another goes on to its failures without one. */
 Test(plan, batches_settled_together_are_marked_by_one_statement)
 {
     struct plan_state s = leader();
-    struct batch *a, *b;
-    two_delivered(&s, 7, 5, &a, &b);
+    s.txn = PRODUCER_TXN_OPEN;
+    s.txn_gen = 7;
+    struct batch *a = load(0, 1, 5, PHASE_DELIVERED), *b = load(1, 6, 5, PHASE_DELIVERED);
+    delivered(a);
+    delivered(b);
+    a->txn_gen = b->txn_gen = 7;
     a->committed = true;
     struct plan_step p = plan_next(&s);
     cr_assert(p.act == PLAN_MARK && p.slot == 0 && p.with == 0,
