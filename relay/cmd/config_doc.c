@@ -34,7 +34,8 @@ static const struct {
     {"relay.ack_timeout_ms",
      "Readiness (`/readyz`, check `acks`) fails when messages have been in flight this long "
      "(milliseconds) without any acknowledgement from Kafka: a hung broker keeps its connections "
-     "open and looks up for about a minute otherwise. `0` turns the check off."},
+     "open and looks up until a request to it times out (`kafka.socket.timeout.ms`, 10 s by "
+     "default), and again after each reconnect. `0` turns the check off."},
     {"relay.allow_row_security",
      "Row-level security: when a policy on the outbox table hides rows from the relay's role (no "
      "BYPASSRLS, not the owner, or FORCE ROW LEVEL SECURITY), the relay refuses to run, since "
