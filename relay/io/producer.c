@@ -492,11 +492,11 @@ void producer_poll(struct producer *p)
             const rd_kafka_message_t *m;
             while ((m = rd_kafka_event_message_next(ev)) != NULL) {
                 ack_clock_report(p, m->err == RD_KAFKA_RESP_ERR_NO_ERROR);
-                if (p->owner.stats && m->err == RD_KAFKA_RESP_ERR_NO_ERROR)
+                if (p->owner.stats && m->err == RD_KAFKA_RESP_ERR_NO_ERROR) {
                     p->owner.stats->kafka_answered = true;
-                if (p->owner.stats && m->err == RD_KAFKA_RESP_ERR_NO_ERROR)
                     stats_count_published(p->owner.stats, rd_kafka_topic_name(m->rkt),
                                           p->txn != PRODUCER_TXN_OFF);
+                }
                 if (m->err && p->txn != PRODUCER_TXN_OFF)
                     p->txn_doomed = true;
                 if (p->owner.report)
