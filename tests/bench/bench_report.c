@@ -16,9 +16,9 @@ void rounds_put(struct rounds *R, int k, int i, const struct drain_result *d)
     R->ftl[k][i] = d->ftl_rows_per_s;
     R->pg_cpu[k][i] = d->pg_cpu_s >= 0 ? d->pg_cpu_s * 100000.0 / (double)d->rows : -1;
     R->wal[k][i] = d->wal_bytes >= 0 ? d->wal_bytes * 100000.0 / (double)d->rows : -1;
-    R->others_cpu[k][i] = d->pg_cpu_s >= 0 && d->broker_cpu_s >= 0
-                              ? (d->pg_cpu_s + d->broker_cpu_s + d->bench_cpu_s) * 100000.0 / (double)d->rows
-                              : -1;
+    double others = d->pg_cpu_s + d->broker_cpu_s + d->bench_cpu_s;
+    R->others_cpu[k][i] =
+        d->pg_cpu_s >= 0 && d->broker_cpu_s >= 0 ? others * 100000.0 / (double)d->rows : -1;
 }
 
 /* num / den of every round into @p each; @return their median. */
