@@ -21,6 +21,7 @@
 #include "core/event.h"
 #include "core/kafka_notice.h"
 #include "core/kafka_rules.h"
+#include "core/kafka_stall.h"
 #include "base/stats.h"
 
 /** Called once per message produced with producer_send(), with its opaque. */
@@ -80,6 +81,8 @@ struct producer {
     unsigned txn_gen;          /* counts transactions begun on this instance */
     int txn_msgs;              /* messages produced into the open transaction */
     bool txn_doomed;           /* a report of the open transaction failed: it can only abort */
+    struct kafka_stall stall;  /* requests timed out, for kafka_stall_give_up */
+    bool abandoned;            /* given up: its transaction waited on a broker that stopped answering */
     uint64_t txn_retry_ms;     /* loop time before which init is not tried again */
     struct txn_job *job;       /* the call running on a worker thread, if any */
     char txn_id[256];
@@ -130,6 +133,11 @@ bool producer_fatal(const struct producer *p);
  *  @p code receives the error (an rd_kafka_resp_err_t). Such
  *  an instance is fatal too (producer_fatal): it takes nothing more. */
 enum kafka_denial producer_refused(const struct producer *p, int *code);
+
+/** @return true once the instance was given up because its transaction
+ *  waited on a broker that stopped answering (core/kafka_stall.h): it is
+ *  fatal then too, and replaced like a fatal one. */
+bool producer_abandoned(const struct producer *p);
 
 /** @return the broker's error behind the fatal state (an rd_kafka_resp_err_t,
  *  e.g. TRANSACTIONAL_ID_AUTHORIZATION_FAILED), or 0 when not fatal or not known. */

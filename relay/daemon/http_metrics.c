@@ -388,6 +388,10 @@ static void batch_metrics(const struct relay_stats *s, struct strbuf *out)
     counter(out, "outbox_relay_transactions_aborted_total",
             "Kafka transactions aborted (relay.fencing=transactional); their rows are produced again.",
             s->txn_aborted_total);
+    counter(out, "outbox_relay_producer_stalls_total",
+            "Kafka producers replaced because their transaction waited on a broker that stopped "
+            "answering; their rows are produced again.",
+            s->producer_stalled_total);
     counter(out, "outbox_relay_batches_total", "Batches claimed, produced and marked.",
             s->batches_total);
     histogram(out, "outbox_relay_batch_duration_seconds",

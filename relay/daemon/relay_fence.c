@@ -129,6 +129,8 @@ bool relay_replace_producer(struct relay *r)
                   r->denied_attempt);
     else if (r->renew_producer)
         log_debug("a new kafka producer, to ask for the refused topic afresh", "");
+    else if (producer_abandoned(&r->prod))
+        log_info("a new kafka producer, the last one given up on a broker that stopped answering", "");
     else if (!note_denial(r, producer_fatal_code(&r->prod)))
         log_warn("replacing the kafka producer after a fatal error", "");
     r->renew_producer = r->producer_down = false;
@@ -187,6 +189,8 @@ static void on_txn_ended(void *arg, unsigned gen, enum producer_txn_result res, 
         if (kafka_denial_of(producer_fatal_code(&r->prod)) != KAFKA_DENIAL_NONE ||
             producer_is_refused(&r->prod))
             log_debug("kafka producer refused a right", "error=%s", log_quote(why));
+        else if (producer_abandoned(&r->prod))
+            log_debug("kafka transaction given up with its producer", "error=%s", log_quote(why));
         else
             log_error("kafka producer fenced or failed: nothing of its open transaction is "
                       "visible or marked; leadership is checked again before producing",

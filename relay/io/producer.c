@@ -14,6 +14,7 @@
 #include "core/kafka_security.h"
 #include "core/kafka_rules.h"
 #include "base/log.h"
+#include "io/producer_int.h"
 
 #include <cjson/cJSON.h>
 
@@ -71,7 +72,7 @@ static void ack_clock_watch(struct producer *p)
  * for message.timeout.ms, and the batch and the replacement with it. Purged,
  * such messages are reported at once with __PURGE_QUEUE, not the rows'
  * fault. Requests in flight are left alone: their outcome is real. */
-static void set_fatal(struct producer *p)
+void producer_set_fatal(struct producer *p)
 {
     bool first = !p->fatal;
     p->fatal = true;
@@ -89,7 +90,7 @@ static void on_fatal(struct producer *p)
     rd_kafka_resp_err_t orig = rd_kafka_fatal_error(p->rk, buf, sizeof(buf));
     if (!p->fatal_code)
         p->fatal_code = orig;
-    set_fatal(p);
+    producer_set_fatal(p);
     /* A right Kafka refuses was named when it was first refused (relay_fence.c);
      * each retry of the back-off repeats it only at debug level. */
     bool named = p->owner.stats && p->owner.stats->kafka_denial &&
@@ -101,8 +102,6 @@ static void on_fatal(struct producer *p)
         log_error("kafka producer fatal error", "error=%s reason=%s", rd_kafka_err2name(orig),
                   log_quote(buf));
 }
-
-static void txn_give_up(struct producer *p);
 
 static void on_error(struct producer *p, rd_kafka_event_t *ev)
 {
@@ -125,8 +124,8 @@ static void on_error(struct producer *p, rd_kafka_event_t *ev)
         }
         p->refused_code = p->refused ? p->refused_code : (int)err;
         p->refused = d;
-        set_fatal(p);
-        txn_give_up(p);
+        producer_set_fatal(p);
+        producer_txn_give_up(p);
     }
     /* One warning per broker and cause (a broker restarting is refused until
      * it is back); debug for a refusal named before, and what echoes it. */
@@ -139,6 +138,32 @@ static void on_error(struct producer *p, rd_kafka_event_t *ev)
     else
         log_write(level, "kafka error", "error=%s reason=%s", rd_kafka_err2name(err),
                   log_quote(reason));
+}
+
+/* A transaction held by a broker that stopped answering (core/kafka_stall.h):
+ * the instance is given up, the plan replaces it as a fatal one. */
+static void stall_watch(struct producer *p, uint64_t timeouts)
+{
+    if (p->txn == PRODUCER_TXN_OFF || p->fatal || p->abandoned)
+        return;
+    uint64_t now = uv_now(p->loop);
+    kafka_stall_count(&p->stall, timeouts, now);
+    bool committing = producer_txn_committing(p);
+    double since = stats_ack_wait(p->owner.stats, stats_mono());
+    uint64_t progress = now - (uint64_t)(since * 1000.0);
+    if (!kafka_stall_give_up(&p->stall, p->in_flight > 0 || committing, progress, now))
+        return;
+    p->owner.stats->producer_stalled_total++;
+    log_warn("kafka transaction held by a broker that stopped answering; replacing the producer, "
+             "the transaction's rows are produced again",
+             "in_flight=%" PRId64 " committing=%s waited_s=%.1f requests_timed_out=%" PRIu64,
+             p->in_flight, committing ? "true" : "false", since, timeouts);
+    producer_txn_abandon(p);
+}
+
+bool producer_abandoned(const struct producer *p)
+{
+    return p->abandoned;
 }
 
 /* librdkafka's statistics JSON, served on the loop thread by producer_poll. */
@@ -154,9 +179,14 @@ static void on_stats(struct producer *p, const char *json)
     if (cJSON_IsNumber(msg_cnt))
         p->owner.stats->producer_queue_msgs = (int64_t)msg_cnt->valuedouble;
     int up = 0, total = 0;
+    uint64_t timeouts = 0;
     const cJSON *brokers = cJSON_GetObjectItemCaseSensitive(root, "brokers");
     const cJSON *b;
     cJSON_ArrayForEach(b, brokers) {
+        /* every connection's, the coordinator's and the bootstrap entries' too */
+        const cJSON *tmo = cJSON_GetObjectItemCaseSensitive(b, "req_timeouts");
+        if (cJSON_IsNumber(tmo))
+            timeouts += (uint64_t)tmo->valuedouble;
         const cJSON *nodeid = cJSON_GetObjectItemCaseSensitive(b, "nodeid");
         const cJSON *state = cJSON_GetObjectItemCaseSensitive(b, "state");
         const cJSON *bname = cJSON_GetObjectItemCaseSensitive(b, "name");
@@ -186,6 +216,7 @@ static void on_stats(struct producer *p, const char *json)
     if (up > 0 && kafka_denial_at_connect(p->owner.stats->kafka_denial))
         p->owner.stats->kafka_denial = KAFKA_DENIAL_NONE;
     cJSON_Delete(root);
+    stall_watch(p, timeouts);
 }
 
 
@@ -450,7 +481,7 @@ int producer_send(struct producer *p, const struct event_row *row, const char *t
     case RD_KAFKA_RESP_ERR__QUEUE_FULL:
         return -ENOBUFS;
     case RD_KAFKA_RESP_ERR__FATAL:
-        set_fatal(p);
+        producer_set_fatal(p);
         return -EIO;
     case RD_KAFKA_RESP_ERR__STATE:
         /* No transaction open (failed, or being ended): not the row's fault. */
@@ -533,253 +564,19 @@ static void free_close(uv_handle_t *h)
     free(h);
 }
 
-/* ---- transactions ------------------------------------------------------- */
-
-/* librdkafka's init_transactions, commit_transaction and abort_transaction
- * block (a round trip to the transaction coordinator, and a flush): they run
- * on libuv's thread pool, one at a time, and touch nothing but the instance,
- * which librdkafka makes safe to share between threads. */
-enum txn_op { TXN_INIT, TXN_COMMIT };
-
-/* Each blocking call waits at most this long; a retriable failure is tried
- * again until TXN_TOTAL_MS have passed, unless the producer is being stopped. */
-#define TXN_CALL_MS 5000
-#define TXN_TOTAL_MS 30000
-/* A timed-out init (no coordinator yet) is tried again after this long. */
-#define TXN_INIT_RETRY_MS 1000
-
-struct txn_job {
-    uv_work_t work;
-    struct producer *p;       /* read on the loop thread only */
-    rd_kafka_t *rk;
-    enum txn_op op;
-    unsigned gen;             /* the generation this call ends */
-    atomic_int cancel;        /* producer_stop: give up retrying */
-    bool stop_pending;        /* producer_stop ran meanwhile: destroy after the call */
-    producer_txn_cb cb;
-    void *arg;
-    enum producer_txn_result res;
-    int code;                 /* the error of a failed call: the fatal error's own when fatal */
-    char why[512];
-};
-
-/* Repeats @p call while it fails retriably, within TXN_TOTAL_MS, or with
- * @p to_the_end until its outcome is known (or the producer stops). */
-static rd_kafka_error_t *txn_call(struct txn_job *j, rd_kafka_error_t *(*call)(rd_kafka_t *, int),
-                                  bool to_the_end)
-{
-    uint64_t deadline = uv_hrtime() / 1000000 + TXN_TOTAL_MS;
-    for (;;) {
-        rd_kafka_error_t *e = call(j->rk, TXN_CALL_MS);
-        if (!e || !rd_kafka_error_is_retriable(e) || j->cancel ||
-            (!to_the_end && uv_hrtime() / 1000000 >= deadline))
-            return e;
-        rd_kafka_error_destroy(e);
-    }
-}
-
-static void txn_fail(struct txn_job *j, rd_kafka_error_t *e, const char *what)
-{
-    rd_kafka_resp_err_t code = rd_kafka_error_code(e);
-    char fatal[256] = "";
-    j->code = code;
-    if (rd_kafka_error_is_fatal(e) || code == RD_KAFKA_RESP_ERR__FATAL) {
-        rd_kafka_resp_err_t orig = rd_kafka_fatal_error(j->rk, fatal, sizeof(fatal));
-        if (orig)
-            j->code = orig;
-    }
-    snprintf(j->why, sizeof(j->why), "%s: %s%s%s", what, rd_kafka_error_string(e),
-             *fatal ? "; " : "", fatal);
-}
-
-/* On a worker thread. */
-static void txn_work(uv_work_t *w)
-{
-    struct txn_job *j = w->data;
-    rd_kafka_error_t *e;
-    j->res = PRODUCER_TXN_DONE;
-    if (j->op == TXN_INIT) {
-        e = txn_call(j, rd_kafka_init_transactions, false);
-        if (e) {
-            txn_fail(j, e, "init_transactions");
-            j->res = rd_kafka_error_is_retriable(e) && !rd_kafka_error_is_fatal(e)
-                         ? PRODUCER_TXN_RETRY
-                         : PRODUCER_TXN_FAILED;
-            rd_kafka_error_destroy(e);
-            return;
-        }
-    } else {
-        /* A commit that timed out may still complete at the coordinator: it
-         * is called again until its outcome is known. Aborting it then
-         * fails ("a conflicting commit is in progress") and would have the
-         * rows produced again although the commit went through. */
-        e = txn_call(j, rd_kafka_commit_transaction, true);
-        if (e) {
-            txn_fail(j, e, "commit_transaction");
-            bool fatal = rd_kafka_error_is_fatal(e);
-            rd_kafka_error_destroy(e);
-            if (fatal) {
-                j->res = PRODUCER_TXN_FAILED;
-                return;
-            }
-            /* Abortable (a produce failed, messages timed out), or the
-             * producer is stopping: abort, so that nothing of this
-             * transaction becomes visible, and produce the rows again. */
-            j->res = PRODUCER_TXN_ABORTED;
-            e = txn_call(j, rd_kafka_abort_transaction, false);
-            if (e) {
-                txn_fail(j, e, "abort_transaction");
-                j->res = PRODUCER_TXN_FAILED;
-                rd_kafka_error_destroy(e);
-                return;
-            }
-        }
-    }
-    e = rd_kafka_begin_transaction(j->rk);
-    if (e) {
-        txn_fail(j, e, "begin_transaction");
-        j->res = PRODUCER_TXN_FAILED;
-        rd_kafka_error_destroy(e);
-    }
-}
-
-static void producer_destroy(struct producer *p);
-
-/* Back on the loop thread. */
-static void txn_after(uv_work_t *w, int status)
-{
-    (void)status;
-    struct txn_job *j = w->data;
-    struct producer *p = j->p;
-    p->job = NULL;
-    if (j->stop_pending) {
-        /* The relay is gone or replaced this instance: nobody waits for the answer. */
-        producer_destroy(p);
-        free(j);
-        return;
-    }
-    if (j->op == TXN_COMMIT && p->owner.stats) {
-        stats_settle_published(p->owner.stats, j->res == PRODUCER_TXN_DONE);
-        p->owner.stats->kafka_committing = false;
-        if (j->res == PRODUCER_TXN_DONE || j->res == PRODUCER_TXN_ABORTED)
-            p->owner.stats->kafka_ack_clock = stats_mono(); /* the coordinator answered */
-    }
-    if (p->owner.stats && (j->res == PRODUCER_TXN_DONE || j->res == PRODUCER_TXN_ABORTED))
-        p->owner.stats->kafka_answered = true; /* the coordinator is a broker that answered */
-    switch (j->res) {
-    case PRODUCER_TXN_DONE:
-    case PRODUCER_TXN_ABORTED:
-        p->txn = PRODUCER_TXN_OPEN;
-        p->txn_gen++;
-        p->txn_msgs = 0;
-        p->txn_doomed = false;
-        break;
-    case PRODUCER_TXN_RETRY:
-        p->txn = p->refused ? PRODUCER_TXN_DEAD : PRODUCER_TXN_UNINIT;
-        p->txn_retry_ms = uv_now(p->loop) + TXN_INIT_RETRY_MS;
-        break;
-    case PRODUCER_TXN_FAILED:
-        p->txn = PRODUCER_TXN_DEAD;
-        if (!p->fatal_code)
-            p->fatal_code = j->code;
-        set_fatal(p);
-        break;
-    }
-    /* The outcome first: reports served later must find their batches settled. */
-    j->cb(j->arg, j->gen, j->res, j->why);
-    free(j);
-}
-
-static int txn_start(struct producer *p, enum txn_op op, producer_txn_cb cb, void *arg)
-{
-    struct txn_job *j = calloc(1, sizeof(*j));
-    if (!j)
-        return -ENOMEM;
-    j->p = p;
-    j->rk = p->rk;
-    j->op = op;
-    j->gen = p->txn_gen;
-    j->cb = cb;
-    j->arg = arg;
-    j->work.data = j;
-    int rc = uv_queue_work(p->loop, &j->work, txn_work, txn_after);
-    if (rc < 0) {
-        free(j);
-        return rc;
-    }
-    p->job = j;
-    p->txn = PRODUCER_TXN_BUSY;
-    if (op == TXN_COMMIT && p->owner.stats) {
-        /* Every message may be acknowledged and the coordinator hung. */
-        if (p->in_flight == 0)
-            p->owner.stats->kafka_ack_clock = stats_mono();
-        p->owner.stats->kafka_committing = true;
-    }
-    return 0;
-}
-
-/* A refused instance is replaced, not initialised: a running call stops retrying. */
-static void txn_give_up(struct producer *p)
-{
-    if (p->job)
-        p->job->cancel = 1;
-    else if (p->txn != PRODUCER_TXN_OFF)
-        p->txn = PRODUCER_TXN_DEAD;
-}
-
-enum producer_txn_state producer_txn_state(const struct producer *p)
-{
-    return p->txn;
-}
-
-unsigned producer_txn_gen(const struct producer *p)
-{
-    return p->txn_gen;
-}
-
-bool producer_txn_doomed(const struct producer *p)
-{
-    return p->txn_doomed;
-}
-
-bool producer_txn_empty(const struct producer *p)
-{
-    return p->txn_msgs == 0;
-}
-
-int producer_txn_init(struct producer *p, producer_txn_cb cb, void *arg)
-{
-    if (p->txn != PRODUCER_TXN_UNINIT)
-        return -EALREADY;
-    if (uv_now(p->loop) < p->txn_retry_ms)
-        return -EAGAIN;
-    return txn_start(p, TXN_INIT, cb, arg);
-}
-
-int producer_txn_commit(struct producer *p, producer_txn_cb cb, void *arg)
-{
-    if (p->txn != PRODUCER_TXN_OPEN)
-        return -EALREADY;
-    return txn_start(p, TXN_COMMIT, cb, arg);
-}
-
 void producer_stop(struct producer *p)
 {
     if (!p->started)
         return;
     p->started = false;
-    if (p->job) {
-        /* librdkafka is blocked in a transaction call on a worker thread:
-         * destroy the instance when the call has returned. */
-        p->job->cancel = 1;
-        p->job->stop_pending = true;
+    if (producer_txn_defer_stop(p)) {
         p->owner.report = NULL;
         return;
     }
     producer_destroy(p);
 }
 
-static void producer_destroy(struct producer *p)
+void producer_destroy(struct producer *p)
 {
     producer_purge(p);
     producer_poll(p);

@@ -78,6 +78,8 @@ static void usage(FILE *out)
           "  leader <topic> <partition> <broker_id|-1>\n"
           "  topic <name> [partitions] [replication_factor]\n"
           "  topic-error <topic> <err>        error for the topic in Metadata responses\n"
+          "  coordinator <transaction|group> <key> <broker_id>\n"
+          "                                   the coordinator of a transactional.id or group\n"
           "<api> is a name (Produce, Fetch, Metadata, InitProducerId, ...) or a number;\n"
           "<err> is a librdkafka error name (NOT_ENOUGH_REPLICAS, REQUEST_TIMED_OUT,\n"
           "_TRANSPORT, ...) or a number.\n", out);
@@ -252,6 +254,11 @@ static void apply_command(struct ctx *c, char *line)
             (argc == 4 && parse_int(argv[3], 1, 1000, &rf)))
             BAD("expected: topic <name> [partitions] [replication_factor]");
         report(copy, rd_kafka_mock_topic_create(c->mc, argv[1], (int)a, (int)rf));
+    } else if (!strcmp(argv[0], "coordinator")) {
+        if (argc != 4 || (strcmp(argv[1], "transaction") && strcmp(argv[1], "group")) ||
+            parse_int(argv[3], 0, INT32_MAX, &a))
+            BAD("expected: coordinator <transaction|group> <key> <broker_id>");
+        report(copy, rd_kafka_mock_coordinator_set(c->mc, argv[1], argv[2], (int32_t)a));
     } else if (!strcmp(argv[0], "topic-error")) {
         if (argc != 3 || parse_err(argv[2], &err))
             BAD("expected: topic-error <topic> <err>");
