@@ -452,9 +452,9 @@ static void row_report(const char *name, const char *what, long written, double 
     char line[512];
     snprintf(line, sizeof line,
              "fault-matrix\t%s\tkafka=%s%s%s\tcapture=%s\tfencing=%s\trows=%lld\twritten=%ld\tlost=0"
-             "\tduplicates=%zu\torder=%s\tresumed_s=%.1f\n",
+             "\tduplicates=%zu\torder=%s\tresumed_s=%.1f\tproducers_given_up=%d\n",
              name, kafka_before, *kafka_before ? "->" : "", version, T.wal ? "wal" : "poll", fencing(), rows,
-             written, dups, order_note, resumed);
+             written, dups, order_note, resumed, R ? e2e_relay_log_count(R, "stopped answering; replacing") : 0);
     fputs(line, stderr);
     const char *out = getenv("OUTBOX_RELAY_TEST_FAULT_RESULTS");
     FILE *f = out && *out ? fopen(out, "a") : NULL;
