@@ -501,7 +501,10 @@ static void record_failures(struct relay *r, struct batch *b)
                   "no row of the batch reached Kafka; retrying without counting attempts",
                   "failed=%d", batch_failures_uncharged(b));
         relay_batch_reset(b);
-        r->backoff = true;
+        /* A producer given up on a broker that stopped answering is replaced
+         * at once: nothing is down that a back-off would wait out. */
+        if (!producer_abandoned(&r->prod))
+            r->backoff = true;
         break;
     case BATCH_DONE:
         batch_done(r, b);
