@@ -576,6 +576,40 @@ void producer_stop(struct producer *p)
     producer_destroy(p);
 }
 
+struct rk_end {
+    uv_work_t work;
+    rd_kafka_t *rk;
+};
+
+static void rk_end_work(uv_work_t *w)
+{
+    struct rk_end *e = w->data;
+    rd_kafka_destroy(e->rk);
+}
+
+static void rk_end_after(uv_work_t *w, int status)
+{
+    (void)status;
+    free(w->data);
+}
+
+/* rd_kafka_destroy() waits for the answers to requests still in flight: a
+ * broker that stopped answering holds it until socket.timeout.ms cuts them
+ * (seen for 8 s and more in the fault matrix, the loop stopped meanwhile).
+ * On the thread pool the loop goes on, and the next instance starts. */
+static void rk_destroy_later(uv_loop_t *loop, rd_kafka_t *rk)
+{
+    struct rk_end *e = malloc(sizeof(*e));
+    if (e) {
+        e->rk = rk;
+        e->work.data = e;
+        if (uv_queue_work(loop, &e->work, rk_end_work, rk_end_after) == 0)
+            return;
+        free(e);
+    }
+    rd_kafka_destroy(rk);
+}
+
 void producer_destroy(struct producer *p)
 {
     producer_purge(p);
@@ -583,7 +617,7 @@ void producer_destroy(struct producer *p)
     rd_kafka_queue_io_event_enable(p->mainq, -1, NULL, 0);
     rd_kafka_queue_destroy(p->mainq);
     p->owner.report = NULL;
-    rd_kafka_destroy(p->rk);
+    rk_destroy_later(p->loop, p->rk);
     p->rk = NULL;
     p->poll->data = NULL;
     uv_close((uv_handle_t *)p->poll, free_close);

@@ -230,18 +230,20 @@ void producer_txn_abandon(struct producer *p)
     if (p->abandoned)
         return;
     p->abandoned = true;
+    /* Nothing of the open transaction is committed by this instance now:
+     * what waits in its queues and in flight is reported failed at once (not
+     * the rows' fault: the instance is fatal), rather than when the requests
+     * to the silent broker are cut. A running commit returns within a call
+     * (TXN_CALL_MS) and ends the transaction's state itself; else the
+     * batches are settled as aborted at once. */
+    producer_set_fatal(p);
+    rd_kafka_purge(p->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
     if (p->job) {
         p->job->abandon = 1;
         p->job->cancel = 1;
-        return;
-    }
-    /* Nothing of the open transaction is committed now: its batches are
-     * settled as aborted at once, what waits in the queues and in flight is
-     * reported failed (not the rows' fault: the instance is fatal). */
-    if (p->txn != PRODUCER_TXN_OFF)
+    } else if (p->txn != PRODUCER_TXN_OFF) {
         p->txn = PRODUCER_TXN_DEAD;
-    producer_set_fatal(p);
-    rd_kafka_purge(p->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+    }
 }
 
 enum producer_txn_state producer_txn_state(const struct producer *p)
