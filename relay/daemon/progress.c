@@ -69,7 +69,8 @@ static void maybe_log_line(struct progress *p, double mono)
     /* Half a tick of slack: the timer's jitter must not skip a line. */
     if (interval <= 0 || mono - p->line_at < (double)interval - 0.5)
         return;
-    uint64_t n = s->published_total - p->line_published;
+    /* An aborted transaction takes back what it had counted: no fewer than none. */
+    uint64_t n = s->published_total > p->line_published ? s->published_total - p->line_published : 0;
     double secs = mono - p->line_at;
     p->line_at = mono;
     p->line_published = s->published_total;

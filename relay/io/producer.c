@@ -576,37 +576,57 @@ void producer_stop(struct producer *p)
     producer_destroy(p);
 }
 
-struct rk_end {
-    uv_work_t work;
-    rd_kafka_t *rk;
-};
-
-static void rk_end_work(uv_work_t *w)
-{
-    struct rk_end *e = w->data;
-    rd_kafka_destroy(e->rk);
-}
-
-static void rk_end_after(uv_work_t *w, int status)
-{
-    (void)status;
-    free(w->data);
-}
-
 /* rd_kafka_destroy() waits for the answers to requests still in flight: a
  * broker that stopped answering holds it until socket.timeout.ms cuts them
  * (seen for 8 s and more in the fault matrix, the loop stopped meanwhile).
- * On the thread pool the loop goes on, and the next instance starts. */
-static void rk_destroy_later(uv_loop_t *loop, rd_kafka_t *rk)
+ * Destroyed on another thread while it still held messages, the instance
+ * left events whose destruction on the loop hung for good. So an instance
+ * that still holds messages is kept, its events served and dropped on the
+ * loop, and destroyed once it holds none (quickly then), or after
+ * RETIRE_MAX_MS; the next instance starts meanwhile. */
+#define RETIRE_POLL_MS 100
+#define RETIRE_MAX_MS 30000
+
+struct retired {
+    uv_timer_t timer;
+    rd_kafka_t *rk;
+    rd_kafka_queue_t *q;
+    uint64_t until;
+};
+
+static void retired_drain(struct retired *o)
 {
-    struct rk_end *e = malloc(sizeof(*e));
-    if (e) {
-        e->rk = rk;
-        e->work.data = e;
-        if (uv_queue_work(loop, &e->work, rk_end_work, rk_end_after) == 0)
-            return;
-        free(e);
+    rd_kafka_event_t *ev;
+    while ((ev = rd_kafka_queue_poll(o->q, 0)) != NULL)
+        rd_kafka_event_destroy(ev);
+}
+
+static void retired_tick(uv_timer_t *t)
+{
+    struct retired *o = t->data;
+    retired_drain(o);
+    if (rd_kafka_outq_len(o->rk) > 0 && uv_now(t->loop) < o->until)
+        return;
+    retired_drain(o);
+    rd_kafka_queue_destroy(o->q);
+    rd_kafka_destroy(o->rk);
+    uv_timer_stop(t);
+    uv_close((uv_handle_t *)t, free_close);
+}
+
+static void retire(uv_loop_t *loop, rd_kafka_t *rk, rd_kafka_queue_t *q)
+{
+    struct retired *o = rd_kafka_outq_len(rk) > 0 ? malloc(sizeof(*o)) : NULL;
+    if (o && uv_timer_init(loop, &o->timer) == 0) {
+        o->timer.data = o;
+        o->rk = rk;
+        o->q = q;
+        o->until = uv_now(loop) + RETIRE_MAX_MS;
+        uv_timer_start(&o->timer, retired_tick, RETIRE_POLL_MS, RETIRE_POLL_MS);
+        return;
     }
+    free(o);
+    rd_kafka_queue_destroy(q);
     rd_kafka_destroy(rk);
 }
 
@@ -615,9 +635,9 @@ void producer_destroy(struct producer *p)
     producer_purge(p);
     producer_poll(p);
     rd_kafka_queue_io_event_enable(p->mainq, -1, NULL, 0);
-    rd_kafka_queue_destroy(p->mainq);
     p->owner.report = NULL;
-    rk_destroy_later(p->loop, p->rk);
+    retire(p->loop, p->rk, p->mainq);
+    p->mainq = NULL;
     p->rk = NULL;
     p->poll->data = NULL;
     uv_close((uv_handle_t *)p->poll, free_close);

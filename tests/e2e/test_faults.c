@@ -412,42 +412,60 @@ Test(e2e, fatal_producer_error_recreates_producer, .fini = fini, .timeout = 200)
     cr_assert_eq(e2e_relay_stop(relay, 30000), 0, "relay did not exit 0 on SIGTERM");
 }
 
-/* The transaction coordinator stops answering the commit (its EndTxn is
- * held 60 s, twice: the commit's first request and the one librdkafka sends
- * again after socket.timeout.ms cut it). Kept, the instance would wait out
- * both, about 20 s; the relay gives it up 3 s after the first was cut
- * (core/kafka_stall.h) and produces the transaction's rows again on a new
- * one, whose init aborts the old transaction. Nothing lost, nothing charged,
- * no line at level=error, every row published well before the two waits. */
-Test(e2e, a_coordinator_that_stops_answering_costs_one_request_timeout, .fini = fini, .timeout = 200)
+/* A broker stops answering the relay's requests twice in a row: the
+ * transaction coordinator its commit (EndTxn held 60 s: the commit's first
+ * request and the one librdkafka sends again after socket.timeout.ms cut
+ * it), or with @p in_flight a leader its produce requests (held 30 s: the
+ * first and its retry), so that the instance given up still has messages in
+ * flight. Kept, the instance would wait out both, about 20 s; the relay
+ * gives it up 3 s after the first was cut (core/kafka_stall.h) and produces
+ * the transaction's rows again on a new one, whose init aborts the old
+ * transaction. Nothing lost, nothing charged, no line at level=error, every
+ * row published well before the two waits. */
+static void broker_stops_answering(const char *name, bool in_flight)
 {
-    e2e_setup(&T, "coordhung");
+    e2e_setup(&T, name);
     if (!T.env->mock_control)
-        cr_skip_test("needs the mock broker to hold a coordinator's answers");
+        cr_skip_test("needs the mock broker to hold a broker's answers");
     e2e_migrate(&T);
-    char topic[128];
+    char topic[128], txn_id[64], opt[96];
     create_topic_with_leaders(topic, sizeof(topic));
-    cr_assert(e2e_mock_command(&T, "coordinator transaction coordhung-txn 1"));
+    snprintf(txn_id, sizeof txn_id, "%s-txn", name);
+    snprintf(opt, sizeof opt, "relay.transactional_id=%s", txn_id);
+    cr_assert(e2e_mock_command(&T, "coordinator transaction %s 1", txn_id));
     const char *extra[] = {"relay.poll_interval_ms=100", "relay.batch_size=100",
-                           "relay.fencing=transactional", "relay.transactional_id=coordhung-txn", NULL};
+                           "relay.fencing=transactional", opt, NULL};
     struct e2e_relay *relay = e2e_relay_start(&T, extra);
     enqueue_range(1, 300);
     e2e_wait_all_sent(&T, 60000);
 
-    cr_assert(e2e_mock_command(&T, "broker-errors 1 EndTxn 2 NO_ERROR 60000"));
+    if (in_flight)
+        cr_assert(e2e_mock_command(&T, "broker-errors 2 Produce 2 NO_ERROR 30000"));
+    else
+        cr_assert(e2e_mock_command(&T, "broker-errors 1 EndTxn 2 NO_ERROR 60000"));
     int64_t t0 = e2e_now_ms();
     enqueue_range(301, 600);
     e2e_wait_all_sent(&T, 60000);
     double took = (double)(e2e_now_ms() - t0) / 1000.0;
-    fprintf(stderr, "e2e: coordinator not answering the commit: every row sent after %.1f s\n", took);
+    fprintf(stderr, "e2e: %s: every row sent after %.1f s\n", name, took);
     cr_assert(took < 17.0,
-              "rows waited %.1f s with the coordinator not answering: the producer was not given up "
+              "rows waited %.1f s with a broker not answering: the producer was not given up "
               "after the first cut request (socket.timeout.ms 10 s + 3 s; log %s)", took, relay->log_path);
     cr_assert(e2e_relay_log_contains(relay, "held by a broker that stopped answering"),
               "the relay never gave its producer up: the test proves nothing (log %s)", relay->log_path);
     cr_assert_eq(e2e_relay_log_count(relay, " level=error "), 0,
-                 "a coordinator not answering was logged at level=error (log %s)", relay->log_path);
-    verify_at_least_once("a coordinator that stops answering");
-    assert_no_attempts("a coordinator that stops answering");
+                 "a broker not answering was logged at level=error (log %s)", relay->log_path);
+    verify_at_least_once(name);
+    assert_no_attempts(name);
     cr_assert_eq(e2e_relay_stop(relay, 30000), 0, "relay did not exit 0 on SIGTERM");
+}
+
+Test(e2e, a_coordinator_that_stops_answering_costs_one_request_timeout, .fini = fini, .timeout = 200)
+{
+    broker_stops_answering("coordhung", false);
+}
+
+Test(e2e, a_producer_given_up_with_messages_in_flight_is_replaced_at_once, .fini = fini, .timeout = 200)
+{
+    broker_stops_answering("leaderhung", true);
 }
