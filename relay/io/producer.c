@@ -607,7 +607,6 @@ static void retired_tick(uv_timer_t *t)
     retired_drain(o);
     if (rd_kafka_outq_len(o->rk) > 0 && uv_now(t->loop) < o->until)
         return;
-    retired_drain(o);
     rd_kafka_queue_destroy(o->q);
     rd_kafka_destroy(o->rk);
     uv_timer_stop(t);

@@ -146,8 +146,6 @@ static void txn_after(uv_work_t *w, int status)
     }
     if (p->owner.stats && (j->res == PRODUCER_TXN_DONE || j->res == PRODUCER_TXN_ABORTED))
         p->owner.stats->kafka_answered = true; /* the coordinator is a broker that answered */
-    if (j->res == PRODUCER_TXN_DONE)
-        p->abandoned = false; /* the commit got its answer before it was given up */
     switch (j->res) {
     case PRODUCER_TXN_DONE:
     case PRODUCER_TXN_ABORTED:
@@ -237,7 +235,7 @@ void producer_txn_abandon(struct producer *p)
      * (TXN_CALL_MS) and ends the transaction's state itself; else the
      * batches are settled as aborted at once. */
     producer_set_fatal(p);
-    rd_kafka_purge(p->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+    producer_purge(p);
     if (p->job) {
         p->job->abandon = 1;
         p->job->cancel = 1;
