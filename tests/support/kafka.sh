@@ -61,6 +61,9 @@
 # brokers' certificate names IP 127.0.0.1 only: connecting by `localhost` is
 # a host name the certificate does not carry.
 #
+# OUTBOX_RELAY_TEST_KAFKA_LOG4J names another log4j.properties for the nodes (more
+# loggers at INFO or DEBUG, to read what a broker did during a fault).
+#
 # OUTBOX_RELAY_TEST_KAFKA_JVM=stock starts the nodes with the JVM flags of
 # Kafka's own kafka-server-start.sh (1 GiB heap, G1, the optimising JIT), as
 # users run a broker; the default is the lean test JVM (common.sh: JVM_LEAN).
@@ -313,7 +316,7 @@ cmd_start() {
         free_port > "$dir/node-$node/ssl_port" || die "no free port"
         voters="$voters${voters:+,}$node@127.0.0.1:$(cat "$dir/node-$node/controller_port")"
     done
-    install -m 0644 "$HERE/kafka/log4j.properties" "$dir/log4j.properties"
+    install -m 0644 "${OUTBOX_RELAY_TEST_KAFKA_LOG4J:-$HERE/kafka/log4j.properties}" "$dir/log4j.properties"
     make_tls "$dir"
     cluster_id=$(java "${JVM_LEAN[@]}" -cp "$libs/*" kafka.tools.StorageTool random-uuid 2>/dev/null | tail -n 1)
     for node in $(seq 1 "$n"); do
