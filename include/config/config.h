@@ -172,6 +172,10 @@ struct relay_config {
 /** Writes the transactional.id the relay uses into @p buf: relay.transactional_id,
  *  or "outbox-relay.<schema>.<table>" when that is empty. */
 void config_transactional_id(const struct relay_config *cfg, char *buf, size_t len);
+/** The relay's two transactional ids: @p slot 0 is config_transactional_id,
+ *  1 the same with ".spare" appended, taken while a commit of the first
+ *  cannot complete at its coordinator (core/kafka_stall.h). */
+void config_transactional_id_slot(const struct relay_config *cfg, unsigned slot, char *buf, size_t len);
 
 /** Fills @p cfg with the defaults of the parameter table. */
 void config_init(struct relay_config *cfg);

@@ -27,9 +27,34 @@
  * socket.timeout.ms (the cut request and the next one) and the grace. */
 #define KAFKA_STALL_WINDOW_MS 25000
 
+/* The second case: the last commit is not complete at the coordinator. It
+ * answers AddPartitionsToTxn (and InitProducerId) with
+ * CONCURRENT_TRANSACTIONS until it has written that commit's marker on every
+ * partition of it; its marker request to a broker that stopped answering
+ * right after it was sent waits out the brokers' request.timeout.ms (30 s by
+ * default) before it goes to the partition's new leader. librdkafka retries
+ * every few tens of milliseconds, and a new instance of the same
+ * transactional.id would wait as long: the relay goes on under its spare
+ * transactional.id instead (the other of the two it fences when it becomes
+ * leader). A commit's markers that wait for a broker being fenced out of the
+ * in-sync replicas are done within Kafka's fencing time (9 s by default):
+ * KAFKA_STALL_BEHIND_MS is above it. */
+#define KAFKA_STALL_BEHIND_MS 12000
+/* AddPartitionsToTxn requests since the last progress that show a retry loop,
+ * not the one request a transaction begins with... */
+#define KAFKA_STALL_BEHIND_RETRIES 20
+/* ...and that still goes on: one sent within this long. */
+#define KAFKA_STALL_BEHIND_RECENT_MS 2500
+/* A time of progress that moved less than this did not move. */
+#define KAFKA_STALL_JITTER_MS 200
+
 struct kafka_stall {
     uint64_t timeouts;   /* requests timed out on the instance so far */
     uint64_t timeout_ms; /* when that count last rose (0: never) */
+    uint64_t adds;       /* AddPartitionsToTxn requests sent by the instance so far */
+    uint64_t adds_ms;    /* when that count last rose (0: never) */
+    uint64_t adds_base;  /* the count at the last progress seen */
+    uint64_t progress_ms; /* that progress */
 };
 
 /** Records the instance's count of timed-out requests, @p count (librdkafka's
@@ -42,5 +67,19 @@ void kafka_stall_count(struct kafka_stall *s, uint64_t count, uint64_t now_ms);
  *  out within KAFKA_STALL_WINDOW_MS, both at least KAFKA_STALL_GRACE_MS ago. */
 bool kafka_stall_give_up(const struct kafka_stall *s, bool waiting, uint64_t progress_ms,
                          uint64_t now_ms);
+
+/** Records the instance's count of AddPartitionsToTxn requests @p adds
+ *  (librdkafka's statistics, summed over its brokers) and the time of the
+ *  transaction's last progress @p progress_ms, read at @p now_ms. */
+void kafka_stall_count_adds(struct kafka_stall *s, uint64_t adds, uint64_t progress_ms, uint64_t now_ms);
+
+/** Whether the transaction waits behind a commit that the coordinator cannot
+ *  complete: a transaction is @p waiting, nothing moved for
+ *  KAFKA_STALL_BEHIND_MS, AddPartitionsToTxn was sent at least
+ *  KAFKA_STALL_BEHIND_RETRIES times since and lately, and no broker connection
+ *  is down (@p disconnected: brokers down or below min.insync.replicas make
+ *  the coordinator refuse too, and another transactional.id would not help). */
+bool kafka_stall_behind_commit(const struct kafka_stall *s, bool waiting, bool disconnected,
+                               uint64_t now_ms);
 
 #endif

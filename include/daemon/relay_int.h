@@ -100,6 +100,8 @@ struct relay {
     bool renew_producer;        /* a topic right refused: a new producer after the back-off */
     uint64_t producer_retry_at_ms; /* a denied producer is replaced no earlier (relay_fence.c) */
     bool producer_down;         /* its connections were refused: none runs until then */
+    unsigned txn_slot;          /* which of the two transactional ids the producer uses */
+    enum producer_spare spare;  /* the other one, as this leadership's first init found it */
 
     struct relay_stats st;
     struct http_server *http;   /* the status endpoint; NULL when disabled */

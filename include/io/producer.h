@@ -34,6 +34,7 @@ struct producer_owner {
     void *arg;                     /* given to both */
     struct relay_stats *stats;     /* brokers up, queue depth, fatal: from librdkafka statistics;
                                       messages in flight and the acknowledgement clock */
+    unsigned txn_slot;             /* which transactional.id (config_transactional_id_slot) */
 };
 
 /** Called on the loop thread when a transaction call ended: @p gen is the
@@ -42,6 +43,15 @@ typedef void (*producer_txn_cb)(void *arg, unsigned gen, enum producer_txn_resul
                                 const char *why);
 
 struct txn_job;
+
+/* The other transactional.id of the relay (config_transactional_id_slot), as
+ * a leader's first init found it. */
+enum producer_spare {
+    PRODUCER_SPARE_UNTRIED, /* not fenced by this instance */
+    PRODUCER_SPARE_FENCED,  /* initialised: no older producer of it can commit */
+    PRODUCER_SPARE_DENIED,  /* the principal may not use it (an ACL for one id only) */
+    PRODUCER_SPARE_FAILED,  /* its coordinator did not answer in time */
+};
 
 /** How a row becomes a message under a configuration: its headers,
  *  converters and placement (relay.profile and its keys), with the storage
@@ -83,6 +93,9 @@ struct producer {
     bool txn_doomed;           /* a report of the open transaction failed: it can only abort */
     struct kafka_stall stall;  /* requests timed out, for kafka_stall_give_up */
     bool abandoned;            /* given up: its transaction waited on a broker that stopped answering */
+    bool switch_id;            /* given up behind a commit: the next instance takes the other id */
+    bool fence_other;          /* set by the owner: the next init fences the other slot's id too */
+    enum producer_spare spare; /* what its init's fencing of the other slot's id found */
     uint64_t txn_retry_ms;     /* loop time before which init is not tried again */
     struct txn_job *job;       /* the call running on a worker thread, if any */
     char txn_id[256];

@@ -33,6 +33,13 @@ void config_transactional_id(const struct relay_config *cfg, char *buf, size_t l
         snprintf(buf, len, "outbox-relay.%s.%s", cfg->schema, cfg->table);
 }
 
+void config_transactional_id_slot(const struct relay_config *cfg, unsigned slot, char *buf, size_t len)
+{
+    char id[240];
+    config_transactional_id(cfg, id, sizeof id);
+    snprintf(buf, len, "%s%s", id, slot ? ".spare" : "");
+}
+
 void config_init(struct relay_config *cfg)
 {
     memset(cfg, 0, sizeof *cfg);

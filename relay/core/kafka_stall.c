@@ -19,3 +19,28 @@ bool kafka_stall_give_up(const struct kafka_stall *s, bool waiting, uint64_t pro
         return false;
     return now_ms >= progress_ms + KAFKA_STALL_GRACE_MS;
 }
+
+void kafka_stall_count_adds(struct kafka_stall *s, uint64_t adds, uint64_t progress_ms, uint64_t now_ms)
+{
+    if (adds < s->adds) /* a new instance */
+        s->adds_base = 0;
+    if (adds > s->adds)
+        s->adds_ms = now_ms;
+    s->adds = adds;
+    /* The caller derives the time from a clock of its own: a few ms of
+     * jitter are no progress. */
+    if (s->progress_ms == 0 || progress_ms > s->progress_ms + KAFKA_STALL_JITTER_MS) {
+        s->progress_ms = progress_ms;
+        s->adds_base = adds;
+    }
+}
+
+bool kafka_stall_behind_commit(const struct kafka_stall *s, bool waiting, bool disconnected,
+                               uint64_t now_ms)
+{
+    if (!waiting || disconnected || s->adds_ms == 0)
+        return false;
+    return now_ms >= s->progress_ms + KAFKA_STALL_BEHIND_MS &&
+           s->adds >= s->adds_base + KAFKA_STALL_BEHIND_RETRIES &&
+           now_ms <= s->adds_ms + KAFKA_STALL_BEHIND_RECENT_MS;
+}

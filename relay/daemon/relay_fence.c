@@ -114,8 +114,39 @@ static void relay_on_refused(void *arg)
 int relay_producer_start(struct relay *r, char *err, size_t errlen)
 {
     const struct producer_owner owner = { .report = relay_on_report, .on_refused = relay_on_refused,
-                                          .arg = r, .stats = &r->st };
+                                          .arg = r, .stats = &r->st, .txn_slot = r->txn_slot };
     return producer_start(&r->prod, r->loop, r->cfg, &owner, err, errlen);
+}
+
+static const char *spare_name(enum producer_spare s)
+{
+    switch (s) {
+    case PRODUCER_SPARE_FENCED: return "fenced";
+    case PRODUCER_SPARE_DENIED: return "denied";
+    case PRODUCER_SPARE_FAILED: return "not_answered";
+    default: return "untried";
+    }
+}
+
+/* The last instance waited behind a commit its coordinator cannot complete
+ * (core/kafka_stall.h): the next one takes the other transactional id, if
+ * this leadership fenced it (an older leader's producer of it can commit
+ * nothing). The commit completes at the coordinator in time, and the id is
+ * free again for the next such wait. */
+static void switch_id(struct relay *r)
+{
+    char from[256], to[256];
+    config_transactional_id_slot(r->cfg, r->txn_slot, from, sizeof from);
+    config_transactional_id_slot(r->cfg, !r->txn_slot, to, sizeof to);
+    if (r->spare != PRODUCER_SPARE_FENCED) {
+        log_info("a new kafka producer under the same transactional id: the other is not usable; "
+                 "it waits until the coordinator has completed the last commit",
+                 "transactional_id=%s other=%s other_state=%s", from, to, spare_name(r->spare));
+        return;
+    }
+    r->txn_slot = !r->txn_slot;
+    log_info("a new kafka producer under the other transactional id, the last one held behind a "
+             "commit its coordinator cannot complete", "transactional_id=%s was=%s", to, from);
 }
 
 /* A fatal error (e.g. the idempotent producer's epoch cannot be bumped)
@@ -129,6 +160,8 @@ bool relay_replace_producer(struct relay *r)
                   r->denied_attempt);
     else if (r->renew_producer)
         log_debug("a new kafka producer, to ask for the refused topic afresh", "");
+    else if (producer_abandoned(&r->prod) && r->prod.switch_id)
+        switch_id(r);
     else if (producer_abandoned(&r->prod))
         log_info("a new kafka producer, the last one given up on a broker that stopped answering", "");
     else if (!note_denial(r, producer_fatal_code(&r->prod)))
@@ -159,6 +192,26 @@ bool relay_replace_producer(struct relay *r)
  * leader still had open and fences it: a paused leader that wakes up cannot
  * make anything visible to read_committed consumers, nor mark it. */
 
+/* What a leader's first init found of the other transactional id. Refused,
+ * the relay works as before with one id; a commit held at its coordinator
+ * then waits until the coordinator completes it. */
+static void spare_found(struct relay *r)
+{
+    enum producer_spare was = r->spare;
+    r->spare = r->prod.spare;
+    if (r->spare == was)
+        return;
+    char id[256];
+    config_transactional_id_slot(r->cfg, !r->txn_slot, id, sizeof id);
+    if (r->spare == PRODUCER_SPARE_DENIED)
+        log_warn("kafka refuses the relay's principal its other transactional id; a commit that a "
+                 "broker holds up cannot be gone around (grant Write on that transactional id)",
+                 "other_transactional_id=%s", id);
+    else if (r->spare == PRODUCER_SPARE_FAILED)
+        log_warn("the relay's other transactional id could not be initialised; an older leader's "
+                 "producer of it is not fenced", "other_transactional_id=%s", id);
+}
+
 static void on_txn_ended(void *arg, unsigned gen, enum producer_txn_result res, const char *why)
 {
     struct relay *r = arg;
@@ -168,8 +221,11 @@ static void on_txn_ended(void *arg, unsigned gen, enum producer_txn_result res, 
     case PRODUCER_TXN_DONE:
         if (gen == 0) {
             granted(r);
+            if (r->prod.spare != PRODUCER_SPARE_UNTRIED)
+                spare_found(r);
             log_info("kafka transactions initialised; older leaders are fenced",
-                     "transactional_id=%s ms=%" PRIu64, r->prod.txn_id, ms);
+                     "transactional_id=%s ms=%" PRIu64 " other_id=%s", r->prod.txn_id,
+                     ms, spare_name(r->spare));
         }
         else
             log_debug("transaction committed", "ms=%" PRIu64, ms);
@@ -209,6 +265,9 @@ void relay_fence_step(struct relay *r, const struct plan_state *s)
     struct producer *p = &r->prod;
     struct fence_plan f = plan_fence(s);
     r->ops->txn_settle(r, &f);
+    /* Not when this leadership fenced it: the instance may be taking it over
+     * from one held behind a commit, whose own id would hold this init too. */
+    p->fence_other = r->spare == PRODUCER_SPARE_UNTRIED || r->spare == PRODUCER_SPARE_FAILED;
     if (f.init && producer_txn_init(p, on_txn_ended, r) == 0)
         r->txn_start_ms = relay_now_ms(r);
     if (f.commit && producer_txn_commit(p, on_txn_ended, r) == 0)

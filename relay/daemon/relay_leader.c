@@ -33,8 +33,10 @@ void relay_set_role(struct relay *r, enum stats_role role)
 {
     if (r->st.role != role)
         r->st.role_since = role == STATS_ROLE_UNKNOWN ? 0 : stats_now();
-    if (role == STATS_ROLE_LEADER && r->st.role != STATS_ROLE_LEADER)
+    if (role == STATS_ROLE_LEADER && r->st.role != STATS_ROLE_LEADER) {
+        r->spare = PRODUCER_SPARE_UNTRIED; /* an older leader may have used either id */
         r->ops->leading(r);
+    }
     r->st.role = role;
     if (role != STATS_ROLE_STANDBY) {
         r->st.holder.known = false;

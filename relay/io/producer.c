@@ -141,23 +141,36 @@ static void on_error(struct producer *p, rd_kafka_event_t *ev)
 }
 
 /* A transaction held by a broker that stopped answering (core/kafka_stall.h):
- * the instance is given up, the plan replaces it as a fatal one. */
-static void stall_watch(struct producer *p, uint64_t timeouts)
+ * the instance is given up, the plan replaces it as a fatal one; held behind
+ * a commit the coordinator cannot complete, the next instance takes the spare
+ * transactional.id. */
+static void stall_watch(struct producer *p, uint64_t timeouts, uint64_t adds, bool disconnected)
 {
     if (p->txn == PRODUCER_TXN_OFF || p->fatal || p->abandoned)
         return;
     uint64_t now = uv_now(p->loop);
-    kafka_stall_count(&p->stall, timeouts, now);
     bool committing = producer_txn_committing(p);
     double since = stats_ack_wait(p->owner.stats, stats_mono());
     uint64_t progress = now - (uint64_t)(since * 1000.0);
-    if (!kafka_stall_give_up(&p->stall, p->in_flight > 0 || committing, progress, now))
+    kafka_stall_count(&p->stall, timeouts, now);
+    kafka_stall_count_adds(&p->stall, adds, progress, now);
+    bool waiting = p->in_flight > 0 || committing;
+    if (kafka_stall_behind_commit(&p->stall, waiting, disconnected, now)) {
+        p->switch_id = true;
+        log_warn("kafka transaction held behind a commit its coordinator cannot complete (a marker "
+                 "waits on a broker that stopped answering); replacing the producer under the other "
+                 "transactional id, the transaction's rows are produced again",
+                 "in_flight=%" PRId64 " waited_s=%.1f add_partitions_requests=%" PRIu64
+                 " transactional_id=%s", p->in_flight, since, adds - p->stall.adds_base, p->txn_id);
+    } else if (kafka_stall_give_up(&p->stall, waiting, progress, now)) {
+        log_warn("kafka transaction held by a broker that stopped answering; replacing the producer, "
+                 "the transaction's rows are produced again",
+                 "in_flight=%" PRId64 " committing=%s waited_s=%.1f requests_timed_out=%" PRIu64,
+                 p->in_flight, committing ? "true" : "false", since, timeouts);
+    } else {
         return;
+    }
     p->owner.stats->producer_stalled_total++;
-    log_warn("kafka transaction held by a broker that stopped answering; replacing the producer, "
-             "the transaction's rows are produced again",
-             "in_flight=%" PRId64 " committing=%s waited_s=%.1f requests_timed_out=%" PRIu64,
-             p->in_flight, committing ? "true" : "false", since, timeouts);
     producer_txn_abandon(p);
 }
 
@@ -178,8 +191,8 @@ static void on_stats(struct producer *p, const char *json)
     const cJSON *msg_cnt = cJSON_GetObjectItemCaseSensitive(root, "msg_cnt");
     if (cJSON_IsNumber(msg_cnt))
         p->owner.stats->producer_queue_msgs = (int64_t)msg_cnt->valuedouble;
-    int up = 0, total = 0;
-    uint64_t timeouts = 0;
+    int up = 0, total = 0, down = 0;
+    uint64_t timeouts = 0, adds = 0;
     const cJSON *brokers = cJSON_GetObjectItemCaseSensitive(root, "brokers");
     const cJSON *b;
     cJSON_ArrayForEach(b, brokers) {
@@ -187,6 +200,10 @@ static void on_stats(struct producer *p, const char *json)
         const cJSON *tmo = cJSON_GetObjectItemCaseSensitive(b, "req_timeouts");
         if (cJSON_IsNumber(tmo))
             timeouts += (uint64_t)tmo->valuedouble;
+        const cJSON *req = cJSON_GetObjectItemCaseSensitive(b, "req");
+        const cJSON *add = cJSON_GetObjectItemCaseSensitive(req, "AddPartitionsToTxn");
+        if (cJSON_IsNumber(add))
+            adds += (uint64_t)add->valuedouble;
         const cJSON *nodeid = cJSON_GetObjectItemCaseSensitive(b, "nodeid");
         const cJSON *state = cJSON_GetObjectItemCaseSensitive(b, "state");
         const cJSON *bname = cJSON_GetObjectItemCaseSensitive(b, "name");
@@ -207,6 +224,8 @@ static void on_stats(struct producer *p, const char *json)
         total++;
         if (cJSON_IsString(state) && strcmp(state->valuestring, "UP") == 0)
             up++;
+        else if (!cJSON_IsString(state) || strcmp(state->valuestring, "INIT") != 0)
+            down++; /* INIT: never connected to, nothing lost */
     }
     p->owner.stats->n_brokers = total < STATS_MAX_BROKERS ? total : STATS_MAX_BROKERS;
     p->owner.stats->brokers_up = up;
@@ -216,7 +235,7 @@ static void on_stats(struct producer *p, const char *json)
     if (up > 0 && kafka_denial_at_connect(p->owner.stats->kafka_denial))
         p->owner.stats->kafka_denial = KAFKA_DENIAL_NONE;
     cJSON_Delete(root);
-    stall_watch(p, timeouts);
+    stall_watch(p, timeouts, adds, down > 0);
 }
 
 
@@ -227,8 +246,9 @@ static void on_log(const rd_kafka_t *rk, int level, const char *fac, const char 
               log_quote(buf));
 }
 
-static rd_kafka_conf_t *conf_build(const struct relay_config *cfg, bool transactional, char *errbuf,
-                                   size_t errlen)
+/* @p slot: which of the relay's transactional ids, when @p transactional. */
+static rd_kafka_conf_t *conf_build(const struct relay_config *cfg, bool transactional, unsigned slot,
+                                   char *errbuf, size_t errlen)
 {
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
     char err[512];
@@ -251,7 +271,7 @@ static rd_kafka_conf_t *conf_build(const struct relay_config *cfg, bool transact
     }
     if (transactional && cfg->fencing == RELAY_FENCING_TRANSACTIONAL) {
         char id[256];
-        config_transactional_id(cfg, id, sizeof(id));
+        config_transactional_id_slot(cfg, slot, id, sizeof(id));
         s = kafka_transaction_settings(&n);
         for (size_t i = 0; i < n; i++) {
             const char *v = s[i].value ? s[i].value : id;
@@ -276,13 +296,24 @@ static rd_kafka_conf_t *conf_build(const struct relay_config *cfg, bool transact
 
 rd_kafka_conf_t *producer_conf_new(const struct relay_config *cfg, char *errbuf, size_t errlen)
 {
-    return conf_build(cfg, true, errbuf, errlen);
+    return conf_build(cfg, true, 0, errbuf, errlen);
+}
+
+rd_kafka_conf_t *producer_conf_other_id(const struct producer *p, char *errbuf, size_t errlen)
+{
+    rd_kafka_conf_t *conf = conf_build(p->cfg, true, !p->owner.txn_slot, errbuf, errlen);
+    if (!conf)
+        return NULL;
+    char err[256];
+    rd_kafka_conf_set(conf, "statistics.interval.ms", "0", err, sizeof err);
+    rd_kafka_conf_set_log_cb(conf, on_log);
+    return conf;
 }
 
 rd_kafka_conf_t *producer_conf_new_untransactional(const struct relay_config *cfg, char *errbuf,
                                                    size_t errlen)
 {
-    return conf_build(cfg, false, errbuf, errlen);
+    return conf_build(cfg, false, 0, errbuf, errlen);
 }
 
 static const char *kafka_set_by_operator(const struct relay_config *cfg, const char *key)
@@ -383,7 +414,7 @@ int producer_start(struct producer *p, uv_loop_t *loop, const struct relay_confi
     p->owner = *owner;
     p->pipefd[0] = p->pipefd[1] = -1;
 
-    rd_kafka_conf_t *conf = producer_conf_new(cfg, errbuf, errlen);
+    rd_kafka_conf_t *conf = conf_build(cfg, true, owner->txn_slot, errbuf, errlen);
     if (!conf)
         return -EINVAL;
     rd_kafka_conf_set_opaque(conf, p);
@@ -394,7 +425,7 @@ int producer_start(struct producer *p, uv_loop_t *loop, const struct relay_confi
     rd_kafka_conf_set_log_cb(conf, on_log);
     if (cfg->fencing == RELAY_FENCING_TRANSACTIONAL) {
         p->txn = PRODUCER_TXN_UNINIT;
-        config_transactional_id(cfg, p->txn_id, sizeof(p->txn_id));
+        config_transactional_id_slot(cfg, owner->txn_slot, p->txn_id, sizeof(p->txn_id));
     }
 
     char err[512];

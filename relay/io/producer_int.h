@@ -27,4 +27,9 @@ bool producer_txn_committing(const struct producer *p);
  *  instance's successor aborts it. */
 void producer_txn_abandon(struct producer *p);
 
+/** The conf of a short-lived instance under the relay's other transactional
+ *  id (@p p's slot flipped), whose init_transactions fences older producers
+ *  of that id: no statistics, the relay's log callback. NULL on error. */
+rd_kafka_conf_t *producer_conf_other_id(const struct producer *p, char *errbuf, size_t errlen);
+
 #endif

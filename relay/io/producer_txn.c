@@ -8,6 +8,7 @@
 #include <stdlib.h>
 
 #include "base/log.h"
+#include "core/kafka_rules.h"
 #include "io/producer_int.h"
 
 /* ---- transactions ------------------------------------------------------- */
@@ -41,6 +42,8 @@ struct txn_job {
     enum producer_txn_result res;
     int code;                 /* the error of a failed call: the fatal error's own when fatal */
     char why[512];
+    rd_kafka_conf_t *fence_conf; /* init: then fence the other transactional id with this */
+    enum producer_spare spare;   /* what that found */
 };
 
 /* Repeats @p call while it fails retriably, within TXN_TOTAL_MS, or with
@@ -72,6 +75,47 @@ static void txn_fail(struct txn_job *j, rd_kafka_error_t *e, const char *what)
              *fatal ? "; " : "", fatal);
 }
 
+/* On a worker thread, after the instance's own init: a short-lived instance
+ * of the other transactional id initialises it, which aborts what an older
+ * leader had open under it and fences that producer, as the own init does
+ * for the own id. Which of the two ids an older leader used last is not
+ * known. */
+static void fence_other_id(struct txn_job *j)
+{
+    char err[256];
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, j->fence_conf, err, sizeof err);
+    if (!rk) {
+        rd_kafka_conf_destroy(j->fence_conf);
+        j->fence_conf = NULL;
+        j->spare = PRODUCER_SPARE_FAILED;
+        return;
+    }
+    j->fence_conf = NULL; /* rd_kafka_new took it */
+    uint64_t deadline = uv_hrtime() / 1000000 + TXN_TOTAL_MS;
+    for (;;) {
+        rd_kafka_error_t *e = rd_kafka_init_transactions(rk, TXN_CALL_MS);
+        if (!e) {
+            j->spare = PRODUCER_SPARE_FENCED;
+            break;
+        }
+        int code = rd_kafka_error_code(e);
+        if (code == RD_KAFKA_RESP_ERR__FATAL)
+            code = rd_kafka_fatal_error(rk, err, sizeof err);
+        bool again = rd_kafka_error_is_retriable(e) && !j->cancel &&
+                     uv_hrtime() / 1000000 < deadline;
+        rd_kafka_error_destroy(e);
+        if (kafka_denial_of(code) != KAFKA_DENIAL_NONE) {
+            j->spare = PRODUCER_SPARE_DENIED;
+            break;
+        }
+        if (!again) {
+            j->spare = PRODUCER_SPARE_FAILED;
+            break;
+        }
+    }
+    rd_kafka_destroy(rk);
+}
+
 /* On a worker thread. */
 static void txn_work(uv_work_t *w)
 {
@@ -88,6 +132,8 @@ static void txn_work(uv_work_t *w)
             rd_kafka_error_destroy(e);
             return;
         }
+        if (j->fence_conf)
+            fence_other_id(j);
     } else {
         /* A commit that timed out may still complete at the coordinator: it
          * is called again until its outcome is known. Aborting it then
@@ -132,6 +178,10 @@ static void txn_after(uv_work_t *w, int status)
     struct txn_job *j = w->data;
     struct producer *p = j->p;
     p->job = NULL;
+    if (j->fence_conf) /* the own init failed first */
+        rd_kafka_conf_destroy(j->fence_conf);
+    if (j->spare != PRODUCER_SPARE_UNTRIED)
+        p->spare = j->spare;
     if (j->stop_pending) {
         /* The relay is gone or replaced this instance: nobody waits for the answer. */
         producer_destroy(p);
@@ -182,8 +232,16 @@ static int txn_start(struct producer *p, enum txn_op op, producer_txn_cb cb, voi
     j->cb = cb;
     j->arg = arg;
     j->work.data = j;
+    if (op == TXN_INIT && p->fence_other) {
+        char err[256];
+        j->fence_conf = producer_conf_other_id(p, err, sizeof err);
+        if (!j->fence_conf)
+            j->spare = PRODUCER_SPARE_FAILED;
+    }
     int rc = uv_queue_work(p->loop, &j->work, txn_work, txn_after);
     if (rc < 0) {
+        if (j->fence_conf)
+            rd_kafka_conf_destroy(j->fence_conf);
         free(j);
         return rc;
     }

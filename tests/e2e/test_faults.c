@@ -469,3 +469,50 @@ Test(e2e, a_producer_given_up_with_messages_in_flight_is_replaced_at_once, .fini
 {
     broker_stops_answering("leaderhung", true);
 }
+
+/* Kafka's coordinator answers AddPartitionsToTxn with CONCURRENT_TRANSACTIONS
+ * until the last commit's markers are written; a marker request to a broker
+ * that stopped answering right after it was sent waits out the brokers'
+ * request.timeout.ms (30 s), and any producer of the same transactional id
+ * waits with it. Here the mock answers so for about 40 s. The relay fenced
+ * its other transactional id when it became leader, gives the instance up 12 s
+ * into the retries (core/kafka_stall.h) and goes on under that id. The mock's
+ * answers are not per id: once the relay took the other id they are cleared,
+ * as Kafka's coordinator would not hold that id. */
+Test(e2e, a_commit_its_coordinator_cannot_complete_is_gone_around_under_the_other_id, .fini = fini,
+     .timeout = 200)
+{
+    e2e_setup(&T, "behind");
+    if (!T.env->mock_control)
+        cr_skip_test("needs the mock broker to answer CONCURRENT_TRANSACTIONS");
+    e2e_migrate(&T);
+    char topic[128], opt[96];
+    create_topic_with_leaders(topic, sizeof(topic));
+    snprintf(opt, sizeof opt, "relay.transactional_id=%s-txn", T.table);
+    const char *extra[] = {"relay.poll_interval_ms=100", "relay.batch_size=100",
+                           "relay.fencing=transactional", opt, NULL};
+    struct e2e_relay *relay = e2e_relay_start(&T, extra);
+    enqueue_range(1, 300);
+    e2e_wait_all_sent(&T, 60000);
+    cr_assert(e2e_relay_log_contains(relay, "other_id=fenced"),
+              "the relay did not fence its other transactional id as it became leader (log %s)",
+              relay->log_path);
+
+    cr_assert(e2e_mock_command(&T, "errors AddPartitionsToTxn 2000 CONCURRENT_TRANSACTIONS"));
+    int64_t t0 = e2e_now_ms();
+    enqueue_range(301, 600);
+    cr_assert(e2e_relay_wait_log(relay, "under the other transactional id", 25000),
+              "the relay kept waiting behind the commit (log %s)", relay->log_path);
+    double switched = (double)(e2e_now_ms() - t0) / 1000.0;
+    cr_assert(e2e_mock_command(&T, "clear AddPartitionsToTxn"));
+    e2e_wait_all_sent(&T, 30000);
+    double took = (double)(e2e_now_ms() - t0) / 1000.0;
+    fprintf(stderr, "e2e: behind: other id taken after %.1f s, every row sent after %.1f s\n", switched, took);
+    cr_assert(switched >= 11.0, "gave up after %.1f s, within Kafka's own fencing time (log %s)", switched,
+              relay->log_path);
+    cr_assert_eq(e2e_relay_log_count(relay, " level=error "), 0,
+                 "a commit held at its coordinator was logged at level=error (log %s)", relay->log_path);
+    verify_at_least_once("behind");
+    assert_no_attempts("behind");
+    cr_assert_eq(e2e_relay_stop(relay, 30000), 0, "relay did not exit 0 on SIGTERM");
+}

@@ -53,3 +53,59 @@ Test(kafka_stall, a_time_out_long_past_is_not_about_this_wait)
     kafka_stall_count(&s, 1, T0 + 60000);
     cr_assert_not(kafka_stall_give_up(&s, true, T0 + 30000, T0 + 62000));
 }
+
+/* The coordinator answers CONCURRENT_TRANSACTIONS until the last commit's
+ * markers are written; librdkafka asks again every few tens of ms. */
+static void retrying(struct kafka_stall *s, uint64_t *adds, uint64_t progress, uint64_t from, uint64_t to)
+{
+    for (uint64_t t = from; t <= to; t += 1000) {
+        *adds += 40;
+        kafka_stall_count_adds(s, *adds, progress, t);
+    }
+}
+
+Test(kafka_stall, a_transaction_behind_a_commit_that_does_not_complete_takes_the_other_id)
+{
+    struct kafka_stall s = {0};
+    uint64_t adds = 5;
+    kafka_stall_count_adds(&s, adds, T0, T0);
+    retrying(&s, &adds, T0, T0 + 1000, T0 + 11000);
+    cr_assert_not(kafka_stall_behind_commit(&s, true, false, T0 + 11000), "Kafka's fencing takes up to 9 s");
+    retrying(&s, &adds, T0, T0 + 12000, T0 + 12000);
+    cr_assert(kafka_stall_behind_commit(&s, true, false, T0 + 12000));
+    cr_assert_not(kafka_stall_behind_commit(&s, false, false, T0 + 12000), "nothing waits");
+    cr_assert_not(kafka_stall_behind_commit(&s, true, true, T0 + 12000),
+                  "a broker down: the coordinator may refuse for want of in-sync replicas");
+    cr_assert_not(kafka_stall_behind_commit(&s, true, false, T0 + 14501), "the retries stopped");
+}
+
+Test(kafka_stall, one_transaction_begun_after_a_quiet_spell_is_no_retry_loop)
+{
+    struct kafka_stall s = {0};
+    kafka_stall_count_adds(&s, 10, T0 - 60000, T0 - 60000);
+    /* Nothing to relay for a minute, then a row: one AddPartitionsToTxn. */
+    kafka_stall_count_adds(&s, 11, T0 - 60000, T0);
+    cr_assert_not(kafka_stall_behind_commit(&s, true, false, T0));
+    kafka_stall_count_adds(&s, 11 + KAFKA_STALL_BEHIND_RETRIES - 2, T0 - 60000, T0 + 1000);
+    cr_assert_not(kafka_stall_behind_commit(&s, true, false, T0 + 1000));
+}
+
+Test(kafka_stall, progress_starts_the_count_again)
+{
+    struct kafka_stall s = {0};
+    uint64_t adds = 0;
+    kafka_stall_count_adds(&s, adds, T0, T0);
+    retrying(&s, &adds, T0, T0 + 1000, T0 + 8000);
+    /* The markers were written once the stopped broker was fenced: acknowledged. */
+    retrying(&s, &adds, T0 + 8500, T0 + 9000, T0 + 9000);
+    retrying(&s, &adds, T0 + 8500, T0 + 10000, T0 + 20000);
+    cr_assert(kafka_stall_behind_commit(&s, true, false, T0 + 20500));
+    cr_assert_not(kafka_stall_behind_commit(&s, true, false, T0 + 20499),
+                  "12 s from the last progress, not from the first retry");
+    /* Jitter of the caller's clock is no progress. */
+    kafka_stall_count_adds(&s, adds + 40, T0 + 8650, T0 + 21000);
+    cr_assert(kafka_stall_behind_commit(&s, true, false, T0 + 21000));
+    /* A new instance counts from 0. */
+    kafka_stall_count_adds(&s, 3, T0 + 8650, T0 + 22000);
+    cr_assert_not(kafka_stall_behind_commit(&s, true, false, T0 + 22000));
+}
