@@ -163,7 +163,8 @@ struct relay_stats {
     uint64_t failed_total[STATS_FAIL_NREASONS];
     uint64_t dead_total;           /* rows this process dead-lettered */
     uint64_t txn_aborted_total;    /* relay.fencing=transactional: transactions aborted */
-    uint64_t producer_stalled_total; /* producers given up: a broker stopped answering (kafka_stall.h) */
+    uint64_t producer_stalled_total; /* producers given up: a broker stopped answering, or a commit
+                                        held at its coordinator (kafka_stall.h) */
     uint64_t batches_total;
     struct stats_histogram batch_duration;    /* claim → marks written, seconds */
     struct stats_histogram delivery_latency;  /* created_at → Kafka ack, seconds */

@@ -92,7 +92,9 @@ static const struct {
      "The Kafka `transactional.id` of `fencing = transactional`; empty means "
      "`outbox-relay.<schema>.<table>`. Every relay of one outbox table must use the same id, "
      "relays of different tables on one Kafka cluster different ones (two databases with an "
-     "outbox of the same schema and name: set it)."},
+     "outbox of the same schema and name: set it). The relay also uses the same id with "
+     "`.spare` appended, while a commit of the first cannot complete at its coordinator; "
+     "its principal needs Write on both."},
     {"relay.topic",
      "Topic for rows whose `topic` column is NULL. Placeholders: `${aggregate_type}` and "
      "`${event_type}`. Topics starting with `__` are Kafka's own and refused."},

@@ -179,7 +179,8 @@ const struct param config_params[] = {
          "debezium: a NULL or blank payload is a tombstone whatever the converter (the Event "
          "Router's route.tombstone.on.empty.payload)"),
     STR("relay", "transactional_id", transactional_id, "", NULL, RESTART,
-        "Kafka transactional.id of relay.fencing=transactional (\"\" = outbox-relay.<schema>.<table>)"),
+        "Kafka transactional.id of relay.fencing=transactional (\"\" = outbox-relay.<schema>.<table>; "
+        "also used with .spare appended)"),
     STR("relay", "topic", topic, "outbox.${aggregate_type}", event_topic_template_check, RESTART,
         "topic template for rows without a topic (${aggregate_type} or ${routedByValue}, "
         "${event_type})"),

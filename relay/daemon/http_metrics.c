@@ -390,7 +390,8 @@ static void batch_metrics(const struct relay_stats *s, struct strbuf *out)
             s->txn_aborted_total);
     counter(out, "outbox_relay_producer_stalls_total",
             "Kafka producers replaced because their transaction waited on a broker that stopped "
-            "answering; their rows are produced again.",
+            "answering, or behind a commit its coordinator could not complete; their rows are "
+            "produced again.",
             s->producer_stalled_total);
     counter(out, "outbox_relay_batches_total", "Batches claimed, produced and marked.",
             s->batches_total);
