@@ -48,20 +48,6 @@ static struct e2e_relay *R;
 
 /* ---- the cluster --------------------------------------------------------- */
 
-static int node_count(void)
-{
-    char path[700];
-    snprintf(path, sizeof path, "%s/nodes", T.env->kafka_dir);
-    FILE *f = fopen(path, "r");
-    int n = 0;
-    if (f) {
-        if (fscanf(f, "%d", &n) != 1)
-            n = 0;
-        fclose(f);
-    }
-    return n;
-}
-
 static void kafka_version(char *out, size_t len)
 {
     char path[700];
@@ -359,7 +345,7 @@ static void row_setup(const char *name)
             cr_skip_test("not in OUTBOX_RELAY_TEST_FAULT_ONLY");
     }
     e2e_setup(&T, name);
-    if (!T.env->kafka_dir || node_count() != 3)
+    if (!T.env->kafka_dir || e2e_kafka_node_count(&T) != 3)
         cr_skip_test("needs the stack's own three-node Kafka (OUTBOX_RELAY_TEST_KAFKA_NODES=3)");
     /* A node lost outside the rows (its start failed) would make every row
      * a two-node one. */

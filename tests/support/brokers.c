@@ -22,6 +22,20 @@ static void kafka_sh(const struct e2e_ctx *t, const char *cmd, const char *dir, 
     free(err);
 }
 
+int e2e_kafka_node_count(const struct e2e_ctx *t)
+{
+    char path[700];
+    int n = 0;
+    snprintf(path, sizeof path, "%s/nodes", t->env->kafka_dir ? t->env->kafka_dir : "");
+    FILE *f = fopen(path, "r");
+    if (f) {
+        if (fscanf(f, "%d", &n) != 1)
+            n = 0;
+        fclose(f);
+    }
+    return n;
+}
+
 bool e2e_kafka_node(const struct e2e_ctx *t, const char *cmd, int node)
 {
     if (!t->env->kafka_dir)

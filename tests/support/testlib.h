@@ -236,6 +236,8 @@ void e2e_assert_readyz(struct e2e_relay *r, int code, const char *needle);
  *  (SIGKILL), restart, pause (SIGSTOP) or resume. Asserts it succeeded.
  *  @return false (doing nothing) when this run has no Kafka node of its own. */
 bool e2e_kafka_node(const struct e2e_ctx *t, const char *cmd, int node);
+/** @return the number of nodes of the stack's own Kafka cluster (0: none of its own). */
+int e2e_kafka_node_count(const struct e2e_ctx *t);
 
 /** Starts the stack's stopped Kafka node @p node again on its data and config
  *  with Kafka @p version's jars (`kafka.sh restart DIR NODE VERSION`: one step
