@@ -45,6 +45,12 @@
 #define KAFKA_STALL_BEHIND_RETRIES 20
 /* ...and that still goes on: one sent within this long. */
 #define KAFKA_STALL_BEHIND_RECENT_MS 2500
+/* A broker the instance was connected to and lost since this long before the
+ * last progress: brokers down, or too few for min.insync.replicas, keep a
+ * commit's markers from being written too, and another id would not help.
+ * A connection lost long before (a broker closing an idle one) says nothing. */
+#define KAFKA_STALL_LOST_MS 10000
+#define KAFKA_STALL_MAX_BROKERS 32
 /* A time of progress that moved less than this did not move. */
 #define KAFKA_STALL_JITTER_MS 200
 
@@ -55,6 +61,11 @@ struct kafka_stall {
     uint64_t adds_ms;    /* when that count last rose (0: never) */
     uint64_t adds_base;  /* the count at the last progress seen */
     uint64_t progress_ms; /* that progress */
+    struct {
+        int32_t id;
+        uint64_t lost_ms;  /* when its connection was lost (0: up) */
+    } brokers[KAFKA_STALL_MAX_BROKERS]; /* the ones the instance was connected to */
+    int n_brokers;
 };
 
 /** Records the instance's count of timed-out requests, @p count (librdkafka's
@@ -73,13 +84,15 @@ bool kafka_stall_give_up(const struct kafka_stall *s, bool waiting, uint64_t pro
  *  transaction's last progress @p progress_ms, read at @p now_ms. */
 void kafka_stall_count_adds(struct kafka_stall *s, uint64_t adds, uint64_t progress_ms, uint64_t now_ms);
 
+/** Records whether the instance's connection to broker @p id is @p up at @p now_ms. */
+void kafka_stall_broker(struct kafka_stall *s, int32_t id, bool up, uint64_t now_ms);
+
 /** Whether the transaction waits behind a commit that the coordinator cannot
  *  complete: a transaction is @p waiting, nothing moved for
  *  KAFKA_STALL_BEHIND_MS, AddPartitionsToTxn was sent at least
- *  KAFKA_STALL_BEHIND_RETRIES times since and lately, and no broker connection
- *  is down (@p disconnected: brokers down or below min.insync.replicas make
- *  the coordinator refuse too, and another transactional.id would not help). */
-bool kafka_stall_behind_commit(const struct kafka_stall *s, bool waiting, bool disconnected,
-                               uint64_t now_ms);
+ *  KAFKA_STALL_BEHIND_RETRIES times since and lately, and no broker the
+ *  instance was connected to was lost within KAFKA_STALL_LOST_MS of the last
+ *  progress or since. */
+bool kafka_stall_behind_commit(const struct kafka_stall *s, bool waiting, uint64_t now_ms);
 
 #endif

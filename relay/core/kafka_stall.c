@@ -35,10 +35,37 @@ void kafka_stall_count_adds(struct kafka_stall *s, uint64_t adds, uint64_t progr
     }
 }
 
-bool kafka_stall_behind_commit(const struct kafka_stall *s, bool waiting, bool disconnected,
-                               uint64_t now_ms)
+void kafka_stall_broker(struct kafka_stall *s, int32_t id, bool up, uint64_t now_ms)
 {
-    if (!waiting || disconnected || s->adds_ms == 0)
+    for (int i = 0; i < s->n_brokers; i++) {
+        if (s->brokers[i].id != id)
+            continue;
+        if (up)
+            s->brokers[i].lost_ms = 0;
+        else if (s->brokers[i].lost_ms == 0)
+            s->brokers[i].lost_ms = now_ms;
+        return;
+    }
+    /* Never connected to: nothing lost (librdkafka connects only to the
+     * brokers it needs). */
+    if (up && s->n_brokers < KAFKA_STALL_MAX_BROKERS) {
+        s->brokers[s->n_brokers].id = id;
+        s->brokers[s->n_brokers].lost_ms = 0;
+        s->n_brokers++;
+    }
+}
+
+static bool broker_lost(const struct kafka_stall *s)
+{
+    for (int i = 0; i < s->n_brokers; i++)
+        if (s->brokers[i].lost_ms && s->brokers[i].lost_ms + KAFKA_STALL_LOST_MS >= s->progress_ms)
+            return true;
+    return false;
+}
+
+bool kafka_stall_behind_commit(const struct kafka_stall *s, bool waiting, uint64_t now_ms)
+{
+    if (!waiting || s->adds_ms == 0 || broker_lost(s))
         return false;
     return now_ms >= s->progress_ms + KAFKA_STALL_BEHIND_MS &&
            s->adds >= s->adds_base + KAFKA_STALL_BEHIND_RETRIES &&

@@ -144,7 +144,7 @@ static void on_error(struct producer *p, rd_kafka_event_t *ev)
  * the instance is given up, the plan replaces it as a fatal one; held behind
  * a commit the coordinator cannot complete, the next instance takes the spare
  * transactional.id. */
-static void stall_watch(struct producer *p, uint64_t timeouts, uint64_t adds, bool disconnected)
+static void stall_watch(struct producer *p, uint64_t timeouts, uint64_t adds)
 {
     if (p->txn == PRODUCER_TXN_OFF || p->fatal || p->abandoned)
         return;
@@ -155,7 +155,7 @@ static void stall_watch(struct producer *p, uint64_t timeouts, uint64_t adds, bo
     kafka_stall_count(&p->stall, timeouts, now);
     kafka_stall_count_adds(&p->stall, adds, progress, now);
     bool waiting = p->in_flight > 0 || committing;
-    if (kafka_stall_behind_commit(&p->stall, waiting, disconnected, now)) {
+    if (kafka_stall_behind_commit(&p->stall, waiting, now)) {
         p->switch_id = true;
         log_warn("kafka transaction held behind a commit its coordinator cannot complete (a marker "
                  "waits on a broker that stopped answering); replacing the producer under the other "
@@ -191,7 +191,7 @@ static void on_stats(struct producer *p, const char *json)
     const cJSON *msg_cnt = cJSON_GetObjectItemCaseSensitive(root, "msg_cnt");
     if (cJSON_IsNumber(msg_cnt))
         p->owner.stats->producer_queue_msgs = (int64_t)msg_cnt->valuedouble;
-    int up = 0, total = 0, down = 0;
+    int up = 0, total = 0;
     uint64_t timeouts = 0, adds = 0;
     const cJSON *brokers = cJSON_GetObjectItemCaseSensitive(root, "brokers");
     const cJSON *b;
@@ -207,11 +207,13 @@ static void on_stats(struct producer *p, const char *json)
         const cJSON *nodeid = cJSON_GetObjectItemCaseSensitive(b, "nodeid");
         const cJSON *state = cJSON_GetObjectItemCaseSensitive(b, "state");
         const cJSON *bname = cJSON_GetObjectItemCaseSensitive(b, "name");
-        if (cJSON_IsString(state) && !strcmp(state->valuestring, "UP") && cJSON_IsString(bname))
+        bool is_up = cJSON_IsString(state) && !strcmp(state->valuestring, "UP");
+        if (is_up && cJSON_IsString(bname))
             kafka_notice_broker_up(&p->notice, bname->valuestring);
         /* Bootstrap entries (nodeid -1) are addresses, not brokers. */
         if (!cJSON_IsNumber(nodeid) || nodeid->valuedouble < 0)
             continue;
+        kafka_stall_broker(&p->stall, (int32_t)nodeid->valuedouble, is_up, uv_now(p->loop));
         if (total < STATS_MAX_BROKERS) {
             const cJSON *name = cJSON_GetObjectItemCaseSensitive(b, "nodename");
             struct stats_broker *sb = &p->owner.stats->brokers[total];
@@ -222,10 +224,8 @@ static void on_stats(struct producer *p, const char *json)
                      cJSON_IsString(state) ? state->valuestring : "");
         }
         total++;
-        if (cJSON_IsString(state) && strcmp(state->valuestring, "UP") == 0)
+        if (is_up)
             up++;
-        else if (!cJSON_IsString(state) || strcmp(state->valuestring, "INIT") != 0)
-            down++; /* INIT: never connected to, nothing lost */
     }
     p->owner.stats->n_brokers = total < STATS_MAX_BROKERS ? total : STATS_MAX_BROKERS;
     p->owner.stats->brokers_up = up;
@@ -235,7 +235,7 @@ static void on_stats(struct producer *p, const char *json)
     if (up > 0 && kafka_denial_at_connect(p->owner.stats->kafka_denial))
         p->owner.stats->kafka_denial = KAFKA_DENIAL_NONE;
     cJSON_Delete(root);
-    stall_watch(p, timeouts, adds, down > 0);
+    stall_watch(p, timeouts, adds);
 }
 
 

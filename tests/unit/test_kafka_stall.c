@@ -70,13 +70,11 @@ Test(kafka_stall, a_transaction_behind_a_commit_that_does_not_complete_takes_the
     uint64_t adds = 5;
     kafka_stall_count_adds(&s, adds, T0, T0);
     retrying(&s, &adds, T0, T0 + 1000, T0 + 11000);
-    cr_assert_not(kafka_stall_behind_commit(&s, true, false, T0 + 11000), "Kafka's fencing takes up to 9 s");
+    cr_assert_not(kafka_stall_behind_commit(&s, true, T0 + 11000), "Kafka's fencing takes up to 9 s");
     retrying(&s, &adds, T0, T0 + 12000, T0 + 12000);
-    cr_assert(kafka_stall_behind_commit(&s, true, false, T0 + 12000));
-    cr_assert_not(kafka_stall_behind_commit(&s, false, false, T0 + 12000), "nothing waits");
-    cr_assert_not(kafka_stall_behind_commit(&s, true, true, T0 + 12000),
-                  "a broker down: the coordinator may refuse for want of in-sync replicas");
-    cr_assert_not(kafka_stall_behind_commit(&s, true, false, T0 + 14501), "the retries stopped");
+    cr_assert(kafka_stall_behind_commit(&s, true, T0 + 12000));
+    cr_assert_not(kafka_stall_behind_commit(&s, false, T0 + 12000), "nothing waits");
+    cr_assert_not(kafka_stall_behind_commit(&s, true, T0 + 14501), "the retries stopped");
 }
 
 Test(kafka_stall, one_transaction_begun_after_a_quiet_spell_is_no_retry_loop)
@@ -85,9 +83,9 @@ Test(kafka_stall, one_transaction_begun_after_a_quiet_spell_is_no_retry_loop)
     kafka_stall_count_adds(&s, 10, T0 - 60000, T0 - 60000);
     /* Nothing to relay for a minute, then a row: one AddPartitionsToTxn. */
     kafka_stall_count_adds(&s, 11, T0 - 60000, T0);
-    cr_assert_not(kafka_stall_behind_commit(&s, true, false, T0));
+    cr_assert_not(kafka_stall_behind_commit(&s, true, T0));
     kafka_stall_count_adds(&s, 11 + KAFKA_STALL_BEHIND_RETRIES - 2, T0 - 60000, T0 + 1000);
-    cr_assert_not(kafka_stall_behind_commit(&s, true, false, T0 + 1000));
+    cr_assert_not(kafka_stall_behind_commit(&s, true, T0 + 1000));
 }
 
 Test(kafka_stall, progress_starts_the_count_again)
@@ -99,13 +97,49 @@ Test(kafka_stall, progress_starts_the_count_again)
     /* The markers were written once the stopped broker was fenced: acknowledged. */
     retrying(&s, &adds, T0 + 8500, T0 + 9000, T0 + 9000);
     retrying(&s, &adds, T0 + 8500, T0 + 10000, T0 + 20000);
-    cr_assert(kafka_stall_behind_commit(&s, true, false, T0 + 20500));
-    cr_assert_not(kafka_stall_behind_commit(&s, true, false, T0 + 20499),
+    cr_assert(kafka_stall_behind_commit(&s, true, T0 + 20500));
+    cr_assert_not(kafka_stall_behind_commit(&s, true, T0 + 20499),
                   "12 s from the last progress, not from the first retry");
     /* Jitter of the caller's clock is no progress. */
     kafka_stall_count_adds(&s, adds + 40, T0 + 8650, T0 + 21000);
-    cr_assert(kafka_stall_behind_commit(&s, true, false, T0 + 21000));
+    cr_assert(kafka_stall_behind_commit(&s, true, T0 + 21000));
     /* A new instance counts from 0. */
     kafka_stall_count_adds(&s, 3, T0 + 8650, T0 + 22000);
-    cr_assert_not(kafka_stall_behind_commit(&s, true, false, T0 + 22000));
+    cr_assert_not(kafka_stall_behind_commit(&s, true, T0 + 22000));
+}
+
+/* Two of three brokers down: the commit's markers cannot be written for want
+ * of in-sync replicas, and the coordinator answers as for a held commit.
+ * Another id would wait the same. */
+Test(kafka_stall, brokers_lost_during_the_wait_are_no_held_commit)
+{
+    struct kafka_stall s = {0};
+    uint64_t adds = 0;
+    for (int32_t b = 1; b <= 3; b++)
+        kafka_stall_broker(&s, b, true, T0 - 60000);
+    kafka_stall_broker(&s, 4, false, T0 - 60000); /* never connected to */
+    kafka_stall_count_adds(&s, adds, T0, T0);
+    kafka_stall_broker(&s, 2, false, T0 - 500); /* killed just before the last acknowledgement */
+    kafka_stall_broker(&s, 3, false, T0 + 1500);
+    retrying(&s, &adds, T0, T0 + 1000, T0 + 30000);
+    cr_assert_not(kafka_stall_behind_commit(&s, true, T0 + 30000));
+    /* Back: a held commit again, as far as the relay can tell. */
+    kafka_stall_broker(&s, 2, true, T0 + 30000);
+    kafka_stall_broker(&s, 3, true, T0 + 30000);
+    cr_assert(kafka_stall_behind_commit(&s, true, T0 + 30000));
+}
+
+Test(kafka_stall, a_connection_lost_long_before_the_wait_is_no_outage)
+{
+    struct kafka_stall s = {0};
+    uint64_t adds = 0;
+    kafka_stall_broker(&s, 1, true, T0 + 700000);
+    kafka_stall_broker(&s, 2, true, T0 + 700000);
+    /* The bootstrap broker leads nothing the relay writes: it closed the idle connection. */
+    kafka_stall_broker(&s, 2, false, T0 + 800000);
+    kafka_stall_count_adds(&s, adds, T0 + 1400000, T0 + 1400000);
+    retrying(&s, &adds, T0 + 1400000, T0 + 1401000, T0 + 1412000);
+    cr_assert(kafka_stall_behind_commit(&s, true, T0 + 1412000));
+    kafka_stall_broker(&s, 1, false, T0 + 1412000);
+    cr_assert_not(kafka_stall_behind_commit(&s, true, T0 + 1412000), "a broker lost during the wait");
 }
