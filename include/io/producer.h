@@ -94,7 +94,6 @@ struct producer {
     struct kafka_stall stall;  /* requests timed out, for kafka_stall_give_up */
     bool abandoned;            /* given up: its transaction waited on a broker that stopped answering */
     bool switch_id;            /* given up behind a commit: the next instance takes the other id */
-    bool fence_other;          /* set by the owner: the next init fences the other slot's id too */
     enum producer_spare spare; /* what its init's fencing of the other slot's id found */
     uint64_t txn_retry_ms;     /* loop time before which init is not tried again */
     struct txn_job *job;       /* the call running on a worker thread, if any */
@@ -185,11 +184,12 @@ bool producer_txn_doomed(const struct producer *p);
 bool producer_txn_empty(const struct producer *p);
 
 /** Starts init_transactions (which fences every older producer of the same
- *  transactional.id and aborts its open transaction) and then opens the
- *  first transaction, on a worker thread; @p cb follows on the loop.
- *  @return 0; -EALREADY unless PRODUCER_TXN_UNINIT; -EAGAIN while a timed-out
- *  init waits before its retry; -ENOMEM. */
-int producer_txn_init(struct producer *p, producer_txn_cb cb, void *arg);
+ *  transactional.id and aborts its open transaction), with @p fence_other
+ *  that of the relay's other transactional id too (the outcome in p->spare),
+ *  and then opens the first transaction, on a worker thread; @p cb follows
+ *  on the loop. @return 0; -EALREADY unless PRODUCER_TXN_UNINIT; -EAGAIN
+ *  while a timed-out init waits before its retry; -ENOMEM. */
+int producer_txn_init(struct producer *p, bool fence_other, producer_txn_cb cb, void *arg);
 
 /** Commits the open transaction (aborting it if librdkafka says it must be
  *  aborted) and opens the next one, on a worker thread; @p cb follows.

@@ -267,8 +267,8 @@ void relay_fence_step(struct relay *r, const struct plan_state *s)
     r->ops->txn_settle(r, &f);
     /* Not when this leadership fenced it: the instance may be taking it over
      * from one held behind a commit, whose own id would hold this init too. */
-    p->fence_other = r->spare == PRODUCER_SPARE_UNTRIED || r->spare == PRODUCER_SPARE_FAILED;
-    if (f.init && producer_txn_init(p, on_txn_ended, r) == 0)
+    bool fence_other = r->spare == PRODUCER_SPARE_UNTRIED || r->spare == PRODUCER_SPARE_FAILED;
+    if (f.init && producer_txn_init(p, fence_other, on_txn_ended, r) == 0)
         r->txn_start_ms = relay_now_ms(r);
     if (f.commit && producer_txn_commit(p, on_txn_ended, r) == 0)
         r->txn_start_ms = relay_now_ms(r);

@@ -46,14 +46,14 @@ struct txn_job {
     enum producer_spare spare;   /* what that found */
 };
 
-/* Repeats @p call while it fails retriably, within TXN_TOTAL_MS, or with
- * @p to_the_end until its outcome is known (or the producer stops). */
-static rd_kafka_error_t *txn_call(struct txn_job *j, rd_kafka_error_t *(*call)(rd_kafka_t *, int),
-                                  bool to_the_end)
+/* Repeats @p call on @p rk while it fails retriably, within TXN_TOTAL_MS, or
+ * with @p to_the_end until its outcome is known (or the producer stops). */
+static rd_kafka_error_t *txn_call(struct txn_job *j, rd_kafka_t *rk,
+                                  rd_kafka_error_t *(*call)(rd_kafka_t *, int), bool to_the_end)
 {
     uint64_t deadline = uv_hrtime() / 1000000 + TXN_TOTAL_MS;
     for (;;) {
-        rd_kafka_error_t *e = call(j->rk, TXN_CALL_MS);
+        rd_kafka_error_t *e = call(rk, TXN_CALL_MS);
         if (!e || !rd_kafka_error_is_retriable(e) || j->cancel ||
             (!to_the_end && uv_hrtime() / 1000000 >= deadline))
             return e;
@@ -91,27 +91,16 @@ static void fence_other_id(struct txn_job *j)
         return;
     }
     j->fence_conf = NULL; /* rd_kafka_new took it */
-    uint64_t deadline = uv_hrtime() / 1000000 + TXN_TOTAL_MS;
-    for (;;) {
-        rd_kafka_error_t *e = rd_kafka_init_transactions(rk, TXN_CALL_MS);
-        if (!e) {
-            j->spare = PRODUCER_SPARE_FENCED;
-            break;
-        }
+    rd_kafka_error_t *e = txn_call(j, rk, rd_kafka_init_transactions, false);
+    if (!e) {
+        j->spare = PRODUCER_SPARE_FENCED;
+    } else {
         int code = rd_kafka_error_code(e);
         if (code == RD_KAFKA_RESP_ERR__FATAL)
             code = rd_kafka_fatal_error(rk, err, sizeof err);
-        bool again = rd_kafka_error_is_retriable(e) && !j->cancel &&
-                     uv_hrtime() / 1000000 < deadline;
+        j->spare = kafka_denial_of(code) != KAFKA_DENIAL_NONE ? PRODUCER_SPARE_DENIED
+                                                               : PRODUCER_SPARE_FAILED;
         rd_kafka_error_destroy(e);
-        if (kafka_denial_of(code) != KAFKA_DENIAL_NONE) {
-            j->spare = PRODUCER_SPARE_DENIED;
-            break;
-        }
-        if (!again) {
-            j->spare = PRODUCER_SPARE_FAILED;
-            break;
-        }
     }
     rd_kafka_destroy(rk);
 }
@@ -123,7 +112,7 @@ static void txn_work(uv_work_t *w)
     rd_kafka_error_t *e;
     j->res = PRODUCER_TXN_DONE;
     if (j->op == TXN_INIT) {
-        e = txn_call(j, rd_kafka_init_transactions, false);
+        e = txn_call(j, j->rk, rd_kafka_init_transactions, false);
         if (e) {
             txn_fail(j, e, "init_transactions");
             j->res = rd_kafka_error_is_retriable(e) && !rd_kafka_error_is_fatal(e)
@@ -139,7 +128,7 @@ static void txn_work(uv_work_t *w)
          * is called again until its outcome is known. Aborting it then
          * fails ("a conflicting commit is in progress") and would have the
          * rows produced again although the commit went through. */
-        e = txn_call(j, rd_kafka_commit_transaction, true);
+        e = txn_call(j, j->rk, rd_kafka_commit_transaction, true);
         if (e) {
             txn_fail(j, e, "commit_transaction");
             bool fatal = rd_kafka_error_is_fatal(e);
@@ -154,7 +143,7 @@ static void txn_work(uv_work_t *w)
              * producer is stopping: abort, so that nothing of this
              * transaction becomes visible, and produce the rows again. */
             j->res = PRODUCER_TXN_ABORTED;
-            e = txn_call(j, rd_kafka_abort_transaction, false);
+            e = txn_call(j, j->rk, rd_kafka_abort_transaction, false);
             if (e) {
                 txn_fail(j, e, "abort_transaction");
                 j->res = PRODUCER_TXN_FAILED;
@@ -220,7 +209,7 @@ static void txn_after(uv_work_t *w, int status)
     free(j);
 }
 
-static int txn_start(struct producer *p, enum txn_op op, producer_txn_cb cb, void *arg)
+static int txn_start(struct producer *p, enum txn_op op, bool fence_other, producer_txn_cb cb, void *arg)
 {
     struct txn_job *j = calloc(1, sizeof(*j));
     if (!j)
@@ -232,7 +221,7 @@ static int txn_start(struct producer *p, enum txn_op op, producer_txn_cb cb, voi
     j->cb = cb;
     j->arg = arg;
     j->work.data = j;
-    if (op == TXN_INIT && p->fence_other) {
+    if (fence_other) {
         char err[256];
         j->fence_conf = producer_conf_other_id(p, err, sizeof err);
         if (!j->fence_conf)
@@ -322,19 +311,19 @@ bool producer_txn_empty(const struct producer *p)
     return p->txn_msgs == 0;
 }
 
-int producer_txn_init(struct producer *p, producer_txn_cb cb, void *arg)
+int producer_txn_init(struct producer *p, bool fence_other, producer_txn_cb cb, void *arg)
 {
     if (p->txn != PRODUCER_TXN_UNINIT)
         return -EALREADY;
     if (uv_now(p->loop) < p->txn_retry_ms)
         return -EAGAIN;
-    return txn_start(p, TXN_INIT, cb, arg);
+    return txn_start(p, TXN_INIT, fence_other, cb, arg);
 }
 
 int producer_txn_commit(struct producer *p, producer_txn_cb cb, void *arg)
 {
     if (p->txn != PRODUCER_TXN_OPEN)
         return -EALREADY;
-    return txn_start(p, TXN_COMMIT, cb, arg);
+    return txn_start(p, TXN_COMMIT, false, cb, arg);
 }
 

@@ -125,11 +125,7 @@ static int transaction_coordinator(void)
 {
     char id[160];
     snprintf(id, sizeof id, "outbox-relay.public.%s", T.table);
-    int32_t h = 0;
-    for (const char *c = id; *c; c++)
-        h = (int32_t)((uint32_t)h * 31u + (uint32_t)(unsigned char)*c);
-    int32_t a = h == INT32_MIN ? 0 : (h < 0 ? -h : h);
-    return e2e_partition_leader(T.kafka, "__transaction_state", a % 4);
+    return e2e_txn_coordinator(T.kafka, id);
 }
 
 static int topic_leader(int partition)

@@ -45,16 +45,6 @@ static rd_kafka_t *producer(const char *txn_id)
     return rk;
 }
 
-/* Kafka's own: the __transaction_state partition of @p id, whose leader is its coordinator. */
-static int coordinator(const char *id)
-{
-    int32_t h = 0;
-    for (const char *c = id; *c; c++)
-        h = (int32_t)((uint32_t)h * 31u + (uint32_t)(unsigned char)*c);
-    int32_t a = h == INT32_MIN ? 0 : (h < 0 ? -h : h);
-    return e2e_partition_leader(T.kafka, "__transaction_state", a % 4);
-}
-
 static void produce(rd_kafka_t *rk, const char *topic, int partition, const char *value)
 {
     rd_kafka_resp_err_t err = rd_kafka_producev(rk, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_PARTITION(partition),
@@ -85,7 +75,7 @@ Test(held_commit, a_commit_held_at_its_coordinator_holds_its_id_and_no_other, .f
     snprintf(topic, sizeof topic, "%s.held", T.table);
     snprintf(held_id, sizeof held_id, "%s-held", T.table);
     rd_kafka_t *held = producer(held_id);
-    int coord = coordinator(held_id), lead[4], p = -1, q = -1;
+    int coord = e2e_txn_coordinator(T.kafka, held_id), lead[4], p = -1, q = -1;
     for (int tries = 0, known = 0; known < 4 && tries < 100; tries++) { /* the topic is created by the first ask */
         known = 0;
         for (int i = 0; i < 4; i++)
@@ -103,7 +93,7 @@ Test(held_commit, a_commit_held_at_its_coordinator_holds_its_id_and_no_other, .f
     cr_assert(q >= 0, "every partition led by node %d", lead[p]);
     for (int k = 0; k < 100; k++) { /* the other id's coordinator keeps running */
         snprintf(other_id, sizeof other_id, "%s.spare%d", held_id, k);
-        if (coordinator(other_id) != lead[p])
+        if (e2e_txn_coordinator(T.kafka, other_id) != lead[p])
             break;
     }
     (void)transaction(held, topic, p, "warm-up", e2e_now_ms());
@@ -133,7 +123,7 @@ Test(held_commit, a_commit_held_at_its_coordinator_holds_its_id_and_no_other, .f
 
     rd_kafka_t *other = producer(other_id);
     fprintf(stderr, "held_commit: the other id (coordinator: node %d) initialised after %.1f s\n",
-            coordinator(other_id), (double)(e2e_now_ms() - at) / 1000.0);
+            e2e_txn_coordinator(T.kafka, other_id), (double)(e2e_now_ms() - at) / 1000.0);
     double other_live = transaction(other, topic, q, "other id, live leader", at);
     double other_moved = transaction(other, topic, p, "other id, stopped broker's partition", at);
     double same = transaction(held, topic, q, "same id, next transaction", at);

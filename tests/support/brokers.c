@@ -5,6 +5,7 @@
 #include <criterion/criterion.h>
 #include <ctype.h>
 #include <librdkafka/rdkafka.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -134,6 +135,15 @@ int e2e_partition_leader(const char *bootstrap, const char *topic, int partition
     rd_kafka_topic_destroy(rkt);
     rd_kafka_destroy(rk);
     return leader;
+}
+
+int e2e_txn_coordinator(const char *bootstrap, const char *txn_id)
+{
+    int32_t h = 0; /* Java's String.hashCode and Kafka's Utils.abs */
+    for (const char *c = txn_id; *c; c++)
+        h = (int32_t)((uint32_t)h * 31u + (uint32_t)(unsigned char)*c);
+    int32_t a = h == INT32_MIN ? 0 : (h < 0 ? -h : h);
+    return e2e_partition_leader(bootstrap, "__transaction_state", a % 4);
 }
 
 /* Whether the cluster's metadata (all topics: asking for one could create it) lists @p topic. */

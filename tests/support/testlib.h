@@ -267,6 +267,9 @@ void e2e_kafka_delete_topic(const struct e2e_ctx *t, const char *topic, int time
 
 /** @return the node id leading @p partition of @p topic per @p bootstrap's metadata, or -1. */
 int e2e_partition_leader(const char *bootstrap, const char *topic, int partition);
+/** @return the node id of @p txn_id's transaction coordinator: Kafka's own
+ *  hash of the id over the stack's 4 __transaction_state partitions, or -1. */
+int e2e_txn_coordinator(const char *bootstrap, const char *txn_id);
 
 /* ---- reading topics back (consume.c) ------------------------------------- */
 
