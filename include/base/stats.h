@@ -200,9 +200,12 @@ struct relay_stats {
     int64_t kafka_in_flight;       /* produced, no delivery report yet (this producer) */
     bool kafka_committing;         /* a commit (or abort) waits for the transaction
                                       coordinator: a hung one stalls the relay too */
-    double kafka_ack_clock;        /* stats_mono(): the last acknowledgement, or when
-                                      kafka_in_flight rose from 0 or a commit began
-                                      with none in flight, whichever is later */
+    bool kafka_owed;               /* the leader waits on Kafka with nothing in flight:
+                                      transactions being initialised, or the work of a
+                                      producer replaced before Kafka answered it */
+    double kafka_ack_clock;        /* stats_mono(): the last acknowledgement or answer of
+                                      the coordinator, or when the relay began to wait
+                                      after waiting for nothing, whichever is later */
 
     /* relay_leader.c: the outbox table's schema, what this binary needs before relaying. */
     int schema_version;            /* recorded by migrate; -1 = not read yet */
@@ -293,8 +296,18 @@ int64_t stats_backlog_left(const struct relay_stats *s);
  *  stats_backlog_left() is 0, -1 when unknown or @p rate is not positive. */
 double stats_backlog_eta(const struct relay_stats *s, double rate);
 
-/** @return how long messages have been waiting for an acknowledgement at
- *  monotonic time @p mono_now: 0 when none are in flight. */
+/** @return whether the relay waits on Kafka: messages in flight, a commit
+ *  running, or kafka_owed. */
+bool stats_kafka_waiting(const struct relay_stats *s);
+
+/** Starts kafka_ack_clock at monotonic time @p mono_now unless the relay
+ *  already waits on Kafka: a new instance does not restart the wait for the
+ *  work of the one it replaced. */
+void stats_kafka_wait_begins(struct relay_stats *s, double mono_now);
+
+/** @return how long the relay has been waiting on Kafka for an
+ *  acknowledgement or an answer at monotonic time @p mono_now: 0 when it
+ *  waits for nothing. */
 double stats_ack_wait(const struct relay_stats *s, double mono_now);
 
 #endif

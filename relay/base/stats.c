@@ -137,9 +137,20 @@ double stats_backlog_eta(const struct relay_stats *s, double rate)
     return (double)left / rate;
 }
 
+bool stats_kafka_waiting(const struct relay_stats *s)
+{
+    return s->kafka_in_flight > 0 || s->kafka_committing || s->kafka_owed;
+}
+
+void stats_kafka_wait_begins(struct relay_stats *s, double mono_now)
+{
+    if (!stats_kafka_waiting(s))
+        s->kafka_ack_clock = mono_now;
+}
+
 double stats_ack_wait(const struct relay_stats *s, double mono_now)
 {
-    if ((s->kafka_in_flight <= 0 && !s->kafka_committing) || mono_now <= s->kafka_ack_clock)
+    if (!stats_kafka_waiting(s) || mono_now <= s->kafka_ack_clock)
         return 0;
     return mono_now - s->kafka_ack_clock;
 }

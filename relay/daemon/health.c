@@ -100,9 +100,13 @@ static bool check_acks(const struct health_in *in, char *why, size_t len)
     const struct relay_stats *s = in->s;
     int limit_ms = in->cfg ? in->cfg->ack_timeout_ms : 0;
     double wait = stats_ack_wait(s, in->mono_now);
-    snprintf(why, len, "%lld message%s in flight%s, no acknowledgement for %.0f s",
-             (long long)s->kafka_in_flight, s->kafka_in_flight == 1 ? "" : "s",
-             s->kafka_committing ? " and a transaction ending" : "", floor(wait));
+    if (s->kafka_in_flight <= 0 && !s->kafka_committing)
+        snprintf(why, len, "nothing in flight, but kafka has answered neither the initialisation "
+                 "of transactions nor a replaced producer's messages for %.0f s", floor(wait));
+    else
+        snprintf(why, len, "%lld message%s in flight%s, no acknowledgement for %.0f s",
+                 (long long)s->kafka_in_flight, s->kafka_in_flight == 1 ? "" : "s",
+                 s->kafka_committing ? " and a transaction ending" : "", floor(wait));
     return limit_ms <= 0 || wait * 1000 < limit_ms;
 }
 

@@ -38,6 +38,8 @@ void relay_set_role(struct relay *r, enum stats_role role)
         r->ops->leading(r);
     }
     r->st.role = role;
+    if (role != STATS_ROLE_LEADER)
+        r->st.kafka_owed = false; /* no rows of its own to publish */
     if (role != STATS_ROLE_STANDBY) {
         r->st.holder.known = false;
         r->st.standby_stuck = false;

@@ -31,7 +31,7 @@
 static void ack_clock_sent(struct producer *p)
 {
     if (p->in_flight++ == 0 && p->owner.stats)
-        p->owner.stats->kafka_ack_clock = stats_mono();
+        stats_kafka_wait_begins(p->owner.stats, stats_mono());
     if (p->owner.stats)
         p->owner.stats->kafka_in_flight = p->in_flight;
 }
@@ -43,8 +43,10 @@ static void ack_clock_report(struct producer *p, bool acknowledged)
     if (!p->owner.stats)
         return;
     p->owner.stats->kafka_in_flight = p->in_flight;
-    if (acknowledged)
+    if (acknowledged) {
         p->owner.stats->kafka_ack_clock = stats_mono();
+        p->owner.stats->kafka_owed = false;
+    }
 }
 
 /* Logs when the clock passes the threshold and when it is over; the readiness
@@ -76,8 +78,14 @@ void producer_set_fatal(struct producer *p)
 {
     bool first = !p->fatal;
     p->fatal = true;
-    if (p->owner.stats)
+    if (p->owner.stats) {
         p->owner.stats->producer_fatal = true;
+        /* Its messages will fail, not be answered: the wait on Kafka goes
+         * on (with its clock) until Kafka answers the next instance, or
+         * /readyz would pass again at each replacement. */
+        if (stats_kafka_waiting(p->owner.stats))
+            p->owner.stats->kafka_owed = true;
+    }
     if (first && p->rk)
         rd_kafka_purge(p->rk, RD_KAFKA_PURGE_F_QUEUE);
 }
@@ -404,7 +412,10 @@ int producer_start(struct producer *p, uv_loop_t *loop, const struct relay_confi
         stats->brokers_up = -1;
         stats->kafka_answered = false;
         stats->n_brokers = 0;
-        stats->kafka_in_flight = 0; /* a replaced producer's messages are gone with it */
+        /* A replaced producer's messages are gone with it, not answered
+         * (producer_set_fatal). */
+        stats->kafka_owed = stats_kafka_waiting(stats);
+        stats->kafka_in_flight = 0;
         stats->kafka_committing = false;
         stats_settle_published(stats, false); /* and its open transaction */
     }

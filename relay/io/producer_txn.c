@@ -180,11 +180,12 @@ static void txn_after(uv_work_t *w, int status)
     if (j->op == TXN_COMMIT && p->owner.stats) {
         stats_settle_published(p->owner.stats, j->res == PRODUCER_TXN_DONE);
         p->owner.stats->kafka_committing = false;
-        if (j->res == PRODUCER_TXN_DONE || j->res == PRODUCER_TXN_ABORTED)
-            p->owner.stats->kafka_ack_clock = stats_mono(); /* the coordinator answered */
     }
-    if (p->owner.stats && (j->res == PRODUCER_TXN_DONE || j->res == PRODUCER_TXN_ABORTED))
+    if (p->owner.stats && (j->res == PRODUCER_TXN_DONE || j->res == PRODUCER_TXN_ABORTED)) {
         p->owner.stats->kafka_answered = true; /* the coordinator is a broker that answered */
+        p->owner.stats->kafka_ack_clock = stats_mono();
+        p->owner.stats->kafka_owed = false;
+    }
     switch (j->res) {
     case PRODUCER_TXN_DONE:
     case PRODUCER_TXN_ABORTED:
@@ -236,11 +237,14 @@ static int txn_start(struct producer *p, enum txn_op op, bool fence_other, produ
     }
     p->job = j;
     p->txn = PRODUCER_TXN_BUSY;
-    if (op == TXN_COMMIT && p->owner.stats) {
-        /* Every message may be acknowledged and the coordinator hung. */
-        if (p->in_flight == 0)
-            p->owner.stats->kafka_ack_clock = stats_mono();
-        p->owner.stats->kafka_committing = true;
+    if (p->owner.stats) {
+        /* Every message may be acknowledged and the coordinator hung; an
+         * init that is not answered leaves nothing in flight at all. */
+        stats_kafka_wait_begins(p->owner.stats, stats_mono());
+        if (op == TXN_COMMIT)
+            p->owner.stats->kafka_committing = true;
+        else
+            p->owner.stats->kafka_owed = true;
     }
     return 0;
 }

@@ -479,10 +479,10 @@ Test(e2e, a_producer_given_up_with_messages_in_flight_is_replaced_at_once, .fini
  * into the retries (core/kafka_stall.h) and goes on under that id. The mock's
  * answers are not per id: once the relay took the other id they are cleared,
  * as Kafka's coordinator would not hold that id. */
-Test(e2e, a_commit_its_coordinator_cannot_complete_is_gone_around_under_the_other_id, .fini = fini,
-     .timeout = 200)
+/* The relay led, 300 rows sent, its other id fenced. */
+static struct e2e_relay *behind_start(const char *name)
 {
-    e2e_setup(&T, "behind");
+    e2e_setup(&T, name);
     if (!T.env->mock_control)
         cr_skip_test("needs the mock broker to answer CONCURRENT_TRANSACTIONS");
     e2e_migrate(&T);
@@ -497,7 +497,13 @@ Test(e2e, a_commit_its_coordinator_cannot_complete_is_gone_around_under_the_othe
     cr_assert(e2e_relay_log_contains(relay, "other_id=fenced"),
               "the relay did not fence its other transactional id as it became leader (log %s)",
               relay->log_path);
+    return relay;
+}
 
+Test(e2e, a_commit_its_coordinator_cannot_complete_is_gone_around_under_the_other_id, .fini = fini,
+     .timeout = 200)
+{
+    struct e2e_relay *relay = behind_start("behind");
     cr_assert(e2e_mock_command(&T, "errors AddPartitionsToTxn 2000 CONCURRENT_TRANSACTIONS"));
     int64_t t0 = e2e_now_ms();
     enqueue_range(301, 600);
@@ -514,5 +520,32 @@ Test(e2e, a_commit_its_coordinator_cannot_complete_is_gone_around_under_the_othe
                  "a commit held at its coordinator was logged at level=error (log %s)", relay->log_path);
     verify_at_least_once("behind");
     assert_no_attempts("behind");
+    cr_assert_eq(e2e_relay_stop(relay, 30000), 0, "relay did not exit 0 on SIGTERM");
+}
+
+/* A producer replaced while Kafka answers nothing useful (here: its new
+ * instance's init refused, as a coordinator that cannot write its log does)
+ * leaves nothing in flight; /readyz must not pass for that. */
+Test(e2e, a_producer_replaced_during_an_outage_does_not_make_the_relay_ready, .fini = fini, .timeout = 200)
+{
+    struct e2e_relay *relay = behind_start("behindready");
+    cr_assert(e2e_mock_command(&T, "errors AddPartitionsToTxn 2000 CONCURRENT_TRANSACTIONS"));
+    cr_assert(e2e_mock_command(&T, "errors InitProducerId 2000 CONCURRENT_TRANSACTIONS"));
+    enqueue_range(301, 600);
+    cr_assert(e2e_relay_wait_log(relay, "under the other transactional id", 25000),
+              "the relay kept waiting behind the commit (log %s)", relay->log_path);
+    for (int i = 0; i < 16; i++) {
+        char *body = NULL;
+        int status = e2e_relay_http_get(relay, "/readyz?verbose", &body);
+        cr_assert(status == 503 && body && strstr(body, "[-]acks nothing in flight"),
+                  "%.1f s after the producer was replaced, its init unanswered: /readyz %d\n%s", i * 0.25,
+                  status, body ? body : "");
+        free(body);
+        e2e_sleep_ms(250);
+    }
+    cr_assert(e2e_mock_command(&T, "clear"));
+    e2e_wait_all_sent(&T, 60000);
+    e2e_assert_readyz(relay, 200, "[+]acks ok");
+    verify_at_least_once("behindready");
     cr_assert_eq(e2e_relay_stop(relay, 30000), 0, "relay did not exit 0 on SIGTERM");
 }

@@ -288,6 +288,15 @@ Test(http, readyz_fails_when_messages_wait_too_long_for_an_acknowledgement)
                              "acknowledgement for 3600 s\n"), "%s", body());
     st.kafka_committing = false;
 
+    /* A replaced producer's messages, or an init of transactions, not
+     * answered: nothing in flight, and the relay as stuck. */
+    st.kafka_owed = true;
+    cr_assert_eq(exchange("GET /readyz HTTP/1.1\r\n\r\n"), 503);
+    cr_assert(strstr(body(), "[-]acks nothing in flight, but kafka has answered neither the "
+                             "initialisation of transactions nor a replaced producer's messages for "
+                             "3600 s\n"), "%s", body());
+    st.kafka_owed = false;
+
     /* Nothing in flight: no evidence either way, however old the last ack. */
     cr_assert_eq(exchange("GET /readyz HTTP/1.1\r\n\r\n"), 200);
     cr_assert_eq(exchange("GET /metrics HTTP/1.1\r\n\r\n"), 200);

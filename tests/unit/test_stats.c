@@ -93,3 +93,29 @@ Test(stats, published_by_topic_counts_committed_transactions_only)
     cr_assert_eq(st.topics[1].published, 1);
     cr_assert_eq(st.topics[0].unsettled + st.topics[1].unsettled, 0);
 }
+
+/* The wait on Kafka, as producer.c keeps it across a producer's replacement. */
+Test(stats, a_replaced_producer_does_not_restart_the_wait_on_kafka)
+{
+    struct relay_stats s;
+    stats_init(&s);
+    stats_kafka_wait_begins(&s, 100.0); /* the first message out */
+    s.kafka_in_flight = 20;
+    cr_assert_float_eq(stats_ack_wait(&s, 112.0), 12.0, 1e-9);
+
+    /* Replaced (producer_start): its messages gone, not answered. */
+    s.kafka_owed = stats_kafka_waiting(&s);
+    s.kafka_in_flight = 0;
+    cr_assert_float_eq(stats_ack_wait(&s, 113.0), 13.0, 1e-9, "the wait ended with the instance");
+    stats_kafka_wait_begins(&s, 114.0); /* the new instance's init, or its first message */
+    s.kafka_in_flight = 20;
+    cr_assert_float_eq(stats_ack_wait(&s, 115.0), 15.0, 1e-9, "the wait restarted with the new instance");
+
+    /* Answered: nothing owed; the next wait starts afresh. */
+    s.kafka_owed = false;
+    s.kafka_in_flight = 0;
+    cr_assert_float_eq(stats_ack_wait(&s, 116.0), 0.0, 1e-9);
+    stats_kafka_wait_begins(&s, 117.0);
+    s.kafka_in_flight = 1;
+    cr_assert_float_eq(stats_ack_wait(&s, 118.0), 1.0, 1e-9);
+}
