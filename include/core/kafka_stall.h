@@ -21,8 +21,11 @@
 
 /* After a request timed out, what librdkafka does next answers within this
  * long when it goes to a broker that answers: a produce retried on the new
- * leader, the commit on the new coordinator. */
-#define KAFKA_STALL_GRACE_MS 3000
+ * leader, the commit on the new coordinator. The rule is read at each
+ * statistics tick (every second), which also tells of the cut: the give-up
+ * comes 2-3 s after it. A give-up that was not needed costs a new instance
+ * (tens of ms to a second and a half on a three-broker cluster), not rows. */
+#define KAFKA_STALL_GRACE_MS 1500
 /* A time-out this old is not about the transaction waiting now: two
  * socket.timeout.ms (the cut request and the next one) and the grace. */
 #define KAFKA_STALL_WINDOW_MS 25000

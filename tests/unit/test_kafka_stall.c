@@ -5,6 +5,7 @@
 #include "core/kafka_stall.h"
 
 #define T0 100000u /* the loop's clock, ms */
+#define G KAFKA_STALL_GRACE_MS
 
 Test(kafka_stall, a_transaction_that_moved_on_after_a_time_out_is_kept)
 {
@@ -14,9 +15,9 @@ Test(kafka_stall, a_transaction_that_moved_on_after_a_time_out_is_kept)
     /* A produce request to the hung leader is cut at T0 and retried on the new
      * leader, which answers at once. */
     kafka_stall_count(&s, 1, T0);
-    cr_assert_not(kafka_stall_give_up(&s, true, T0 - 10000, T0 + 2999), "within the grace");
-    cr_assert_not(kafka_stall_give_up(&s, true, T0 + 500, T0 + 3000), "an acknowledgement since");
-    cr_assert_not(kafka_stall_give_up(&s, true, T0 + 500, T0 + 3499));
+    cr_assert_not(kafka_stall_give_up(&s, true, T0 - 10000, T0 + G - 1), "within the grace");
+    cr_assert_not(kafka_stall_give_up(&s, true, T0 + 500, T0 + G), "an acknowledgement since");
+    cr_assert_not(kafka_stall_give_up(&s, true, T0 + 500, T0 + G + 499));
     cr_assert_not(kafka_stall_give_up(&s, false, T0 - 10000, T0 + 9000), "nothing waits");
 }
 
@@ -29,11 +30,11 @@ Test(kafka_stall, a_transaction_still_held_after_the_grace_is_given_up)
     /* The request to the hung coordinator is cut; its lookup goes to the hung
      * broker again, and nothing is acknowledged. */
     kafka_stall_count(&s, 1, T0);
-    cr_assert(kafka_stall_give_up(&s, true, T0 - 10000, T0 + 3000));
+    cr_assert(kafka_stall_give_up(&s, true, T0 - 10000, T0 + G));
     /* The commit began after the cut (the produce went to the new leader),
      * and waits on the coordinator the instance still has. */
-    cr_assert_not(kafka_stall_give_up(&s, true, T0 + 800, T0 + 3000));
-    cr_assert(kafka_stall_give_up(&s, true, T0 + 800, T0 + 3800));
+    cr_assert_not(kafka_stall_give_up(&s, true, T0 + 800, T0 + G));
+    cr_assert(kafka_stall_give_up(&s, true, T0 + 800, T0 + G + 800));
 }
 
 Test(kafka_stall, a_time_out_long_past_is_not_about_this_wait)
@@ -51,7 +52,7 @@ Test(kafka_stall, a_time_out_long_past_is_not_about_this_wait)
     kafka_stall_count(&s, 0, T0 + 50000);
     cr_assert(kafka_stall_give_up(&s, true, T0 + 30000, T0 + 50000), "its predecessor's time-out is recent");
     kafka_stall_count(&s, 1, T0 + 60000);
-    cr_assert_not(kafka_stall_give_up(&s, true, T0 + 30000, T0 + 62000));
+    cr_assert_not(kafka_stall_give_up(&s, true, T0 + 30000, T0 + 60000 + G - 1));
 }
 
 /* The coordinator answers CONCURRENT_TRANSACTIONS until the last commit's
