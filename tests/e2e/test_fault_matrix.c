@@ -12,7 +12,8 @@
  * OUTBOX_RELAY_TEST_FAULT_RESULTS when set, with the time the relay took to mark
  * rows again (wal: to confirm a later position): the end of the longest
  * stretch without progress, counted from the fault (or from the brokers'
- * return where it waits for them), sampled every 200 ms.
+ * return where it waits for them), sampled every 200 ms; 0 when no stretch
+ * lasted PAUSE_MIN_MS; and that stretch's length.
  *
  * OUTBOX_RELAY_TEST_FAULT_ROWS: the backlog (default 3000); OUTBOX_RELAY_TEST_FAULT_ONLY:
  * a comma-separated list of rows to run; OUTBOX_RELAY_TEST_FAULT_CAPTURE=wal for
@@ -41,6 +42,9 @@
 #define WRITER_RATE 25          /* events/s per writer */
 #define AGGREGATES 40           /* of the backlog */
 #define SAMPLE_MS 200
+/* Shorter stretches are the sampling's own: with marks every few tens of ms
+ * the longest is one interval, anywhere in the row. */
+#define PAUSE_MIN_MS 1000
 #define MAX_SAMPLES 6000        /* 20 minutes */
 
 static struct e2e_ctx T;
@@ -250,7 +254,9 @@ static long long progress_now(void)
 
 /* Seconds from @p from_ms to the end of the longest stretch without a new
  * mark after it (a stretch that began before counts from it; one not over
- * yet ends at the last sample). */
+ * yet ends at the last sample); 0 when none lasted PAUSE_MIN_MS. */
+static int64_t pause_ms; /* the length of that stretch, for the result line */
+
 static double resumed_after(int64_t from_ms)
 {
     int n = atomic_load(&n_samples);
@@ -271,9 +277,14 @@ static double resumed_after(int64_t from_ms)
      * rows again yet, and the longest stretch may be this one. */
     if (n > 0) {
         int64_t begin = last_change > from_ms ? last_change : from_ms;
-        if (sample_ms[n - 1] - begin > best_len)
+        if (sample_ms[n - 1] - begin > best_len) {
+            best_len = sample_ms[n - 1] - begin;
             best_end = sample_ms[n - 1];
+        }
     }
+    pause_ms = best_len > 0 ? best_len : 0;
+    if (best_len < PAUSE_MIN_MS)
+        return 0.0;
     return (double)(best_end - from_ms) / 1000.0;
 }
 
@@ -434,9 +445,10 @@ static void row_report(const char *name, const char *what, long written, double 
     char line[512];
     snprintf(line, sizeof line,
              "fault-matrix\t%s\tkafka=%s%s%s\tcapture=%s\tfencing=%s\trows=%lld\twritten=%ld\tlost=0"
-             "\tduplicates=%zu\torder=%s\tresumed_s=%.1f\tproducers_given_up=%d\n",
+             "\tduplicates=%zu\torder=%s\tresumed_s=%.1f\tpause_s=%.1f\tproducers_given_up=%d\n",
              name, kafka_before, *kafka_before ? "->" : "", version, T.wal ? "wal" : "poll", fencing(), rows,
-             written, dups, order_note, resumed, R ? e2e_relay_log_count(R, "stopped answering; replacing") : 0);
+             written, dups, order_note, resumed, (double)pause_ms / 1000.0,
+             R ? e2e_relay_log_count(R, "stopped answering; replacing") : 0);
     fputs(line, stderr);
     const char *out = getenv("OUTBOX_RELAY_TEST_FAULT_RESULTS");
     FILE *f = out && *out ? fopen(out, "a") : NULL;

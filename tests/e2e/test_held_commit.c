@@ -191,7 +191,8 @@ static bool wait_commits(struct e2e_relay *r, off_t *off, int n, int timeout_ms)
 
 /* Seconds from @p at to the end of the longest stretch in which rows waited
  * and none was marked, sampled every 100 ms for @p hold_s seconds (a stretch
- * not over yet ends at the last sample). */
+ * not over yet ends at the last sample); 0 when none lasted a second (the
+ * longest of the sampling's own intervals would be anywhere). */
 static double marks_resumed(int64_t at, int hold_s)
 {
     long long last = -1;
@@ -213,9 +214,11 @@ static double marks_resumed(int64_t at, int hold_s)
         waiting = left > 0;
         e2e_sleep_ms(100);
     }
-    if (waiting && e2e_now_ms() - last_change > best_len)
+    if (waiting && e2e_now_ms() - last_change > best_len) {
+        best_len = e2e_now_ms() - last_change;
         best_end = e2e_now_ms();
-    return (double)(best_end - at) / 1000.0;
+    }
+    return best_len < 1000 ? 0.0 : (double)(best_end - at) / 1000.0;
 }
 
 /* The relay draining a backlog; a broker that leads partitions of the relay's
