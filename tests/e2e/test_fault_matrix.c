@@ -67,16 +67,7 @@ static void kafka_version(char *out, size_t len)
 
 static pid_t node_pid(int node)
 {
-    char path[700];
-    snprintf(path, sizeof path, "%s/node-%d/pid", T.env->kafka_dir, node);
-    FILE *f = fopen(path, "r");
-    int pid = 0;
-    if (f) {
-        if (fscanf(f, "%d", &pid) != 1)
-            pid = 0;
-        fclose(f);
-    }
-    return (pid_t)pid;
+    return (pid_t)e2e_kafka_node_pid(&T, node);
 }
 
 static bool node_alive(int node)

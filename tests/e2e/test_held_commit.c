@@ -34,12 +34,8 @@ static bool selected(void)
 
 static int node_pid(int node)
 {
-    char path[700];
-    snprintf(path, sizeof path, "%s/node-%d/pid", T.env->kafka_dir, node);
-    FILE *f = fopen(path, "r");
-    int pid = 0;
-    cr_assert(f && fscanf(f, "%d", &pid) == 1 && pid > 1, "no pid in %s", path);
-    fclose(f);
+    int pid = e2e_kafka_node_pid(&T, node);
+    cr_assert(pid > 1, "no process id of Kafka node %d", node);
     return pid;
 }
 

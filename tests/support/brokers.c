@@ -37,6 +37,20 @@ int e2e_kafka_node_count(const struct e2e_ctx *t)
     return n;
 }
 
+int e2e_kafka_node_pid(const struct e2e_ctx *t, int node)
+{
+    char path[700];
+    int pid = 0;
+    snprintf(path, sizeof path, "%s/node-%d/pid", t->env->kafka_dir ? t->env->kafka_dir : "", node);
+    FILE *f = fopen(path, "r");
+    if (f) {
+        if (fscanf(f, "%d", &pid) != 1)
+            pid = 0;
+        fclose(f);
+    }
+    return pid;
+}
+
 bool e2e_kafka_node(const struct e2e_ctx *t, const char *cmd, int node)
 {
     if (!t->env->kafka_dir)

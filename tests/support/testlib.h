@@ -238,6 +238,9 @@ void e2e_assert_readyz(struct e2e_relay *r, int code, const char *needle);
 bool e2e_kafka_node(const struct e2e_ctx *t, const char *cmd, int node);
 /** @return the number of nodes of the stack's own Kafka cluster (0: none of its own). */
 int e2e_kafka_node_count(const struct e2e_ctx *t);
+/** @return the process id of node @p node of the stack's own Kafka cluster
+ *  (0: unknown), for a test that signals it itself, faster than kafka.sh. */
+int e2e_kafka_node_pid(const struct e2e_ctx *t, int node);
 
 /** Starts the stack's stopped Kafka node @p node again on its data and config
  *  with Kafka @p version's jars (`kafka.sh restart DIR NODE VERSION`: one step
