@@ -23,11 +23,12 @@ static void kafka_sh(const struct e2e_ctx *t, const char *cmd, const char *dir, 
     free(err);
 }
 
-int e2e_kafka_node_count(const struct e2e_ctx *t)
+/* The number in a file of the stack's own Kafka cluster (0: none). */
+static int kafka_dir_int(const struct e2e_ctx *t, const char *file)
 {
     char path[700];
     int n = 0;
-    snprintf(path, sizeof path, "%s/nodes", t->env->kafka_dir ? t->env->kafka_dir : "");
+    snprintf(path, sizeof path, "%s/%s", t->env->kafka_dir ? t->env->kafka_dir : "", file);
     FILE *f = fopen(path, "r");
     if (f) {
         if (fscanf(f, "%d", &n) != 1)
@@ -37,18 +38,16 @@ int e2e_kafka_node_count(const struct e2e_ctx *t)
     return n;
 }
 
+int e2e_kafka_node_count(const struct e2e_ctx *t)
+{
+    return kafka_dir_int(t, "nodes");
+}
+
 int e2e_kafka_node_pid(const struct e2e_ctx *t, int node)
 {
-    char path[700];
-    int pid = 0;
-    snprintf(path, sizeof path, "%s/node-%d/pid", t->env->kafka_dir ? t->env->kafka_dir : "", node);
-    FILE *f = fopen(path, "r");
-    if (f) {
-        if (fscanf(f, "%d", &pid) != 1)
-            pid = 0;
-        fclose(f);
-    }
-    return pid;
+    char file[32];
+    snprintf(file, sizeof file, "node-%d/pid", node);
+    return kafka_dir_int(t, file);
 }
 
 bool e2e_kafka_node(const struct e2e_ctx *t, const char *cmd, int node)
