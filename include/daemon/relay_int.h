@@ -99,7 +99,7 @@ struct relay {
     unsigned denied_attempt;    /* producers Kafka refused a right in a row: drives the back-off */
     bool renew_producer;        /* a topic right refused: a new producer after the back-off */
     uint64_t producer_retry_at_ms; /* a denied producer is replaced no earlier (relay_fence.c) */
-    bool producer_down;         /* its connections were refused: none runs until then */
+    bool producer_down;         /* refused (connections, a right): none runs until then */
     unsigned txn_slot;          /* which of the two transactional ids the producer uses */
     enum producer_spare spare;  /* the other one, as this leadership's first init found it */
 

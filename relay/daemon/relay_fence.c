@@ -156,15 +156,22 @@ bool relay_replace_producer(struct relay *r)
 {
     char err[512];
     if (r->producer_down)
-        log_debug("a new kafka producer, its connections refused before", "attempt=%u",
-                  r->denied_attempt);
+        log_debug("a new kafka producer, the last one refused", "attempt=%u", r->denied_attempt);
     else if (r->renew_producer)
         log_debug("a new kafka producer, to ask for the refused topic afresh", "");
     else if (producer_abandoned(&r->prod) && r->prod.switch_id)
         switch_id(r);
     else if (producer_abandoned(&r->prod))
         log_info("a new kafka producer, the last one given up on a broker that stopped answering", "");
-    else if (!note_denial(r, producer_fatal_code(&r->prod)))
+    else if (note_denial(r, producer_fatal_code(&r->prod))) {
+        /* The back-off runs before the next producer, not after it: an
+         * idempotent producer asks for its id as it starts, and once the
+         * right is granted nothing but a delivery says so; started now, it
+         * would have its id at once and its rows wait out the whole delay. */
+        r->producer_down = true;
+        producer_stop(&r->prod);
+        return true;
+    } else
         log_warn("replacing the kafka producer after a fatal error", "");
     r->renew_producer = r->producer_down = false;
     producer_stop(&r->prod);
