@@ -14,6 +14,7 @@
  *                      Kafka's own floor; all by default)
  *                      [--relay-opt section.key=value]...   (extra -X for the relay)
  *                      [--drain-only mark,wal,...]   (those drains only, --rounds times)
+ *                      [--warmup-rounds N]   (uncounted rounds of the drains first; 1)
  *                      [--startup-only]              (the start-up scenario only)
  *
  * Every relay drain is compared, in the same run and on identical fresh
@@ -77,6 +78,26 @@ static const char *drain_checked(int k, const struct drain_result *d, char *out,
     return out;
 }
 
+/* A real broker's JVM compiles its produce path during the first drains:
+ * measured, the first round's drains ran at about half the rate of later
+ * ones, and whichever drain came first paid for the others. So the drains
+ * of @p ks run @p n rounds before the rounds that count, shown and not
+ * counted. */
+static void warm_up(PGconn *c, const int *ks, int nk, int n, long rows, int aggregates)
+{
+    if (broker_is_mock())
+        return;
+    for (int i = 0; i < n; i++) {
+        for (int j = 0; j < nk; j++) {
+            struct drain_result d = round_drain(c, ks[j], rows, aggregates);
+            fprintf(stderr, "bench: warm-up %d of %d, not counted: %s %.0f rows/s, broker CPU "
+                            "%.2f s\n", i + 1, n, round_names[ks[j]], d.rows_per_s,
+                    d.broker_cpu_s);
+            drop(c, round_tables[ks[j]]);
+        }
+    }
+}
+
 /* The report of drain_only_rounds on stdout: the rounds' ratios among the
  * drains run, the verdict, and rows/s of each round. */
 static void drain_only_json(const struct rounds *R, const int *ks, int nk, bool durable)
@@ -100,8 +121,8 @@ static void drain_only_json(const struct rounds *R, const int *ks, int nk, bool 
  * the shared machine does meanwhile falls on every drain alike. The report
  * as JSON on stdout; each sample with the machine's load on stderr, then the
  * rounds' ratios and the verdict. */
-static void drain_only_rounds(PGconn *c, const char *list, int n, long rows, int aggregates,
-                              bool durable)
+static void drain_only_rounds(PGconn *c, const char *list, int n, int warmups, long rows,
+                              int aggregates, bool durable)
 {
     static struct rounds R;
     R.n = n < ROUNDS_MAX ? n : ROUNDS_MAX;
@@ -112,6 +133,7 @@ static void drain_only_rounds(PGconn *c, const char *list, int n, long rows, int
     char checked[160];
     fprintf(stderr, "bench: PostgreSQL %s; broker: %s\n",
             durable ? "durable (fsync, synchronous_commit on)" : "fsync off", broker_name());
+    warm_up(c, ks, nk, warmups, rows, aggregates);
     for (int i = 0; i < R.n; i++) {
         for (int j = 0; j < nk; j++) {
             int k = ks[(i + j) % nk];
@@ -135,7 +157,7 @@ static void drain_only_rounds(PGconn *c, const char *list, int n, long rows, int
 int main(int argc, char **argv)
 {
     long rows = 1000000, cost_small = 100000, lt_rows = -1, start_rows = -1, fresh_rows = -1;
-    int aggregates = 5000, start_runs = 3, fresh_rate = 100, n_rounds = 1;
+    int aggregates = 5000, start_runs = 3, fresh_rate = 100, n_rounds = 1, warmups = 1;
     double lat_seconds = 10;
     char rates_arg[64] = "1000,5000";
     bool latency_only = false, startup_only = false;
@@ -155,6 +177,7 @@ int main(int argc, char **argv)
         { "startup-only", no_argument, NULL, 'T' },
         { "rounds", required_argument, NULL, 'N' },
         { "drain-only", required_argument, NULL, 'D' },
+        { "warmup-rounds", required_argument, NULL, 'W' },
         { "latency-modes", required_argument, NULL, 'M' },
         { NULL, 0, NULL, 0 },
     };
@@ -177,6 +200,7 @@ int main(int argc, char **argv)
         case 'l': latency_only = true; break;
         case 'T': startup_only = true; break;
         case 'D': snprintf(drain_only, sizeof(drain_only), "%s", optarg); break;
+        case 'W': warmups = atoi(optarg); break;
         case 'N':
             n_rounds = atoi(optarg);
             if (n_rounds < 1 || n_rounds > ROUNDS_MAX)
@@ -194,7 +218,7 @@ int main(int argc, char **argv)
                      "[--aggregates N] [--latency-seconds S] [--rates R1,R2] [--long-txn-rows N] "
                      "[--fresh-rate R] [--rounds N] [--smoke] [--latency-only] "
                      "[--latency-modes warmup,poll,wal,floor] "
-                     "[--drain-only SCENARIO,...] [--startup-only] "
+                     "[--drain-only SCENARIO,...] [--warmup-rounds N] [--startup-only] "
                      "[--relay-opt section.key=value]...");
         }
     }
@@ -250,10 +274,14 @@ int main(int argc, char **argv)
         return 0;
     }
     if (*drain_only) {
-        drain_only_rounds(c, drain_only, n_rounds, rows, aggregates, durable);
+        drain_only_rounds(c, drain_only, n_rounds, warmups, rows, aggregates, durable);
         PQfinish(c);
         return 0;
     }
+    int all[R_N];
+    for (int k = 0; k < R_N; k++)
+        all[k] = k;
+    warm_up(c, all, R_N, warmups, rows, aggregates);
     /* Floors and peer first, then the relay: all on identical fresh tables. */
     fprintf(stderr, "bench: minimal SQL floor on %ld rows\n", rows);
     struct drain_result fl_min = minimal_floor(c, "bench_floor_min", rows, aggregates, 1000);
