@@ -28,6 +28,13 @@ static const struct kafka_setting producer_defaults[] = {
      * in one go): waiting longer only adds latency. Measured with
      * tests/bench/run: linger.ms=5 puts p50 above 10 ms at 1,000 events/s. */
     { "linger.ms", "0", DEFAULT },
+    /* Outbox payloads are text (JSON, mostly) and compress several times
+     * over: the broker, on the relay's own cores as a sidecar, then writes
+     * and copies that much less. Measured with tests/bench/run, a backlog
+     * drained with on_sent = delete, two runs of three rounds each way, in
+     * turns: 53-83k rows/s with lz4 against 50-68k without, the broker's CPU
+     * per 200,000 rows 1.2-2.6 s against 2.0-3.3 s, the relay's own lower too. */
+    { "compression.type", "lz4", DEFAULT },
     /* As Java clients do: small produce requests must not wait for Nagle. */
     { "socket.nagle.disable", "true", DEFAULT },
     /* One produce request per broker connection at a time. The relay keeps
