@@ -232,6 +232,9 @@ struct relay_stats {
      * over once the broker answers (kafka_answered): stats_kafka_denial(). */
     int kafka_denial;              /* enum kafka_denial of the last replaced producer; 0 = none */
     char kafka_denial_error[64];   /* the broker's error name, e.g. TRANSACTIONAL_ID_AUTHORIZATION_FAILED */
+    unsigned kafka_denials_named;  /* bit 1 << enum kafka_denial: named since the last grant;
+                                      a principal without any right is refused two of them
+                                      in turns (the topic, the producer id) */
 
     struct stats_verify verify;    /* verify_task.c */
     struct stats_slot slot;        /* relay.capture = wal */

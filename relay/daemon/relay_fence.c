@@ -15,7 +15,8 @@
 static void denied(struct relay *r, enum kafka_denial d, int code)
 {
     uint64_t delay = plan_denied_delay(r->denied_attempt, (uint64_t)rand());
-    if (r->denied_attempt == 0 || r->st.kafka_denial != (int)d) {
+    unsigned bit = 1u << d;
+    if (!(r->st.kafka_denials_named & bit)) {
         const char *hint = d == KAFKA_DENIAL_AUTHENTICATION
                                ? config_kafka_scram_hint(r->cfg, rd_kafka_version()) : NULL;
         log_error("kafka refuses the relay's principal a right; retrying with a back-off until "
@@ -28,6 +29,7 @@ static void denied(struct relay *r, enum kafka_denial d, int code)
         log_debug("kafka still refuses the relay's principal a right", "denied=%s attempt=%u "
                   "retry_in_ms=%" PRIu64, kafka_denial_name(d), r->denied_attempt, delay);
     }
+    r->st.kafka_denials_named |= bit;
     r->st.kafka_denial = (int)d;
     snprintf(r->st.kafka_denial_error, sizeof r->st.kafka_denial_error, "%s",
              rd_kafka_err2name((rd_kafka_resp_err_t)code));
@@ -40,8 +42,10 @@ static bool note_denial(struct relay *r, int code)
 {
     enum kafka_denial d = kafka_denial_of(code);
     /* The broker answered the last producer: a refusal now is a new one. */
-    if (r->st.kafka_answered || d == KAFKA_DENIAL_NONE)
+    if (r->st.kafka_answered || d == KAFKA_DENIAL_NONE) {
         r->denied_attempt = 0;
+        r->st.kafka_denials_named = 0;
+    }
     if (d == KAFKA_DENIAL_NONE) {
         r->st.kafka_denial = 0;
         r->producer_retry_at_ms = 0;
@@ -59,7 +63,9 @@ static bool note_denial(struct relay *r, int code)
 void relay_topic_denied(struct relay *r, int code)
 {
     enum kafka_denial d = kafka_denial_of(code);
-    if (r->st.kafka_denial != (int)d)
+    /* A right not refused before starts its back-off afresh; one of the
+     * rights refused in turns lets it grow. */
+    if (!(r->st.kafka_denials_named & (1u << d)))
         r->denied_attempt = 0;
     denied(r, d, code);
     r->renew_producer = true;
@@ -73,6 +79,7 @@ static void granted(struct relay *r)
         log_info("kafka grants the relay's principal its rights again", "was_denied=%s",
                  kafka_denial_name(r->st.kafka_denial));
     r->st.kafka_denial = 0;
+    r->st.kafka_denials_named = 0;
     r->denied_attempt = 0;
     r->producer_retry_at_ms = 0;
 }
@@ -94,8 +101,10 @@ bool relay_stop_producer(struct relay *r)
     int code = 0;
     enum kafka_denial d = producer_refused(&r->prod, &code);
     /* It had delivered before: a refusal now is a new one. */
-    if (r->st.kafka_answered)
+    if (r->st.kafka_answered) {
         r->denied_attempt = 0;
+        r->st.kafka_denials_named = 0;
+    }
     denied(r, d, code);
     /* first: the stop serves the reports of its purged rows, and the steps
      * they take must find it stopped */

@@ -100,9 +100,13 @@ static void on_fatal(struct producer *p)
         p->fatal_code = orig;
     producer_set_fatal(p);
     /* A right Kafka refuses was named when it was first refused (relay_fence.c);
-     * each retry of the back-off repeats it only at debug level. */
-    bool named = p->owner.stats && p->owner.stats->kafka_denial &&
-                 p->owner.stats->kafka_denial == (int)kafka_denial_of(orig);
+     * each retry of the back-off repeats it only at debug level, as does a
+     * refusal met while another is being waited out (a principal without
+     * any right: its producer id, while the topic's back-off runs). */
+    enum kafka_denial d = kafka_denial_of(orig);
+    bool named = p->owner.stats && d != KAFKA_DENIAL_NONE &&
+                 (p->owner.stats->kafka_denial ||
+                  (p->owner.stats->kafka_denials_named & (1u << d)));
     if (named)
         log_debug("kafka producer fatal error", "error=%s reason=%s", rd_kafka_err2name(orig),
                   log_quote(buf));
