@@ -260,6 +260,8 @@ void stats_init(struct relay_stats *s);
 /** @return the right Kafka refuses now (an enum kafka_denial), or 0: none,
  *  or the broker answered since it was refused. */
 int stats_kafka_denial(const struct relay_stats *s);
+/** @return whether the right @p d (enum kafka_denial) was named refused since the last grant. */
+bool stats_denial_named(const struct relay_stats *s, int d);
 
 /** Counts one row acknowledged on @p topic (see STATS_MAX_TOPICS); inside a
  * Kafka transaction (@p in_txn) only once stats_settle_published() says it

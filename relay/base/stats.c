@@ -159,3 +159,8 @@ int stats_kafka_denial(const struct relay_stats *s)
 {
     return s->kafka_answered ? 0 : s->kafka_denial;
 }
+
+bool stats_denial_named(const struct relay_stats *s, int d)
+{
+    return d > 0 && (s->kafka_denials_named & (1u << d));
+}

@@ -15,8 +15,7 @@
 static void denied(struct relay *r, enum kafka_denial d, int code)
 {
     uint64_t delay = plan_denied_delay(r->denied_attempt, (uint64_t)rand());
-    unsigned bit = 1u << d;
-    if (!(r->st.kafka_denials_named & bit)) {
+    if (!stats_denial_named(&r->st, d)) {
         const char *hint = d == KAFKA_DENIAL_AUTHENTICATION
                                ? config_kafka_scram_hint(r->cfg, rd_kafka_version()) : NULL;
         log_error("kafka refuses the relay's principal a right; retrying with a back-off until "
@@ -29,7 +28,7 @@ static void denied(struct relay *r, enum kafka_denial d, int code)
         log_debug("kafka still refuses the relay's principal a right", "denied=%s attempt=%u "
                   "retry_in_ms=%" PRIu64, kafka_denial_name(d), r->denied_attempt, delay);
     }
-    r->st.kafka_denials_named |= bit;
+    r->st.kafka_denials_named |= 1u << d;
     r->st.kafka_denial = (int)d;
     snprintf(r->st.kafka_denial_error, sizeof r->st.kafka_denial_error, "%s",
              rd_kafka_err2name((rd_kafka_resp_err_t)code));
@@ -37,15 +36,21 @@ static void denied(struct relay *r, enum kafka_denial d, int code)
     r->producer_retry_at_ms = relay_now_ms(r) + delay;
 }
 
+/* The broker answered, or granted what it had refused: a refusal from now
+ * on is a new one, named again, its back-off from the start. */
+static void refusals_over(struct relay *r)
+{
+    r->denied_attempt = 0;
+    r->st.kafka_denials_named = 0;
+}
+
 /* @return whether the relay is denied. */
 static bool note_denial(struct relay *r, int code)
 {
     enum kafka_denial d = kafka_denial_of(code);
     /* The broker answered the last producer: a refusal now is a new one. */
-    if (r->st.kafka_answered || d == KAFKA_DENIAL_NONE) {
-        r->denied_attempt = 0;
-        r->st.kafka_denials_named = 0;
-    }
+    if (r->st.kafka_answered || d == KAFKA_DENIAL_NONE)
+        refusals_over(r);
     if (d == KAFKA_DENIAL_NONE) {
         r->st.kafka_denial = 0;
         r->producer_retry_at_ms = 0;
@@ -65,7 +70,7 @@ void relay_topic_denied(struct relay *r, int code)
     enum kafka_denial d = kafka_denial_of(code);
     /* A right not refused before starts its back-off afresh; one of the
      * rights refused in turns lets it grow. */
-    if (!(r->st.kafka_denials_named & (1u << d)))
+    if (!stats_denial_named(&r->st, d))
         r->denied_attempt = 0;
     denied(r, d, code);
     r->renew_producer = true;
@@ -79,8 +84,7 @@ static void granted(struct relay *r)
         log_info("kafka grants the relay's principal its rights again", "was_denied=%s",
                  kafka_denial_name(r->st.kafka_denial));
     r->st.kafka_denial = 0;
-    r->st.kafka_denials_named = 0;
-    r->denied_attempt = 0;
+    refusals_over(r);
     r->producer_retry_at_ms = 0;
 }
 
@@ -92,6 +96,17 @@ void relay_topic_granted(struct relay *r)
         granted(r);
 }
 
+/* A refused producer stops now, and none runs until its back-off ends
+ * (plan.c: then PLAN_REPLACE_PRODUCER). producer_down is set first: the
+ * stop serves the reports of its purged rows, and the steps they take must
+ * find it stopped. */
+static bool stop_until_retry(struct relay *r)
+{
+    r->producer_down = true;
+    producer_stop(&r->prod);
+    return true;
+}
+
 /* The brokers refuse the producer's connections (authentication, TLS):
  * kept, librdkafka would connect again every second and be refused each
  * time. It is stopped now; the next one, which reads the secret and
@@ -101,16 +116,10 @@ bool relay_stop_producer(struct relay *r)
     int code = 0;
     enum kafka_denial d = producer_refused(&r->prod, &code);
     /* It had delivered before: a refusal now is a new one. */
-    if (r->st.kafka_answered) {
-        r->denied_attempt = 0;
-        r->st.kafka_denials_named = 0;
-    }
+    if (r->st.kafka_answered)
+        refusals_over(r);
     denied(r, d, code);
-    /* first: the stop serves the reports of its purged rows, and the steps
-     * they take must find it stopped */
-    r->producer_down = true;
-    producer_stop(&r->prod);
-    return true;
+    return stop_until_retry(r);
 }
 
 /* Kept until the next tick, the instance would have librdkafka connect
@@ -177,9 +186,7 @@ bool relay_replace_producer(struct relay *r)
          * idempotent producer asks for its id as it starts, and once the
          * right is granted nothing but a delivery says so; started now, it
          * would have its id at once and its rows wait out the whole delay. */
-        r->producer_down = true;
-        producer_stop(&r->prod);
-        return true;
+        return stop_until_retry(r);
     } else
         log_warn("replacing the kafka producer after a fatal error", "");
     r->renew_producer = r->producer_down = false;

@@ -105,8 +105,7 @@ static void on_fatal(struct producer *p)
      * any right: its producer id, while the topic's back-off runs). */
     enum kafka_denial d = kafka_denial_of(orig);
     bool named = p->owner.stats && d != KAFKA_DENIAL_NONE &&
-                 (p->owner.stats->kafka_denial ||
-                  (p->owner.stats->kafka_denials_named & (1u << d)));
+                 (p->owner.stats->kafka_denial || stats_denial_named(p->owner.stats, d));
     if (named)
         log_debug("kafka producer fatal error", "error=%s reason=%s", rd_kafka_err2name(orig),
                   log_quote(buf));
